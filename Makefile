@@ -1,0 +1,157 @@
+# tickbus - one Makefile for the library, tools, examples, tests and benchmarks.
+#
+# Targets
+#   make            build everything into $(BUILD)
+#   make deps       install missing Debian packages (apt-get as root; else it
+#                   prints the command)
+#   make test       unit and scenario tests (tests/run-tests.sh)
+#   make demo       the main job: a publisher and two subscribers, with a report
+#   make bench      benchmarks; the report goes to $(BUILD)/bench/report.md
+#   make install    headers, libraries, tools and tickbus.pc under
+#                   $(DESTDIR)$(PREFIX)
+#
+# Tunables
+#   SAN=1           build and test under AddressSanitizer and UBSan
+#                   (into build-san/, so it never mixes with the plain build)
+#   BUILD=dir       build directory (default build, or build-san with SAN=1)
+#   PREFIX=/usr/local  DESTDIR=   install locations
+#   CC=gcc          compiler; OPT=-O2 optimisation flags
+#   NODEPS=1        do not run `make deps` before demo and test
+#
+# Conventions (so that adding a file never needs an edit here)
+#   bus/*.c publisher/*.c subscriber/*.c   the library (except tb-*.c)
+#   */tb-*.c                               a program, $(BUILD)/bin/tb-*
+#   tests/unit/test_*.c tests/scenario/test_*.c   $(BUILD)/tests/test_*
+#   tests/bench/bench_*.c                  $(BUILD)/bench/bench_*
+#   examples/*.c                           $(BUILD)/examples/*
+#   tools/*/*.mk                           fragments that add to ALL_TARGETS
+#                                          and TEST_BINS (softrdma)
+
+SAN ?= 0
+ifeq ($(SAN),1)
+BUILD ?= build-san
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+else
+BUILD ?= build
+SANFLAGS :=
+endif
+
+PREFIX ?= /usr/local
+DESTDIR ?=
+CC ?= gcc
+OPT ?= -O2
+VERSION := 0.1.0
+SOVERSION := 0
+
+PKGS := libibverbs numa liburcu-qsbr cmocka inih zlib
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs libibverbs numa liburcu-qsbr inih zlib 2>/dev/null)
+CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
+
+INCLUDES := -Ibus -Ipublisher -Isubscriber -I$(BUILD)/gen
+CFLAGS := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -pthread -fPIC \
+	-D_GNU_SOURCE $(INCLUDES) $(PKG_CFLAGS) $(SANFLAGS)
+LDFLAGS := -pthread $(SANFLAGS)
+LDLIBS := $(PKG_LIBS) -lm -lrt
+
+LIB_SRCS := $(filter-out %/tb-%.c,$(wildcard bus/*.c publisher/*.c subscriber/*.c))
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+PROG_SRCS := $(wildcard tools/tb-*.c publisher/tb-*.c subscriber/tb-*.c)
+PROGS := $(addprefix $(BUILD)/bin/,$(notdir $(PROG_SRCS:.c=)))
+TEST_SRCS := $(wildcard tests/unit/test_*.c tests/scenario/test_*.c)
+TESTS := $(addprefix $(BUILD)/tests/,$(notdir $(TEST_SRCS:.c=)))
+BENCH_SRCS := $(wildcard tests/bench/bench_*.c)
+BENCHES := $(addprefix $(BUILD)/bench/,$(notdir $(BENCH_SRCS:.c=)))
+EXAMPLE_SRCS := $(wildcard examples/*.c)
+EXAMPLES := $(addprefix $(BUILD)/examples/,$(notdir $(EXAMPLE_SRCS:.c=)))
+
+STATIC_LIB := $(BUILD)/lib/libtickbus.a
+SHARED_LIB := $(BUILD)/lib/libtickbus.so.$(VERSION)
+PUBLIC_HEADERS := bus/tickbus.h bus/tickbus_err.h bus/hist.h
+
+ALL_TARGETS := $(STATIC_LIB) $(SHARED_LIB) $(PROGS) $(TESTS) $(BENCHES) \
+	$(EXAMPLES) $(BUILD)/cxx_header_check
+TEST_BINS := $(TESTS)
+
+-include $(wildcard tools/*/*.mk)
+
+.PHONY: all deps test demo bench install clean check-deps
+.DEFAULT_GOAL := all
+
+all: $(ALL_TARGETS)
+
+# Object files: one per source, with header dependencies tracked.
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(STATIC_LIB): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(SHARED_LIB): $(LIB_OBJS) bus/tickbus.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libtickbus.so.$(SOVERSION) \
+		-Wl,--version-script=bus/tickbus.map $(LDFLAGS) -o $@ $(LIB_OBJS) $(LDLIBS)
+	ln -sf libtickbus.so.$(VERSION) $(BUILD)/lib/libtickbus.so.$(SOVERSION)
+	ln -sf libtickbus.so.$(SOVERSION) $(BUILD)/lib/libtickbus.so
+
+# Programs, tests, benchmarks and examples link the static library, so they
+# run from the build tree without LD_LIBRARY_PATH.
+define link_rule
+$(1)/%: $(BUILD)/obj/$(2)/%.o $(STATIC_LIB)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(LDFLAGS) -o $$@ $$< $(STATIC_LIB) $$(LDLIBS) $(3)
+endef
+$(eval $(call link_rule,$(BUILD)/bin,tools,))
+$(eval $(call link_rule,$(BUILD)/bin,publisher,))
+$(eval $(call link_rule,$(BUILD)/bin,subscriber,))
+$(eval $(call link_rule,$(BUILD)/tests,tests/unit,$(CMOCKA_LIBS)))
+$(eval $(call link_rule,$(BUILD)/tests,tests/scenario,$(CMOCKA_LIBS)))
+$(eval $(call link_rule,$(BUILD)/bench,tests/bench,))
+$(eval $(call link_rule,$(BUILD)/examples,examples,))
+
+# The public headers must compile as C++ too.
+$(BUILD)/cxx_header_check: tests/cxx_header_check.cpp $(PUBLIC_HEADERS)
+	@mkdir -p $(dir $@)
+	g++ -std=c++11 -Wall -Wextra -Werror -Ibus -c $< -o $@.o && touch $@
+
+deps:
+	@tests/deps.sh
+
+check-deps:
+	@tests/deps.sh --check
+
+ifeq ($(NODEPS),)
+TEST_PREREQ := deps
+endif
+
+test: $(TEST_PREREQ)
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) SAN=$(SAN) tests/run-tests.sh $(TEST_BINS)
+
+demo: $(TEST_PREREQ)
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) tools/demo.sh
+
+bench: $(TEST_PREREQ)
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) tests/bench/run-bench.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include/tickbus $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+		$(DESTDIR)$(PREFIX)/bin
+	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/tickbus/
+	install -m 644 $(STATIC_LIB) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(SHARED_LIB) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libtickbus.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libtickbus.so.$(SOVERSION)
+	ln -sf libtickbus.so.$(SOVERSION) $(DESTDIR)$(PREFIX)/lib/libtickbus.so
+	$(if $(PROGS),install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/)
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
+		bus/tickbus.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/tickbus.pc
+
+clean:
+	rm -rf build build-san
+
+-include $(LIB_OBJS:.o=.d)
+-include $(wildcard $(BUILD)/obj/*/*.d $(BUILD)/obj/*/*/*.d)

@@ -1,0 +1,36 @@
+#!/bin/sh
+# Installs the Debian packages tickbus builds and tests with, if any is
+# missing.  As root it runs apt-get; otherwise it prints the command to run.
+#   tests/deps.sh           install what is missing
+#   tests/deps.sh --check   only report; exit 1 if something is missing
+set -eu
+
+PKGS="build-essential pkg-config libibverbs-dev ibverbs-utils libnuma-dev \
+liburcu-dev libcmocka-dev libinih-dev libxml2-dev zlib1g-dev valgrind \
+iproute2 procps"
+
+missing=""
+for p in $PKGS; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+		missing="$missing $p"
+	fi
+done
+
+[ -z "$missing" ] && exit 0
+
+if [ "${1:-}" = "--check" ]; then
+	echo "missing packages:$missing"
+	exit 1
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+	echo "tickbus: installing:$missing"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	# shellcheck disable=SC2086
+	apt-get install -y -qq --no-install-recommends $missing
+else
+	echo "tickbus: missing Debian packages; run as root:"
+	echo "  apt-get update && apt-get install -y$missing"
+	exit 1
+fi
