@@ -1,0 +1,366 @@
+/*
+ * transport_shm.c - set-up, liveness and epochs of the shared-memory ring.
+ * The per-frame paths are static inline in transport_shm.h; this file holds
+ * what runs once, or only when the ring is idle.
+ */
+#include "transport_shm.h"
+
+#include "error.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* A reader idle for this long looks at the writer's liveness and the path. */
+#define TB_SHM_CHECK_NS 1000000ull
+
+static uint32_t max_frame_of(uint64_t ring_size)
+{
+	/* One frame may take at most an eighth of the ring, so a single large
+	 * message can never lap a reader that is keeping up. */
+	uint64_t m = ring_size / 8;
+
+	return m > TB_FRAME_MAX_LEN ? TB_FRAME_MAX_LEN : (uint32_t)m;
+}
+
+static void map_populate(void *base, size_t len)
+{
+	/* Ask for huge pages where the kernel does them transparently and lock
+	 * the ring so the hot path never takes a fault. */
+	(void)madvise(base, len, MADV_HUGEPAGE);
+	if (mlock(base, len) != 0)
+		tb_info("shm: mlock of %zu bytes failed (%s); raise RLIMIT_MEMLOCK "
+			"(ulimit -l) to lock rings", len, strerror(errno));
+}
+
+/* A beat from the future (clock skew between processes) counts as fresh. */
+static int beat_stale(const tb_shm_hdr_t *hdr, uint64_t now_ns, uint64_t limit_ns)
+{
+	int64_t age = (int64_t)(now_ns - tb_load_relaxed(&hdr->heartbeat_ns));
+
+	return age > (int64_t)limit_ns;
+}
+
+/* Returns 1 if the ring at `path` belongs to a publisher that is running. */
+static int owner_alive(const char *path, uint64_t liveness_ns)
+{
+	int fd = open(path, O_RDONLY);
+	tb_shm_hdr_t hdr;
+	ssize_t got;
+
+	if (fd < 0)
+		return 0;
+	got = pread(fd, &hdr, sizeof(hdr), 0);
+	close(fd);
+	if (got != (ssize_t)sizeof(hdr) || hdr.magic != TB_SHM_MAGIC ||
+	    hdr.version != TB_SHM_VERSION || hdr.state != TB_SHM_OPEN)
+		return 0;
+	if (hdr.pid <= 0 || (kill(hdr.pid, 0) != 0 && errno == ESRCH))
+		return 0;
+	return !beat_stale(&hdr, tb_clock_now_ns(), liveness_ns);
+}
+
+/* Marks the ring now at `path`, if any, REPLACED so its readers move on. */
+static void mark_replaced(const char *path)
+{
+	int fd = open(path, O_RDWR);
+	tb_shm_hdr_t *old;
+
+	if (fd < 0)
+		return;
+	old = mmap(NULL, TB_SHM_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (old == MAP_FAILED)
+		return;
+	if (old->magic == TB_SHM_MAGIC && old->version == TB_SHM_VERSION)
+		tb_store_release(&old->state, TB_SHM_REPLACED);
+	munmap(old, TB_SHM_HDR_SIZE);
+}
+
+int tb_shm_writer_open(tb_shm_writer_t *w, const tb_stream_cfg_t *cfg,
+		       uint64_t epoch)
+{
+	char tmp[TB_PATH_MAX + 32];
+	size_t len = TB_SHM_HDR_SIZE + cfg->ring_size;
+	tb_shm_hdr_t *hdr;
+	void *base;
+	int fd;
+
+	memset(w, 0, sizeof(*w));
+	if (cfg->ring_size < TB_SHM_RING_MIN || cfg->ring_size > TB_SHM_RING_MAX ||
+	    (cfg->ring_size & (cfg->ring_size - 1)))
+		return tb_err_set(TB_EINVAL, "shm: ring_size %llu is not a power of "
+				  "two between 64 KiB and 1 GiB",
+				  (unsigned long long)cfg->ring_size);
+	snprintf(w->path, sizeof(w->path), "%s", cfg->shm_path);
+	if (owner_alive(w->path, (uint64_t)cfg->liveness_timeout_ms * 1000000ull))
+		return tb_err_set(TB_EBUSY, "shm: %s is owned by a running "
+				  "publisher; stop it or use another shm_path",
+				  w->path);
+
+	snprintf(tmp, sizeof(tmp), "%s.%d.new", w->path, (int)getpid());
+	fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return tb_err_sys(errno, "shm: create %s", tmp);
+	if (ftruncate(fd, (off_t)len) != 0) {
+		int e = errno;
+		close(fd);
+		unlink(tmp);
+		return tb_err_sys(e, "shm: size %s to %zu bytes", tmp, len);
+	}
+	base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+		    fd, 0);
+	close(fd);
+	if (base == MAP_FAILED) {
+		int e = errno;
+		unlink(tmp);
+		return tb_err_sys(e, "shm: map %s", tmp);
+	}
+	map_populate(base, len);
+
+	hdr = base;
+	hdr->magic = TB_SHM_MAGIC;
+	hdr->hdr_size = TB_SHM_HDR_SIZE;
+	hdr->ring_size = cfg->ring_size;
+	hdr->epoch = epoch;
+	hdr->stream_id = cfg->id;
+	hdr->pid = (int32_t)getpid();
+	hdr->start_ns = tb_clock_now_ns();
+	hdr->max_frame = max_frame_of(cfg->ring_size);
+	snprintf(hdr->name, sizeof(hdr->name), "%s", cfg->name);
+	tb_store_relaxed(&hdr->tail_intent, 0);
+	tb_store_relaxed(&hdr->tail, 0);
+	tb_store_relaxed(&hdr->heartbeat_ns, hdr->start_ns);
+	tb_store_relaxed(&hdr->state, TB_SHM_OPEN);
+	tb_store_release(&hdr->version, TB_SHM_VERSION); /* last: R2 */
+
+	mark_replaced(w->path);
+	if (rename(tmp, w->path) != 0) {
+		int e = errno;
+		munmap(base, len);
+		unlink(tmp);
+		return tb_err_sys(e, "shm: rename %s to %s", tmp, w->path);
+	}
+	w->hdr = hdr;
+	w->ring = (uint8_t *)base + TB_SHM_HDR_SIZE;
+	w->mask = cfg->ring_size - 1;
+	w->max_frame = hdr->max_frame;
+	w->stream_id = cfg->id;
+	w->map_len = len;
+	return 0;
+}
+
+void tb_shm_writer_beat(tb_shm_writer_t *w, uint64_t now_ns)
+{
+	tb_store_relaxed(&w->hdr->heartbeat_ns, now_ns);
+}
+
+void tb_shm_writer_close(tb_shm_writer_t *w, uint64_t final_seq, int unlink_it)
+{
+	if (!w->hdr)
+		return;
+	tb_store_relaxed(&w->hdr->final_seq, final_seq);
+	tb_store_release(&w->hdr->state, TB_SHM_CLOSED); /* R3 */
+	munmap(w->hdr, w->map_len);
+	if (unlink_it)
+		unlink(w->path);
+	w->hdr = NULL;
+}
+
+/* ------------------------------------------------------------------ reader */
+
+static void reader_unmap(tb_shm_reader_t *r)
+{
+	if (r->hdr)
+		munmap((void *)r->hdr, r->map_len);
+	r->hdr = NULL;
+	r->ring = NULL;
+}
+
+int tb_shm_reader_open(tb_shm_reader_t *r, const tb_stream_cfg_t *cfg)
+{
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	snprintf(r->path, sizeof(r->path), "%s", cfg->shm_path);
+	r->stream_id = cfg->id;
+	r->liveness_ns = (uint64_t)cfg->liveness_timeout_ms * 1000000ull;
+	r->state = TB_SHM_R_WAITING;
+	rc = tb_shm_reader_attach(r, 0);
+	return rc < 0 ? rc : 0;
+}
+
+int tb_shm_reader_attach(tb_shm_reader_t *r, int from_start)
+{
+	const tb_shm_hdr_t *hdr;
+	struct stat st;
+	uint8_t *scratch;
+	size_t len;
+	void *base;
+	int fd;
+
+	fd = open(r->path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : tb_err_sys(errno, "shm: open %s", r->path);
+	if (fstat(fd, &st) != 0) {
+		int e = errno;
+		close(fd);
+		return tb_err_sys(e, "shm: stat %s", r->path);
+	}
+	if (r->hdr && st.st_dev == r->dev && st.st_ino == r->ino) {
+		close(fd);
+		return 0; /* the same ring as before */
+	}
+	if ((size_t)st.st_size < TB_SHM_HDR_SIZE) {
+		close(fd);
+		return 0; /* being created */
+	}
+	base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (base == MAP_FAILED)
+		return tb_err_sys(errno, "shm: map %s", r->path);
+	hdr = base;
+	len = (size_t)st.st_size;
+	if (tb_load_acquire(&hdr->version) != TB_SHM_VERSION || /* A2 pairs with R2 */
+	    hdr->magic != TB_SHM_MAGIC || hdr->hdr_size != TB_SHM_HDR_SIZE ||
+	    hdr->ring_size < TB_SHM_RING_MIN || hdr->ring_size > TB_SHM_RING_MAX ||
+	    (hdr->ring_size & (hdr->ring_size - 1)) ||
+	    len != TB_SHM_HDR_SIZE + hdr->ring_size ||
+	    hdr->max_frame != max_frame_of(hdr->ring_size) ||
+	    hdr->stream_id != r->stream_id) {
+		int code = tb_err_set(TB_EFORMAT, "shm: %s is not a tickbus ring of "
+				      "stream %u (format version %u, this reader "
+				      "reads %u); remove it or fix shm_path",
+				      r->path, r->stream_id, hdr->version,
+				      TB_SHM_VERSION);
+		munmap(base, len);
+		return code;
+	}
+	scratch = r->scratch;
+	if (!scratch || r->max_frame != hdr->max_frame) {
+		scratch = malloc(hdr->max_frame);
+		if (!scratch) {
+			munmap(base, len);
+			return tb_err_set(TB_ENOMEM, "shm: no memory for a %u-byte "
+					  "frame buffer", hdr->max_frame);
+		}
+		free(r->scratch);
+	}
+	reader_unmap(r);
+	r->scratch = scratch;
+	r->hdr = hdr;
+	r->ring = (const uint8_t *)base + TB_SHM_HDR_SIZE;
+	r->mask = hdr->ring_size - 1;
+	r->max_frame = hdr->max_frame;
+	r->map_len = len;
+	r->dev = st.st_dev;
+	r->ino = st.st_ino;
+	r->pos = from_start ? 0 : tb_load_acquire(&hdr->tail); /* A1 */
+	r->lapped = 0;
+	r->idle_polls = 0;
+	r->state = TB_SHM_R_ATTACHED;
+	if (r->epoch == hdr->epoch)
+		return 0;
+	r->epoch = hdr->epoch;
+	return 1;
+}
+
+void tb_shm_reader_close(tb_shm_reader_t *r)
+{
+	reader_unmap(r);
+	free(r->scratch);
+	r->scratch = NULL;
+}
+
+void tb_shm_reader_lap(tb_shm_reader_t *r, tb_seq_t *seq)
+{
+	/* Everything from the next expected sequence up to the first frame
+	 * after the live tail is gone; that frame will close the range. */
+	r->pos = tb_load_acquire(&r->hdr->tail); /* A1 */
+	r->lapped = seq->expected != 0;
+}
+
+/* Starts a new epoch: sequence numbers from 1, the ring from its start. */
+static int enter_epoch(tb_shm_reader_t *r, tb_seq_t *seq, int attached)
+{
+	if (attached <= 0)
+		return attached;
+	tb_seq_init(seq, 1);
+	r->lapped = 0;
+	return TB_NEW_EPOCH;
+}
+
+int tb_shm_reader_idle(tb_shm_reader_t *r, tb_seq_t *seq, tb_seq_range_t *loss,
+		       uint64_t now_ns)
+{
+	const tb_shm_hdr_t *hdr;
+	uint32_t state;
+	int rc;
+
+	if (!now_ns)
+		now_ns = tb_clock_now_ns();
+	if (now_ns - r->last_check_ns < TB_SHM_CHECK_NS)
+		return r->state == TB_SHM_R_WAITING ? TB_NOT_CONNECTED : 0;
+	r->last_check_ns = now_ns;
+
+	switch (r->state) {
+	case TB_SHM_R_WAITING:
+		/* No ring yet: whatever appears is read from its first frame. */
+		rc = tb_shm_reader_attach(r, 1);
+		if (rc < 0)
+			return rc;
+		if (r->state != TB_SHM_R_ATTACHED)
+			return TB_NOT_CONNECTED;
+		tb_seq_init(seq, 1);
+		return 0;
+	case TB_SHM_R_ENDED:
+		hdr = r->hdr;
+		if (tb_load_acquire(&hdr->state) == TB_SHM_OPEN && /* A3 */
+		    !beat_stale(hdr, now_ns, r->liveness_ns)) {
+			/* Declared dead but beating again: it was starved. */
+			r->state = TB_SHM_R_ATTACHED;
+			return 0;
+		}
+		return enter_epoch(r, seq, tb_shm_reader_attach(r, 1));
+	case TB_SHM_R_ATTACHED:
+		break;
+	}
+
+	/* Attached and idle for a while: has the writer gone or moved on? */
+	hdr = r->hdr;
+	state = tb_load_acquire(&hdr->state); /* A3 pairs with R3 */
+	if (tb_load_acquire(&hdr->tail) != r->pos) /* A1 */
+		return 0; /* frames arrived: read them first */
+	if (state != TB_SHM_OPEN && r->lapped) {
+		/* Lapped, and no frame will come to close the range: the
+		 * writer's final sequence does. */
+		uint64_t final_seq = tb_load_relaxed(&hdr->final_seq);
+
+		r->lapped = 0;
+		if (final_seq >= seq->expected) {
+			tb_seq_gap_to(seq, final_seq + 1, loss);
+			return TB_LAPPED;
+		}
+	}
+	if (state == TB_SHM_REPLACED) {
+		rc = enter_epoch(r, seq, tb_shm_reader_attach(r, 1));
+		if (rc != 0)
+			return rc;
+		r->state = TB_SHM_R_ENDED;
+		return TB_CLOSED;
+	}
+	if (state == TB_SHM_CLOSED) {
+		r->state = TB_SHM_R_ENDED;
+		return TB_CLOSED;
+	}
+	if (beat_stale(hdr, now_ns, r->liveness_ns)) {
+		r->state = TB_SHM_R_ENDED;
+		return TB_PUBLISHER_DEAD;
+	}
+	return 0;
+}

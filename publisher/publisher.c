@@ -1,0 +1,236 @@
+/*
+ * publisher.c - the publishing end of a stream.
+ *
+ * A publisher numbers messages 1, 2, 3, ... within its epoch (a fresh 64-bit
+ * value on every open) and hands each frame to its transport.  The offer and
+ * claim/commit paths are one straight line per transport: reserve a frame,
+ * fill the header, copy or let the caller fill the payload, publish.  They do
+ * not allocate, lock or make system calls.
+ *
+ * A background thread beats the stream's heartbeat every heartbeat_ms, so
+ * subscribers can tell a quiet publisher from a dead one.
+ */
+#include "tickbus.h"
+
+#include "error.h"
+#include "frame.h"
+#include "transport_shm.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct tb_publisher {
+	/* Hot: touched on every offer. */
+	tb_shm_writer_t shm;
+	uint64_t next_seq;
+	uint32_t stream_id;
+	int claim_open;
+	uint16_t claim_template;
+
+	/* Cold. */
+	uint64_t epoch;
+	tb_stream_cfg_t cfg;
+	pthread_t beat;
+	pthread_mutex_t beat_lock;
+	pthread_cond_t beat_cond;
+	int beat_stop;
+	int beat_started;
+};
+
+static void *beat_main(void *arg)
+{
+	tb_publisher_t *p = arg;
+	struct timespec until;
+
+	pthread_mutex_lock(&p->beat_lock);
+	while (!p->beat_stop) {
+		tb_shm_writer_beat(&p->shm, tb_clock_now_ns());
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		until.tv_nsec += (long)(p->cfg.heartbeat_ms % 1000) * 1000000L;
+		until.tv_sec += p->cfg.heartbeat_ms / 1000 + until.tv_nsec / 1000000000L;
+		until.tv_nsec %= 1000000000L;
+		while (!p->beat_stop &&
+		       pthread_cond_timedwait(&p->beat_cond, &p->beat_lock, &until) == 0)
+			;
+	}
+	pthread_mutex_unlock(&p->beat_lock);
+	return NULL;
+}
+
+static int start_beat(tb_publisher_t *p)
+{
+	pthread_condattr_t attr;
+	int rc;
+
+	pthread_mutex_init(&p->beat_lock, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->beat_cond, &attr);
+	pthread_condattr_destroy(&attr);
+	rc = pthread_create(&p->beat, NULL, beat_main, p);
+	if (rc != 0)
+		return tb_err_sys(rc, "start the heartbeat thread");
+	p->beat_started = 1;
+	return 0;
+}
+
+static void stop_beat(tb_publisher_t *p)
+{
+	if (!p->beat_started)
+		return;
+	pthread_mutex_lock(&p->beat_lock);
+	p->beat_stop = 1;
+	pthread_cond_signal(&p->beat_cond);
+	pthread_mutex_unlock(&p->beat_lock);
+	pthread_join(p->beat, NULL);
+	pthread_cond_destroy(&p->beat_cond);
+	pthread_mutex_destroy(&p->beat_lock);
+	p->beat_started = 0;
+}
+
+/* A new epoch: the wall clock in ns, made unique per process. */
+static uint64_t new_epoch(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
+	       ((uint64_t)getpid() << 48);
+}
+
+int tb_publisher_open(tb_publisher_t **out, const tb_stream_cfg_t *cfg)
+{
+	tb_publisher_t *p;
+	int rc;
+
+	*out = NULL;
+	rc = tb_stream_cfg_validate(cfg);
+	if (rc < 0)
+		return tb_err_prepend(rc, "tb_publisher_open");
+	if (cfg->transport != TB_TRANSPORT_SHM)
+		return tb_err_set(TB_ENOTSUP, "tb_publisher_open: stream '%s': this "
+				  "build carries the shm transport only", cfg->name);
+	if (cfg->slow_consumer == TB_SLOW_BACKPRESSURE)
+		return tb_err_set(TB_ENOTSUP, "tb_publisher_open: stream '%s': shm "
+				  "never waits for readers; use slow_consumer = lap",
+				  cfg->name);
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return tb_err_set(TB_ENOMEM, "tb_publisher_open: out of memory");
+	p->cfg = *cfg;
+	p->stream_id = cfg->id;
+	p->next_seq = 1;
+	p->epoch = new_epoch();
+	if (cfg->publisher_core >= 0 && (rc = tb_thread_pin(cfg->publisher_core)) < 0)
+		goto fail;
+	rc = tb_shm_writer_open(&p->shm, cfg, p->epoch);
+	if (rc < 0)
+		goto fail;
+	rc = start_beat(p);
+	if (rc < 0) {
+		tb_shm_writer_close(&p->shm, 0, 1);
+		goto fail;
+	}
+	*out = p;
+	return 0;
+fail:
+	free(p);
+	return tb_err_prepend(rc, "tb_publisher_open: stream '%s'", cfg->name);
+}
+
+int tb_publisher_open_file(tb_publisher_t **out, const char *path,
+			   const char *stream)
+{
+	const tb_stream_cfg_t *cfg;
+	tb_config_t *file;
+	int rc;
+
+	*out = NULL;
+	rc = tb_config_load(&file, path);
+	if (rc < 0)
+		return rc;
+	cfg = tb_config_stream(file, stream);
+	rc = cfg ? tb_publisher_open(out, cfg) : TB_ENOENT;
+	tb_config_free(file);
+	return rc;
+}
+
+int tb_publisher_close(tb_publisher_t *p)
+{
+	if (!p)
+		return 0;
+	stop_beat(p);
+	tb_shm_writer_close(&p->shm, p->next_seq - 1, 0);
+	free(p);
+	return 0;
+}
+
+int64_t tb_pub_offer(tb_publisher_t *p, uint16_t template_id, const void *buf,
+		     uint32_t len)
+{
+	tb_frame_hdr_t *f;
+
+	/* Hot path: no allocation, lock or system call. */
+	if (tb_unlikely(p->claim_open))
+		return TB_ESTATE;
+	f = tb_shm_writer_claim(&p->shm, len, p->next_seq);
+	if (tb_unlikely(!f))
+		return TB_EMSGSIZE;
+	tb_frame_init(f, len, template_id, p->stream_id, p->next_seq,
+		      tb_clock_now_ns());
+	memcpy(tb_frame_payload(f), buf, len);
+	tb_shm_writer_commit(&p->shm);
+	return (int64_t)p->next_seq++;
+}
+
+int tb_pub_claim(tb_publisher_t *p, uint16_t template_id, uint32_t len,
+		 tb_claim_t *claim)
+{
+	tb_frame_hdr_t *f;
+
+	/* Hot path. */
+	if (tb_unlikely(p->claim_open))
+		return TB_ESTATE;
+	f = tb_shm_writer_claim(&p->shm, len, p->next_seq);
+	if (tb_unlikely(!f))
+		return TB_EMSGSIZE;
+	p->claim_open = 1;
+	p->claim_template = template_id;
+	claim->data = tb_frame_payload(f);
+	claim->len = len;
+	claim->seq = p->next_seq;
+	claim->frame_ = f;
+	return 0;
+}
+
+int64_t tb_pub_commit(tb_publisher_t *p, tb_claim_t *claim)
+{
+	/* Hot path.  The header is written last, with the publish time of the
+	 * commit, so the timestamp covers the caller's fill too. */
+	if (tb_unlikely(!p->claim_open || claim->seq != p->next_seq))
+		return TB_ESTATE;
+	tb_frame_init(claim->frame_, claim->len, p->claim_template, p->stream_id,
+		      claim->seq, tb_clock_now_ns());
+	tb_shm_writer_commit(&p->shm);
+	p->claim_open = 0;
+	claim->frame_ = NULL;
+	return (int64_t)p->next_seq++;
+}
+
+int tb_pub_abort(tb_publisher_t *p, tb_claim_t *claim)
+{
+	if (!p->claim_open || claim->seq != p->next_seq)
+		return TB_ESTATE;
+	tb_shm_writer_abort(&p->shm);
+	p->claim_open = 0;
+	claim->frame_ = NULL;
+	return 0;
+}
+
+uint64_t tb_pub_next_seq(const tb_publisher_t *p) { return p->next_seq; }
+
+uint64_t tb_pub_epoch(const tb_publisher_t *p) { return p->epoch; }

@@ -1,0 +1,104 @@
+/*
+ * subscriber.c - the subscribing end of a stream.
+ *
+ * A subscriber polls its transport and delivers frames in sequence order.
+ * Loss is never silent: a lap or a gap stops delivery at the point of loss,
+ * the poll returns TB_LAPPED or TB_GAP once, tb_sub_loss() names the range,
+ * and the next poll goes on with the frame after it.
+ */
+#include "tickbus.h"
+
+#include "error.h"
+#include "seq.h"
+#include "transport_shm.h"
+
+#include <stdlib.h>
+
+struct tb_subscriber {
+	tb_shm_reader_t shm;
+	tb_seq_t seq;
+	tb_seq_range_t loss;
+	int has_loss;
+	tb_stream_cfg_t cfg;
+};
+
+int tb_subscriber_open(tb_subscriber_t **out, const tb_stream_cfg_t *cfg)
+{
+	tb_subscriber_t *s;
+	int rc;
+
+	*out = NULL;
+	rc = tb_stream_cfg_validate(cfg);
+	if (rc < 0)
+		return tb_err_prepend(rc, "tb_subscriber_open");
+	if (cfg->transport != TB_TRANSPORT_SHM)
+		return tb_err_set(TB_ENOTSUP, "tb_subscriber_open: stream '%s': this "
+				  "build carries the shm transport only", cfg->name);
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return tb_err_set(TB_ENOMEM, "tb_subscriber_open: out of memory");
+	s->cfg = *cfg;
+	tb_seq_init(&s->seq, 0);
+	if (cfg->subscriber_core >= 0 && (rc = tb_thread_pin(cfg->subscriber_core)) < 0)
+		goto fail;
+	rc = tb_shm_reader_open(&s->shm, cfg);
+	if (rc < 0)
+		goto fail;
+	*out = s;
+	return 0;
+fail:
+	tb_shm_reader_close(&s->shm);
+	free(s);
+	return tb_err_prepend(rc, "tb_subscriber_open: stream '%s'", cfg->name);
+}
+
+int tb_subscriber_open_file(tb_subscriber_t **out, const char *path,
+			    const char *stream)
+{
+	const tb_stream_cfg_t *cfg;
+	tb_config_t *file;
+	int rc;
+
+	*out = NULL;
+	rc = tb_config_load(&file, path);
+	if (rc < 0)
+		return rc;
+	cfg = tb_config_stream(file, stream);
+	rc = cfg ? tb_subscriber_open(out, cfg) : TB_ENOENT;
+	tb_config_free(file);
+	return rc;
+}
+
+int tb_subscriber_close(tb_subscriber_t *s)
+{
+	if (!s)
+		return 0;
+	tb_shm_reader_close(&s->shm);
+	free(s);
+	return 0;
+}
+
+int tb_sub_poll(tb_subscriber_t *s, tb_handler_t handler, void *clientd,
+		int limit)
+{
+	/* Hot path: see tb_shm_reader_poll. */
+	int n = tb_shm_reader_poll(&s->shm, &s->seq, &s->loss, handler, clientd,
+				   limit);
+
+	if (tb_unlikely(n == TB_LAPPED || n == TB_GAP))
+		s->has_loss = 1;
+	return n;
+}
+
+int tb_sub_loss(const tb_subscriber_t *s, uint64_t *first, uint64_t *last)
+{
+	if (!s->has_loss)
+		return TB_ENOENT;
+	*first = s->loss.first;
+	*last = s->loss.last;
+	return 0;
+}
+
+uint64_t tb_sub_epoch(const tb_subscriber_t *s) { return s->shm.epoch; }
+
+uint64_t tb_sub_next_seq(const tb_subscriber_t *s) { return s->seq.expected; }
