@@ -1,0 +1,1397 @@
+/*
+ * config.c - stream configuration: defaults, validation, INI files.
+ *
+ * A stream is a tb_stream_cfg_t.  tb_stream_cfg_init() fills the defaults,
+ * tb_stream_cfg_validate() checks a struct filled by hand, and
+ * tb_config_load() reads a file of [stream NAME] sections into an array of
+ * validated structs.  One table, `keys` below, describes every key once: its
+ * field, its kind, its range, the transports it applies to and those that
+ * require it.  The file parser and tb_stream_cfg_validate() both walk that
+ * table and share the range checks, so a file and a struct can never be held
+ * to different rules.
+ *
+ * File format
+ *   # comment            ; comment      (whole lines; "value ; note" also
+ *                                         works, inih's inline comment)
+ *   [stream NAME]        NAME: 1..63 of A-Z a-z 0-9 _ . -, unique in the file
+ *   key = value          (or key: value); values are not quoted
+ * Any other section is an error, so is a key before the first section, an
+ * unknown key, a key given twice in a section, and a key that does not apply
+ * to the stream's transport (a `group` on a shm stream is a mistake, not
+ * something to ignore silently).  Indentation is ignored.  A file must hold
+ * at least one stream: an empty file is almost certainly the wrong file.
+ *
+ * Keys (transports the key applies to)   values               default
+ *   id                     1..4294967295, unique in the file    required
+ *   transport              shm | rc | ud | udp                  required
+ *   ring_size              power of two, 64K..1G bytes          4M
+ *   publisher_core         CPU number 0..CPUs-1, or none        none
+ *   subscriber_core        CPU number 0..CPUs-1, or none        none
+ *   idle                   busy-spin | spin-then-yield | backoff
+ *                                                               spin-then-yield
+ *   slow_consumer          lap | backpressure                   lap
+ *   token                  1..127 printable ASCII, no spaces    none
+ *   recovery               host:port[,host:port]..., at most 4  none
+ *   heartbeat_ms           1..60000                             100
+ *   liveness_timeout_ms    2*heartbeat_ms..600000               1000
+ *   retention              messages kept, 0..100000000          0 = off
+ *   shm_path     (shm)     absolute path                /dev/shm/tickbus.NAME
+ *   control      (rc ud udp) publisher host:port        required for rc
+ *   rdma_device  (rc ud)   device name                  first active device
+ *   rdma_port    (rc ud)   0..255                       0 = first active
+ *   gid_index    (rc ud)   -1..255                      -1 = RoCEv2 IPv4 GID
+ *   group        (ud udp)  IPv4 multicast host:port     required
+ *   interface    (ud udp)  local address or netdev      system's choice
+ *   ttl          (ud udp)  0..255                       1
+ *   loopback     (ud udp)  yes | no | true | false | 1 | 0   yes
+ *   mtu          (ud udp)  0 or 256..65507              0 = path MTU
+ *   batch_us     (ud udp)  0..1000000                   0 = send at once
+ *   rcvbuf       (udp)     bytes, 0..1G                 0 = system's
+ * Integers are decimal and parsed strictly: no sign where the key is
+ * unsigned, no trailing text, no overflow.  Sizes take K, M or G (x1024).
+ * Choice words are matched without regard to case.  A host is a name, an
+ * IPv4 address, or an IPv6 address in brackets ([::1]:7000).  A line holds
+ * at most 199 characters (inih's buffer; see below), which bounds shm_path
+ * and recovery lists in a file below what the struct could hold.
+ *
+ * Errors: the first one in the file wins, and every message says where:
+ *   "<file>:<line>: key '<key>': <what is wrong>; allowed: <what is allowed>"
+ *   "<file>:<line>: section '[...]': ..."
+ *   "<file>: stream '<name>': missing required key '<key>'"
+ *
+ * Line numbers and libinih.  Debian builds inih without INI_HANDLER_LINENO
+ * (the handler gets no line number, and defining the macro here would not
+ * change the library's calling convention), with a 200-byte line buffer
+ * that silently splits a longer line in two, with section names cut at 50
+ * bytes, and with Python-style continuation lines.  So the file is fed to
+ * ini_parse_stream() through our own reader, next_line(), which
+ *   - counts lines.  inih calls the reader once per line and calls the
+ *     handler for that line before it reads the next one, so in the handler
+ *     the reader's count is the line of the key;
+ *   - refuses a line longer than inih's buffer instead of letting it split;
+ *   - strips leading blanks, so an indented line is a key, never a
+ *     continuation of the previous value;
+ *   - parses section headers itself (full names, strict syntax) and tracks
+ *     the current stream; the handler ignores inih's copy of the section;
+ *   - returns end-of-file once an error is recorded, so parsing stops at the
+ *     first error.
+ * inih still splits "key = value", strips blanks and inline comments, and
+ * reports lines that are neither (it returns the first such line number).
+ */
+#include "config.h"
+#include "error.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#define KIB (UINT64_C(1) << 10)
+#define MIB (UINT64_C(1) << 20)
+#define GIB (UINT64_C(1) << 30)
+
+/* Smallest ring: the frames of one largest UDP datagram (65507 bytes).
+ * Largest: a ring is pinned, registered memory, and its offsets must fit the
+ * 32-bit immediate of an RDMA WRITE with room to spare. */
+#define RING_MIN (64 * KIB)
+#define RING_MAX GIB
+#define RING_DEFAULT (4 * MIB)
+
+/* Largest UDP payload over IPv4: 65535 - 20 (IP) - 8 (UDP). */
+#define MTU_MAX 65507
+/* Below this a datagram header and one frame do not fit usefully. */
+#define MTU_MIN 256
+
+/* Why a parse failed, before the key and the allowed values are added. */
+#define WHY_MAX 320
+
+/* ------------------------------------------------------------ key table */
+
+enum kind {
+	K_U32,       /* uint32_t, decimal, range lo..hi */
+	K_INT,       /* int, decimal (may be negative when lo < 0) */
+	K_CORE,      /* int: "none" (-1) or a CPU number */
+	K_SIZE,      /* uint64_t or uint32_t bytes, optional K/M/G suffix */
+	K_ENUM,      /* int-sized enum, one of `words` */
+	K_BOOL,      /* int 0 or 1 */
+	K_TEXT,      /* char[]: printable ASCII, no spaces */
+	K_PATH,      /* char[]: absolute path */
+	K_ENDPOINT,  /* tb_endpoint_t */
+	K_GROUP,     /* tb_endpoint_t, IPv4 multicast */
+	K_ENDPOINTS, /* tb_endpoint_t[TB_RECOVERY_MAX] + n_recovery */
+};
+
+#define F_ZERO_OK 1u  /* 0 is allowed besides lo..hi ("off") */
+#define F_POW2 2u     /* must be a power of two */
+#define F_ZERO_UNSET 4u /* 0 in a struct means "not given" (id) */
+
+#define T_SHM (1u << TB_TRANSPORT_SHM)
+#define T_RC (1u << TB_TRANSPORT_RC)
+#define T_UD (1u << TB_TRANSPORT_UD)
+#define T_UDP (1u << TB_TRANSPORT_UDP)
+#define T_ALL (T_SHM | T_RC | T_UD | T_UDP)
+
+struct key_spec {
+	const char *name;
+	enum kind kind;
+	size_t off, size;         /* the field in tb_stream_cfg_t */
+	int64_t lo, hi;           /* numeric kinds */
+	unsigned flags;           /* F_* */
+	unsigned applies;         /* T_*: transports the key means something to */
+	unsigned required;        /* T_*: transports that need it */
+	const char *const *words; /* K_ENUM: names by value, NULL-terminated */
+};
+
+static const char *const transport_words[] = {"shm", "rc", "ud", "udp", NULL};
+static const char *const idle_words[] = {"busy-spin", "spin-then-yield",
+					 "backoff", NULL};
+static const char *const slow_words[] = {"lap", "backpressure", NULL};
+
+_Static_assert(TB_TRANSPORT_SHM == 0 && TB_TRANSPORT_RC == 1 &&
+	       TB_TRANSPORT_UD == 2 && TB_TRANSPORT_UDP == 3,
+	       "transport_words is indexed by tb_transport_t");
+_Static_assert(TB_IDLE_BUSY_SPIN == 0 && TB_IDLE_SPIN_YIELD == 1 &&
+	       TB_IDLE_BACKOFF == 2, "idle_words is indexed by tb_idle_kind_t");
+_Static_assert(TB_SLOW_LAP == 0 && TB_SLOW_BACKPRESSURE == 1,
+	       "slow_words is indexed by tb_slow_policy_t");
+_Static_assert(sizeof(tb_transport_t) == sizeof(int) &&
+	       sizeof(tb_idle_kind_t) == sizeof(int) &&
+	       sizeof(tb_slow_policy_t) == sizeof(int),
+	       "enum fields are read and written as int");
+
+#define FIELD(f) offsetof(tb_stream_cfg_t, f), sizeof(((tb_stream_cfg_t *)0)->f)
+
+enum key_index {
+	KEY_ID,
+	KEY_TRANSPORT,
+	KEY_RING_SIZE,
+	KEY_PUBLISHER_CORE,
+	KEY_SUBSCRIBER_CORE,
+	KEY_IDLE,
+	KEY_SLOW_CONSUMER,
+	KEY_TOKEN,
+	KEY_RECOVERY,
+	KEY_HEARTBEAT_MS,
+	KEY_LIVENESS_TIMEOUT_MS,
+	KEY_RETENTION,
+	KEY_SHM_PATH,
+	KEY_CONTROL,
+	KEY_RDMA_DEVICE,
+	KEY_RDMA_PORT,
+	KEY_GID_INDEX,
+	KEY_GROUP,
+	KEY_INTERFACE,
+	KEY_TTL,
+	KEY_LOOPBACK,
+	KEY_MTU,
+	KEY_BATCH_US,
+	KEY_RCVBUF,
+	N_KEYS
+};
+
+static const struct key_spec keys[N_KEYS] = {
+	/*                 name                  kind         field
+	 *                 lo        hi         flags         applies  required */
+	[KEY_ID] = {"id", K_U32, FIELD(id),
+		1, UINT32_MAX, F_ZERO_UNSET, T_ALL, T_ALL, NULL},
+	[KEY_TRANSPORT] = {"transport", K_ENUM, FIELD(transport),
+		0, 3, 0, T_ALL, T_ALL, transport_words},
+	[KEY_RING_SIZE] = {"ring_size", K_SIZE, FIELD(ring_size),
+		RING_MIN, RING_MAX, F_POW2, T_ALL, 0, NULL},
+	[KEY_PUBLISHER_CORE] = {"publisher_core", K_CORE, FIELD(publisher_core),
+		-1, 0, 0, T_ALL, 0, NULL},
+	[KEY_SUBSCRIBER_CORE] = {"subscriber_core", K_CORE,
+		FIELD(subscriber_core), -1, 0, 0, T_ALL, 0, NULL},
+	[KEY_IDLE] = {"idle", K_ENUM, FIELD(idle),
+		0, 2, 0, T_ALL, 0, idle_words},
+	[KEY_SLOW_CONSUMER] = {"slow_consumer", K_ENUM, FIELD(slow_consumer),
+		0, 1, 0, T_ALL, 0, slow_words},
+	[KEY_TOKEN] = {"token", K_TEXT, FIELD(token),
+		0, 0, 0, T_ALL, 0, NULL},
+	[KEY_RECOVERY] = {"recovery", K_ENDPOINTS, FIELD(recovery),
+		0, 0, 0, T_ALL, 0, NULL},
+	[KEY_HEARTBEAT_MS] = {"heartbeat_ms", K_U32, FIELD(heartbeat_ms),
+		1, 60000, 0, T_ALL, 0, NULL},
+	[KEY_LIVENESS_TIMEOUT_MS] = {"liveness_timeout_ms", K_U32,
+		FIELD(liveness_timeout_ms), 2, 600000, 0, T_ALL, 0, NULL},
+	[KEY_RETENTION] = {"retention", K_U32, FIELD(retention),
+		0, 100000000, 0, T_ALL, 0, NULL},
+	[KEY_SHM_PATH] = {"shm_path", K_PATH, FIELD(shm_path),
+		0, 0, 0, T_SHM, 0, NULL},
+	[KEY_CONTROL] = {"control", K_ENDPOINT, FIELD(control),
+		0, 0, 0, T_RC | T_UD | T_UDP, T_RC, NULL},
+	[KEY_RDMA_DEVICE] = {"rdma_device", K_TEXT, FIELD(rdma_device),
+		0, 0, 0, T_RC | T_UD, 0, NULL},
+	[KEY_RDMA_PORT] = {"rdma_port", K_INT, FIELD(rdma_port),
+		0, 255, 0, T_RC | T_UD, 0, NULL},
+	[KEY_GID_INDEX] = {"gid_index", K_INT, FIELD(gid_index),
+		-1, 255, 0, T_RC | T_UD, 0, NULL},
+	[KEY_GROUP] = {"group", K_GROUP, FIELD(group),
+		0, 0, 0, T_UD | T_UDP, T_UD | T_UDP, NULL},
+	[KEY_INTERFACE] = {"interface", K_TEXT, FIELD(interface),
+		0, 0, 0, T_UD | T_UDP, 0, NULL},
+	[KEY_TTL] = {"ttl", K_INT, FIELD(ttl),
+		0, 255, 0, T_UD | T_UDP, 0, NULL},
+	[KEY_LOOPBACK] = {"loopback", K_BOOL, FIELD(loopback),
+		0, 1, 0, T_UD | T_UDP, 0, NULL},
+	[KEY_MTU] = {"mtu", K_U32, FIELD(mtu),
+		MTU_MIN, MTU_MAX, F_ZERO_OK, T_UD | T_UDP, 0, NULL},
+	[KEY_BATCH_US] = {"batch_us", K_U32, FIELD(batch_us),
+		0, 1000000, 0, T_UD | T_UDP, 0, NULL},
+	[KEY_RCVBUF] = {"rcvbuf", K_SIZE, FIELD(rcvbuf),
+		0, GIB, 0, T_UDP, 0, NULL},
+};
+
+_Static_assert(N_KEYS <= 32, "a uint32_t records which keys a section gave");
+
+static const struct key_spec *key_by_name(const char *name)
+{
+	for (int i = 0; i < N_KEYS; i++)
+		if (strcmp(keys[i].name, name) == 0)
+			return &keys[i];
+	return NULL;
+}
+
+/* -------------------------------------------------------------- helpers */
+
+static int whyf(char *why, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int whyf(char *why, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, WHY_MAX, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static long cpu_count(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_CONF);
+
+	return n > 0 ? n : 1;
+}
+
+static void fmt_size(uint64_t v, char *buf, size_t n)
+{
+	if (v && v % GIB == 0)
+		snprintf(buf, n, "%lluG", (unsigned long long)(v / GIB));
+	else if (v && v % MIB == 0)
+		snprintf(buf, n, "%lluM", (unsigned long long)(v / MIB));
+	else if (v && v % KIB == 0)
+		snprintf(buf, n, "%lluK", (unsigned long long)(v / KIB));
+	else
+		snprintf(buf, n, "%llu", (unsigned long long)v);
+}
+
+static void fmt_transports(unsigned mask, char *buf, size_t n)
+{
+	int count = 0, seen = 0;
+
+	for (int t = 0; t < 4; t++)
+		count += (mask >> t) & 1;
+	buf[0] = '\0';
+	for (int t = 0; t < 4; t++) {
+		size_t len = strlen(buf);
+
+		if (!(mask & (1u << t)))
+			continue;
+		seen++;
+		snprintf(buf + len, n - len, "%s%s",
+			 seen == 1 ? "" : seen == count ? " and " : ", ",
+			 transport_words[t]);
+	}
+}
+
+/* What a key accepts, for the "; allowed: ..." half of a message. */
+static void describe(const struct key_spec *k, long ncpu, char *buf, size_t n)
+{
+	char lo[32], hi[32];
+	size_t len;
+
+	switch (k->kind) {
+	case K_U32:
+	case K_INT:
+		snprintf(buf, n, "%san integer from %lld to %lld%s",
+			 k->flags & F_ZERO_OK ? "0 or " : "", (long long)k->lo,
+			 (long long)k->hi,
+			 k == &keys[KEY_LIVENESS_TIMEOUT_MS] ? ", and at least twice "
+						    "heartbeat_ms" : "");
+		break;
+	case K_CORE:
+		snprintf(buf, n, "a CPU number from 0 to %ld, or none", ncpu - 1);
+		break;
+	case K_SIZE:
+		fmt_size((uint64_t)k->lo, lo, sizeof(lo));
+		fmt_size((uint64_t)k->hi, hi, sizeof(hi));
+		snprintf(buf, n, "%s from %s to %s bytes, with an optional K, "
+			 "M or G suffix (x1024)",
+			 k->flags & F_POW2 ? "a power of two" : "a size", lo, hi);
+		break;
+	case K_ENUM:
+		buf[0] = '\0';
+		for (int i = 0; k->words[i]; i++) {
+			len = strlen(buf);
+			snprintf(buf + len, n - len, "%s%s",
+				 i == 0 ? "" : k->words[i + 1] ? ", " : " or ",
+				 k->words[i]);
+		}
+		break;
+	case K_BOOL:
+		snprintf(buf, n, "yes, no, true, false, 1 or 0");
+		break;
+	case K_TEXT:
+		snprintf(buf, n, "1 to %zu printable ASCII characters, no spaces",
+			 k->size - 1);
+		break;
+	case K_PATH:
+		snprintf(buf, n, "an absolute path of at most %zu characters",
+			 k->size - 1);
+		break;
+	case K_ENDPOINT:
+		snprintf(buf, n, "host:port with a port from 1 to 65535, e.g. "
+			 "127.0.0.1:7000 or [::1]:7000");
+		break;
+	case K_GROUP:
+		snprintf(buf, n, "an IPv4 multicast address (224.0.0.0 to "
+			 "239.255.255.255) and a port, e.g. 239.1.1.1:5000");
+		break;
+	case K_ENDPOINTS:
+		snprintf(buf, n, "up to %d host:port endpoints separated by "
+			 "commas, e.g. 127.0.0.1:7100,127.0.0.1:7101",
+			 TB_RECOVERY_MAX);
+		break;
+	}
+}
+
+/* Strict decimal: optional '-' only when `signed_ok`, digits, nothing
+ * after.  `shown` quotes the text in messages. */
+static int parse_int(const char *s, bool signed_ok, int64_t *out,
+		     const char **end, char *why)
+{
+	const char *p = s;
+	bool neg = false;
+	uint64_t v = 0;
+
+	if (*p == '-' && isdigit((unsigned char)p[1])) {
+		if (!signed_ok)
+			return whyf(why, "'%s' is negative", s);
+		neg = true;
+		p++;
+	}
+	if (!isdigit((unsigned char)*p))
+		return whyf(why, "'%s' is not a decimal integer", s);
+	for (; isdigit((unsigned char)*p); p++) {
+		unsigned d = (unsigned)(*p - '0');
+
+		if (v > ((uint64_t)INT64_MAX - d) / 10)
+			return whyf(why, "'%s' is too large", s);
+		v = v * 10 + d;
+	}
+	if (end)
+		*end = p;
+	else if (*p)
+		return whyf(why, "'%s' is not a decimal integer", s);
+	*out = neg ? -(int64_t)v : (int64_t)v;
+	return 0;
+}
+
+static int parse_size(const char *s, int64_t *out, char *why)
+{
+	const char *suffix;
+	uint64_t mult = 1;
+	int64_t v;
+
+	if (parse_int(s, false, &v, &suffix, why))
+		return -1;
+	if (*suffix) {
+		if (suffix[1] == '\0' && (*suffix == 'K' || *suffix == 'k'))
+			mult = KIB;
+		else if (suffix[1] == '\0' && (*suffix == 'M' || *suffix == 'm'))
+			mult = MIB;
+		else if (suffix[1] == '\0' && (*suffix == 'G' || *suffix == 'g'))
+			mult = GIB;
+		else
+			return whyf(why, "'%s' has an unknown suffix '%s'", s,
+				    suffix);
+	}
+	if ((uint64_t)v > (uint64_t)INT64_MAX / mult)
+		return whyf(why, "'%s' is too large", s);
+	*out = v * (int64_t)mult;
+	return 0;
+}
+
+/* The range rules of a numeric key, shared by the parser and
+ * tb_stream_cfg_validate. */
+static int check_number(const struct key_spec *k, int64_t v,
+			const char *shown, long ncpu, char *why)
+{
+	if (k->kind == K_CORE) {
+		if (v == -1 || (v >= 0 && v < ncpu))
+			return 0;
+		return whyf(why, "%s is not a CPU of this machine (it has %ld)",
+			    shown, ncpu);
+	}
+	if ((k->flags & F_ZERO_OK) && v == 0)
+		return 0;
+	if (v < k->lo || v > k->hi)
+		return whyf(why, "%s is out of range", shown);
+	if ((k->flags & F_POW2) && (v & (v - 1)))
+		return whyf(why, "%s is not a power of two", shown);
+	return 0;
+}
+
+/* ASCII only, whatever the locale: A-Z a-z 0-9 _ . - */
+static bool is_name_char(int c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+	       (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+}
+
+static bool valid_stream_name(const char *s, size_t len)
+{
+	if (len == 0 || len >= TB_NAME_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (!is_name_char((unsigned char)s[i]))
+			return false;
+	return true;
+}
+
+/* A host as stored in tb_endpoint_t: a name, a dotted IPv4 address, or an
+ * IPv6 address (written in brackets in a file, stored without). */
+static int check_host(const char *host, const char *shown, char *why)
+{
+	size_t len = strlen(host);
+	bool dotted = true;
+	unsigned char addr[16];
+
+	if (len == 0)
+		return whyf(why, "%s has an empty host", shown);
+	if (len >= TB_HOST_MAX)
+		return whyf(why, "%s has a host longer than %d characters",
+			    shown, TB_HOST_MAX - 1);
+	if (strchr(host, ':')) {
+		if (inet_pton(AF_INET6, host, addr) != 1)
+			return whyf(why, "%s: '%s' is not an IPv6 address",
+				    shown, host);
+		return 0;
+	}
+	for (size_t i = 0; i < len; i++) {
+		if (!is_name_char((unsigned char)host[i]))
+			return whyf(why, "%s: host '%s' has a character that "
+				    "is not allowed in a host name", shown,
+				    host);
+		if (!isdigit((unsigned char)host[i]) && host[i] != '.')
+			dotted = false;
+	}
+	if (dotted && inet_pton(AF_INET, host, addr) != 1)
+		return whyf(why, "%s: '%s' is not an IPv4 address", shown, host);
+	return 0;
+}
+
+static int parse_endpoint(const char *s, tb_endpoint_t *ep, char *why)
+{
+	const char *host = s, *port_s;
+	size_t host_len;
+	int64_t port;
+	char shown[WHY_MAX];
+
+	snprintf(shown, sizeof(shown), "'%s'", s);
+	if (s[0] == '[') {
+		const char *close = strchr(s, ']');
+
+		if (!close)
+			return whyf(why, "%s has '[' without ']'", shown);
+		if (close[1] != ':')
+			return whyf(why, "%s has no ':port' after ']'", shown);
+		host = s + 1;
+		host_len = (size_t)(close - host);
+		port_s = close + 2;
+		if (memchr(host, ':', host_len) == NULL)
+			return whyf(why, "%s: brackets are for IPv6 addresses",
+				    shown);
+	} else {
+		const char *colon = strrchr(s, ':');
+
+		if (!colon)
+			return whyf(why, "%s has no ':port'", shown);
+		host_len = (size_t)(colon - s);
+		if (memchr(s, ':', host_len))
+			return whyf(why, "%s has more than one ':'; write an "
+				    "IPv6 address in brackets, e.g. [::1]:7000",
+				    shown);
+		port_s = colon + 1;
+	}
+	if (host_len >= TB_HOST_MAX)
+		return whyf(why, "%s has a host longer than %d characters",
+			    shown, TB_HOST_MAX - 1);
+	memcpy(ep->host, host, host_len);
+	ep->host[host_len] = '\0';
+	if (check_host(ep->host, shown, why))
+		return -1;
+	if (*port_s == '\0')
+		return whyf(why, "%s has an empty port", shown);
+	if (parse_int(port_s, false, &port, NULL, why))
+		return whyf(why, "%s: port '%s' is not a decimal integer",
+			    shown, port_s);
+	if (port < 1 || port > 65535)
+		return whyf(why, "%s: port %s is out of range", shown, port_s);
+	ep->port = (uint16_t)port;
+	return 0;
+}
+
+static int check_endpoint(const tb_endpoint_t *ep, const char *shown,
+			  char *why)
+{
+	if (!memchr(ep->host, '\0', sizeof(ep->host)))
+		return whyf(why, "%s: host is not NUL-terminated", shown);
+	if (check_host(ep->host, shown, why))
+		return -1;
+	if (ep->port == 0)
+		return whyf(why, "%s: port 0 is out of range", shown);
+	return 0;
+}
+
+static int check_group(const tb_endpoint_t *ep, const char *shown, char *why)
+{
+	struct in_addr a;
+
+	if (inet_pton(AF_INET, ep->host, &a) != 1)
+		return whyf(why, "%s: '%s' is not a numeric IPv4 address",
+			    shown, ep->host);
+	if ((ntohl(a.s_addr) >> 28) != 0xe)
+		return whyf(why, "%s: '%s' is not a multicast address", shown,
+			    ep->host);
+	return 0;
+}
+
+static int check_text(const struct key_spec *k, const char *s,
+		      const char *shown, char *why)
+{
+	size_t len = strnlen(s, k->size);
+
+	if (len == k->size)
+		return whyf(why, "%s is longer than %zu characters", shown,
+			    k->size - 1);
+	if (k->kind == K_PATH) {
+		if (s[0] != '/')
+			return whyf(why, "%s is not an absolute path", shown);
+		for (size_t i = 0; i < len; i++)
+			if (iscntrl((unsigned char)s[i]))
+				return whyf(why, "%s contains a control "
+					    "character", shown);
+		return 0;
+	}
+	if (len == 0)
+		return whyf(why, "%s is empty", shown);
+	for (size_t i = 0; i < len; i++)
+		if (s[i] <= ' ' || s[i] > '~')
+			return whyf(why, "%s contains a space or a character "
+				    "that is not printable ASCII", shown);
+	return 0;
+}
+
+static void store_int(void *field, size_t size, int64_t v)
+{
+	if (size == sizeof(uint64_t)) {
+		uint64_t u = (uint64_t)v;
+		memcpy(field, &u, size);
+	} else if (size == sizeof(uint32_t)) {
+		/* uint32_t and int fields: the value was range-checked */
+		uint32_t u = (uint32_t)v;
+		memcpy(field, &u, size);
+	}
+}
+
+static int64_t load_int(const struct key_spec *k, const void *field)
+{
+	if (k->size == sizeof(uint64_t)) {
+		uint64_t u;
+
+		memcpy(&u, field, sizeof(u));
+		return u > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)u;
+	}
+	if (k->kind == K_U32 || k->kind == K_SIZE) {
+		uint32_t u;
+
+		memcpy(&u, field, sizeof(u));
+		return u;
+	}
+	int i;
+
+	memcpy(&i, field, sizeof(i));
+	return i;
+}
+
+/* Parses `text` into the field of key `k`.  Returns 0, or -1 with what is
+ * wrong in `why`. */
+static int parse_value(const struct key_spec *k, tb_stream_cfg_t *cfg,
+		       const char *text, long ncpu, char *why)
+{
+	char *field = (char *)cfg + k->off;
+	char shown[WHY_MAX];
+	int64_t v = 0;
+
+	snprintf(shown, sizeof(shown), "'%s'", text);
+	switch (k->kind) {
+	case K_U32:
+	case K_INT:
+	case K_CORE:
+		if (k->kind == K_CORE && strcasecmp(text, "none") == 0)
+			v = -1;
+		else if (parse_int(text, k->lo < 0 && k->kind != K_CORE, &v,
+				   NULL, why))
+			return -1;
+		if (check_number(k, v, shown, ncpu, why))
+			return -1;
+		store_int(field, k->size, v);
+		return 0;
+	case K_SIZE:
+		if (parse_size(text, &v, why) ||
+		    check_number(k, v, shown, ncpu, why))
+			return -1;
+		store_int(field, k->size, v);
+		return 0;
+	case K_ENUM:
+		for (int i = 0; k->words[i]; i++) {
+			if (strcasecmp(text, k->words[i]) == 0) {
+				store_int(field, k->size, i);
+				return 0;
+			}
+		}
+		return whyf(why, "%s is not one of the choices", shown);
+	case K_BOOL:
+		if (!strcasecmp(text, "yes") || !strcasecmp(text, "true") ||
+		    !strcmp(text, "1"))
+			v = 1;
+		else if (!strcasecmp(text, "no") || !strcasecmp(text, "false") ||
+			 !strcmp(text, "0"))
+			v = 0;
+		else
+			return whyf(why, "%s is not a yes/no value", shown);
+		store_int(field, k->size, v);
+		return 0;
+	case K_TEXT:
+	case K_PATH:
+		if (strlen(text) >= k->size)
+			return whyf(why, "%s is %zu characters long, more than "
+				    "%zu", shown, strlen(text), k->size - 1);
+		if (check_text(k, text, shown, why))
+			return -1;
+		memcpy(field, text, strlen(text) + 1);
+		return 0;
+	case K_ENDPOINT:
+	case K_GROUP: {
+		tb_endpoint_t ep = {{0}, 0};
+
+		if (parse_endpoint(text, &ep, why))
+			return -1;
+		if (k->kind == K_GROUP && check_group(&ep, shown, why))
+			return -1;
+		memcpy(field, &ep, sizeof(ep));
+		return 0;
+	}
+	case K_ENDPOINTS: {
+		tb_endpoint_t eps[TB_RECOVERY_MAX];
+		const char *p = text;
+		int n = 1;
+
+		for (const char *c = text; *c; c++)
+			n += *c == ',';
+		if (n > TB_RECOVERY_MAX)
+			return whyf(why, "%s lists %d endpoints, more than %d",
+				    shown, n, TB_RECOVERY_MAX);
+		for (int i = 0; i < n; i++) {
+			const char *comma = strchr(p, ',');
+			size_t len = comma ? (size_t)(comma - p) : strlen(p);
+			char item[WHY_MAX], inner[WHY_MAX];
+
+			while (len && isspace((unsigned char)*p))
+				p++, len--;
+			while (len && isspace((unsigned char)p[len - 1]))
+				len--;
+			if (len == 0)
+				return whyf(why, "%s has an empty entry %d",
+					    shown, i + 1);
+			snprintf(item, sizeof(item), "%.*s", (int)len, p);
+			memset(&eps[i], 0, sizeof(eps[i]));
+			if (parse_endpoint(item, &eps[i], inner))
+				return whyf(why, "entry %d: %s", i + 1, inner);
+			p = comma ? comma + 1 : p + len;
+		}
+		memset(cfg->recovery, 0, sizeof(cfg->recovery));
+		memcpy(cfg->recovery, eps, (size_t)n * sizeof(eps[0]));
+		cfg->n_recovery = n;
+		return 0;
+	}
+	}
+	return whyf(why, "internal error: key kind %d", (int)k->kind);
+}
+
+/* Checks the field of key `k` in a struct.  Fields that are optional and
+ * unset (an empty string or endpoint) pass. */
+static int check_value(const struct key_spec *k, const tb_stream_cfg_t *cfg,
+		       long ncpu, char *why)
+{
+	const char *field = (const char *)cfg + k->off;
+	char shown[TB_HOST_MAX + 32];
+	int64_t v;
+
+	switch (k->kind) {
+	case K_U32:
+	case K_INT:
+	case K_CORE:
+	case K_SIZE:
+		v = load_int(k, field);
+		snprintf(shown, sizeof(shown), "%lld", (long long)v);
+		return check_number(k, v, shown, ncpu, why);
+	case K_ENUM:
+	case K_BOOL:
+		v = load_int(k, field);
+		if (v < k->lo || v > k->hi)
+			return whyf(why, "%lld is not a valid value",
+				    (long long)v);
+		return 0;
+	case K_TEXT:
+	case K_PATH:
+		if (field[0] == '\0')
+			return 0;
+		return check_text(k, field, "the value", why);
+	case K_ENDPOINT:
+	case K_GROUP: {
+		const tb_endpoint_t *ep = (const tb_endpoint_t *)field;
+
+		if (ep->host[0] == '\0' && ep->port == 0)
+			return 0;
+		snprintf(shown, sizeof(shown), "'%.*s:%u'", TB_HOST_MAX - 1,
+			 ep->host, ep->port);
+		if (check_endpoint(ep, shown, why))
+			return -1;
+		return k->kind == K_GROUP ? check_group(ep, shown, why) : 0;
+	}
+	case K_ENDPOINTS:
+		if (cfg->n_recovery < 0 || cfg->n_recovery > TB_RECOVERY_MAX)
+			return whyf(why, "n_recovery %d is out of range",
+				    cfg->n_recovery);
+		for (int i = 0; i < cfg->n_recovery; i++) {
+			snprintf(shown, sizeof(shown), "entry %d", i + 1);
+			if (check_endpoint(&cfg->recovery[i], shown, why))
+				return -1;
+		}
+		return 0;
+	}
+	return whyf(why, "internal error: key kind %d", (int)k->kind);
+}
+
+static bool value_given(const struct key_spec *k, const tb_stream_cfg_t *cfg)
+{
+	const char *field = (const char *)cfg + k->off;
+
+	switch (k->kind) {
+	case K_ENDPOINT:
+	case K_GROUP:
+		return ((const tb_endpoint_t *)field)->host[0] != '\0';
+	case K_TEXT:
+	case K_PATH:
+		return field[0] != '\0';
+	case K_ENDPOINTS:
+		return cfg->n_recovery > 0;
+	default:
+		return !(k->flags & F_ZERO_UNSET) || load_int(k, field) != 0;
+	}
+}
+
+/* ------------------------------------------------------- public: structs */
+
+void tb_stream_cfg_init(tb_stream_cfg_t *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->ring_size = RING_DEFAULT;
+	cfg->publisher_core = -1;
+	cfg->subscriber_core = -1;
+	cfg->idle = TB_IDLE_SPIN_YIELD;
+	cfg->slow_consumer = TB_SLOW_LAP;
+	cfg->heartbeat_ms = 100;
+	cfg->liveness_timeout_ms = 1000;
+	cfg->gid_index = -1;
+	cfg->ttl = 1;
+	cfg->loopback = 1;
+}
+
+const char *tb_config_transport_name(tb_transport_t t)
+{
+	return (unsigned)t < 4 ? transport_words[t] : "?";
+}
+
+int tb_stream_cfg_validate(const tb_stream_cfg_t *cfg)
+{
+	char why[WHY_MAX], allowed[WHY_MAX];
+	long ncpu = cpu_count();
+	unsigned tbit;
+
+	if (!cfg)
+		return tb_err_set(TB_EINVAL, "tb_stream_cfg_validate: cfg is "
+				  "NULL");
+	if (!memchr(cfg->name, '\0', sizeof(cfg->name)) ||
+	    !valid_stream_name(cfg->name, strlen(cfg->name)))
+		return tb_err_set(TB_ECONFIG, "stream name '%.*s' is invalid; "
+				  "allowed: 1 to %d of A-Z a-z 0-9 _ . -",
+				  TB_NAME_MAX - 1, cfg->name, TB_NAME_MAX - 1);
+	if ((unsigned)cfg->transport >= 4)
+		return tb_err_set(TB_ECONFIG, "stream '%s': field 'transport': "
+				  "%d is not a valid transport; allowed: shm, "
+				  "rc, ud or udp", cfg->name,
+				  (int)cfg->transport);
+	tbit = 1u << cfg->transport;
+	for (int i = 0; i < N_KEYS; i++) {
+		const struct key_spec *k = &keys[i];
+
+		if (!value_given(k, cfg)) {
+			if (!(k->required & tbit))
+				continue;
+			return tb_err_set(TB_ECONFIG, "stream '%s': missing "
+					  "required field '%s'%s%s", cfg->name,
+					  k->name,
+					  k->required == T_ALL ? "" :
+					  " for transport ",
+					  k->required == T_ALL ? "" :
+					  transport_words[cfg->transport]);
+		}
+		if (check_value(k, cfg, ncpu, why)) {
+			describe(k, ncpu, allowed, sizeof(allowed));
+			return tb_err_set(TB_ECONFIG, "stream '%s': field "
+					  "'%s': %s; allowed: %s", cfg->name,
+					  k->name, why, allowed);
+		}
+	}
+	if ((uint64_t)cfg->liveness_timeout_ms < 2 * (uint64_t)cfg->heartbeat_ms)
+		return tb_err_set(TB_ECONFIG, "stream '%s': field "
+				  "'liveness_timeout_ms': %u is less than twice "
+				  "heartbeat_ms (%u); allowed: at least %llu",
+				  cfg->name, cfg->liveness_timeout_ms,
+				  cfg->heartbeat_ms,
+				  2ULL * cfg->heartbeat_ms);
+	if (cfg->transport == TB_TRANSPORT_SHM) {
+		char path[TB_PATH_MAX];
+
+		return tb_stream_cfg_shm_path(cfg, path, sizeof(path));
+	}
+	return 0;
+}
+
+int tb_stream_cfg_shm_path(const tb_stream_cfg_t *cfg, char *buf, size_t len)
+{
+	int n;
+
+	if (cfg->shm_path[0])
+		n = snprintf(buf, len, "%s", cfg->shm_path);
+	else
+		n = snprintf(buf, len, "%s%s", TB_SHM_PATH_PREFIX, cfg->name);
+	if (n < 0 || (size_t)n >= len)
+		return tb_err_set(TB_ECONFIG, "stream '%s': shm path is longer "
+				  "than %zu characters", cfg->name, len - 1);
+	return 0;
+}
+
+int tb_config_endpoint_parse(tb_endpoint_t *ep, const char *text)
+{
+	char why[WHY_MAX], allowed[WHY_MAX];
+	tb_endpoint_t tmp;
+
+	if (!ep || !text)
+		return tb_err_set(TB_EINVAL, "tb_config_endpoint_parse: NULL "
+				  "argument");
+	memset(&tmp, 0, sizeof(tmp));
+	if (parse_endpoint(text, &tmp, why)) {
+		describe(&keys[KEY_CONTROL], 0, allowed, sizeof(allowed));
+		return tb_err_set(TB_ECONFIG, "%s; allowed: %s", why, allowed);
+	}
+	*ep = tmp;
+	return 0;
+}
+
+/* ---------------------------------------------------------- config files */
+
+struct entry {
+	tb_stream_cfg_t cfg;
+	int line;               /* of the [stream NAME] header */
+	uint32_t seen;          /* bit i: keys[i] was given */
+	int key_line[N_KEYS];   /* where each given key was */
+};
+
+struct tb_config {
+	char *path;
+	int n, cap;
+	struct entry *v;
+};
+
+struct loader {
+	tb_config_t *cfg;
+	const char *path;
+	FILE *f;
+	char *buf;      /* getline's buffer */
+	size_t cap;
+	int lineno;     /* lines read so far = the line inih is handling */
+	int cur;        /* index of the stream being read, -1 before one */
+	int err;        /* first error (a TB_E* code), 0 while there is none */
+	int err_line;   /* the line where it was found */
+	long ncpu;
+};
+
+static int fail(struct loader *ld, int code)
+{
+	if (!ld->err) {
+		ld->err = code;
+		ld->err_line = ld->lineno;
+	}
+	return code;
+}
+
+static int key_fail(struct loader *ld, int line, const char *key,
+		    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static int key_fail(struct loader *ld, int line, const char *key,
+		    const char *fmt, ...)
+{
+	char what[WHY_MAX * 2];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	tb_err_set(TB_ECONFIG, "%s:%d: key '%s': %s", ld->path, line, key,
+		   what);
+	return fail(ld, TB_ECONFIG);
+}
+
+static int stream_fail(struct loader *ld, const struct entry *e,
+		       const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int stream_fail(struct loader *ld, const struct entry *e,
+		       const char *fmt, ...)
+{
+	char what[WHY_MAX];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	tb_err_set(TB_ECONFIG, "%s: stream '%s': %s", ld->path, e->cfg.name,
+		   what);
+	return fail(ld, TB_ECONFIG);
+}
+
+/* Edit distance, to suggest the key a typo meant. */
+static int distance(const char *a, const char *b)
+{
+	int prev[33], row[33];
+	size_t la = strlen(a), lb = strlen(b);
+
+	if (la > 32 || lb > 32)
+		return 99;
+	for (size_t j = 0; j <= lb; j++)
+		prev[j] = (int)j;
+	for (size_t i = 1; i <= la; i++) {
+		row[0] = (int)i;
+		for (size_t j = 1; j <= lb; j++) {
+			int sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+			int del = prev[j] + 1, ins = row[j - 1] + 1;
+
+			row[j] = sub < del ? (sub < ins ? sub : ins)
+					   : (del < ins ? del : ins);
+		}
+		memcpy(prev, row, sizeof(row));
+	}
+	return prev[lb];
+}
+
+static int unknown_key(struct loader *ld, const char *name)
+{
+	const char *best = NULL;
+	int best_d = 3; /* suggest only for a typo or two */
+	char list[WHY_MAX * 2];
+
+	for (int i = 0; i < N_KEYS; i++) {
+		int d = distance(name, keys[i].name);
+
+		if (d < best_d) {
+			best_d = d;
+			best = keys[i].name;
+		}
+	}
+	if (best)
+		return key_fail(ld, ld->lineno, name, "unknown key; did you "
+				"mean '%s'?", best);
+	list[0] = '\0';
+	for (int i = 0; i < N_KEYS; i++) {
+		size_t len = strlen(list);
+
+		snprintf(list + len, sizeof(list) - len, "%s%s", i ? ", " : "",
+			 keys[i].name);
+	}
+	return key_fail(ld, ld->lineno, name, "unknown key; known keys: %s",
+			list);
+}
+
+/* Checks a stream once its section is complete: required keys, keys that do
+ * not apply to its transport, and rules across keys; fills the default shm
+ * path; then validates the struct as a whole. */
+static int finish_stream(struct loader *ld, struct entry *e)
+{
+	char list[64], path[TB_PATH_MAX];
+	tb_stream_cfg_t *c = &e->cfg;
+	unsigned tbit;
+	int rc;
+
+	for (int i = KEY_ID; i <= KEY_TRANSPORT; i++)
+		if (!(e->seen & (1u << i)))
+			return stream_fail(ld, e, "missing required key '%s'",
+					   keys[i].name);
+	tbit = 1u << c->transport;
+	for (int i = 0; i < N_KEYS; i++) {
+		const struct key_spec *k = &keys[i];
+
+		if ((k->required & tbit) && !(e->seen & (1u << i)))
+			return stream_fail(ld, e, "missing required key '%s' "
+					   "(transport %s needs it)", k->name,
+					   transport_words[c->transport]);
+		if ((e->seen & (1u << i)) && !(k->applies & tbit)) {
+			fmt_transports(k->applies, list, sizeof(list));
+			return key_fail(ld, e->key_line[i], k->name, "does not "
+					"apply to transport %s; it is for %s",
+					transport_words[c->transport], list);
+		}
+	}
+	if ((uint64_t)c->liveness_timeout_ms < 2 * (uint64_t)c->heartbeat_ms) {
+		if (e->seen & (1u << KEY_LIVENESS_TIMEOUT_MS))
+			return key_fail(ld, e->key_line[KEY_LIVENESS_TIMEOUT_MS],
+					"liveness_timeout_ms", "%u is less than "
+					"twice heartbeat_ms (%u); allowed: at "
+					"least %llu and at most %lld",
+					c->liveness_timeout_ms, c->heartbeat_ms,
+					2ULL * c->heartbeat_ms,
+					(long long)keys[KEY_LIVENESS_TIMEOUT_MS].hi);
+		return key_fail(ld, e->key_line[KEY_HEARTBEAT_MS], "heartbeat_ms",
+				"%u needs liveness_timeout_ms of at least %llu "
+				"but it is %u (the default); set "
+				"liveness_timeout_ms too", c->heartbeat_ms,
+				2ULL * c->heartbeat_ms, c->liveness_timeout_ms);
+	}
+	if (c->transport == TB_TRANSPORT_SHM && c->shm_path[0] == '\0') {
+		rc = tb_stream_cfg_shm_path(c, path, sizeof(path));
+		if (rc)
+			return tb_err_prepend(fail(ld, rc), "%s", ld->path);
+		memcpy(c->shm_path, path, strlen(path) + 1);
+	}
+	/* The checks above and in the key handler cover every rule; this
+	 * catches a rule added to validate and forgotten here. */
+	rc = tb_stream_cfg_validate(c);
+	if (rc)
+		return tb_err_prepend(fail(ld, rc), "%s", ld->path);
+	return 0;
+}
+
+/* Handles a "[...]" line (leading blanks already stripped).  Returns 0, or a
+ * TB_E* code with the error recorded. */
+static int section_header(struct loader *ld, const char *p)
+{
+	const char *close = strchr(p, ']'), *q, *word, *name;
+	size_t word_len, name_len;
+	int shown_len;
+	struct entry *e;
+
+	/* the previous stream is complete: its errors come first */
+	if (ld->cur >= 0 && finish_stream(ld, &ld->cfg->v[ld->cur]))
+		return ld->err;
+	if (!close) {
+		tb_err_set(TB_ECONFIG, "%s:%d: section '%s': missing ']'",
+			   ld->path, ld->lineno, p);
+		return fail(ld, TB_ECONFIG);
+	}
+	shown_len = (int)(close - p + 1);
+	for (q = close + 1; isspace((unsigned char)*q); q++)
+		;
+	if (*q && *q != ';' && *q != '#') {
+		tb_err_set(TB_ECONFIG, "%s:%d: section '%.*s': unexpected text "
+			   "after ']'", ld->path, ld->lineno, shown_len, p);
+		return fail(ld, TB_ECONFIG);
+	}
+	for (word = p + 1; isspace((unsigned char)*word); word++)
+		;
+	for (q = word; q < close && !isspace((unsigned char)*q); q++)
+		;
+	word_len = (size_t)(q - word);
+	for (name = q; name < close && isspace((unsigned char)*name); name++)
+		;
+	for (q = name; q < close && !isspace((unsigned char)*q); q++)
+		;
+	name_len = (size_t)(q - name);
+	while (q < close && isspace((unsigned char)*q))
+		q++;
+	if (word_len != 6 || strncmp(word, "stream", 6) != 0) {
+		tb_err_set(TB_ECONFIG, "%s:%d: section '%.*s': unknown section; "
+			   "only [stream NAME] sections are allowed", ld->path,
+			   ld->lineno, shown_len, p);
+		return fail(ld, TB_ECONFIG);
+	}
+	if (name_len == 0 || q != close) {
+		tb_err_set(TB_ECONFIG, "%s:%d: section '%.*s': expected "
+			   "[stream NAME] with exactly one name", ld->path,
+			   ld->lineno, shown_len, p);
+		return fail(ld, TB_ECONFIG);
+	}
+	if (!valid_stream_name(name, name_len)) {
+		tb_err_set(TB_ECONFIG, "%s:%d: section '%.*s': invalid stream "
+			   "name; allowed: 1 to %d of A-Z a-z 0-9 _ . -",
+			   ld->path, ld->lineno, shown_len, p, TB_NAME_MAX - 1);
+		return fail(ld, TB_ECONFIG);
+	}
+	for (int i = 0; i < ld->cfg->n; i++) {
+		e = &ld->cfg->v[i];
+		if (strlen(e->cfg.name) == name_len &&
+		    memcmp(e->cfg.name, name, name_len) == 0) {
+			tb_err_set(TB_ECONFIG, "%s:%d: section '%.*s': stream "
+				   "'%s' is already defined at line %d",
+				   ld->path, ld->lineno, shown_len, p,
+				   e->cfg.name, e->line);
+			return fail(ld, TB_ECONFIG);
+		}
+	}
+	if (ld->cfg->n == ld->cfg->cap) {
+		int cap = ld->cfg->cap ? 2 * ld->cfg->cap : 8;
+		struct entry *v = realloc(ld->cfg->v, (size_t)cap * sizeof(*v));
+
+		if (!v) {
+			tb_err_set(TB_ENOMEM, "%s:%d: out of memory", ld->path,
+				   ld->lineno);
+			return fail(ld, TB_ENOMEM);
+		}
+		ld->cfg->v = v;
+		ld->cfg->cap = cap;
+	}
+	ld->cur = ld->cfg->n++;
+	e = &ld->cfg->v[ld->cur];
+	memset(e, 0, sizeof(*e));
+	tb_stream_cfg_init(&e->cfg);
+	memcpy(e->cfg.name, name, name_len);
+	e->cfg.name[name_len] = '\0';
+	e->line = ld->lineno;
+	return 0;
+}
+
+/* The ini_reader: one physical line per call (see the essay at the top). */
+static char *next_line(char *str, int num, void *stream)
+{
+	struct loader *ld = stream;
+	ssize_t n;
+	size_t len;
+	char *p;
+
+	if (ld->err)
+		return NULL; /* stop at the first error */
+	errno = 0;
+	n = getline(&ld->buf, &ld->cap, ld->f);
+	if (n < 0) {
+		if (ferror(ld->f)) {
+			ld->lineno++;
+			fail(ld, tb_err_sys(errno ? errno : EIO, "%s: cannot "
+					    "read config file", ld->path));
+		}
+		return NULL;
+	}
+	ld->lineno++;
+	if (memchr(ld->buf, '\0', (size_t)n)) {
+		tb_err_set(TB_ECONFIG, "%s:%d: line contains a NUL byte; a "
+			   "config file is text", ld->path, ld->lineno);
+		fail(ld, TB_ECONFIG);
+		return NULL;
+	}
+	while (n > 0 && (ld->buf[n - 1] == '\n' || ld->buf[n - 1] == '\r'))
+		ld->buf[--n] = '\0';
+	p = ld->buf;
+	if (ld->lineno == 1 && strncmp(p, "\xEF\xBB\xBF", 3) == 0)
+		p += 3; /* UTF-8 byte order mark */
+	while (isspace((unsigned char)*p))
+		p++;
+	len = strlen(p);
+	if (len + 1 > (size_t)num) {
+		tb_err_set(TB_ECONFIG, "%s:%d: line is %zu characters long; "
+			   "at most %d are allowed", ld->path, ld->lineno, len,
+			   num - 1);
+		fail(ld, TB_ECONFIG);
+		return NULL;
+	}
+	if (*p == '[' && section_header(ld, p))
+		return NULL;
+	memcpy(str, p, len + 1);
+	return str;
+}
+
+/* The ini_handler: one "key = value" of the current line. */
+static int on_key(void *user, const char *section, const char *name,
+		  const char *value)
+{
+	struct loader *ld = user;
+	const struct key_spec *k;
+	struct entry *e;
+	char why[WHY_MAX], allowed[WHY_MAX];
+	int i;
+
+	(void)section; /* inih's copy is cut at 50 bytes; ld->cur is exact */
+	if (ld->err)
+		return 0;
+	if (ld->cur < 0) {
+		key_fail(ld, ld->lineno, name, "comes before any section; put "
+			 "it under a [stream NAME] header");
+		return 0;
+	}
+	e = &ld->cfg->v[ld->cur];
+	k = key_by_name(name);
+	if (!k) {
+		unknown_key(ld, name);
+		return 0;
+	}
+	i = (int)(k - keys);
+	if (e->seen & (1u << i)) {
+		key_fail(ld, ld->lineno, name, "given twice in stream '%s' "
+			 "(first at line %d)", e->cfg.name, e->key_line[i]);
+		return 0;
+	}
+	describe(k, ld->ncpu, allowed, sizeof(allowed));
+	if (value[0] == '\0') {
+		key_fail(ld, ld->lineno, name, "no value; allowed: %s",
+			 allowed);
+		return 0;
+	}
+	if (parse_value(k, &e->cfg, value, ld->ncpu, why)) {
+		key_fail(ld, ld->lineno, name, "%s; allowed: %s", why, allowed);
+		return 0;
+	}
+	e->seen |= 1u << i;
+	e->key_line[i] = ld->lineno;
+	if (i == KEY_ID) {
+		for (int j = 0; j < ld->cur; j++) {
+			const struct entry *o = &ld->cfg->v[j];
+
+			if (o->cfg.id == e->cfg.id) {
+				key_fail(ld, ld->lineno, name, "%u is already "
+					 "the id of stream '%s' (line %d); ids "
+					 "must be unique", e->cfg.id,
+					 o->cfg.name, o->key_line[KEY_ID]);
+				return 0;
+			}
+		}
+	}
+	return 1;
+}
+
+int tb_config_load(tb_config_t **out, const char *path)
+{
+	struct loader ld;
+	int r, rc = 0;
+
+	if (!out || !path)
+		return tb_err_set(TB_EINVAL, "tb_config_load: NULL argument");
+	*out = NULL;
+	memset(&ld, 0, sizeof(ld));
+	ld.path = path;
+	ld.cur = -1;
+	ld.ncpu = cpu_count();
+	ld.f = fopen(path, "re");
+	if (!ld.f)
+		return tb_err_sys(errno, "%s: cannot open config file", path);
+	ld.cfg = calloc(1, sizeof(*ld.cfg));
+	if (ld.cfg)
+		ld.cfg->path = strdup(path);
+	if (!ld.cfg || !ld.cfg->path) {
+		rc = tb_err_set(TB_ENOMEM, "%s: out of memory", path);
+		goto out;
+	}
+
+	r = ini_parse_stream(next_line, &ld, on_key, &ld);
+	if (r > 0 && (!ld.err || r < ld.err_line)) {
+		/* a line inih could not split, before any error of ours */
+		rc = tb_err_set(TB_ECONFIG, "%s:%d: expected 'key = value', "
+				"'[stream NAME]' or a comment", path, r);
+	} else if (ld.err) {
+		rc = ld.err;
+	} else if (r == -2) {
+		rc = tb_err_set(TB_ENOMEM, "%s: out of memory", path);
+	} else if (r != 0) {
+		rc = tb_err_set(TB_EIO, "%s: inih failed (%d)", path, r);
+	} else if (ld.cur >= 0) {
+		rc = finish_stream(&ld, &ld.cfg->v[ld.cur]);
+	} else {
+		rc = tb_err_set(TB_ECONFIG, "%s: no [stream NAME] section; a "
+				"config file describes at least one stream",
+				path);
+	}
+out:
+	free(ld.buf);
+	fclose(ld.f);
+	if (rc) {
+		tb_config_free(ld.cfg);
+		return rc;
+	}
+	*out = ld.cfg;
+	return 0;
+}
+
+void tb_config_free(tb_config_t *cfg)
+{
+	if (!cfg)
+		return;
+	free(cfg->v);
+	free(cfg->path);
+	free(cfg);
+}
+
+int tb_config_stream_count(const tb_config_t *cfg)
+{
+	return cfg ? cfg->n : 0;
+}
+
+const tb_stream_cfg_t *tb_config_stream_at(const tb_config_t *cfg, int i)
+{
+	if (!cfg || i < 0 || i >= cfg->n) {
+		tb_err_set(TB_EINVAL, "tb_config_stream_at: index %d is out of "
+			   "range (%d streams)", i, cfg ? cfg->n : 0);
+		return NULL;
+	}
+	return &cfg->v[i].cfg;
+}
+
+const tb_stream_cfg_t *tb_config_stream(const tb_config_t *cfg,
+					const char *name)
+{
+	char names[WHY_MAX];
+
+	if (!cfg || !name) {
+		tb_err_set(TB_EINVAL, "tb_config_stream: NULL argument");
+		return NULL;
+	}
+	names[0] = '\0';
+	for (int i = 0; i < cfg->n; i++) {
+		size_t len = strlen(names);
+
+		if (strcmp(cfg->v[i].cfg.name, name) == 0)
+			return &cfg->v[i].cfg;
+		snprintf(names + len, sizeof(names) - len, "%s%s",
+			 i ? ", " : "", cfg->v[i].cfg.name);
+	}
+	tb_err_set(TB_ENOENT, "%s: no stream '%s'; the file has: %s", cfg->path,
+		   name, names);
+	return NULL;
+}
