@@ -1,0 +1,419 @@
+/*
+ * test_thread.c - pinning (affinity really changes; bad cores refused; the
+ * not-isolated warning), the CPU-list parser, and the idle strategies' step
+ * sequences and sleep bound.
+ *
+ * Pinning runs in helper threads so the test runner's own affinity is never
+ * changed.  The isolated-cores file is a temp file (TICKBUS_ISOLATED_FILE),
+ * removed at the end.
+ */
+#include "thread.h"
+#include "error.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static char iso_path[128];
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void write_iso(const char *content)
+{
+	FILE *f = fopen(iso_path, "w");
+
+	assert_non_null(f);
+	fputs(content, f);
+	fclose(f);
+	setenv("TICKBUS_ISOLATED_FILE", iso_path, 1);
+}
+
+/* ------------------------------------------------------------ cpu lists */
+
+static void test_cpulist_valid(void **state)
+{
+	(void)state;
+	cpu_set_t s;
+
+	assert_int_equal(tb_cpulist_parse("", &s), 0);
+	assert_int_equal(CPU_COUNT(&s), 0);
+	assert_int_equal(tb_cpulist_parse("\n", &s), 0);
+	assert_int_equal(tb_cpulist_parse("5", &s), 1);
+	assert_true(CPU_ISSET(5, &s));
+	assert_int_equal(tb_cpulist_parse("1-3,5\n", &s), 4);
+	assert_true(CPU_ISSET(1, &s) && CPU_ISSET(2, &s) && CPU_ISSET(3, &s) &&
+		    CPU_ISSET(5, &s));
+	assert_false(CPU_ISSET(0, &s) || CPU_ISSET(4, &s) || CPU_ISSET(6, &s));
+	assert_int_equal(tb_cpulist_parse("0-1023", &s), 1024);
+	assert_int_equal(tb_cpulist_parse(" 2 , 4-4 ,7 \n", &s), 3);
+	assert_int_equal(tb_cpulist_parse("3,3,1-3", &s), 3); /* overlaps */
+	assert_int_equal(tb_cpulist_parse("007", &s), 1);
+	assert_true(CPU_ISSET(7, &s));
+}
+
+static void test_cpulist_malformed(void **state)
+{
+	(void)state;
+	static const char *const bad[] = {
+		"a", "-1", "1-", "-", "3-1", "1,,2", "1,", ",1", "1 2",
+		"1-2-3", "1024", "0-1024", "99999999999999999999", "1:2",
+		"0-7:2/4", "1\n2", "+1", "0x3", "1;2",
+	};
+	cpu_set_t s;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		tb_err_clear();
+		CPU_ZERO(&s);
+		CPU_SET(0, &s);
+		if (tb_cpulist_parse(bad[i], &s) != TB_EINVAL)
+			fail_msg("\"%s\" was accepted", bad[i]);
+		assert_int_equal(CPU_COUNT(&s), 0);
+		assert_non_null(strstr(tb_errmsg(), "malformed"));
+	}
+	assert_int_equal(tb_cpulist_parse(NULL, &s), TB_EINVAL);
+	assert_int_equal(tb_cpulist_parse("1", NULL), TB_EINVAL);
+}
+
+/* -------------------------------------------------------------- pinning */
+
+struct pin_job {
+	int core;
+	int rc;
+	int cpus;  /* CPUs in the affinity mask after the call */
+	int on;    /* sched_getcpu() after the call */
+	int has_core;
+	char err[256];
+};
+
+static void *pin_thread(void *arg)
+{
+	struct pin_job *j = arg;
+	cpu_set_t s;
+
+	j->rc = tb_thread_pin(j->core);
+	snprintf(j->err, sizeof(j->err), "%s", tb_errmsg());
+	CPU_ZERO(&s);
+	sched_getaffinity(0, sizeof(s), &s);
+	j->cpus = CPU_COUNT(&s);
+	j->has_core = j->core >= 0 && j->core < CPU_SETSIZE &&
+		      CPU_ISSET(j->core, &s);
+	j->on = sched_getcpu();
+	return NULL;
+}
+
+static void pin_in_thread(struct pin_job *j, int core)
+{
+	pthread_t t;
+
+	memset(j, 0, sizeof(*j));
+	j->core = core;
+	assert_int_equal(pthread_create(&t, NULL, pin_thread, j), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+}
+
+/* Runs a pin with stderr captured into `out`. */
+static void pin_capturing(struct pin_job *j, int core, char *out, size_t len)
+{
+	FILE *tmp = tmpfile();
+	int saved;
+	size_t n;
+
+	assert_non_null(tmp);
+	fflush(stderr);
+	saved = dup(2);
+	dup2(fileno(tmp), 2);
+	pin_in_thread(j, core);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	rewind(tmp);
+	n = fread(out, 1, len - 1, tmp);
+	out[n] = '\0';
+	fclose(tmp);
+}
+
+static void test_pin_changes_affinity(void **state)
+{
+	(void)state;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t mine;
+	struct pin_job j;
+
+	CPU_ZERO(&mine);
+	assert_int_equal(sched_getaffinity(0, sizeof(mine), &mine), 0);
+	write_iso("");
+	for (int core = 0; core < ncpu && core < 4; core++) {
+		if (!CPU_ISSET(core, &mine))
+			continue;
+		pin_in_thread(&j, core);
+		assert_int_equal(j.rc, 0);
+		assert_int_equal(j.cpus, 1);
+		assert_true(j.has_core);
+		assert_int_equal(j.on, core);
+	}
+	/* The runner's own mask is untouched. */
+	cpu_set_t after;
+	CPU_ZERO(&after);
+	sched_getaffinity(0, sizeof(after), &after);
+	assert_true(CPU_EQUAL(&mine, &after));
+}
+
+static void test_pin_bad_core(void **state)
+{
+	(void)state;
+	long ncpu = sysconf(_SC_NPROCESSORS_CONF);
+	struct pin_job j;
+	cpu_set_t mine;
+
+	CPU_ZERO(&mine);
+	sched_getaffinity(0, sizeof(mine), &mine);
+	pin_in_thread(&j, -1);
+	assert_int_equal(j.rc, TB_EINVAL);
+	assert_non_null(strstr(j.err, "core -1"));
+	assert_int_equal(j.cpus, CPU_COUNT(&mine)); /* affinity unchanged */
+
+	pin_in_thread(&j, (int)ncpu);
+	assert_int_equal(j.rc, TB_EINVAL);
+	assert_non_null(strstr(j.err, "does not exist"));
+
+	pin_in_thread(&j, CPU_SETSIZE);
+	assert_int_equal(j.rc, TB_EINVAL);
+	pin_in_thread(&j, 1 << 30);
+	assert_int_equal(j.rc, TB_EINVAL);
+}
+
+static void test_isolated_and_warning(void **state)
+{
+	(void)state;
+	char out[1024];
+	struct pin_job j;
+
+	unsetenv("TICKBUS_QUIET");
+
+	write_iso("1-3,5\n");
+	assert_int_equal(tb_thread_core_isolated(0), 0);
+	assert_int_equal(tb_thread_core_isolated(1), 1);
+	assert_int_equal(tb_thread_core_isolated(5), 1);
+	assert_int_equal(tb_thread_core_isolated(4), 0);
+
+	/* Core 0 is not isolated: pinned, with a warning. */
+	pin_capturing(&j, 0, out, sizeof(out));
+	assert_int_equal(j.rc, 0);
+	assert_non_null(strstr(out, "warning"));
+	assert_non_null(strstr(out, "core 0 is not isolated"));
+
+	/* An isolated core: no warning. */
+	if (sysconf(_SC_NPROCESSORS_ONLN) > 1) {
+		pin_capturing(&j, 1, out, sizeof(out));
+		assert_int_equal(j.rc, 0);
+		assert_null(strstr(out, "warning"));
+	}
+
+	/* An empty list (no isolated cores): a warning. */
+	write_iso("\n");
+	pin_capturing(&j, 0, out, sizeof(out));
+	assert_int_equal(j.rc, 0);
+	assert_non_null(strstr(out, "not isolated"));
+
+	/* A malformed file: an error for the query, no warning on pin. */
+	write_iso("1-x\n");
+	assert_int_equal(tb_thread_core_isolated(0), TB_EINVAL);
+	assert_non_null(strstr(tb_errmsg(), iso_path));
+	pin_capturing(&j, 0, out, sizeof(out));
+	assert_int_equal(j.rc, 0);
+	assert_null(strstr(out, "warning"));
+
+	/* No file at all (an old kernel): the pin still works. */
+	unlink(iso_path);
+	assert_int_equal(tb_thread_core_isolated(0), TB_ENOENT);
+	pin_capturing(&j, 0, out, sizeof(out));
+	assert_int_equal(j.rc, 0);
+	assert_null(strstr(out, "warning"));
+
+	setenv("TICKBUS_QUIET", "1", 1);
+}
+
+/* ------------------------------------------------------------------ idle */
+
+static long vol_switches(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_THREAD, &ru);
+	return ru.ru_nvcsw;
+}
+
+static void test_idle_defaults(void **state)
+{
+	(void)state;
+	tb_idle_t i;
+
+	tb_idle_init(&i, TB_IDLE_BACKOFF);
+	assert_int_equal(i.kind, TB_IDLE_BACKOFF);
+	assert_int_equal(i.spins, 0);
+	assert_int_equal(i.sleep_ns, 0);
+	assert_true(i.spin_max > 0);
+	assert_true(i.yield_max > i.spin_max);
+	assert_int_equal(i.sleep_max_ns, 1000000);
+}
+
+/* Busy-spin never sleeps (no voluntary context switch), however long. */
+static void test_idle_busy_spin(void **state)
+{
+	(void)state;
+	tb_idle_t i;
+	long v0;
+
+	tb_idle_init(&i, TB_IDLE_BUSY_SPIN);
+	v0 = vol_switches();
+	for (int k = 1; k <= 100000; k++) {
+		tb_idle_step(&i, 0);
+		assert_int_equal(i.spins, (uint32_t)k);
+		assert_int_equal(i.sleep_ns, 0);
+	}
+	assert_int_equal(vol_switches() - v0, 0);
+	tb_idle_step(&i, 3);
+	assert_int_equal(i.spins, 0);
+	/* The count saturates instead of wrapping. */
+	i.spins = UINT32_MAX - 1;
+	tb_idle_step(&i, 0);
+	tb_idle_step(&i, 0);
+	assert_int_equal(i.spins, UINT32_MAX);
+}
+
+/* Spin-yield: spins, then yields on every step; never sleeps. */
+static void test_idle_spin_yield(void **state)
+{
+	(void)state;
+	tb_idle_t i;
+	long v0;
+
+	tb_idle_init(&i, TB_IDLE_SPIN_YIELD);
+	i.spin_max = 5;
+	v0 = vol_switches();
+	for (int k = 1; k <= 2000; k++) {
+		tb_idle_step(&i, 0);
+		assert_int_equal(i.spins, (uint32_t)k);
+		assert_int_equal(i.sleep_ns, 0);
+	}
+	/* A yield is an involuntary switch at most: no sleeping. */
+	assert_int_equal(vol_switches() - v0, 0);
+	tb_idle_step(&i, 1);
+	assert_int_equal(i.spins, 0);
+	tb_idle_step(&i, -2); /* an error result is not work */
+	assert_int_equal(i.spins, 1);
+}
+
+/* Backoff: spin_max spins, yields up to yield_max, then sleeps doubling from
+ * 1 us to sleep_max_ns; work resets everything. */
+static void test_idle_backoff_sequence(void **state)
+{
+	(void)state;
+	static const uint32_t want[] = { 1000, 2000, 4000, 8000, 16000,
+					 32000, 50000, 50000, 50000 };
+	tb_idle_t i;
+	long v0;
+
+	tb_idle_init(&i, TB_IDLE_BACKOFF);
+	i.spin_max = 3;
+	i.yield_max = 7;
+	i.sleep_max_ns = 50000;
+	v0 = vol_switches();
+	for (int k = 1; k <= 7; k++) {
+		tb_idle_step(&i, 0);
+		assert_int_equal(i.spins, (uint32_t)k);
+		assert_int_equal(i.sleep_ns, 0); /* spinning, then yielding */
+	}
+	assert_int_equal(vol_switches() - v0, 0);
+	for (size_t k = 0; k < sizeof(want) / sizeof(want[0]); k++) {
+		tb_idle_step(&i, 0);
+		assert_int_equal(i.sleep_ns, want[k]);
+	}
+	/* Sleeping blocks: voluntary switches (a 1 us timer may expire
+	 * before the thread gets to block, so not one per sleep). */
+	assert_true(vol_switches() - v0 >= 3);
+
+	tb_idle_step(&i, 1);
+	assert_int_equal(i.spins, 0);
+	assert_int_equal(i.sleep_ns, 0);
+	for (int k = 0; k < 8; k++)
+		tb_idle_step(&i, 0);
+	assert_int_equal(i.sleep_ns, 1000); /* starts again from 1 us */
+}
+
+/* A backoff step at its longest sleeps about sleep_max_ns: really sleeps,
+ * and not much longer. */
+static void test_idle_backoff_bounded(void **state)
+{
+	(void)state;
+	/* Timer slack (50 us) plus a busy 2-core VM's wake-up delay. */
+	const uint64_t slack_ns = 20000000;
+	uint64_t t0, per_step;
+	tb_idle_t i;
+
+	tb_idle_init(&i, TB_IDLE_BACKOFF);
+	i.spin_max = 0;
+	i.yield_max = 0;
+	while (i.sleep_ns < i.sleep_max_ns)
+		tb_idle_step(&i, 0);
+	t0 = now_ns();
+	for (int k = 0; k < 5; k++) {
+		tb_idle_step(&i, 0);
+		assert_int_equal(i.sleep_ns, i.sleep_max_ns);
+	}
+	per_step = (now_ns() - t0) / 5;
+	printf("backoff step at sleep_max_ns=%u: %llu ns\n", i.sleep_max_ns,
+	       (unsigned long long)per_step);
+	assert_true(per_step >= i.sleep_max_ns);
+	assert_true(per_step < i.sleep_max_ns + slack_ns);
+
+	/* sleep_max_ns 0 means never sleep. */
+	tb_idle_init(&i, TB_IDLE_BACKOFF);
+	i.spin_max = 0;
+	i.yield_max = 0;
+	i.sleep_max_ns = 0;
+	for (int k = 0; k < 10; k++)
+		tb_idle_step(&i, 0);
+	assert_int_equal(i.sleep_ns, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_cpulist_valid),
+		cmocka_unit_test(test_cpulist_malformed),
+		cmocka_unit_test(test_pin_changes_affinity),
+		cmocka_unit_test(test_pin_bad_core),
+		cmocka_unit_test(test_isolated_and_warning),
+		cmocka_unit_test(test_idle_defaults),
+		cmocka_unit_test(test_idle_busy_spin),
+		cmocka_unit_test(test_idle_spin_yield),
+		cmocka_unit_test(test_idle_backoff_sequence),
+		cmocka_unit_test(test_idle_backoff_bounded),
+	};
+	int rc;
+
+	snprintf(iso_path, sizeof(iso_path), "/tmp/tbtest-isolated-%d",
+		 (int)getpid());
+	setenv("TICKBUS_QUIET", "1", 1);
+	rc = cmocka_run_group_tests(tests, NULL, NULL);
+	unlink(iso_path);
+	return rc;
+}
