@@ -1,0 +1,571 @@
+/*
+ * counters.c - the per-process counters file: writing it, and reading
+ * everyone's.
+ *
+ * Why a file per process.  Operators ask "is anything being lost, and
+ * where?" of a running system, from outside it.  A shared-memory file per
+ * process, readable by any tool, answers that without a socket, a thread or
+ * a lock in the process being watched: its hot threads increment plain
+ * counters in memory they own, and a reader maps the file read-only.  The
+ * file is named after the pid so that a reader can tell whether its writer
+ * is still alive.
+ *
+ * Invariants.
+ *  - One writer per slot's counters (the thread that owns the stream), so
+ *    an increment is a relaxed load and store, not a locked RMW.
+ *  - Slot identity changes only under `W.lock`, inside a sequence lock, so
+ *    a reader never reports half of an add or a remove.
+ *  - A file is complete before it can be trusted: the creator stores
+ *    `version` last (release); a reader checks it first (acquire), then the
+ *    magic and every size against the real file size, so a truncated,
+ *    corrupt or foreign file is skipped without a read past its end.
+ *  - The writer never truncates its file, so a reader's mapping stays valid
+ *    even if the writer exits and the file is unlinked meanwhile.
+ *  - A file whose pid is gone (or was reused by a process with another
+ *    start time) is stale; readers skip it and may delete it.
+ *
+ * After fork() the child forgets the parent's file (pthread_atfork) and
+ * makes its own on first use; slots inherited from the parent still point
+ * into the parent's file and must not be used by the child.
+ */
+#include "counters.h"
+
+#include "error.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FILE_SIZE(n) (sizeof(tb_counters_hdr_t) + (size_t)(n) * sizeof(tb_counter_slot_t))
+
+/* How often a reader retries a slot that is being rewritten. */
+#define SEQ_RETRIES 100
+
+static const char *const counter_names[TB_CTR_COUNT] = {
+	[TB_CTR_PUBLISHED] = "published",
+	[TB_CTR_DELIVERED] = "delivered",
+	[TB_CTR_GAPS] = "gaps",
+	[TB_CTR_LAPPED] = "lapped",
+	[TB_CTR_BACK_PRESSURED] = "back_pressured",
+	[TB_CTR_RECOVERY_REQUESTS] = "recovery_requests",
+	[TB_CTR_RECOVERY_OK] = "recovery_ok",
+	[TB_CTR_RECOVERY_FAILED] = "recovery_failed",
+	[TB_CTR_ERRORS] = "errors",
+	[TB_CTR_DUPLICATES] = "duplicates",
+	[TB_CTR_MALFORMED] = "malformed",
+};
+
+const char *tb_counter_name(int id)
+{
+	return id >= 0 && id < TB_CTR_COUNT ? counter_names[id] : "?";
+}
+
+const char *tb_counter_role_name(int role)
+{
+	switch (role) {
+	case TB_ROLE_PUBLISHER: return "publisher";
+	case TB_ROLE_SUBSCRIBER: return "subscriber";
+	case TB_ROLE_RECOVERY: return "recovery";
+	default: return "?";
+	}
+}
+
+static uint64_t realtime_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static const char *counters_dir(const char *dir)
+{
+	const char *env = getenv("TICKBUS_COUNTERS_DIR");
+
+	if (dir && dir[0])
+		return dir;
+	return env && env[0] ? env : TB_COUNTERS_DIR_DEFAULT;
+}
+
+/* Field 22 of /proc/<pid>/stat (start time in clock ticks since boot), or
+ * 0 when it cannot be read.  The command name (field 2) may hold spaces and
+ * parentheses, so parsing starts after its last ')'. */
+static uint64_t proc_start_ticks(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long ticks = 0;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	if (!p)
+		return 0;
+	/* Step to the blank before field 22 (starttime); the first blank
+	 * after ')' precedes field 3 (state). */
+	for (int field = 3; field <= 22 && p; field++)
+		p = strchr(p + 1, ' ');
+	if (!p || sscanf(p + 1, "%llu", &ticks) != 1)
+		return 0;
+	return ticks;
+}
+
+/* ---------------------------------------------------------------- writer */
+
+static struct {
+	pthread_mutex_t lock;
+	pid_t owner; /* the pid whose file this is; 0 = none */
+	tb_counters_hdr_t *hdr;
+	tb_counter_slot_t *slots;
+	size_t size;
+	int n_active;
+	int hooks; /* atexit and atfork registered */
+	char path[TB_PATH_MAX];
+} W = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* At exit(), the file goes with the process; after _exit() or a crash it
+ * stays, and readers treat it as stale. */
+static void at_exit(void)
+{
+	if (W.owner == getpid() && W.path[0])
+		unlink(W.path);
+}
+
+static void at_fork_child(void)
+{
+	pthread_mutex_init(&W.lock, NULL);
+	W.owner = 0;
+	W.hdr = NULL;
+	W.slots = NULL;
+	W.size = 0;
+	W.n_active = 0;
+	W.path[0] = '\0';
+}
+
+static int open_locked(void)
+{
+	pid_t pid = getpid();
+	const char *dir = counters_dir(NULL);
+	tb_counters_hdr_t *h;
+	size_t size = FILE_SIZE(TB_COUNTERS_SLOTS);
+	int fd, n, rc;
+	void *p;
+
+	if (W.owner == pid)
+		return 0;
+	n = snprintf(W.path, sizeof(W.path), "%s/" TB_COUNTERS_PREFIX "%d",
+		     dir, (int)pid);
+	if (n < 0 || (size_t)n >= sizeof(W.path)) {
+		W.path[0] = '\0';
+		return tb_err_set(TB_EINVAL, "counters: directory name too "
+				  "long: %s", dir);
+	}
+	fd = open(W.path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+		  0644);
+	if (fd < 0) {
+		rc = tb_err_sys(errno, "counters: create %s", W.path);
+		W.path[0] = '\0';
+		return rc;
+	}
+	if (ftruncate(fd, (off_t)size) != 0) {
+		rc = tb_err_sys(errno, "counters: size %s", W.path);
+		goto fail;
+	}
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		rc = tb_err_sys(errno, "counters: mmap %s", W.path);
+		goto fail;
+	}
+	close(fd);
+	memset(p, 0, size); /* also faults every page in, off the hot path */
+	h = p;
+	h->magic = TB_COUNTERS_MAGIC;
+	h->hdr_size = sizeof(tb_counters_hdr_t);
+	h->slot_size = sizeof(tb_counter_slot_t);
+	h->n_slots = TB_COUNTERS_SLOTS;
+	h->n_counters = TB_CTR_COUNT;
+	h->pid = (int32_t)pid;
+	h->start_ticks = proc_start_ticks(pid);
+	h->start_ns = realtime_ns();
+	snprintf(h->name, sizeof(h->name), "%s", program_invocation_short_name);
+	/* R1: the header is complete; pairs with A1 in read_mapped. */
+	tb_store_release(&h->version, TB_COUNTERS_VERSION);
+
+	W.hdr = h;
+	W.slots = (tb_counter_slot_t *)(h + 1);
+	W.size = size;
+	W.owner = pid;
+	W.n_active = 0;
+	if (!W.hooks) {
+		atexit(at_exit);
+		pthread_atfork(NULL, NULL, at_fork_child);
+		W.hooks = 1;
+	}
+	tb_info("counters: %s", W.path);
+	return 0;
+fail:
+	close(fd);
+	unlink(W.path);
+	W.path[0] = '\0';
+	return rc;
+}
+
+int tb_counters_open(void)
+{
+	int rc;
+
+	pthread_mutex_lock(&W.lock);
+	rc = open_locked();
+	pthread_mutex_unlock(&W.lock);
+	return rc;
+}
+
+/* Opens the sequence lock of a slot (W1): readers now see it changing. */
+static uint32_t slot_write_begin(tb_counter_slot_t *s)
+{
+	uint32_t seq = tb_load_relaxed(&s->seq) + 1;
+
+	tb_store_relaxed(&s->seq, seq);
+	tb_fence_release();
+	return seq;
+}
+
+static void slot_write_end(tb_counter_slot_t *s, uint32_t seq)
+{
+	/* R2: pairs with A2 in copy_slot. */
+	tb_store_release(&s->seq, seq + 1);
+}
+
+tb_counter_slot_t *tb_counters_add_stream(uint32_t stream_id, const char *name,
+					  tb_counter_role_t role,
+					  const char *transport)
+{
+	tb_counter_slot_t *s = NULL;
+	uint32_t seq;
+
+	if (role != TB_ROLE_PUBLISHER && role != TB_ROLE_SUBSCRIBER &&
+	    role != TB_ROLE_RECOVERY) {
+		tb_err_set(TB_EINVAL, "counters: stream %u: bad role %d",
+			   stream_id, (int)role);
+		return NULL;
+	}
+	pthread_mutex_lock(&W.lock);
+	if (open_locked() != 0)
+		goto out;
+	for (int i = 0; i < TB_COUNTERS_SLOTS; i++)
+		if (!tb_load_relaxed(&W.slots[i].active)) {
+			s = &W.slots[i];
+			break;
+		}
+	if (!s) {
+		tb_err_set(TB_EBUSY, "counters: all %d stream slots of %s are "
+			   "in use", TB_COUNTERS_SLOTS, W.path);
+		goto out;
+	}
+	seq = slot_write_begin(s);
+	s->stream_id = stream_id;
+	s->role = (uint32_t)role;
+	memset(s->stream_name, 0, sizeof(s->stream_name));
+	memset(s->transport, 0, sizeof(s->transport));
+	snprintf(s->stream_name, sizeof(s->stream_name), "%s", name ? name : "");
+	snprintf(s->transport, sizeof(s->transport), "%s",
+		 transport ? transport : "");
+	for (int i = 0; i < TB_CTR_CAPACITY; i++)
+		tb_store_relaxed(&s->c[i], 0);
+	tb_store_relaxed(&s->active, 1);
+	slot_write_end(s, seq);
+	W.n_active++;
+out:
+	pthread_mutex_unlock(&W.lock);
+	return s;
+}
+
+void tb_counters_remove_stream(tb_counter_slot_t *slot)
+{
+	uint32_t seq;
+
+	if (!slot)
+		return;
+	pthread_mutex_lock(&W.lock);
+	if (W.owner == getpid() && slot >= W.slots &&
+	    slot < W.slots + TB_COUNTERS_SLOTS &&
+	    tb_load_relaxed(&slot->active)) {
+		seq = slot_write_begin(slot);
+		tb_store_relaxed(&slot->active, 0);
+		slot_write_end(slot, seq);
+		W.n_active--;
+	}
+	pthread_mutex_unlock(&W.lock);
+}
+
+void tb_counters_heartbeat(void)
+{
+	tb_counters_hdr_t *h = W.hdr;
+
+	if (h && W.owner == getpid())
+		tb_store_relaxed(&h->heartbeat_ns, realtime_ns());
+}
+
+int tb_counters_close(void)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&W.lock);
+	if (W.owner == getpid()) {
+		if (W.n_active > 0) {
+			rc = tb_err_set(TB_EBUSY, "counters: %d streams still "
+					"use %s", W.n_active, W.path);
+		} else {
+			munmap(W.hdr, W.size);
+			unlink(W.path);
+			W.hdr = NULL;
+			W.slots = NULL;
+			W.owner = 0;
+			W.path[0] = '\0';
+		}
+	}
+	pthread_mutex_unlock(&W.lock);
+	return rc;
+}
+
+const char *tb_counters_path(void)
+{
+	return W.owner == getpid() ? W.path : "";
+}
+
+/* ---------------------------------------------------------------- reader */
+
+/* Copies string field `src` (maybe without a NUL) into `dst`. */
+static void copy_str(char *dst, size_t dlen, const char *src, size_t slen)
+{
+	size_t n = strnlen(src, slen < dlen ? slen : dlen - 1);
+
+	memcpy(dst, src, n);
+	dst[n] = '\0';
+}
+
+/* A consistent copy of slot `s`: 1 active, 0 free or never steady. */
+static int copy_slot(const tb_counter_slot_t *cs, uint32_t n_counters,
+		     tb_counters_stream_t *out)
+{
+	tb_counter_slot_t *s = (tb_counter_slot_t *)cs; /* atomics: no const */
+	char name[sizeof(s->stream_name)], transport[sizeof(s->transport)];
+
+	for (int tries = 0; tries < SEQ_RETRIES; tries++) {
+		uint32_t seq = tb_load_acquire(&s->seq); /* A2 pairs with R2 */
+		uint32_t active;
+
+		if (seq & 1)
+			continue;
+		active = tb_load_relaxed(&s->active);
+		out->stream_id = s->stream_id;
+		out->role = s->role;
+		memcpy(name, s->stream_name, sizeof(name));
+		memcpy(transport, s->transport, sizeof(transport));
+		tb_fence_acquire();
+		if (tb_load_relaxed(&s->seq) != seq)
+			continue;
+		if (!active)
+			return 0;
+		copy_str(out->name, sizeof(out->name), name, sizeof(name));
+		copy_str(out->transport, sizeof(out->transport), transport,
+			 sizeof(transport));
+		memset(out->c, 0, sizeof(out->c));
+		for (uint32_t i = 0; i < n_counters; i++)
+			out->c[i] = tb_load_relaxed(&s->c[i]);
+		return 1;
+	}
+	return 0;
+}
+
+/* Checks and copies a mapped file of `size` bytes. */
+static int read_mapped(const char *path, const unsigned char *base,
+		       size_t size, tb_counters_proc_t *out)
+{
+	tb_counters_hdr_t *h = (tb_counters_hdr_t *)base;
+	uint32_t version;
+
+	if (size < offsetof(tb_counters_hdr_t, hdr_size))
+		return tb_err_set(TB_EFORMAT, "counters: %s: truncated "
+				  "(%zu bytes)", path, size);
+	version = tb_load_acquire(&h->version); /* A1 pairs with R1 */
+	if (version != TB_COUNTERS_VERSION)
+		return tb_err_set(TB_EFORMAT, "counters: %s: format version "
+				  "%u, expected %u%s", path, version,
+				  TB_COUNTERS_VERSION,
+				  version == 0 ? " (being created?)" : "");
+	if (size < sizeof(*h))
+		return tb_err_set(TB_EFORMAT, "counters: %s: truncated "
+				  "header (%zu bytes)", path, size);
+	if (h->magic != TB_COUNTERS_MAGIC)
+		return tb_err_set(TB_EFORMAT, "counters: %s: bad magic", path);
+	if (h->hdr_size != sizeof(*h) ||
+	    h->slot_size != sizeof(tb_counter_slot_t))
+		return tb_err_set(TB_EFORMAT, "counters: %s: header or slot "
+				  "size %u/%u, expected %zu/%zu", path,
+				  h->hdr_size, h->slot_size, sizeof(*h),
+				  sizeof(tb_counter_slot_t));
+	if (h->n_slots == 0 || h->n_slots > TB_COUNTERS_MAX_SLOTS ||
+	    h->n_counters > TB_CTR_CAPACITY)
+		return tb_err_set(TB_EFORMAT, "counters: %s: implausible "
+				  "counts (%u slots, %u counters)", path,
+				  h->n_slots, h->n_counters);
+	if (size != FILE_SIZE(h->n_slots))
+		return tb_err_set(TB_EFORMAT, "counters: %s: %zu bytes, "
+				  "%zu expected for %u slots", path, size,
+				  FILE_SIZE(h->n_slots), h->n_slots);
+
+	out->pid = h->pid;
+	copy_str(out->name, sizeof(out->name), h->name, sizeof(h->name));
+	out->start_ticks = h->start_ticks;
+	out->start_ns = h->start_ns;
+	out->heartbeat_ns = tb_load_relaxed(&h->heartbeat_ns);
+	out->n_counters = h->n_counters;
+	out->n_streams = 0;
+	for (uint32_t i = 0; i < h->n_slots; i++) {
+		const tb_counter_slot_t *s =
+			(const tb_counter_slot_t *)(base + sizeof(*h)) + i;
+
+		if (copy_slot(s, h->n_counters, &out->streams[out->n_streams]))
+			out->n_streams++;
+	}
+	return 0;
+}
+
+int tb_counters_read_file(const char *path, tb_counters_proc_t *out)
+{
+	struct stat st;
+	void *p;
+	int fd, rc;
+
+	if (!path || !out)
+		return tb_err_set(TB_EINVAL, "counters: read_file: NULL "
+				  "argument");
+	memset(out, 0, offsetof(tb_counters_proc_t, streams));
+	snprintf(out->path, sizeof(out->path), "%s", path);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0)
+		return tb_err_sys(errno, "counters: open %s", path);
+	if (fstat(fd, &st) != 0) {
+		rc = tb_err_sys(errno, "counters: stat %s", path);
+		close(fd);
+		return rc;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_size <= 0 ||
+	    (uint64_t)st.st_size > FILE_SIZE(TB_COUNTERS_MAX_SLOTS)) {
+		close(fd);
+		return tb_err_set(TB_EFORMAT, "counters: %s: not a counters "
+				  "file (%lld bytes%s)", path,
+				  (long long)st.st_size,
+				  S_ISREG(st.st_mode) ? "" : ", not regular");
+	}
+	p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return tb_err_sys(errno, "counters: mmap %s", path);
+	rc = read_mapped(path, p, (size_t)st.st_size, out);
+	munmap(p, (size_t)st.st_size);
+	return rc;
+}
+
+/* The pid in a file name "tickbus-counters.<pid>", or 0. */
+static pid_t name_pid(const char *name)
+{
+	const size_t plen = strlen(TB_COUNTERS_PREFIX);
+	long v = 0;
+
+	if (strncmp(name, TB_COUNTERS_PREFIX, plen) != 0 || !name[plen])
+		return 0;
+	for (const char *p = name + plen; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return 0;
+		v = v * 10 + (*p - '0');
+		if (v > 0x7fffffff)
+			return 0;
+	}
+	return (pid_t)v;
+}
+
+static int pid_dead(pid_t pid)
+{
+	return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+int tb_counters_read_dir(const char *dir, unsigned flags, tb_counters_fn fn,
+			 void *arg)
+{
+	const char *d = counters_dir(dir);
+	tb_counters_proc_t *proc;
+	struct dirent *e;
+	int delivered = 0;
+	DIR *dp;
+
+	if (!fn)
+		return tb_err_set(TB_EINVAL, "counters: read_dir: no callback");
+	dp = opendir(d);
+	if (!dp)
+		return tb_err_sys(errno, "counters: open directory %s", d);
+	proc = malloc(sizeof(*proc));
+	if (!proc) {
+		closedir(dp);
+		return tb_err_set(TB_ENOMEM, "counters: out of memory");
+	}
+	while ((e = readdir(dp)) != NULL) {
+		pid_t pid = name_pid(e->d_name);
+		char path[TB_PATH_MAX];
+		int stale, n;
+
+		if (pid <= 0)
+			continue;
+		n = snprintf(path, sizeof(path), "%s/%s", d, e->d_name);
+		if (n < 0 || (size_t)n >= sizeof(path))
+			continue;
+		stale = pid_dead(pid);
+		if (!stale) {
+			if (tb_counters_read_file(path, proc) != 0) {
+				tb_info("%s; skipped", tb_errmsg());
+				continue;
+			}
+			if (proc->pid != pid) {
+				tb_info("counters: %s holds pid %d; skipped",
+					path, (int)proc->pid);
+				continue;
+			}
+			/* The pid is alive, but is it the writer? */
+			stale = proc->start_ticks != 0 &&
+				proc_start_ticks(pid) != proc->start_ticks &&
+				proc_start_ticks(pid) != 0;
+		}
+		if (stale) {
+			if (flags & TB_COUNTERS_DELETE_STALE) {
+				tb_info("counters: removing %s (process %d is "
+					"gone)", path, (int)pid);
+				unlink(path);
+			}
+			continue;
+		}
+		delivered++;
+		if (fn(arg, proc) != 0)
+			break;
+	}
+	closedir(dp);
+	free(proc);
+	return delivered;
+}
