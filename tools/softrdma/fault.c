@@ -1,0 +1,170 @@
+/*
+ * Faults on demand, read once from the environment at load time.
+ *
+ *   SOFTRDMA_FAIL_VERB=verb[:count[:errno]][,verb...]
+ *       make the named verb fail (e.g. ibv_post_send:3:ENOMEM).  count is how
+ *       many calls fail (default: every call); errno is a number or one of
+ *       the names below (default: ENOMEM for verbs that allocate or post,
+ *       ENOSYS for ibv_get_device_list, ENODEV for ibv_open_device, EIO for
+ *       the rest).
+ *   SOFTRDMA_FAIL_RATE=p      each call of a listed verb fails with
+ *                             probability p (0 < p <= 1), drawn from the seed.
+ *   SOFTRDMA_DELAY_NS=n       added latency before each send work request
+ *                             executes (the time a NIC would take).
+ *   SOFTRDMA_DELAY_JITTER_NS=n   plus a uniform random 0..n, from the seed.
+ *   SOFTRDMA_SEED=s           seed of the generator (default 1): the same
+ *                             seed gives the same sequence of faults.
+ *
+ * How a verb fails follows its convention: NULL or -1 with errno, or the
+ * errno returned (ibv_post_send and ibv_post_recv also set *bad_wr).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "softrdma.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SR_FAULT_MAX 16
+
+struct fault {
+	char verb[48];
+	_Atomic long left;   /* calls still to fail; <0 = unlimited */
+	int err;
+};
+
+int sr_fault_active;
+uint64_t sr_fault_delay_ns;
+static uint64_t delay_base, delay_jitter;
+static struct fault faults[SR_FAULT_MAX];
+static int nfaults;
+static double fail_rate = 1.0;
+static uint64_t rng_state = 1;
+static pthread_mutex_t rng_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t rng_next(void)
+{
+	pthread_mutex_lock(&rng_lock);
+	uint64_t x = rng_state; /* xorshift64* */
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	rng_state = x;
+	pthread_mutex_unlock(&rng_lock);
+	return x * 0x2545f4914f6cdd1dull;
+}
+
+static const struct { const char *name; int err; } errnames[] = {
+	{"ENOMEM", ENOMEM}, {"EINVAL", EINVAL}, {"EAGAIN", EAGAIN},
+	{"EIO", EIO}, {"EBUSY", EBUSY}, {"ENOSYS", ENOSYS},
+	{"EOPNOTSUPP", EOPNOTSUPP}, {"EPERM", EPERM}, {"ENODEV", ENODEV},
+	{"EFAULT", EFAULT}, {"ETIMEDOUT", ETIMEDOUT},
+};
+
+static int default_err(const char *verb)
+{
+	if (!strcmp(verb, "ibv_get_device_list"))
+		return ENOSYS;
+	if (!strcmp(verb, "ibv_open_device"))
+		return ENODEV;
+	if (strstr(verb, "create") || strstr(verb, "alloc") ||
+	    strstr(verb, "reg_mr") || strstr(verb, "post_"))
+		return ENOMEM;
+	return EIO;
+}
+
+static int parse_err(const char *s)
+{
+	for (size_t i = 0; i < sizeof errnames / sizeof errnames[0]; i++)
+		if (!strcmp(s, errnames[i].name))
+			return errnames[i].err;
+	int e = atoi(s);
+	return e > 0 ? e : EIO;
+}
+
+void sr_fault_init(void)
+{
+	const char *s = getenv("SOFTRDMA_SEED");
+	if (s && *s)
+		rng_state = strtoull(s, NULL, 0) * 0x9e3779b97f4a7c15ull;
+	if (!rng_state)
+		rng_state = 1;
+	s = getenv("SOFTRDMA_DELAY_NS");
+	if (s)
+		delay_base = strtoull(s, NULL, 0);
+	s = getenv("SOFTRDMA_DELAY_JITTER_NS");
+	if (s)
+		delay_jitter = strtoull(s, NULL, 0);
+	sr_fault_delay_ns = delay_base + delay_jitter;
+	s = getenv("SOFTRDMA_FAIL_RATE");
+	if (s && *s) {
+		fail_rate = strtod(s, NULL);
+		if (!(fail_rate > 0 && fail_rate <= 1))
+			fail_rate = 1.0;
+	}
+	s = getenv("SOFTRDMA_FAIL_VERB");
+	if (!s || !*s)
+		return;
+	char buf[512];
+	snprintf(buf, sizeof buf, "%s", s);
+	char *save = NULL;
+	for (char *tok = strtok_r(buf, ",", &save); tok && nfaults < SR_FAULT_MAX;
+	     tok = strtok_r(NULL, ",", &save)) {
+		struct fault *f = &faults[nfaults];
+		char *cnt = strchr(tok, ':'), *err = NULL;
+		if (cnt) {
+			*cnt++ = 0;
+			err = strchr(cnt, ':');
+			if (err)
+				*err++ = 0;
+		}
+		snprintf(f->verb, sizeof f->verb, "%s", tok);
+		atomic_store(&f->left, cnt && *cnt ? strtol(cnt, NULL, 0) : -1);
+		f->err = err && *err ? parse_err(err) : default_err(f->verb);
+		nfaults++;
+	}
+	sr_fault_active = nfaults > 0;
+}
+
+int sr_fault_hit(const char *verb)
+{
+	for (int i = 0; i < nfaults; i++) {
+		struct fault *f = &faults[i];
+		if (strcmp(f->verb, verb))
+			continue;
+		if (fail_rate < 1.0 &&
+		    (double)(rng_next() >> 11) / 9007199254740992.0 >= fail_rate)
+			return 0;
+		long left = atomic_load(&f->left);
+		while (left != 0) {
+			if (left < 0 ||
+			    atomic_compare_exchange_weak(&f->left, &left, left - 1))
+				return f->err;
+		}
+		return 0;
+	}
+	return 0;
+}
+
+void sr_fault_delay(void)
+{
+	uint64_t d = delay_base;
+	if (delay_jitter)
+		d += rng_next() % (delay_jitter + 1);
+	if (!d)
+		return;
+	uint64_t end = sr_now_ns() + d;
+	if (d > 50000) { /* long delays sleep, short ones spin */
+		struct timespec ts = {(time_t)(end / 1000000000ull),
+				      (long)(end % 1000000000ull)};
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+			;
+		return;
+	}
+	while (sr_now_ns() < end)
+		__builtin_ia32_pause();
+}

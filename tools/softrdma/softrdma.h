@@ -1,0 +1,349 @@
+/*
+ * softrdma internal interface: the shared-memory fabric layout and the
+ * process-local objects behind the verbs handles.  See softrdma.c for the
+ * design essay.  Nothing here is installed; applications see only
+ * <infiniband/verbs.h>.
+ */
+#ifndef SOFTRDMA_H
+#define SOFTRDMA_H
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define SR_EXPORT __attribute__((visibility("default")))
+#define SR_LIKELY(x) __builtin_expect(!!(x), 1)
+#define SR_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define SR_CACHELINE 64
+
+/* Verbs that also have a legacy IBVERBS_1.0 version (compat.c) take their
+ * default version explicitly; "@@@" renames the definition. */
+#define SR_DEFAULT_V11(name) __asm__(".symver " #name "," #name "@@@IBVERBS_1.1")
+
+/* ---- device limits (reported by ibv_query_device, enforced everywhere) ---- */
+
+/* Slots per fabric.  Slots are fixed-size regions of one sparse tmpfs file,
+ * so an unused slot costs address space, not memory. */
+#define SR_MAX_PROCS 256
+#define SR_MAX_QPS 256          /* qpn = gen << 8 | slot */
+#define SR_MAX_CQS 256
+#define SR_MAX_MRS 4096         /* key = slot << 8 | gen  (like mlx's key byte) */
+#define SR_QP_SLOT_BITS 8
+#define SR_CQ_SLOT_BITS 8
+
+#define SR_MAX_QP_WR 4096       /* send and receive queue depth */
+#define SR_MAX_SGE 4            /* per send and per receive work request */
+#define SR_MAX_INLINE 512       /* bytes of IBV_SEND_INLINE per work request */
+#define SR_CQ_RING 32768        /* entries per CQ ring (a power of two) */
+#define SR_MAX_CQE (SR_CQ_RING - 1)
+#define SR_MAX_PD 65536
+#define SR_MAX_RD_ATOM 16
+#define SR_MAX_MSG (1u << 31)   /* max_msg_sz: 2 GiB, as RoCE NICs report */
+#define SR_GID_TBL_LEN 1
+#define SR_PKEY_TBL_LEN 1
+#define SR_DEFAULT_PKEY 0xffff
+
+#define SR_DEV_NAME "softrdma0"
+#define SR_FABRIC_ENV "SOFTRDMA_FABRIC"
+#define SR_FABRIC_DEFAULT "default"
+#define SR_FABRIC_NAME_MAX 64
+
+/* ---- shared-memory layout ----
+ * Every structure below lives in the fabric file and is read by several
+ * processes, so each has fixed-width fields, explicit padding and size
+ * asserts.  The header's version is written last and checked first. */
+
+#define SR_FABRIC_MAGIC 0x534f465452444d41ull /* "SOFTRDMA" */
+#define SR_FABRIC_VERSION 1u
+
+struct sr_proc_shm {            /* one attached process */
+	_Atomic int32_t pid;    /* 0 = free */
+	uint32_t pad;
+	uint64_t starttime;     /* /proc/<pid>/stat field 22: defeats pid reuse */
+};
+_Static_assert(sizeof(struct sr_proc_shm) == 16, "proc slot size");
+
+struct sr_mr_shm {              /* one registered memory region */
+	_Atomic uint32_t key;   /* lkey == rkey; 0 = free. Stored last (release). */
+	uint32_t pd_id;
+	int32_t pid;            /* owner: where process_vm_writev goes */
+	uint32_t access;        /* enum ibv_access_flags */
+	uint64_t addr;          /* owner's virtual address */
+	uint64_t length;
+	uint64_t iova;          /* address the peers (and sges) use */
+	uint32_t gen;           /* survives free so keys are not reused at once */
+	uint32_t pad[5];
+};
+_Static_assert(sizeof(struct sr_mr_shm) == 64, "mr slot is one cache line");
+
+struct sr_sge_shm {
+	uint64_t addr;
+	uint32_t length;
+	uint32_t lkey;
+};
+
+struct sr_rqe {                 /* a posted receive */
+	uint64_t wr_id;
+	uint32_t num_sge;
+	uint32_t pad;
+	struct sr_sge_shm sge[SR_MAX_SGE];
+};
+_Static_assert(sizeof(struct sr_rqe) == 80, "rqe size");
+
+/* sr_cqe.flags */
+#define SR_CQE_SQ 1u            /* requester completion: releases SQ slots */
+#define SR_CQE_SOLICITED 2u
+
+struct sr_cqe {                 /* one completion, one cache line */
+	_Atomic uint64_t seq;   /* ring position + 1 once published (R1) */
+	uint64_t wr_id;
+	uint32_t status;
+	uint32_t opcode;
+	uint32_t vendor_err;
+	uint32_t byte_len;
+	uint32_t imm_data;      /* network byte order, as posted */
+	uint32_t qp_num;
+	uint32_t src_qp;
+	uint32_t wc_flags;
+	uint32_t sq_index;      /* for SR_CQE_SQ: SQ position of this WQE */
+	uint32_t flags;
+	uint32_t pad[2];
+};
+_Static_assert(sizeof(struct sr_cqe) == 64, "cqe is one cache line");
+
+struct sr_cq_shm {
+	_Atomic uint32_t in_use;
+	uint32_t id;            /* gen << 8 | slot, names the CQ in events */
+	int32_t pid;            /* owner */
+	uint32_t ctx_id;        /* owner context: async events go there */
+	uint32_t cqe;           /* capacity: more pending entries is overrun */
+	uint32_t gen;
+	_Atomic uint32_t armed; /* SR_ARM_* */
+	_Atomic uint32_t error; /* set once on overrun */
+	uint32_t chan_id;       /* completion channel, 0 = none */
+	uint32_t mask;          /* ring size - 1; ring size > cqe */
+	uint8_t pad0[SR_CACHELINE - 40];
+	_Alignas(SR_CACHELINE) _Atomic uint64_t tail; /* producers: any process */
+	uint8_t pad1[SR_CACHELINE - 8];
+	_Alignas(SR_CACHELINE) _Atomic uint64_t head; /* consumer: owner */
+	uint8_t pad2[SR_CACHELINE - 8];
+	_Alignas(4096) struct sr_cqe e[SR_CQ_RING];
+};
+#define SR_ARM_NONE 0u
+#define SR_ARM_NEXT 1u
+#define SR_ARM_SOLICITED 2u
+_Static_assert(offsetof(struct sr_cq_shm, tail) == 64, "cq tail line");
+_Static_assert(offsetof(struct sr_cq_shm, head) == 128, "cq head line");
+_Static_assert(offsetof(struct sr_cq_shm, e) == 4096, "cq ring page");
+
+struct sr_qp_shm {
+	_Atomic uint32_t in_use;
+	uint32_t qpn;
+	int32_t pid;
+	uint32_t ctx_id;
+	uint32_t pd_id;
+	uint32_t gen;
+	_Atomic uint32_t state;        /* enum ibv_qp_state */
+	_Atomic uint32_t dest_qpn;     /* valid from RTR */
+	_Atomic uint32_t access;       /* qp_access_flags (responder side) */
+	_Atomic uint32_t min_rnr_timer;/* responder's RNR NAK timer code */
+	uint32_t recv_cq;              /* CQ slot */
+	uint32_t recv_cq_id;
+	uint32_t rq_max;               /* max_recv_wr: occupancy limit */
+	uint32_t rq_max_sge;
+	uint32_t rq_mask;              /* ring size - 1 (power of two) */
+	uint8_t pad0[SR_CACHELINE - 60];
+	_Alignas(SR_CACHELINE) _Atomic uint64_t rq_tail; /* producer: owner */
+	uint8_t pad1[SR_CACHELINE - 8];
+	_Alignas(SR_CACHELINE) _Atomic uint32_t rq_lock; /* consumers: requester or flush */
+	uint32_t pad2;
+	_Atomic uint64_t rq_head;
+	uint8_t pad3[SR_CACHELINE - 16];
+	_Alignas(4096) struct sr_rqe rqe[SR_MAX_QP_WR];
+};
+_Static_assert(offsetof(struct sr_qp_shm, rq_tail) == 64, "rq tail line");
+_Static_assert(offsetof(struct sr_qp_shm, rq_lock) == 128, "rq head line");
+_Static_assert(offsetof(struct sr_qp_shm, rqe) == 4096, "rq ring page");
+
+struct sr_fabric_shm {
+	uint64_t magic;
+	_Atomic uint32_t version;      /* written last, checked first */
+	uint32_t hdr_size;
+	uint64_t total_size;
+	uint64_t off_procs, off_mrs, off_cqs, off_qps;
+	uint32_t max_procs, max_mrs, max_cqs, max_qps;
+	uint32_t mr_slot_size, cq_slot_size, qp_slot_size, pad0;
+	_Atomic uint32_t next_id;      /* PD, context and channel ids */
+	uint32_t pad1;
+};
+_Static_assert(sizeof(struct sr_fabric_shm) == 96, "fabric header size");
+
+/* ---- process-local objects ---- */
+
+struct sr_fabric {              /* this process's attachment */
+	int fd;                 /* flock()ed around slot (de)allocation */
+	uint8_t *base;
+	size_t size;
+	pid_t pid;
+	uint32_t proc;          /* our sr_proc_shm slot */
+	int refs;               /* open contexts */
+	int evsock;             /* unbound datagram socket for notifications */
+	char name[SR_FABRIC_NAME_MAX + 1];
+};
+
+struct sr_context {
+	struct verbs_context vctx;     /* must be first: ibv_context is inside */
+	struct sr_fabric *fab;
+	uint32_t id;
+};
+
+struct sr_pd {
+	struct ibv_pd pd;
+	uint32_t id;
+	_Atomic int refs;               /* MRs and QPs using it */
+};
+
+struct sr_mr {
+	struct ibv_mr mr;
+	uint32_t slot;
+	uint32_t access;
+};
+
+struct sr_channel {
+	struct ibv_comp_channel ch;
+	uint32_t id;
+};
+
+struct sr_cq {
+	struct ibv_cq cq;
+	struct sr_cq_shm *shm;
+	uint32_t slot;
+	_Atomic int refs;               /* QPs using it */
+};
+
+struct sr_swqe {                /* a posted send, process-local */
+	uint64_t wr_id;
+	uint32_t opcode;
+	uint32_t flags;         /* enum ibv_send_flags, SIGNALED resolved */
+	uint32_t imm_data;
+	uint32_t num_sge;
+	uint64_t remote_addr;
+	uint32_t rkey;
+	uint32_t length;        /* total message length */
+	struct ibv_sge sge[SR_MAX_SGE];
+	/* followed by max_inline_data bytes when the WQE is inline */
+};
+
+struct sr_qp {
+	struct ibv_qp qp;
+	struct sr_qp_shm *shm;
+	uint32_t slot;
+	struct sr_context *ctx;
+	struct sr_cq *scq, *rcq;
+	struct sr_pd *pd;
+	int sq_sig_all;
+	struct ibv_qp_cap cap;
+	struct ibv_qp_attr attr;        /* what query_qp returns */
+
+	pthread_mutex_t rq_lock;        /* serialises the owner's post_recv */
+
+	/* send queue: owner only, under sq_lock */
+	pthread_mutex_t sq_lock;
+	uint8_t *sq;                    /* cap.max_send_wr entries of sq_stride */
+	size_t sq_stride;
+	/* free-running positions, compared modulo 2^32 */
+	uint32_t sq_post;               /* WQEs posted */
+	uint32_t sq_exec;               /* WQEs executed (completed or flushed) */
+	_Atomic uint32_t sq_free;       /* slots released by polled completions */
+	/* retry state for the WQE at sq_exec (RNR or transport retry) */
+	_Atomic int stuck;
+	uint64_t next_try_ns;
+	uint32_t rnr_tries, retry_tries;
+	uint64_t first_try_ns;
+};
+
+/* ---- fabric.c ---- */
+struct sr_fabric *sr_fabric_attach(void);
+void sr_fabric_detach(struct sr_fabric *fab);
+struct sr_fabric *sr_fabric_get(void);  /* attached fabric of this process */
+struct sr_mr_shm *sr_fabric_mr(struct sr_fabric *f, uint32_t slot);
+struct sr_cq_shm *sr_fabric_cq(struct sr_fabric *f, uint32_t slot);
+struct sr_qp_shm *sr_fabric_qp(struct sr_fabric *f, uint32_t slot);
+int sr_fabric_alloc_slot(struct sr_fabric *f, int kind, uint32_t *slot);
+void sr_fabric_free_slot(struct sr_fabric *f, int kind, uint32_t slot);
+uint32_t sr_fabric_next_id(struct sr_fabric *f);
+void sr_fabric_sockname(const struct sr_fabric *f, pid_t pid, char kind,
+			uint32_t id, void *sun, unsigned *len);
+void sr_fabric_notify(struct sr_fabric *f, pid_t pid, char kind, uint32_t id,
+		      const void *msg, size_t len);
+int sr_fabric_bind_socket(struct sr_fabric *f, char kind, uint32_t id);
+enum { SR_SLOT_MR, SR_SLOT_CQ, SR_SLOT_QP };
+
+/* ---- process registry (softrdma.c) ---- */
+extern struct sr_qp *_Atomic sr_local_qp[SR_MAX_QPS];
+extern struct sr_cq *_Atomic sr_local_cq[SR_MAX_CQS];
+extern pthread_mutex_t sr_registry_lock;
+
+static inline struct sr_context *sr_ctx(struct ibv_context *c)
+{
+	return (struct sr_context *)((uint8_t *)c -
+				     offsetof(struct verbs_context, context));
+}
+
+/* ---- cq.c ---- */
+int sr_cq_push(struct sr_fabric *f, struct sr_cq_shm *cq,
+	       const struct sr_cqe *e);
+int sr_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+int sr_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+
+/* ---- qp.c / datapath.c ---- */
+int sr_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
+		 struct ibv_send_wr **bad);
+int sr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
+		 struct ibv_recv_wr **bad);
+void sr_qp_set_error(struct sr_fabric *f, struct sr_qp_shm *q);
+void sr_rq_flush(struct sr_fabric *f, struct sr_qp_shm *q);
+void sr_sq_flush_locked(struct sr_qp *qp);
+void sr_sq_progress_locked(struct sr_qp *qp);
+void sr_progress_kick(void);
+void sr_progress_atfork_child(void);
+
+/* ---- async.c ---- */
+struct sr_async_msg {
+	uint32_t type;          /* enum ibv_event_type */
+	uint32_t kind;          /* SR_SLOT_QP, SR_SLOT_CQ or 0xff for the port */
+	uint32_t slot;
+	uint32_t id;            /* qpn or cq id, to detect a reused slot */
+};
+void sr_async_post(struct sr_fabric *f, pid_t pid, uint32_t ctx_id,
+		   uint32_t type, uint32_t kind, uint32_t slot, uint32_t id);
+
+/* ---- fault.c ---- */
+extern int sr_fault_active;     /* any SOFTRDMA_* fault configured */
+extern uint64_t sr_fault_delay_ns;
+void sr_fault_init(void);
+int sr_fault_hit(const char *verb); /* errno to fail with, or 0 */
+void sr_fault_delay(void);
+
+/* ---- device.c ---- */
+void sr_device_gid(union ibv_gid *gid);
+uint64_t sr_now_ns(void);
+void sr_spin_lock(_Atomic uint32_t *l);
+void sr_spin_unlock(_Atomic uint32_t *l);
+
+/* Fault hook at the top of each verb: returns from the verb with errno. */
+#define SR_FAULT_RET(verb, retval)                                     \
+	do {                                                           \
+		if (SR_UNLIKELY(sr_fault_active)) {                    \
+			int e_ = sr_fault_hit(verb);                   \
+			if (e_) {                                      \
+				errno = e_;                            \
+				return retval;                         \
+			}                                              \
+		}                                                      \
+	} while (0)
+
+#endif
