@@ -17,6 +17,7 @@
 #   PREFIX=/usr/local  DESTDIR=   install locations
 #   CC=gcc          compiler; OPT=-O2 optimisation flags
 #   NODEPS=1        do not run `make deps` before demo and test
+#   V=1             show every compiler command
 #
 # Conventions (so that adding a file never needs an edit here)
 #   bus/*.c publisher/*.c subscriber/*.c   the library (except tb-*.c)
@@ -34,6 +35,12 @@ SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 else
 BUILD ?= build
 SANFLAGS :=
+endif
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
 endif
 
 PREFIX ?= /usr/local
@@ -78,12 +85,13 @@ TEST_BINS := $(TESTS)
 .PHONY: all deps test demo bench install clean check-deps
 .DEFAULT_GOAL := all
 
-all: $(ALL_TARGETS)
+all: $(ALL_TARGETS) $(TEST_BINS)
 
 # Object files: one per source, with header dependencies tracked.
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(STATIC_LIB): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
@@ -101,7 +109,8 @@ $(SHARED_LIB): $(LIB_OBJS) bus/tickbus.map
 define link_rule
 $(1)/%: $(BUILD)/obj/$(2)/%.o $(STATIC_LIB)
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(LDFLAGS) -o $$@ $$< $(STATIC_LIB) $$(LDLIBS) $(3)
+	@echo "  LINK    $$@"
+	$$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$< $(STATIC_LIB) $$(LDLIBS) $(3)
 endef
 $(eval $(call link_rule,$(BUILD)/bin,tools,))
 $(eval $(call link_rule,$(BUILD)/bin,publisher,))

@@ -5,6 +5,7 @@
  */
 #include "transport_shm.h"
 
+#include "config.h"
 #include "error.h"
 
 #include <errno.h>
@@ -28,16 +29,6 @@ static uint32_t max_frame_of(uint64_t ring_size)
 	return m > TB_FRAME_MAX_LEN ? TB_FRAME_MAX_LEN : (uint32_t)m;
 }
 
-static void map_populate(void *base, size_t len)
-{
-	/* Ask for huge pages where the kernel does them transparently and lock
-	 * the ring so the hot path never takes a fault. */
-	(void)madvise(base, len, MADV_HUGEPAGE);
-	if (mlock(base, len) != 0)
-		tb_info("shm: mlock of %zu bytes failed (%s); raise RLIMIT_MEMLOCK "
-			"(ulimit -l) to lock rings", len, strerror(errno));
-}
-
 /* A beat from the future (clock skew between processes) counts as fresh. */
 static int beat_stale(const tb_shm_hdr_t *hdr, uint64_t now_ns, uint64_t limit_ns)
 {
@@ -46,10 +37,19 @@ static int beat_stale(const tb_shm_hdr_t *hdr, uint64_t now_ns, uint64_t limit_n
 	return age > (int64_t)limit_ns;
 }
 
+/* 1 if the ring's writer is open and beating. */
+static int ring_live(const tb_shm_hdr_t *hdr, uint64_t liveness_ns)
+{
+	return tb_load_acquire(&hdr->state) == TB_SHM_OPEN && /* A3 */
+	       !beat_stale(hdr, tb_clock_now_ns(), liveness_ns);
+}
+
 /* Returns 1 if the ring at `path` belongs to a publisher that is running. */
 static int owner_alive(const char *path, uint64_t liveness_ns)
 {
-	int fd = open(path, O_RDONLY);
+	char where[TB_PATH_MAX];
+	int fd = tb_mem_shared_locate(path, where, sizeof(where)) == 0 ?
+		 open(where, O_RDONLY | O_CLOEXEC) : -1;
 	tb_shm_hdr_t hdr;
 	ssize_t got;
 
@@ -68,7 +68,7 @@ static int owner_alive(const char *path, uint64_t liveness_ns)
 /* Marks the ring now at `path`, if any, REPLACED so its readers move on. */
 static void mark_replaced(const char *path)
 {
-	int fd = open(path, O_RDWR);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
 	tb_shm_hdr_t *old;
 
 	if (fd < 0)
@@ -82,14 +82,29 @@ static void mark_replaced(const char *path)
 	munmap(old, TB_SHM_HDR_SIZE);
 }
 
+/* `dir of where` + "/" + `basename of path`: the ring's final name beside
+ * the file tb_mem actually created (on hugetlbfs, that is not /dev/shm). */
+static int sibling(const char *where, const char *path, char *out, size_t len)
+{
+	const char *slash = strrchr(where, '/');
+	const char *base = strrchr(path, '/');
+	int n;
+
+	base = base ? base + 1 : path;
+	n = snprintf(out, len, "%.*s%s", slash ? (int)(slash - where + 1) : 0,
+		     where, base);
+	return n >= 0 && (size_t)n < len ? 0 : -1;
+}
+
 int tb_shm_writer_open(tb_shm_writer_t *w, const tb_stream_cfg_t *cfg,
 		       uint64_t epoch)
 {
-	char tmp[TB_PATH_MAX + 32];
+	char path[TB_PATH_MAX], tmp[TB_PATH_MAX + 32];
 	size_t len = TB_SHM_HDR_SIZE + cfg->ring_size;
+	int node = cfg->subscriber_core >= 0 ?
+		   tb_mem_node_of_core(cfg->subscriber_core) : -1;
 	tb_shm_hdr_t *hdr;
-	void *base;
-	int fd;
+	int rc;
 
 	memset(w, 0, sizeof(*w));
 	if (cfg->ring_size < TB_SHM_RING_MIN || cfg->ring_size > TB_SHM_RING_MAX ||
@@ -97,33 +112,25 @@ int tb_shm_writer_open(tb_shm_writer_t *w, const tb_stream_cfg_t *cfg,
 		return tb_err_set(TB_EINVAL, "shm: ring_size %llu is not a power of "
 				  "two between 64 KiB and 1 GiB",
 				  (unsigned long long)cfg->ring_size);
-	snprintf(w->path, sizeof(w->path), "%s", cfg->shm_path);
-	if (owner_alive(w->path, (uint64_t)cfg->liveness_timeout_ms * 1000000ull))
+	if (tb_stream_cfg_shm_path(cfg, path, sizeof(path)) < 0)
+		return tb_err_prepend(TB_EINVAL, "shm");
+	if (owner_alive(path, (uint64_t)cfg->liveness_timeout_ms * 1000000ull))
 		return tb_err_set(TB_EBUSY, "shm: %s is owned by a running "
 				  "publisher; stop it or use another shm_path",
-				  w->path);
+				  path);
 
-	snprintf(tmp, sizeof(tmp), "%s.%d.new", w->path, (int)getpid());
-	fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return tb_err_sys(errno, "shm: create %s", tmp);
-	if (ftruncate(fd, (off_t)len) != 0) {
-		int e = errno;
-		close(fd);
-		unlink(tmp);
-		return tb_err_sys(e, "shm: size %s to %zu bytes", tmp, len);
-	}
-	base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
-		    fd, 0);
-	close(fd);
-	if (base == MAP_FAILED) {
-		int e = errno;
-		unlink(tmp);
-		return tb_err_sys(e, "shm: map %s", tmp);
-	}
-	map_populate(base, len);
+	/* Build the ring beside the old one, then rename it into place, so a
+	 * reader never sees a ring half made.  The ring goes on the NUMA node
+	 * of the subscribers' core when one is configured. */
+	snprintf(tmp, sizeof(tmp), "%s.%d.new", path, (int)getpid());
+	rc = tb_mem_map_shared(&w->mem, tmp, len, 1, node, 0);
+	if (rc < 0)
+		return tb_err_prepend(rc, "shm");
+	tb_info("shm: ring %s: %zu bytes on %s pages, node %d%s", path, len,
+		tb_mem_page_kind_name(w->mem.page_kind), w->mem.numa_node,
+		w->mem.locked ? ", locked" : "");
 
-	hdr = base;
+	hdr = w->mem.addr;
 	hdr->magic = TB_SHM_MAGIC;
 	hdr->hdr_size = TB_SHM_HDR_SIZE;
 	hdr->ring_size = cfg->ring_size;
@@ -139,20 +146,25 @@ int tb_shm_writer_open(tb_shm_writer_t *w, const tb_stream_cfg_t *cfg,
 	tb_store_relaxed(&hdr->state, TB_SHM_OPEN);
 	tb_store_release(&hdr->version, TB_SHM_VERSION); /* last: R2 */
 
+	if (sibling(w->mem.path, path, w->path, sizeof(w->path)) < 0) {
+		rc = tb_err_set(TB_EINVAL, "shm: path %s is too long", path);
+		goto fail;
+	}
 	mark_replaced(w->path);
-	if (rename(tmp, w->path) != 0) {
-		int e = errno;
-		munmap(base, len);
-		unlink(tmp);
-		return tb_err_sys(e, "shm: rename %s to %s", tmp, w->path);
+	if (rename(w->mem.path, w->path) != 0) {
+		rc = tb_err_sys(errno, "shm: rename %s to %s", w->mem.path, w->path);
+		goto fail;
 	}
 	w->hdr = hdr;
-	w->ring = (uint8_t *)base + TB_SHM_HDR_SIZE;
+	w->ring = (uint8_t *)hdr + TB_SHM_HDR_SIZE;
 	w->mask = cfg->ring_size - 1;
 	w->max_frame = hdr->max_frame;
 	w->stream_id = cfg->id;
-	w->map_len = len;
 	return 0;
+fail:
+	unlink(w->mem.path);
+	tb_mem_free(&w->mem);
+	return rc;
 }
 
 void tb_shm_writer_beat(tb_shm_writer_t *w, uint64_t now_ns)
@@ -166,7 +178,7 @@ void tb_shm_writer_close(tb_shm_writer_t *w, uint64_t final_seq, int unlink_it)
 		return;
 	tb_store_relaxed(&w->hdr->final_seq, final_seq);
 	tb_store_release(&w->hdr->state, TB_SHM_CLOSED); /* R3 */
-	munmap(w->hdr, w->map_len);
+	tb_mem_free(&w->mem);
 	if (unlink_it)
 		unlink(w->path);
 	w->hdr = NULL;
@@ -187,16 +199,28 @@ int tb_shm_reader_open(tb_shm_reader_t *r, const tb_stream_cfg_t *cfg)
 	int rc;
 
 	memset(r, 0, sizeof(*r));
-	snprintf(r->path, sizeof(r->path), "%s", cfg->shm_path);
+	if (tb_stream_cfg_shm_path(cfg, r->path, sizeof(r->path)) < 0)
+		return tb_err_set(TB_EINVAL, "shm: stream '%s': shm_path too long",
+				  cfg->name);
 	r->stream_id = cfg->id;
 	r->liveness_ns = (uint64_t)cfg->liveness_timeout_ms * 1000000ull;
 	r->state = TB_SHM_R_WAITING;
+	r->opened_ns = tb_clock_now_ns();
 	rc = tb_shm_reader_attach(r, 0);
-	return rc < 0 ? rc : 0;
+	if (rc < 0)
+		return rc;
+	if (r->state == TB_SHM_R_ATTACHED && !ring_live(r->hdr, r->liveness_ns)) {
+		/* A ring left by a publisher that closed or died: wait for the
+		 * next one as if there were none. */
+		r->state = TB_SHM_R_WAITING;
+		r->epoch = 0;
+	}
+	return 0;
 }
 
 int tb_shm_reader_attach(tb_shm_reader_t *r, int from_start)
 {
+	char where[TB_PATH_MAX];
 	const tb_shm_hdr_t *hdr;
 	struct stat st;
 	uint8_t *scratch;
@@ -204,9 +228,11 @@ int tb_shm_reader_attach(tb_shm_reader_t *r, int from_start)
 	void *base;
 	int fd;
 
-	fd = open(r->path, O_RDONLY | O_CLOEXEC);
+	if (tb_mem_shared_locate(r->path, where, sizeof(where)) < 0)
+		return tb_err_prepend(TB_EINVAL, "shm");
+	fd = open(where, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return errno == ENOENT ? 0 : tb_err_sys(errno, "shm: open %s", r->path);
+		return errno == ENOENT ? 0 : tb_err_sys(errno, "shm: open %s", where);
 	if (fstat(fd, &st) != 0) {
 		int e = errno;
 		close(fd);
@@ -230,7 +256,7 @@ int tb_shm_reader_attach(tb_shm_reader_t *r, int from_start)
 	    hdr->magic != TB_SHM_MAGIC || hdr->hdr_size != TB_SHM_HDR_SIZE ||
 	    hdr->ring_size < TB_SHM_RING_MIN || hdr->ring_size > TB_SHM_RING_MAX ||
 	    (hdr->ring_size & (hdr->ring_size - 1)) ||
-	    len != TB_SHM_HDR_SIZE + hdr->ring_size ||
+	    len < TB_SHM_HDR_SIZE + hdr->ring_size || /* hugetlbfs rounds up */
 	    hdr->max_frame != max_frame_of(hdr->ring_size) ||
 	    hdr->stream_id != r->stream_id) {
 		int code = tb_err_set(TB_EFORMAT, "shm: %s is not a tickbus ring of "
@@ -316,6 +342,12 @@ int tb_shm_reader_idle(tb_shm_reader_t *r, tb_seq_t *seq, tb_seq_range_t *loss,
 			return rc;
 		if (r->state != TB_SHM_R_ATTACHED)
 			return TB_NOT_CONNECTED;
+		if (r->hdr->start_ns < r->opened_ns &&
+		    !ring_live(r->hdr, r->liveness_ns)) {
+			r->state = TB_SHM_R_WAITING;
+			r->epoch = 0;
+			return TB_NOT_CONNECTED;
+		}
 		tb_seq_init(seq, 1);
 		return 0;
 	case TB_SHM_R_ENDED:

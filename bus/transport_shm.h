@@ -4,12 +4,15 @@
  *
  * The ring is a file under /dev/shm: a 4 KiB header page, then `ring_size`
  * bytes (a power of two) of frames laid end to end (frame.h).  The writer
- * owns two free-running 64-bit positions in the header, each on its own
- * cache line:
+ * owns two free-running 64-bit positions in the header:
  *
  *   tail_intent  where the writer is about to write up to (set before it
  *                writes a byte of a frame)
  *   tail         where committed frames end (set after the frame is whole)
+ *
+ * Both sit on one cache line that only the writer writes: a reader that
+ * fetches `tail` to find a frame gets `tail_intent` in the same transfer, so
+ * the overrun check after the copy costs no further cache miss.
  *
  * Readers keep their own position and never write to the file, so the writer
  * never waits for them and any number may come and go.  A reader copies a
@@ -40,7 +43,9 @@
 #define TB_TRANSPORT_SHM_H
 
 #include "barrier.h"
+#include "clock.h"
 #include "frame.h"
+#include "mem.h"
 #include "seq.h"
 #include "tickbus.h"
 
@@ -75,11 +80,10 @@ typedef struct tb_shm_hdr {
 	uint32_t max_frame; /* largest frame (header + payload) allowed */
 	uint8_t pad0[12];
 	char name[64];
-	/* Writer positions, one cache line each. */
+	/* Writer positions, together on one line (see above). */
 	_Atomic uint64_t tail_intent;
-	uint8_t pad1[56];
 	_Atomic uint64_t tail;
-	uint8_t pad2[56];
+	uint8_t pad1[112];
 	/* Liveness, written by the writer's heartbeat thread and at close. */
 	_Atomic uint64_t heartbeat_ns;
 	_Atomic uint32_t state;
@@ -99,7 +103,7 @@ _Static_assert(offsetof(tb_shm_hdr_t, start_ns) == 40, "shm layout");
 _Static_assert(offsetof(tb_shm_hdr_t, max_frame) == 48, "shm layout");
 _Static_assert(offsetof(tb_shm_hdr_t, name) == 64, "shm layout");
 _Static_assert(offsetof(tb_shm_hdr_t, tail_intent) == 128, "shm layout");
-_Static_assert(offsetof(tb_shm_hdr_t, tail) == 192, "shm layout");
+_Static_assert(offsetof(tb_shm_hdr_t, tail) == 136, "shm layout");
 _Static_assert(offsetof(tb_shm_hdr_t, heartbeat_ns) == 256, "shm layout");
 _Static_assert(offsetof(tb_shm_hdr_t, state) == 264, "shm layout");
 _Static_assert(offsetof(tb_shm_hdr_t, final_seq) == 272, "shm layout");
@@ -115,8 +119,8 @@ typedef struct tb_shm_writer {
 	uint64_t claim_tail;   /* tail after the open claim, 0 if none */
 	uint32_t max_frame;
 	uint32_t stream_id;
-	size_t map_len;
-	char path[TB_PATH_MAX];
+	tb_mem_t mem;           /* the mapping, its page size and node */
+	char path[TB_PATH_MAX]; /* where the ring file lives */
 } tb_shm_writer_t;
 
 /* Creates a new ring file for `cfg` and renames it over cfg->shm_path.
@@ -196,6 +200,8 @@ typedef struct tb_shm_reader {
 	uint64_t lap_from;     /* first sequence lost */
 	uint64_t idle_polls;    /* empty polls since the last frame */
 	uint64_t last_check_ns; /* last look at liveness or the path */
+	uint64_t opened_ns;     /* rings made before this and no longer live
+				   are leftovers, not publishers to follow */
 	uint64_t liveness_ns;  /* beat older than this: the writer is dead */
 	uint8_t *scratch;      /* max_frame bytes: frames are copied here */
 	size_t map_len;
@@ -249,7 +255,7 @@ static inline int tb_shm_reader_poll(tb_shm_reader_t *r, tb_seq_t *seq,
 		return tb_shm_reader_idle(r, seq, loss, 0);
 	}
 	r->idle_polls = 0;
-	now_ns = tb_clock_now_ns();
+	now_ns = tb_clock_now_ns_inline();
 	while (r->pos != tail && n < limit) {
 		uint64_t off = r->pos & r->mask;
 		const tb_frame_hdr_t *f = (const tb_frame_hdr_t *)(r->ring + off);

@@ -12,6 +12,8 @@
  */
 #include "tickbus.h"
 
+#include "clock.h"
+#include "counters.h"
 #include "error.h"
 #include "frame.h"
 #include "transport_shm.h"
@@ -30,8 +32,10 @@ struct tb_publisher {
 	uint32_t stream_id;
 	int claim_open;
 	uint16_t claim_template;
+	tb_counter_slot_t *ctr;    /* in the counters file, or `own_ctr` */
 
 	/* Cold. */
+	tb_counter_slot_t own_ctr; /* when the counters file is unavailable */
 	uint64_t epoch;
 	tb_stream_cfg_t cfg;
 	pthread_t beat;
@@ -125,6 +129,11 @@ int tb_publisher_open(tb_publisher_t **out, const tb_stream_cfg_t *cfg)
 	p->stream_id = cfg->id;
 	p->next_seq = 1;
 	p->epoch = new_epoch();
+	p->ctr = tb_counters_add_stream(cfg->id, cfg->name, TB_ROLE_PUBLISHER, "shm");
+	if (!p->ctr) {
+		tb_warn("stream '%s': counters not shared (%s)", cfg->name, tb_errmsg());
+		p->ctr = &p->own_ctr;
+	}
 	if (cfg->publisher_core >= 0 && (rc = tb_thread_pin(cfg->publisher_core)) < 0)
 		goto fail;
 	rc = tb_shm_writer_open(&p->shm, cfg, p->epoch);
@@ -138,6 +147,8 @@ int tb_publisher_open(tb_publisher_t **out, const tb_stream_cfg_t *cfg)
 	*out = p;
 	return 0;
 fail:
+	if (p->ctr != &p->own_ctr)
+		tb_counters_remove_stream(p->ctr);
 	free(p);
 	return tb_err_prepend(rc, "tb_publisher_open: stream '%s'", cfg->name);
 }
@@ -165,6 +176,8 @@ int tb_publisher_close(tb_publisher_t *p)
 		return 0;
 	stop_beat(p);
 	tb_shm_writer_close(&p->shm, p->next_seq - 1, 0);
+	if (p->ctr != &p->own_ctr)
+		tb_counters_remove_stream(p->ctr);
 	free(p);
 	return 0;
 }
@@ -181,9 +194,10 @@ int64_t tb_pub_offer(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	if (tb_unlikely(!f))
 		return TB_EMSGSIZE;
 	tb_frame_init(f, len, template_id, p->stream_id, p->next_seq,
-		      tb_clock_now_ns());
+		      tb_clock_now_ns_inline());
 	memcpy(tb_frame_payload(f), buf, len);
 	tb_shm_writer_commit(&p->shm);
+	tb_counter_inc(p->ctr, TB_CTR_PUBLISHED);
 	return (int64_t)p->next_seq++;
 }
 
@@ -214,8 +228,9 @@ int64_t tb_pub_commit(tb_publisher_t *p, tb_claim_t *claim)
 	if (tb_unlikely(!p->claim_open || claim->seq != p->next_seq))
 		return TB_ESTATE;
 	tb_frame_init(claim->frame_, claim->len, p->claim_template, p->stream_id,
-		      claim->seq, tb_clock_now_ns());
+		      claim->seq, tb_clock_now_ns_inline());
 	tb_shm_writer_commit(&p->shm);
+	tb_counter_inc(p->ctr, TB_CTR_PUBLISHED);
 	p->claim_open = 0;
 	claim->frame_ = NULL;
 	return (int64_t)p->next_seq++;

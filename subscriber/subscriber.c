@@ -8,6 +8,7 @@
  */
 #include "tickbus.h"
 
+#include "counters.h"
 #include "error.h"
 #include "seq.h"
 #include "transport_shm.h"
@@ -19,7 +20,9 @@ struct tb_subscriber {
 	tb_seq_t seq;
 	tb_seq_range_t loss;
 	int has_loss;
+	tb_counter_slot_t *ctr;    /* in the counters file, or `own_ctr` */
 	tb_stream_cfg_t cfg;
+	tb_counter_slot_t own_ctr;
 };
 
 int tb_subscriber_open(tb_subscriber_t **out, const tb_stream_cfg_t *cfg)
@@ -39,6 +42,11 @@ int tb_subscriber_open(tb_subscriber_t **out, const tb_stream_cfg_t *cfg)
 		return tb_err_set(TB_ENOMEM, "tb_subscriber_open: out of memory");
 	s->cfg = *cfg;
 	tb_seq_init(&s->seq, 0);
+	s->ctr = tb_counters_add_stream(cfg->id, cfg->name, TB_ROLE_SUBSCRIBER, "shm");
+	if (!s->ctr) {
+		tb_warn("stream '%s': counters not shared (%s)", cfg->name, tb_errmsg());
+		s->ctr = &s->own_ctr;
+	}
 	if (cfg->subscriber_core >= 0 && (rc = tb_thread_pin(cfg->subscriber_core)) < 0)
 		goto fail;
 	rc = tb_shm_reader_open(&s->shm, cfg);
@@ -48,6 +56,8 @@ int tb_subscriber_open(tb_subscriber_t **out, const tb_stream_cfg_t *cfg)
 	return 0;
 fail:
 	tb_shm_reader_close(&s->shm);
+	if (s->ctr != &s->own_ctr)
+		tb_counters_remove_stream(s->ctr);
 	free(s);
 	return tb_err_prepend(rc, "tb_subscriber_open: stream '%s'", cfg->name);
 }
@@ -74,6 +84,8 @@ int tb_subscriber_close(tb_subscriber_t *s)
 	if (!s)
 		return 0;
 	tb_shm_reader_close(&s->shm);
+	if (s->ctr != &s->own_ctr)
+		tb_counters_remove_stream(s->ctr);
 	free(s);
 	return 0;
 }
@@ -85,8 +97,12 @@ int tb_sub_poll(tb_subscriber_t *s, tb_handler_t handler, void *clientd,
 	int n = tb_shm_reader_poll(&s->shm, &s->seq, &s->loss, handler, clientd,
 				   limit);
 
-	if (tb_unlikely(n == TB_LAPPED || n == TB_GAP))
+	if (tb_likely(n > 0)) {
+		tb_counter_add(s->ctr, TB_CTR_DELIVERED, (uint64_t)n);
+	} else if (n == TB_LAPPED || n == TB_GAP) {
 		s->has_loss = 1;
+		tb_counter_inc(s->ctr, n == TB_LAPPED ? TB_CTR_LAPPED : TB_CTR_GAPS);
+	}
 	return n;
 }
 

@@ -288,6 +288,31 @@ static void early_subscriber_waits_then_reads_from_one(void **state)
 	tb_subscriber_close(sub);
 }
 
+static void ring_left_closed_is_waited_past(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	struct sink s = {0, 1, 0, 0};
+
+	(void)state;
+	cfg_for(&cfg, 64 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	offer(pub, 8);
+	tb_publisher_close(pub); /* the file stays, marked closed */
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	assert_int_equal(tb_sub_poll(sub, on_msg, &s, 100), TB_NOT_CONNECTED);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	offer(pub, 8);
+	offer(pub, 8);
+	/* The next publisher's epoch is read from its first message. */
+	assert_int_equal(poll_until(sub, &s, 1000), 2);
+	assert_int_equal(s.bad, 0);
+	assert_int_equal(tb_sub_epoch(sub), tb_pub_epoch(pub));
+	tb_publisher_close(pub);
+	tb_subscriber_close(sub);
+}
+
 static void close_is_reported_after_the_last_frame(void **state)
 {
 	tb_stream_cfg_t cfg;
@@ -456,6 +481,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(lap_after_partial_read_loses_from_first_unread, setup, teardown),
 		cmocka_unit_test_setup_teardown(late_joiner_starts_live, setup, teardown),
 		cmocka_unit_test_setup_teardown(early_subscriber_waits_then_reads_from_one, setup, teardown),
+		cmocka_unit_test_setup_teardown(ring_left_closed_is_waited_past, setup, teardown),
 		cmocka_unit_test_setup_teardown(close_is_reported_after_the_last_frame, setup, teardown),
 		cmocka_unit_test_setup_teardown(restart_is_a_new_epoch_from_one, setup, teardown),
 		cmocka_unit_test_setup_teardown(killed_publisher_is_reported_dead, setup, teardown),

@@ -1,0 +1,179 @@
+/*
+ * proc.h - running the real tickbus binaries from scenario tests: start a
+ * program with its output in a file, wait for it with a deadline, kill it,
+ * and read "key=value" fields from what it printed.  Every process a test
+ * starts is stopped by the test (proc_reap_all at the end, or on failure by
+ * the atexit hook).
+ */
+#ifndef TB_TEST_PROC_H
+#define TB_TEST_PROC_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define PROC_MAX 32
+
+typedef struct proc {
+	pid_t pid;
+	int status;   /* wait status once exited */
+	int exited;
+	char out[256]; /* file with its stdout and stderr */
+} proc_t;
+
+static proc_t *proc_all[PROC_MAX];
+static int proc_n;
+
+static inline void proc_kill_all(void)
+{
+	int i;
+
+	for (i = 0; i < proc_n; i++)
+		if (proc_all[i] && !proc_all[i]->exited && proc_all[i]->pid > 0) {
+			kill(proc_all[i]->pid, SIGKILL);
+			waitpid(proc_all[i]->pid, NULL, 0);
+			proc_all[i]->exited = 1;
+		}
+	proc_n = 0;
+}
+
+/* The directory of the built programs ($TB_BIN, set by tests/run-tests.sh). */
+static inline const char *proc_bin_dir(void)
+{
+	const char *d = getenv("TB_BIN");
+
+	return d && *d ? d : "build/bin";
+}
+
+/* Starts bin_dir/prog with argv (NULL-terminated, argv[0] = prog), stdout
+ * and stderr to `out`.  Returns 0 or -1. */
+static inline int proc_start(proc_t *p, const char *out, char *const argv[])
+{
+	static int hooked;
+	posix_spawn_file_actions_t fa;
+	char path[512];
+	int rc;
+
+	if (!hooked) {
+		atexit(proc_kill_all);
+		hooked = 1;
+	}
+	memset(p, 0, sizeof(*p));
+	snprintf(p->out, sizeof(p->out), "%s", out);
+	snprintf(path, sizeof(path), "%s/%s", proc_bin_dir(), argv[0]);
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	rc = posix_spawn(&p->pid, path, &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (rc != 0) {
+		fprintf(stderr, "spawn %s: %s\n", path, strerror(rc));
+		return -1;
+	}
+	if (proc_n < PROC_MAX)
+		proc_all[proc_n++] = p;
+	return 0;
+}
+
+static inline uint64_t proc_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Waits up to `ms` for `p` to exit.  Returns its exit code, 128+signal if
+ * killed, or -1 on timeout (the process is then killed). */
+static inline int proc_wait(proc_t *p, uint64_t ms)
+{
+	uint64_t until = proc_now_ms() + ms;
+
+	while (!p->exited) {
+		pid_t r = waitpid(p->pid, &p->status, WNOHANG);
+
+		if (r == p->pid) {
+			p->exited = 1;
+			break;
+		}
+		if (proc_now_ms() > until) {
+			kill(p->pid, SIGKILL);
+			waitpid(p->pid, &p->status, 0);
+			p->exited = 1;
+			fprintf(stderr, "timeout: killed pid %d (%s)\n", (int)p->pid, p->out);
+			return -1;
+		}
+		usleep(10000);
+	}
+	if (WIFEXITED(p->status))
+		return WEXITSTATUS(p->status);
+	return 128 + WTERMSIG(p->status);
+}
+
+/* Reads the whole output file of `p` (malloc'd, NUL-terminated; never
+ * NULL: a test that cannot allocate a few KB aborts). */
+static inline char *proc_output(const proc_t *p)
+{
+	FILE *f = fopen(p->out, "r");
+	char *buf;
+	long n = 0;
+
+	if (f) {
+		fseek(f, 0, SEEK_END);
+		n = ftell(f);
+		fseek(f, 0, SEEK_SET);
+	}
+	buf = malloc((size_t)(n > 0 ? n : 0) + 1);
+	if (!buf)
+		abort();
+	if (!f) {
+		buf[0] = '\0';
+		return buf;
+	}
+	n = (long)fread(buf, 1, (size_t)n, f);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
+/* Copies the value of the last " key=" in `text` into `val`; returns 0 or -1. */
+static inline int proc_field(const char *text, const char *key, char *val, size_t len)
+{
+	char pat[64];
+	const char *p, *hit = NULL;
+	size_t n = 0;
+
+	snprintf(pat, sizeof(pat), " %s=", key);
+	for (p = strstr(text, pat); p; p = strstr(p + 1, pat))
+		hit = p;
+	if (!hit)
+		return -1;
+	hit += strlen(pat);
+	while (hit[n] && hit[n] != ' ' && hit[n] != '\n' && n + 1 < len) {
+		val[n] = hit[n];
+		n++;
+	}
+	val[n] = '\0';
+	return 0;
+}
+
+static inline uint64_t proc_field_u64(const char *text, const char *key)
+{
+	char v[64];
+
+	if (proc_field(text, key, v, sizeof(v)) != 0)
+		return UINT64_MAX;
+	return strtoull(v, NULL, 0);
+}
+
+#endif

@@ -1,0 +1,278 @@
+/*
+ * tb-subscribe - subscribes to a stream of tb-publish test messages, checks
+ * every payload and the order, and prints what it got: the count, the loss
+ * ranges it was told about, the running checksum, and the one-way latency
+ * distribution.  Used by `make demo`, the scenario tests and the benchmarks.
+ */
+#include "tickbus.h"
+
+#include "demo_msg.h"
+#include "hist.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LOSSES_SHOWN 16
+
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig) { (void)sig; stop = 1; }
+
+struct state {
+	uint64_t delivered, first, last, sum;
+	uint64_t order_errors, bad_payload, lost, laps, gaps, epochs;
+	uint64_t slow_ns;
+	tb_hist_t *lat;
+	char losses[LOSSES_SHOWN * 48];
+	int losses_shown;
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+"usage: tb-subscribe -c FILE -s STREAM [options]\n"
+"       tb-subscribe --shm PATH [options]\n"
+"Subscribes, verifies every tb-publish message and prints a summary line:\n"
+"  subscriber NAME: delivered=N first=F last=L order_errors=0 bad_payload=0\n"
+"    checksum=0x... laps=K gaps=G lost=M losses=A-B,... end=count|closed|\n"
+"    dead|timeout|signal\n"
+"options:\n"
+"  -c, --config FILE     stream configuration file (INI)\n"
+"  -s, --stream NAME     stream to read in that file\n"
+"      --shm PATH        read an shm stream at PATH without a file\n"
+"  -n, --count N         stop after the message with sequence N\n"
+"      --timeout-ms MS   give up after MS milliseconds (exit 4)\n"
+"      --slow-ns NS      spend NS ns on every message (a slow consumer)\n"
+"      --latency         print one-way latency percentiles\n"
+"      --hgrm FILE       write the latency distribution (.hgrm, in us)\n"
+"      --name NAME       label for the output (default: the pid)\n"
+"      --report          print a line per second\n"
+"  -h, --help            this text\n"
+"exit status: 0 complete, 1 error, 2 usage, 3 publisher died, 4 timeout\n");
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void on_msg(void *clientd, const tb_msg_t *m)
+{
+	struct state *s = clientd;
+
+	if (s->first == 0)
+		s->first = m->seq;
+	if (s->last && m->seq != s->last + 1)
+		s->order_errors++;
+	if (!tb_demo_check(m->data, m->len, m->seq))
+		s->bad_payload++;
+	s->sum = tb_demo_sum(s->sum, m->data, m->len, m->seq);
+	s->last = m->seq;
+	s->delivered++;
+	if (s->lat)
+		tb_hist_record(s->lat, (int64_t)(m->receive_ns - m->publish_ns));
+	if (s->slow_ns) {
+		uint64_t until = mono_ns() + s->slow_ns;
+
+		while (mono_ns() < until)
+			;
+	}
+}
+
+static void note_loss(struct state *s, tb_subscriber_t *sub, int laps)
+{
+	uint64_t a = 0, b = 0;
+	size_t n = strlen(s->losses);
+
+	if (tb_sub_loss(sub, &a, &b) != 0)
+		return;
+	s->lost += b - a + 1;
+	if (laps)
+		s->laps++;
+	else
+		s->gaps++;
+	/* The missing range must follow what was delivered, exactly. */
+	if (s->last && a != s->last + 1)
+		s->order_errors++;
+	s->last = b;
+	if (s->losses_shown++ < LOSSES_SHOWN)
+		snprintf(s->losses + n, sizeof(s->losses) - n, "%s%" PRIu64 "-%" PRIu64,
+			 n ? "," : "", a, b);
+}
+
+static int parse_u64(const char *str, uint64_t *out)
+{
+	char *end;
+
+	if (!str || !*str || *str == '-')
+		return -1;
+	*out = strtoull(str, &end, 10);
+	return *end ? -1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"config", required_argument, 0, 'c'},
+		{"stream", required_argument, 0, 's'},
+		{"shm", required_argument, 0, 'S'},
+		{"count", required_argument, 0, 'n'},
+		{"timeout-ms", required_argument, 0, 'T'},
+		{"slow-ns", required_argument, 0, 'W'},
+		{"latency", no_argument, 0, 'l'},
+		{"hgrm", required_argument, 0, 'H'},
+		{"name", required_argument, 0, 'N'},
+		{"report", no_argument, 0, 'P'},
+		{"help", no_argument, 0, 'h'},
+		{0, 0, 0, 0},
+	};
+	const char *config = NULL, *stream = NULL, *shm = NULL, *hgrm = NULL;
+	const char *end = "signal";
+	char name[64];
+	uint64_t count = 0, timeout_ms = 0, start, last_report, last_delivered = 0;
+	struct state s;
+	int latency = 0, report = 0, c, rc, status = 0;
+	tb_subscriber_t *sub;
+	tb_idle_t idle;
+
+	memset(&s, 0, sizeof(s));
+	snprintf(name, sizeof(name), "%d", (int)getpid());
+	while ((c = getopt_long(argc, argv, "c:s:n:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': config = optarg; break;
+		case 's': stream = optarg; break;
+		case 'S': shm = optarg; break;
+		case 'n': if (parse_u64(optarg, &count)) goto bad; break;
+		case 'T': if (parse_u64(optarg, &timeout_ms)) goto bad; break;
+		case 'W': if (parse_u64(optarg, &s.slow_ns)) goto bad; break;
+		case 'l': latency = 1; break;
+		case 'H': hgrm = optarg; latency = 1; break;
+		case 'N': snprintf(name, sizeof(name), "%s", optarg); break;
+		case 'P': report = 1; break;
+		case 'h': usage(stdout); return 0;
+		default: goto bad;
+		}
+	}
+	if (optind != argc || (!shm && (!config || !stream))) {
+bad:
+		usage(stderr);
+		return 2;
+	}
+
+	if (latency && tb_hist_init(&s.lat, 1, 60000000000ll, 3) < 0) {
+		fprintf(stderr, "tb-subscribe: %s\n", tb_errmsg());
+		return 1;
+	}
+	if (shm) {
+		tb_stream_cfg_t cfg;
+
+		tb_stream_cfg_init(&cfg);
+		snprintf(cfg.name, sizeof(cfg.name), "test");
+		cfg.id = 1;
+		cfg.transport = TB_TRANSPORT_SHM;
+		snprintf(cfg.shm_path, sizeof(cfg.shm_path), "%s", shm);
+		rc = tb_subscriber_open(&sub, &cfg);
+	} else {
+		rc = tb_subscriber_open_file(&sub, config, stream);
+	}
+	if (rc < 0) {
+		fprintf(stderr, "tb-subscribe: %s\n  (%s)\n", tb_errmsg(), tb_strerror(rc));
+		return 1;
+	}
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+
+	tb_idle_init(&idle, TB_IDLE_SPIN_YIELD);
+	start = last_report = mono_ns();
+	while (!stop) {
+		int n = tb_sub_poll(sub, on_msg, &s, 256);
+
+		if (n == TB_LAPPED || n == TB_GAP) {
+			note_loss(&s, sub, n == TB_LAPPED);
+		} else if (n == TB_NEW_EPOCH) {
+			s.epochs++;
+			s.first = s.last = 0;
+			s.delivered = 0;
+			s.sum = 0;
+		} else if (n == TB_CLOSED) {
+			end = "closed";
+			break;
+		} else if (n == TB_PUBLISHER_DEAD) {
+			end = "dead";
+			status = 3;
+			break;
+		} else if (n < 0 && n != TB_NOT_CONNECTED) {
+			fprintf(stderr, "tb-subscribe: poll: %s\n", tb_strerror(n));
+			end = "error";
+			status = 1;
+			break;
+		}
+		if (count && s.last >= count) {
+			end = "count";
+			break;
+		}
+		tb_idle_step(&idle, n > 0 ? n : 0);
+		if (n <= 0 && (timeout_ms || report)) {
+			uint64_t t = mono_ns();
+
+			if (timeout_ms && t - start > timeout_ms * 1000000ull) {
+				end = "timeout";
+				status = 4;
+				break;
+			}
+			if (report && t - last_report >= 1000000000ull) {
+				printf("subscriber %s: t=%.0fs delivered=%" PRIu64
+				       " rate=%.0f/s lost=%" PRIu64 "\n", name,
+				       (t - start) / 1e9, s.delivered,
+				       (s.delivered - last_delivered) * 1e9 /
+				       (double)(t - last_report), s.lost);
+				fflush(stdout);
+				last_report = t;
+				last_delivered = s.delivered;
+			}
+		}
+	}
+
+	printf("subscriber %s: delivered=%" PRIu64 " first=%" PRIu64 " last=%" PRIu64
+	       " order_errors=%" PRIu64 " bad_payload=%" PRIu64 " checksum=0x%016"
+	       PRIx64 " laps=%" PRIu64 " gaps=%" PRIu64 " lost=%" PRIu64
+	       " losses=%s epochs=%" PRIu64 " end=%s\n",
+	       name, s.delivered, s.first, s.last, s.order_errors, s.bad_payload,
+	       s.sum, s.laps, s.gaps, s.lost, s.losses[0] ? s.losses : "none",
+	       s.epochs, end);
+	if (s.lat && tb_hist_count(s.lat) > 0) {
+		printf("subscriber %s: latency_ns count=%" PRId64 " p50=%" PRId64
+		       " p90=%" PRId64 " p99=%" PRId64 " p99.9=%" PRId64
+		       " max=%" PRId64 "\n", name, tb_hist_count(s.lat),
+		       tb_hist_value_at_percentile(s.lat, 50),
+		       tb_hist_value_at_percentile(s.lat, 90),
+		       tb_hist_value_at_percentile(s.lat, 99),
+		       tb_hist_value_at_percentile(s.lat, 99.9),
+		       tb_hist_max(s.lat));
+	}
+	if (hgrm && s.lat) {
+		FILE *f = fopen(hgrm, "w");
+
+		if (!f || tb_hist_write_hgrm(s.lat, f, 1000.0, 0) < 0) {
+			fprintf(stderr, "tb-subscribe: cannot write %s\n", hgrm);
+			status = 1;
+		}
+		if (f)
+			fclose(f);
+	}
+	fflush(stdout);
+	if (s.order_errors || s.bad_payload)
+		status = 1;
+	tb_subscriber_close(sub);
+	tb_hist_free(s.lat);
+	return status;
+}
