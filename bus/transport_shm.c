@@ -20,15 +20,6 @@
 /* A reader idle for this long looks at the writer's liveness and the path. */
 #define TB_SHM_CHECK_NS 1000000ull
 
-static uint32_t max_frame_of(uint64_t ring_size)
-{
-	/* One frame may take at most an eighth of the ring, so a single large
-	 * message can never lap a reader that is keeping up. */
-	uint64_t m = ring_size / 8;
-
-	return m > TB_FRAME_MAX_LEN ? TB_FRAME_MAX_LEN : (uint32_t)m;
-}
-
 /* A beat from the future (clock skew between processes) counts as fresh. */
 static int beat_stale(const tb_shm_hdr_t *hdr, uint64_t now_ns, uint64_t limit_ns)
 {
@@ -138,7 +129,7 @@ int tb_shm_writer_open(tb_shm_writer_t *w, const tb_stream_cfg_t *cfg,
 	hdr->stream_id = cfg->id;
 	hdr->pid = (int32_t)getpid();
 	hdr->start_ns = tb_clock_now_ns();
-	hdr->max_frame = max_frame_of(cfg->ring_size);
+	hdr->max_frame = tb_ring_max_frame(cfg->ring_size);
 	snprintf(hdr->name, sizeof(hdr->name), "%s", cfg->name);
 	tb_store_relaxed(&hdr->tail_intent, 0);
 	tb_store_relaxed(&hdr->tail, 0);
@@ -156,10 +147,9 @@ int tb_shm_writer_open(tb_shm_writer_t *w, const tb_stream_cfg_t *cfg,
 		goto fail;
 	}
 	w->hdr = hdr;
-	w->ring = (uint8_t *)hdr + TB_SHM_HDR_SIZE;
-	w->mask = cfg->ring_size - 1;
-	w->max_frame = hdr->max_frame;
-	w->stream_id = cfg->id;
+	tb_ring_init(&w->tx.ring, (uint8_t *)hdr + TB_SHM_HDR_SIZE, cfg->ring_size,
+		     cfg->id, &hdr->tail_intent, &hdr->tail);
+	w->tx.ops = &tb_shm_tx_ops;
 	return 0;
 fail:
 	unlink(w->mem.path);
@@ -257,7 +247,7 @@ int tb_shm_reader_attach(tb_shm_reader_t *r, int from_start)
 	    hdr->ring_size < TB_SHM_RING_MIN || hdr->ring_size > TB_SHM_RING_MAX ||
 	    (hdr->ring_size & (hdr->ring_size - 1)) ||
 	    len < TB_SHM_HDR_SIZE + hdr->ring_size || /* hugetlbfs rounds up */
-	    hdr->max_frame != max_frame_of(hdr->ring_size) ||
+	    hdr->max_frame != tb_ring_max_frame(hdr->ring_size) ||
 	    hdr->stream_id != r->stream_id) {
 		int code = tb_err_set(TB_EFORMAT, "shm: %s is not a tickbus ring of "
 				      "stream %u (format version %u, this reader "
@@ -396,3 +386,89 @@ int tb_shm_reader_idle(tb_shm_reader_t *r, tb_seq_t *seq, tb_seq_range_t *loss,
 	}
 	return 0;
 }
+
+/* ------------------------------------------------------ transport ops */
+
+static int shm_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
+{
+	tb_shm_writer_t *w = calloc(1, sizeof(*w));
+	int rc;
+
+	if (!w)
+		return tb_err_set(TB_ENOMEM, "shm: out of memory");
+	rc = tb_shm_writer_open(w, cfg, epoch);
+	if (rc < 0) {
+		free(w);
+		return rc;
+	}
+	*out = &w->tx;
+	return 0;
+}
+
+static void shm_tx_beat(tb_tx_t *tx, uint64_t now_ns, uint64_t last_seq)
+{
+	(void)last_seq;
+	tb_shm_writer_beat((tb_shm_writer_t *)tx, now_ns);
+}
+
+static void shm_tx_close(tb_tx_t *tx, uint64_t final_seq)
+{
+	tb_shm_writer_close((tb_shm_writer_t *)tx, final_seq, 0);
+	free(tx);
+}
+
+/* Committing into the shared ring is publishing: no room check (the writer
+ * never waits for readers) and nothing to send. */
+const tb_tx_ops_t tb_shm_tx_ops = {
+	.name = "shm",
+	.open = shm_tx_open,
+	.room = NULL,
+	.send = NULL,
+	.flush = NULL,
+	.beat = shm_tx_beat,
+	.close = shm_tx_close,
+};
+
+static int shm_rx_open(tb_rx_t **out, const tb_stream_cfg_t *cfg)
+{
+	tb_shm_reader_t *r = calloc(1, sizeof(*r));
+	int rc;
+
+	if (!r)
+		return tb_err_set(TB_ENOMEM, "shm: out of memory");
+	rc = tb_shm_reader_open(r, cfg);
+	if (rc < 0) {
+		tb_shm_reader_close(r);
+		free(r);
+		return rc;
+	}
+	r->rx.ops = &tb_shm_rx_ops;
+	*out = &r->rx;
+	return 0;
+}
+
+static int shm_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
+		       tb_handler_t handler, void *clientd, int limit)
+{
+	return tb_shm_reader_poll((tb_shm_reader_t *)rx, seq, loss, handler,
+				  clientd, limit);
+}
+
+static uint64_t shm_rx_epoch(const tb_rx_t *rx)
+{
+	return ((const tb_shm_reader_t *)rx)->epoch;
+}
+
+static void shm_rx_close(tb_rx_t *rx)
+{
+	tb_shm_reader_close((tb_shm_reader_t *)rx);
+	free(rx);
+}
+
+const tb_rx_ops_t tb_shm_rx_ops = {
+	.name = "shm",
+	.open = shm_rx_open,
+	.poll = shm_rx_poll,
+	.epoch = shm_rx_epoch,
+	.close = shm_rx_close,
+};

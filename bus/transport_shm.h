@@ -46,6 +46,7 @@
 #include "clock.h"
 #include "frame.h"
 #include "mem.h"
+#include "transport.h"
 #include "seq.h"
 #include "tickbus.h"
 
@@ -112,18 +113,13 @@ _Static_assert(sizeof(tb_shm_hdr_t) == TB_SHM_HDR_SIZE, "shm layout");
 /* ------------------------------------------------------------------ writer */
 
 typedef struct tb_shm_writer {
+	tb_tx_t tx;             /* first: the ring, over the shared file */
 	tb_shm_hdr_t *hdr;
-	uint8_t *ring;
-	uint64_t mask;
-	uint64_t tail;         /* writer's copy of hdr->tail */
-	uint64_t claim_tail;   /* tail after the open claim, 0 if none */
-	uint32_t max_frame;
-	uint32_t stream_id;
 	tb_mem_t mem;           /* the mapping, its page size and node */
 	char path[TB_PATH_MAX]; /* where the ring file lives */
 } tb_shm_writer_t;
 
-/* Creates a new ring file for `cfg` and renames it over cfg->shm_path.
+/* Creates a new ring file for `cfg` and renames it over its shm path.
  * Fails with TB_EBUSY if a live publisher owns the path. */
 int tb_shm_writer_open(tb_shm_writer_t *w, const tb_stream_cfg_t *cfg,
 		       uint64_t epoch);
@@ -132,52 +128,6 @@ int tb_shm_writer_open(tb_shm_writer_t *w, const tb_stream_cfg_t *cfg,
 void tb_shm_writer_close(tb_shm_writer_t *w, uint64_t final_seq, int unlink);
 /* Stores a heartbeat; called from the publisher's heartbeat thread. */
 void tb_shm_writer_beat(tb_shm_writer_t *w, uint64_t now_ns);
-
-/*
- * Reserves a frame for `payload_len` bytes; returns its header, or NULL if
- * the frame would exceed max_frame.  Pads the end of the ring first when the
- * frame would straddle it.  The caller fills the header and payload, then
- * calls tb_shm_writer_commit.  Hot path: no allocation, lock or system call.
- */
-static inline tb_frame_hdr_t *tb_shm_writer_claim(tb_shm_writer_t *w,
-						  uint32_t payload_len,
-						  uint64_t next_seq)
-{
-	uint32_t space = tb_frame_space(payload_len + TB_FRAME_HDR_LEN);
-	uint64_t pos = w->tail;
-	uint64_t off = pos & w->mask;
-	uint64_t pad = 0;
-
-	if (tb_unlikely(payload_len > w->max_frame - TB_FRAME_HDR_LEN))
-		return NULL;
-	if (tb_unlikely(off + space > w->mask + 1))
-		pad = w->mask + 1 - off;
-	w->claim_tail = pos + pad + space;
-	tb_store_relaxed(&w->hdr->tail_intent, w->claim_tail);
-	tb_fence_release(); /* R0: intent visible before any byte is written */
-	if (pad) {
-		tb_frame_init_pad((tb_frame_hdr_t *)(w->ring + off),
-				  (uint32_t)pad, w->stream_id, next_seq);
-		off = 0;
-	}
-	return (tb_frame_hdr_t *)(w->ring + off);
-}
-
-/* Publishes the claimed frame.  Hot path. */
-static inline void tb_shm_writer_commit(tb_shm_writer_t *w)
-{
-	w->tail = w->claim_tail;
-	w->claim_tail = 0;
-	tb_store_release(&w->hdr->tail, w->tail); /* R1 */
-}
-
-/* Gives the claimed space back.  Bytes already padded stay padded, which
- * readers skip.  Hot path. */
-static inline void tb_shm_writer_abort(tb_shm_writer_t *w)
-{
-	w->claim_tail = 0;
-	tb_store_relaxed(&w->hdr->tail_intent, w->tail);
-}
 
 /* ------------------------------------------------------------------ reader */
 
@@ -188,6 +138,7 @@ typedef enum tb_shm_reader_state {
 } tb_shm_reader_state_t;
 
 typedef struct tb_shm_reader {
+	tb_rx_t rx;            /* first: the transport interface */
 	const tb_shm_hdr_t *hdr;
 	const uint8_t *ring;
 	uint64_t mask;

@@ -2,10 +2,12 @@
  * publisher.c - the publishing end of a stream.
  *
  * A publisher numbers messages 1, 2, 3, ... within its epoch (a fresh 64-bit
- * value on every open) and hands each frame to its transport.  The offer and
- * claim/commit paths are one straight line per transport: reserve a frame,
- * fill the header, copy or let the caller fill the payload, publish.  They do
- * not allocate, lock or make system calls.
+ * value on every open) and writes each frame into its transport's ring
+ * (transport.h).  The offer and claim/commit paths are one straight line for
+ * every transport: ask for room (back-pressure), reserve a frame, fill the
+ * header, copy or let the caller fill the payload, commit, and let the
+ * transport send what was committed.  They do not allocate, lock or make
+ * system calls.
  *
  * A background thread beats the stream's heartbeat every heartbeat_ms, so
  * subscribers can tell a quiet publisher from a dead one.
@@ -16,7 +18,7 @@
 #include "counters.h"
 #include "error.h"
 #include "frame.h"
-#include "transport_shm.h"
+#include "transport.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -27,7 +29,10 @@
 
 struct tb_publisher {
 	/* Hot: touched on every offer. */
-	tb_shm_writer_t shm;
+	tb_tx_t *tx;
+	tb_ring_t *ring;           /* &tx->ring */
+	int (*room)(tb_tx_t *tx, uint64_t new_tail);
+	int (*send)(tb_tx_t *tx, uint64_t from, uint64_t to);
 	uint64_t next_seq;
 	uint32_t stream_id;
 	int claim_open;
@@ -52,7 +57,7 @@ static void *beat_main(void *arg)
 
 	pthread_mutex_lock(&p->beat_lock);
 	while (!p->beat_stop) {
-		tb_shm_writer_beat(&p->shm, tb_clock_now_ns());
+		p->tx->ops->beat(p->tx, tb_clock_now_ns(), p->next_seq - 1);
 		clock_gettime(CLOCK_MONOTONIC, &until);
 		until.tv_nsec += (long)(p->cfg.heartbeat_ms % 1000) * 1000000L;
 		until.tv_sec += p->cfg.heartbeat_ms / 1000 + until.tv_nsec / 1000000000L;
@@ -108,6 +113,7 @@ static uint64_t new_epoch(void)
 
 int tb_publisher_open(tb_publisher_t **out, const tb_stream_cfg_t *cfg)
 {
+	const tb_tx_ops_t *ops;
 	tb_publisher_t *p;
 	int rc;
 
@@ -115,10 +121,12 @@ int tb_publisher_open(tb_publisher_t **out, const tb_stream_cfg_t *cfg)
 	rc = tb_stream_cfg_validate(cfg);
 	if (rc < 0)
 		return tb_err_prepend(rc, "tb_publisher_open");
-	if (cfg->transport != TB_TRANSPORT_SHM)
-		return tb_err_set(TB_ENOTSUP, "tb_publisher_open: stream '%s': this "
-				  "build carries the shm transport only", cfg->name);
-	if (cfg->slow_consumer == TB_SLOW_BACKPRESSURE)
+	ops = tb_tx_ops_for(cfg->transport);
+	if (!ops)
+		return tb_err_prepend(TB_ENOTSUP, "tb_publisher_open: stream '%s'",
+				      cfg->name);
+	if (cfg->transport == TB_TRANSPORT_SHM &&
+	    cfg->slow_consumer == TB_SLOW_BACKPRESSURE)
 		return tb_err_set(TB_ENOTSUP, "tb_publisher_open: stream '%s': shm "
 				  "never waits for readers; use slow_consumer = lap",
 				  cfg->name);
@@ -129,19 +137,23 @@ int tb_publisher_open(tb_publisher_t **out, const tb_stream_cfg_t *cfg)
 	p->stream_id = cfg->id;
 	p->next_seq = 1;
 	p->epoch = new_epoch();
-	p->ctr = tb_counters_add_stream(cfg->id, cfg->name, TB_ROLE_PUBLISHER, "shm");
+	p->ctr = tb_counters_add_stream(cfg->id, cfg->name, TB_ROLE_PUBLISHER,
+					ops->name);
 	if (!p->ctr) {
 		tb_warn("stream '%s': counters not shared (%s)", cfg->name, tb_errmsg());
 		p->ctr = &p->own_ctr;
 	}
 	if (cfg->publisher_core >= 0 && (rc = tb_thread_pin(cfg->publisher_core)) < 0)
 		goto fail;
-	rc = tb_shm_writer_open(&p->shm, cfg, p->epoch);
+	rc = ops->open(&p->tx, cfg, p->epoch);
 	if (rc < 0)
 		goto fail;
+	p->ring = &p->tx->ring;
+	p->room = ops->room;
+	p->send = ops->send;
 	rc = start_beat(p);
 	if (rc < 0) {
-		tb_shm_writer_close(&p->shm, 0, 1);
+		ops->close(p->tx, 0);
 		goto fail;
 	}
 	*out = p;
@@ -175,74 +187,111 @@ int tb_publisher_close(tb_publisher_t *p)
 	if (!p)
 		return 0;
 	stop_beat(p);
-	tb_shm_writer_close(&p->shm, p->next_seq - 1, 0);
+	if (p->tx->ops->flush)
+		p->tx->ops->flush(p->tx);
+	p->tx->ops->close(p->tx, p->next_seq - 1);
 	if (p->ctr != &p->own_ctr)
 		tb_counters_remove_stream(p->ctr);
 	free(p);
 	return 0;
 }
 
+/* Reserves the next frame, after asking the transport for room. */
+static inline tb_frame_hdr_t *claim(tb_publisher_t *p, uint32_t len, int *rc)
+{
+	if (p->room) {
+		uint64_t span = tb_ring_claim_span(p->ring, len);
+
+		if (tb_unlikely(span == 0)) {
+			*rc = TB_EMSGSIZE;
+			return NULL;
+		}
+		*rc = p->room(p->tx, p->ring->tail + span);
+		if (tb_unlikely(*rc < 0)) {
+			if (*rc == TB_BACK_PRESSURED)
+				tb_counter_inc(p->ctr, TB_CTR_BACK_PRESSURED);
+			return NULL;
+		}
+	}
+	*rc = TB_EMSGSIZE;
+	return tb_ring_claim(p->ring, len, p->next_seq);
+}
+
+/* Commits the claimed frame, hands it to the transport, counts it. */
+static inline int64_t publish(tb_publisher_t *p)
+{
+	uint64_t from = p->ring->tail;
+
+	tb_ring_commit(p->ring);
+	if (p->send) {
+		int rc = p->send(p->tx, from, p->ring->tail);
+
+		if (tb_unlikely(rc < 0))
+			tb_counter_inc(p->ctr, TB_CTR_ERRORS);
+	}
+	tb_counter_inc(p->ctr, TB_CTR_PUBLISHED);
+	return (int64_t)p->next_seq++;
+}
+
 int64_t tb_pub_offer(tb_publisher_t *p, uint16_t template_id, const void *buf,
 		     uint32_t len)
 {
 	tb_frame_hdr_t *f;
+	int rc;
 
 	/* Hot path: no allocation, lock or system call. */
 	if (tb_unlikely(p->claim_open))
 		return TB_ESTATE;
-	f = tb_shm_writer_claim(&p->shm, len, p->next_seq);
+	f = claim(p, len, &rc);
 	if (tb_unlikely(!f))
-		return TB_EMSGSIZE;
+		return rc;
 	tb_frame_init(f, len, template_id, p->stream_id, p->next_seq,
 		      tb_clock_now_ns_inline());
 	memcpy(tb_frame_payload(f), buf, len);
-	tb_shm_writer_commit(&p->shm);
-	tb_counter_inc(p->ctr, TB_CTR_PUBLISHED);
-	return (int64_t)p->next_seq++;
+	return publish(p);
 }
 
 int tb_pub_claim(tb_publisher_t *p, uint16_t template_id, uint32_t len,
-		 tb_claim_t *claim)
+		 tb_claim_t *claimed)
 {
 	tb_frame_hdr_t *f;
+	int rc;
 
 	/* Hot path. */
 	if (tb_unlikely(p->claim_open))
 		return TB_ESTATE;
-	f = tb_shm_writer_claim(&p->shm, len, p->next_seq);
+	f = claim(p, len, &rc);
 	if (tb_unlikely(!f))
-		return TB_EMSGSIZE;
+		return rc;
 	p->claim_open = 1;
 	p->claim_template = template_id;
-	claim->data = tb_frame_payload(f);
-	claim->len = len;
-	claim->seq = p->next_seq;
-	claim->frame_ = f;
+	claimed->data = tb_frame_payload(f);
+	claimed->len = len;
+	claimed->seq = p->next_seq;
+	claimed->frame_ = f;
 	return 0;
 }
 
-int64_t tb_pub_commit(tb_publisher_t *p, tb_claim_t *claim)
+int64_t tb_pub_commit(tb_publisher_t *p, tb_claim_t *claimed)
 {
 	/* Hot path.  The header is written last, with the publish time of the
 	 * commit, so the timestamp covers the caller's fill too. */
-	if (tb_unlikely(!p->claim_open || claim->seq != p->next_seq))
+	if (tb_unlikely(!p->claim_open || claimed->seq != p->next_seq))
 		return TB_ESTATE;
-	tb_frame_init(claim->frame_, claim->len, p->claim_template, p->stream_id,
-		      claim->seq, tb_clock_now_ns_inline());
-	tb_shm_writer_commit(&p->shm);
-	tb_counter_inc(p->ctr, TB_CTR_PUBLISHED);
+	tb_frame_init(claimed->frame_, claimed->len, p->claim_template,
+		      p->stream_id, claimed->seq, tb_clock_now_ns_inline());
 	p->claim_open = 0;
-	claim->frame_ = NULL;
-	return (int64_t)p->next_seq++;
+	claimed->frame_ = NULL;
+	return publish(p);
 }
 
-int tb_pub_abort(tb_publisher_t *p, tb_claim_t *claim)
+int tb_pub_abort(tb_publisher_t *p, tb_claim_t *claimed)
 {
-	if (!p->claim_open || claim->seq != p->next_seq)
+	if (!p->claim_open || claimed->seq != p->next_seq)
 		return TB_ESTATE;
-	tb_shm_writer_abort(&p->shm);
+	tb_ring_abort(p->ring);
 	p->claim_open = 0;
-	claim->frame_ = NULL;
+	claimed->frame_ = NULL;
 	return 0;
 }
 

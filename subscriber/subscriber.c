@@ -11,12 +11,12 @@
 #include "counters.h"
 #include "error.h"
 #include "seq.h"
-#include "transport_shm.h"
+#include "transport.h"
 
 #include <stdlib.h>
 
 struct tb_subscriber {
-	tb_shm_reader_t shm;
+	tb_rx_t *rx;
 	tb_seq_t seq;
 	tb_seq_range_t loss;
 	int has_loss;
@@ -27,6 +27,7 @@ struct tb_subscriber {
 
 int tb_subscriber_open(tb_subscriber_t **out, const tb_stream_cfg_t *cfg)
 {
+	const tb_rx_ops_t *ops;
 	tb_subscriber_t *s;
 	int rc;
 
@@ -34,28 +35,29 @@ int tb_subscriber_open(tb_subscriber_t **out, const tb_stream_cfg_t *cfg)
 	rc = tb_stream_cfg_validate(cfg);
 	if (rc < 0)
 		return tb_err_prepend(rc, "tb_subscriber_open");
-	if (cfg->transport != TB_TRANSPORT_SHM)
-		return tb_err_set(TB_ENOTSUP, "tb_subscriber_open: stream '%s': this "
-				  "build carries the shm transport only", cfg->name);
+	ops = tb_rx_ops_for(cfg->transport);
+	if (!ops)
+		return tb_err_prepend(TB_ENOTSUP, "tb_subscriber_open: stream '%s'",
+				      cfg->name);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return tb_err_set(TB_ENOMEM, "tb_subscriber_open: out of memory");
 	s->cfg = *cfg;
 	tb_seq_init(&s->seq, 0);
-	s->ctr = tb_counters_add_stream(cfg->id, cfg->name, TB_ROLE_SUBSCRIBER, "shm");
+	s->ctr = tb_counters_add_stream(cfg->id, cfg->name, TB_ROLE_SUBSCRIBER,
+					ops->name);
 	if (!s->ctr) {
 		tb_warn("stream '%s': counters not shared (%s)", cfg->name, tb_errmsg());
 		s->ctr = &s->own_ctr;
 	}
 	if (cfg->subscriber_core >= 0 && (rc = tb_thread_pin(cfg->subscriber_core)) < 0)
 		goto fail;
-	rc = tb_shm_reader_open(&s->shm, cfg);
+	rc = ops->open(&s->rx, cfg);
 	if (rc < 0)
 		goto fail;
 	*out = s;
 	return 0;
 fail:
-	tb_shm_reader_close(&s->shm);
 	if (s->ctr != &s->own_ctr)
 		tb_counters_remove_stream(s->ctr);
 	free(s);
@@ -83,7 +85,7 @@ int tb_subscriber_close(tb_subscriber_t *s)
 {
 	if (!s)
 		return 0;
-	tb_shm_reader_close(&s->shm);
+	s->rx->ops->close(s->rx);
 	if (s->ctr != &s->own_ctr)
 		tb_counters_remove_stream(s->ctr);
 	free(s);
@@ -93,9 +95,8 @@ int tb_subscriber_close(tb_subscriber_t *s)
 int tb_sub_poll(tb_subscriber_t *s, tb_handler_t handler, void *clientd,
 		int limit)
 {
-	/* Hot path: see tb_shm_reader_poll. */
-	int n = tb_shm_reader_poll(&s->shm, &s->seq, &s->loss, handler, clientd,
-				   limit);
+	/* Hot path: one indirect call per poll, not per message. */
+	int n = s->rx->ops->poll(s->rx, &s->seq, &s->loss, handler, clientd, limit);
 
 	if (tb_likely(n > 0)) {
 		tb_counter_add(s->ctr, TB_CTR_DELIVERED, (uint64_t)n);
@@ -115,6 +116,6 @@ int tb_sub_loss(const tb_subscriber_t *s, uint64_t *first, uint64_t *last)
 	return 0;
 }
 
-uint64_t tb_sub_epoch(const tb_subscriber_t *s) { return s->shm.epoch; }
+uint64_t tb_sub_epoch(const tb_subscriber_t *s) { return s->rx->ops->epoch(s->rx); }
 
 uint64_t tb_sub_next_seq(const tb_subscriber_t *s) { return s->seq.expected; }

@@ -153,22 +153,23 @@ static void frames_never_straddle_the_end(void **state)
 	assert_int_equal(tb_shm_writer_open(&w, &cfg, 1), 0);
 	for (i = 1; i <= 5000; i++) {
 		uint32_t len = (uint32_t)((i * 53) % 900);
-		uint64_t before = w.tail;
-		tb_frame_hdr_t *f = tb_shm_writer_claim(&w, len, i);
-		uint64_t off = (uint64_t)((uint8_t *)f - w.ring);
+		tb_ring_t *r = &w.tx.ring;
+		uint64_t before = r->tail;
+		tb_frame_hdr_t *f = tb_ring_claim(r, len, i);
+		uint64_t off = (uint64_t)((uint8_t *)f - r->base);
 
 		assert_non_null(f);
-		assert_true(off + tb_frame_space(len + TB_FRAME_HDR_LEN) <= w.mask + 1);
-		if ((before & w.mask) != off) { /* padded: check the pad frame */
-			tb_frame_hdr_t *pad = (tb_frame_hdr_t *)(w.ring + (before & w.mask));
+		assert_true(off + tb_frame_space(len + TB_FRAME_HDR_LEN) <= r->mask + 1);
+		if ((before & r->mask) != off) { /* padded: check the pad frame */
+			tb_frame_hdr_t *pad = tb_ring_at(r, before);
 
 			assert_int_equal(off, 0);
 			assert_int_equal(pad->type, TB_FRAME_PAD);
-			assert_int_equal(pad->length, w.mask + 1 - (before & w.mask));
+			assert_int_equal(pad->length, r->mask + 1 - (before & r->mask));
 			assert_int_equal(pad->seq, i);
 		}
 		tb_frame_init(f, len, 1, 9, i, 0);
-		tb_shm_writer_commit(&w);
+		tb_ring_commit(r);
 	}
 	tb_shm_writer_close(&w, 5000, 1);
 }

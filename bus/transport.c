@@ -1,0 +1,42 @@
+/*
+ * transport.c - maps a configured transport to its implementation.
+ */
+#include "transport.h"
+
+#include "config.h"
+#include "error.h"
+
+#include <stddef.h>
+
+static const struct {
+	const tb_tx_ops_t *tx;
+	const tb_rx_ops_t *rx;
+} table[] = {
+	[TB_TRANSPORT_SHM] = {&tb_shm_tx_ops, &tb_shm_rx_ops},
+	[TB_TRANSPORT_RC] = {NULL, NULL},
+	[TB_TRANSPORT_UD] = {NULL, NULL},
+	[TB_TRANSPORT_UDP] = {NULL, NULL},
+};
+
+static int known(tb_transport_t t)
+{
+	return (unsigned)t < sizeof(table) / sizeof(table[0]) && table[t].tx;
+}
+
+const tb_tx_ops_t *tb_tx_ops_for(tb_transport_t t)
+{
+	if (known(t))
+		return table[t].tx;
+	tb_err_set(TB_ENOTSUP, "transport '%s' is not in this build",
+		   tb_config_transport_name(t));
+	return NULL;
+}
+
+const tb_rx_ops_t *tb_rx_ops_for(tb_transport_t t)
+{
+	if (known(t))
+		return table[t].rx;
+	tb_err_set(TB_ENOTSUP, "transport '%s' is not in this build",
+		   tb_config_transport_name(t));
+	return NULL;
+}
