@@ -25,7 +25,7 @@
 #   tests/unit/test_*.c tests/scenario/test_*.c   $(BUILD)/tests/test_*
 #   tests/bench/bench_*.c                  $(BUILD)/bench/bench_*
 #   examples/*.c                           $(BUILD)/examples/*
-#   tools/*/*.mk                           fragments that add to ALL_TARGETS
+#   tools/*/*.mk schema/*.mk                 fragments that add to ALL_TARGETS
 #                                          and TEST_BINS (softrdma)
 
 SAN ?= 0
@@ -80,7 +80,7 @@ ALL_TARGETS := $(STATIC_LIB) $(SHARED_LIB) $(PROGS) $(TESTS) $(BENCHES) \
 	$(EXAMPLES) $(BUILD)/cxx_header_check
 TEST_BINS := $(TESTS)
 
--include $(wildcard tools/*/*.mk)
+-include $(wildcard tools/*/*.mk schema/*.mk)
 
 .PHONY: all deps test demo bench install clean check-deps
 .DEFAULT_GOAL := all
