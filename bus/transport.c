@@ -13,7 +13,7 @@ static const struct {
 	const tb_rx_ops_t *rx;
 } table[] = {
 	[TB_TRANSPORT_SHM] = {&tb_shm_tx_ops, &tb_shm_rx_ops},
-	[TB_TRANSPORT_RC] = {NULL, NULL},
+	[TB_TRANSPORT_RC] = {&tb_rc_tx_ops, &tb_rc_rx_ops},
 	[TB_TRANSPORT_UD] = {NULL, NULL},
 	[TB_TRANSPORT_UDP] = {NULL, NULL},
 };

@@ -83,5 +83,7 @@ const tb_rx_ops_t *tb_rx_ops_for(tb_transport_t t);
 
 extern const tb_tx_ops_t tb_shm_tx_ops;
 extern const tb_rx_ops_t tb_shm_rx_ops;
+extern const tb_tx_ops_t tb_rc_tx_ops;
+extern const tb_rx_ops_t tb_rc_rx_ops;
 
 #endif

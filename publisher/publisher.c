@@ -149,8 +149,9 @@ int tb_publisher_open(tb_publisher_t **out, const tb_stream_cfg_t *cfg)
 	if (rc < 0)
 		goto fail;
 	p->ring = &p->tx->ring;
-	p->room = ops->room;
-	p->send = ops->send;
+	/* The transport may choose its ops per stream (rc: back-pressure). */
+	p->room = p->tx->ops->room;
+	p->send = p->tx->ops->send;
 	rc = start_beat(p);
 	if (rc < 0) {
 		ops->close(p->tx, 0);
