@@ -1101,6 +1101,7 @@ typedef struct rc_rx {
 	uint32_t credit_rkey;
 	uint64_t cposted, ccompleted, clast_signal;
 	int wc_n, wc_i;
+	_Atomic int cq_broken;      /* overrun: remade before the next session */
 	uint32_t idle_polls;
 	uint64_t epoch;
 	uint64_t seen_gen;
@@ -1292,6 +1293,21 @@ static void *rx_ctl_main(void *arg)
 				usleep(CTL_TICK_MS * 1000);
 				continue;
 			}
+			if (atomic_load(&r->cq_broken)) {
+				struct ibv_cq *cq = ibv_create_cq(r->dev.ctx,
+					(int)(TB_RC_RECV_DEPTH + SUB_SQ_DEPTH) * 2,
+					NULL, NULL, 0);
+
+				if (!cq) {
+					usleep(100 * 1000);
+					continue;
+				}
+				tb_warn("stream '%s': completion queue overrun; "
+					"reconnecting on a new one", r->cfg.name);
+				ibv_destroy_cq(r->cq);
+				r->cq = cq;
+				atomic_store(&r->cq_broken, 0);
+			}
 			rc = session_open(r);
 			if (rc == TB_EAUTH)
 				atomic_store(&r->ctl_state, CTL_REJECTED);
@@ -1473,6 +1489,9 @@ static void rx_credit(rc_rx_t *r)
 	struct ibv_send_wr wr, *bad;
 	uint64_t value;
 
+	if (tb_unlikely(atomic_load_explicit(&r->ctl_state, memory_order_relaxed) ==
+			CTL_CLOSED))
+		return;   /* the publisher is gone: nobody reads credits */
 	if (r->recv_owed) {
 		if (post_recvs(r, r->qp, r->recv_owed) < 0)
 			return;
@@ -1545,6 +1564,9 @@ static int rx_other_wc(rc_rx_t *r, const struct ibv_wc *wc)
 			r->ccompleted = wc->wr_id;
 		return 0;
 	}
+	if (atomic_load(&r->ctl_state) == CTL_CLOSED)
+		return 0;   /* a credit the closed publisher never took, and
+			     * the receives flushed after it */
 	if (r->ctr)
 		tb_counter_inc(r->ctr, TB_CTR_ERRORS);
 	atomic_store(&r->ctl_state, CTL_LOST);
@@ -1573,6 +1595,13 @@ static int rc_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 		r->wc_i = 0;
 		r->wc_n = ibv_poll_cq(r->cq, CQ_BATCH, r->wc);
 		if (tb_unlikely(r->wc_n <= 0)) {
+			if (r->wc_n < 0) {
+				/* The CQ is in error (overrun): completions were
+				 * lost.  A new session on a new CQ follows, and
+				 * the frames missed show as a lap. */
+				atomic_store(&r->cq_broken, 1);
+				atomic_store(&r->ctl_state, CTL_LOST);
+			}
 			r->wc_n = 0;
 			return rx_idle(r, seq, loss);
 		}

@@ -211,7 +211,8 @@ bad:
 			status = 3;
 			break;
 		} else if (n < 0 && n != TB_NOT_CONNECTED) {
-			fprintf(stderr, "tb-subscribe: poll: %s\n", tb_strerror(n));
+			fprintf(stderr, "tb-subscribe: poll: %s: %s\n",
+				tb_strerror(n), tb_errmsg());
 			end = "error";
 			status = 1;
 			break;
