@@ -352,7 +352,14 @@ static int ctl_read(int fd, ctl_in_t *in, tb_ctl_msg_t *m)
 extern const tb_tx_ops_t tb_rc_bp_tx_ops;
 
 typedef struct rc_sub {
-	/* Hot: read by the publishing thread for every frame. */
+	/* Hot: read by the publishing thread for every frame.  The work
+	 * requests are templates filled once at subscribe, so a frame costs
+	 * a handful of stores, not a zeroed 128-byte struct. */
+	struct ibv_send_wr wr;     /* the frame's WRITE_WITH_IMM */
+	struct ibv_sge sge;
+	struct ibv_send_wr pad_wr; /* the padding WRITE before a wrap */
+	struct ibv_sge pad_sge;
+	tb_frame_hdr_t pad_hdr;
 	struct ibv_qp *qp;
 	struct ibv_cq *cq;
 	uint64_t raddr;
@@ -432,7 +439,7 @@ typedef struct rc_tx {
  * exits (a QSBR registry must not hold a dead thread). */
 static pthread_key_t rcu_key;
 static pthread_once_t rcu_key_once = PTHREAD_ONCE_INIT;
-static __thread int rcu_registered;
+static __thread int rcu_registered __attribute__((tls_model("initial-exec")));
 
 static void rcu_thread_gone(void *arg)
 {
@@ -513,13 +520,7 @@ static inline int sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
 	uint32_t space = tb_frame_space(f->length);
 	uint64_t off = s->wpos & s->rmask;
 	uint64_t pad = off + space > s->rmask + 1 ? s->rmask + 1 - off : 0;
-	tb_frame_hdr_t pad_hdr;
-	struct ibv_sge pad_sge = {.addr = (uintptr_t)&pad_hdr,
-				  .length = TB_FRAME_HDR_LEN};
-	struct ibv_sge sge = {.addr = (uintptr_t)f, .length = f->length,
-			      .lkey = t->lkey};
-	struct ibv_send_wr wr[2], *bad;
-	struct ibv_send_wr *w = &wr[1];
+	struct ibv_send_wr *w = &s->wr, *bad;
 	unsigned nwr = 1;
 
 	if (tb_unlikely(s->posted - s->completed + 2 > TB_RC_SQ_DEPTH ||
@@ -539,31 +540,26 @@ static inline int sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
 	}
 	if (tb_unlikely(!sub_has_room(s, pad + space)))
 		goto skip;
+	(void)t;
 	if (tb_unlikely(pad)) {
-		tb_frame_init_pad(&pad_hdr, (uint32_t)pad, f->stream_id, f->seq);
-		/* Inline data is copied at post time: the stack will do. */
-		wr[0] = (struct ibv_send_wr){
-			.next = &wr[1], .sg_list = &pad_sge, .num_sge = 1,
-			.opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_INLINE,
-			.wr.rdma = {.remote_addr = s->raddr + off, .rkey = s->rkey},
-		};
-		w = &wr[0];
+		/* Inline: copied at post time, so one header serves all. */
+		tb_frame_init_pad(&s->pad_hdr, (uint32_t)pad, f->stream_id, f->seq);
+		s->pad_wr.wr.rdma.remote_addr = s->raddr + off;
+		w = &s->pad_wr;
 		nwr = 2;
 		off = 0;
 	}
-	wr[1] = (struct ibv_send_wr){
-		.sg_list = &sge, .num_sge = 1,
-		.opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
-		.imm_data = htobe32(tb_rc_imm(off, f->seq)),
-		.send_flags = f->length <= s->max_inline ? IBV_SEND_INLINE : 0,
-		.wr.rdma = {.remote_addr = s->raddr + off, .rkey = s->rkey},
-	};
+	s->sge.addr = (uintptr_t)f;
+	s->sge.length = f->length;
+	s->wr.imm_data = htobe32(tb_rc_imm(off, f->seq));
+	s->wr.wr.rdma.remote_addr = s->raddr + off;
+	s->wr.send_flags = f->length <= s->max_inline ? IBV_SEND_INLINE : 0;
 	if (s->posted + nwr - s->last_signal >= TB_RC_SIGNAL_EVERY) {
-		wr[1].send_flags |= IBV_SEND_SIGNALED;
-		wr[1].wr_id = s->posted + nwr;
+		s->wr.send_flags |= IBV_SEND_SIGNALED;
+		s->wr.wr_id = s->posted + nwr;
 		s->last_signal = s->posted + nwr;
-		s->sig[s->sig_head++ & 31].wr_id = wr[1].wr_id;
-		s->sig[(s->sig_head - 1) & 31].pos_end = pos + tb_frame_space(f->length);
+		s->sig[s->sig_head & 31].wr_id = s->wr.wr_id;
+		s->sig[s->sig_head++ & 31].pos_end = pos + space;
 	}
 	if (s->posted == s->completed)
 		s->pin = pos;
@@ -764,6 +760,16 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 							  : TB_RC_INLINE;
 	s->raddr = m->ring_addr;
 	s->rkey = m->rkey;
+	s->sge.lkey = t->lkey;
+	s->wr = (struct ibv_send_wr){.sg_list = &s->sge, .num_sge = 1,
+				     .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+				     .wr.rdma.rkey = m->rkey};
+	s->pad_sge = (struct ibv_sge){.addr = (uintptr_t)&s->pad_hdr,
+				      .length = TB_FRAME_HDR_LEN};
+	s->pad_wr = (struct ibv_send_wr){.next = &s->wr, .sg_list = &s->pad_sge,
+					 .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+					 .send_flags = IBV_SEND_INLINE,
+					 .wr.rdma.rkey = m->rkey};
 	s->rmask = m->ring_len - 1;
 	s->recv_depth = m->recv_depth;
 	memcpy(s->client, c->id, sizeof(s->client));
