@@ -13,7 +13,8 @@
  *  - a subscriber with the wrong token is rejected and gets nothing.
  *
  * run-tests.sh points LD_LIBRARY_PATH at softrdma and gives this test its
- * own SOFTRDMA_FABRIC.  Control ports are derived from the pid so that
+ * own SOFTRDMA_FABRIC; `make test-rdma` runs it on a real device instead
+ * (TICKBUS_RDMA_DEVICE names it).  Control ports are derived from the pid so that
  * parallel runs do not meet.
  */
 #include <stdarg.h>
@@ -39,6 +40,9 @@ static void write_conf(const char *policy, const char *ring)
 		"token = good-token\nring_size = %s\nslow_consumer = %s\n"
 		"idle = spin-then-yield\nheartbeat_ms = 50\nliveness_timeout_ms = 3000\n",
 		port, ring, policy);
+	/* make test-rdma: the real device it found. */
+	if (getenv("TICKBUS_RDMA_DEVICE") && getenv("TICKBUS_RDMA_DEVICE")[0])
+		fprintf(f, "rdma_device = %s\n", getenv("TICKBUS_RDMA_DEVICE"));
 	fclose(f);
 	f = fopen(conf_bad, "w");
 	assert_non_null(f);
