@@ -1225,8 +1225,8 @@ static void emit_message(const struct block *m)
 	  " * version), that the block holds every field of the sender's version,\n"
 	  " * and that %s fit%s in `len`; never reads past it.  Fields\n"
 	  " * newer than the sender are null; bytes newer than this decoder are\n"
-	  " * skipped.  Returns the bytes the message occupies, or a %s_E* code.\n"
-	  " * Hot path.\n */\n", m->name, m->ng ? "the block and every group" : "the block",
+	  " * skipped.  Returns the bytes the message occupies, or a %s_E* code\n"
+	  " * (with the message zeroed and no group entries).  Hot path.\n */\n", m->name, m->ng ? "the block and every group" : "the block",
 	  m->ng ? "" : "s", U);
 	W("static inline int64_t %s_decode(const void *buf, size_t len, %s_t *m%s%s%s)\n{\n",
 	  n, n, m->ng ? ", " : "", m->ng ? n : "", m->ng ? "_groups_t *g" : "");
@@ -1234,7 +1234,10 @@ static void emit_message(const struct block *m)
 	  "\tuint16_t version, block, need;\n\tsize_t pos;\n", P);
 	if (m->ng)
 		W("\t%s_group_size_encoding_t gh;\n\tsize_t bytes;\n", P);
-	W("\n\tif (len < %s_HEADER_LEN)\n\t\treturn %s_ESHORT;\n"
+	W("\n\tmemset(m, 0, sizeof(*m)); /* defined even on error */\n");
+	if (m->ng)
+		W("\tmemset(g, 0, sizeof(*g));\n");
+	W("\tif (len < %s_HEADER_LEN)\n\t\treturn %s_ESHORT;\n"
 	  "\tmemcpy(&h, p, sizeof(h));\n"
 	  "\tif (h.schema_id != %s_SCHEMA_ID)\n\t\treturn %s_ESCHEMA;\n"
 	  "\tif (h.template_id != %s_TEMPLATE_ID)\n\t\treturn %s_ETEMPLATE;\n"
@@ -1244,7 +1247,6 @@ static void emit_message(const struct block *m)
 	emit_min_block(m, "need");
 	W("\tif (block < need)\n\t\treturn %s_EBLOCK;\n"
 	  "\tif (len - %s_HEADER_LEN < block)\n\t\treturn %s_ESHORT;\n"
-	  "\tmemset(m, 0, sizeof(*m));\n"
 	  "\tmemcpy(m, p + %s_HEADER_LEN, block < sizeof(*m) ? block : sizeof(*m));\n",
 	  U, U, U, U);
 	emit_absent(m, "m");
@@ -1253,8 +1255,7 @@ static void emit_message(const struct block *m)
 		const struct block *gb = m->groups[i];
 		const char *g = lo(gb->name);
 
-		W("\tmemset(&g->%s, 0, sizeof(g->%s));\n\tg->%s.version = version;\n",
-		  g, g, g);
+		W("\tg->%s.version = version;\n", g);
 		W("\tif (version >= %d) {\n", gb->since);
 		W("\t\tif (len - pos < %s_GROUP_HEADER_LEN)\n\t\t\treturn %s_EGROUP;\n"
 		  "\t\tmemcpy(&gh, p + pos, sizeof(gh));\n\t\tpos += sizeof(gh);\n", U, U);
