@@ -1471,6 +1471,16 @@ int main(int argc, char **argv)
 	if (prefix[0])
 		check_name(NULL, prefix);
 
+	{
+		FILE *f = fopen(schema_file, "r");
+
+		if (!f) {
+			fprintf(stderr, "tb-schemagen: %s: %s\n", schema_file,
+				strerror(errno));
+			return 1;
+		}
+		fclose(f);
+	}
 	xmlSetStructuredErrorFunc(NULL, on_xml_error);
 	doc = xmlReadFile(schema_file, NULL, XML_PARSE_NONET | XML_PARSE_NOBLANKS);
 	if (!doc || xml_error[0]) {
