@@ -45,7 +45,7 @@ static int teardown(void **state)
 static int run(char **argv, char **text)
 {
 	char log[192];
-	proc_t p;
+	static proc_t p; /* proc.h keeps a pointer until exit */
 	int rc;
 
 	snprintf(log, sizeof(log), "%s/run.log", dir);

@@ -251,7 +251,7 @@ static void publish_all(void)
 
 static void live_text(void **state)
 {
-	proc_t p;
+	static proc_t p; /* proc.h keeps a pointer until exit */
 	char *out;
 	int i;
 
@@ -278,7 +278,7 @@ static void live_text(void **state)
 
 static void live_json_with_count(void **state)
 {
-	proc_t p;
+	static proc_t p; /* proc.h keeps a pointer until exit */
 	char *out, line[256];
 	int i;
 
@@ -329,7 +329,7 @@ static void reset_store(void)
 static int run_dump(char **argv, char **out)
 {
 	char path[192];
-	proc_t p;
+	static proc_t p; /* proc.h keeps a pointer until exit */
 	int rc;
 
 	snprintf(path, sizeof(path), "%s/store.out", dir);
