@@ -40,3 +40,17 @@ $(BUILD)/gen/tickbus_schema_v1.h: $(SCHEMA_XML) $(SCHEMAGEN)
 SCHEMA_USERS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS) $(PROG_SRCS) \
 	$(TEST_SRCS) $(BENCH_SRCS) $(EXAMPLE_SRCS))
 $(SCHEMA_USERS): | $(SCHEMA_HEADERS)
+
+# A schema that exercises the generator's other paths, for test_schema.
+SCHEMA_HEADERS += $(BUILD)/gen/tbf_schema.h $(BUILD)/gen/tbf_schema_v1.h
+ALL_TARGETS += $(BUILD)/gen/tbf_schema.h $(BUILD)/gen/tbf_schema_v1.h
+
+$(BUILD)/gen/tbf_schema.h: tests/schema/features.xml $(SCHEMAGEN)
+	@mkdir -p $(dir $@)
+	@echo "  GEN     $@"
+	$(Q)$(SCHEMAGEN) -o $@ $<
+
+$(BUILD)/gen/tbf_schema_v1.h: tests/schema/features.xml $(SCHEMAGEN)
+	@mkdir -p $(dir $@)
+	@echo "  GEN     $@"
+	$(Q)$(SCHEMAGEN) --version 1 --prefix tbf1 -o $@ $<

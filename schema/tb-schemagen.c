@@ -484,8 +484,9 @@ static void parse_enum(xmlNodePtr n)
 			v->v = parse_ll(c, "validValue", buf,
 					prims[t->prim].is_signed ? prims[t->prim].min : 0,
 					(long long)prims[t->prim].max);
-		if ((unsigned long long)v->v == prims[t->prim].max &&
-		    !prims[t->prim].is_signed)
+		if (t->prim == P_CHAR ? v->v == 0 :
+		    (!prims[t->prim].is_signed &&
+		     (unsigned long long)v->v == prims[t->prim].max))
 			die_at(line_of(c), "enum '%s': value %lld is the null "
 			       "value of %s", name, v->v, prims[t->prim].xml);
 		for (i = 0; i < t->nvals; i++) {
@@ -1000,42 +1001,43 @@ static void emit_set_null(const char *obj, const struct field *f)
 		W("%s->%s = %s;", obj, lo(f->name), t->null_lit);
 }
 
-static void emit_print_field(const char *obj, const struct field *f)
+static void emit_print_field(const char *obj, const struct field *f,
+			     const char *ind)
 {
 	const struct type *t = f->t;
 	const char *P = prefix;
 	int j;
 
-	W("\t%s_out_key(o, \"%s\");\n", P, f->name);
+	W("%s%s_out_key(o, \"%s\");\n", ind, P, f->name);
 	if (t->kind == K_ENUM) {
-		W("\t%s_out_enum(o, %s_%s_name(%s->%s), %s->%s, %s);\n", P, P,
+		W("%s%s_out_enum(o, %s_%s_name(%s->%s), %s->%s, %s);\n", ind, P, P,
 		  lo(t->name), obj, lo(f->name), obj, lo(f->name), t->null_lit);
 	} else if (t->kind == K_PRIM && t->length > 1) {
-		W("\t%s_out_chars(o, %s->%s, sizeof(%s->%s));\n", P, obj,
+		W("%s%s_out_chars(o, %s->%s, sizeof(%s->%s));\n", ind, P, obj,
 		  lo(f->name), obj, lo(f->name));
 	} else if (t->kind == K_PRIM && t->prim == P_CHAR) {
-		W("\t%s_out_chars(o, &%s->%s, 1);\n", P, obj, lo(f->name));
+		W("%s%s_out_chars(o, &%s->%s, 1);\n", ind, P, obj, lo(f->name));
 	} else if (t->kind == K_PRIM) {
-		W("\t%s_out_%s(o, %s->%s, %s);\n", P,
+		W("%s%s_out_%s(o, %s->%s, %s);\n", ind, P,
 		  prims[t->prim].is_signed ? "int" : "uint", obj, lo(f->name),
 		  t->null_lit);
 	} else if (t->is_decimal) {
-		W("\t%s_out_decimal(o, %s->%s.mantissa, %lld, %s);\n", P, obj,
+		W("%s%s_out_decimal(o, %s->%s.mantissa, %lld, %s);\n", ind, P, obj,
 		  lo(f->name), t->exponent, t->m[0].constant ? t->m[1].null_lit
 							      : t->m[0].null_lit);
 	} else {
-		W("\t%s_out_put(o, \"{\");\n\to->first = 1;\n", P);
+		W("%s%s_out_put(o, \"{\");\n%so->first = 1;\n", ind, P, ind);
 		for (j = 0; j < t->nm; j++) {
 			const struct member *m = &t->m[j];
 
 			if (m->constant)
 				continue;
-			W("\t%s_out_key(o, \"%s\");\n", P, m->name);
-			W("\t%s_out_%s(o, %s->%s.%s, %s);\n", P,
+			W("%s%s_out_key(o, \"%s\");\n", ind, P, m->name);
+			W("%s%s_out_%s(o, %s->%s.%s, %s);\n", ind, P,
 			  prims[m->prim].is_signed ? "int" : "uint", obj,
 			  lo(f->name), lo(m->name), m->null_lit);
 		}
-		W("\t%s_out_put(o, \"}\");\n", P);
+		W("%s%s_out_put(o, \"}\");\n", ind, P);
 	}
 }
 
@@ -1140,9 +1142,10 @@ static void emit_message(const struct block *m)
 		W("static inline int %s_next(%s_group_t *it, %s_t *e)\n{\n"
 		  "\tuint16_t version = it->version, block = it->block_length;\n\n"
 		  "\tif (it->index >= it->count)\n\t\treturn 0;\n"
-		  "\tmemset(e, 0, sizeof(*e));\n"
-		  "\tmemcpy(e, it->data + (size_t)it->index * block,\n"
-		  "\t       block < sizeof(*e) ? block : sizeof(*e));\n"
+		  "\tif (block >= sizeof(*e)) {\n"
+		  "\t\tmemcpy(e, it->data + (size_t)it->index * block, sizeof(*e));\n"
+		  "\t} else {\n\t\tmemset(e, 0, sizeof(*e));\n"
+		  "\t\tmemcpy(e, it->data + (size_t)it->index * block, block);\n\t}\n"
 		  "\tit->index++;\n", gname, P, gtype);
 		emit_absent(g, "e");
 		W("\treturn 1;\n}\n");
@@ -1291,7 +1294,7 @@ static void emit_message(const struct block *m)
 	W("\t%s_out_put(o, o->json ? \"{\\\"type\\\":\\\"%s\\\"\" : \"%s\");\n"
 	  "\to->first = 0;\n", P, m->name, m->name);
 	for (i = 0; i < m->nf; i++)
-		emit_print_field("m", &m->f[i]);
+		emit_print_field("m", &m->f[i], "\t");
 	for (i = 0; i < m->ng; i++) {
 		const struct block *gb = m->groups[i];
 		const char *g = lo(gb->name);
@@ -1303,7 +1306,7 @@ static void emit_message(const struct block *m)
 		  "\t\t\t%s_out_put(o, \"%%s{\", k++ ? (o->json ? \",\" : \" \") : \"\");\n"
 		  "\t\t\to->first = 1;\n", P, gb->name, P, n, g, P);
 		for (j = 0; j < gb->nf; j++)
-			emit_print_field("e", &gb->f[j]);
+			emit_print_field("e", &gb->f[j], "\t\t\t");
 		W("\t\t\t%s_out_put(o, \"}\");\n\t\t}\n\t\t%s_out_put(o, \"]\");\n\t}\n",
 		  P, P);
 	}

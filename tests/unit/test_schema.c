@@ -3,7 +3,10 @@
  * round trips of every message, null values, repeating groups, the text and
  * JSON printers, every kind of malformed message, and evolution both ways
  * (tickbus_schema.h is version 2, prefix tb_md; tickbus_schema_v1.h is the
- * same schema as a version-1 peer sees it, prefix tb_v1).
+ * same schema as a version-1 peer sees it, prefix tb_v1).  The generator's
+ * other paths (composites that are not prices, char enums, signed and char
+ * scalars, two groups, a group and a message of version 2) are tested
+ * through tests/schema/features.xml (tbf_schema.h and tbf_schema_v1.h).
  *
  * Malformed input is decoded from a heap buffer of exactly its length, so
  * that under ASan (make test SAN=1) any read past the end fails the test.
@@ -16,6 +19,8 @@
 
 #include "tickbus_schema.h"
 #include "tickbus_schema_v1.h"
+#include "tbf_schema.h"
+#include "tbf_schema_v1.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -661,6 +666,108 @@ static void future_version_is_skipped(void **state)
 	assert_int_equal(i, 2);
 }
 
+
+/* ------------------------------------------- the generator's other paths */
+
+static int64_t encode_sample(int with_b)
+{
+	tbf_sample_t s;
+	tbf_sample_as_entry_t as[2];
+	tbf_sample_bs_entry_t bs[1];
+
+	tbf_sample_init(&s);
+	s.where.x = -5;
+	s.where.y = 7;
+	s.flag = TBF_FLAG_BETA;
+	s.temp = -300;
+	s.letter = 'z';
+	s.small = 3;
+	s.big = 123;
+	tbf_sample_as_entry_init(&as[0]);
+	tbf_sample_as_entry_init(&as[1]);
+	as[0].v = 1;
+	as[1].v = 2;
+	tbf_sample_bs_entry_init(&bs[0]);
+	bs[0].w = -9;
+	return tbf_sample_encode(buf, sizeof(buf), &s, as, 2, bs, with_b ? 1 : 0);
+}
+
+static void other_types_round_trip(void **state)
+{
+	tbf_sample_t s;
+	tbf_sample_groups_t g;
+	int64_t n = encode_sample(1);
+
+	(void)state;
+	assert_int_equal(TBF_SAMPLE_BLOCK_LENGTH, 24);        /* blockLength="24" */
+	assert_int_equal(TBF_SAMPLE_AS_BLOCK_LENGTH, 8);      /* room to spare */
+	assert_int_equal(n, 8 + 24 + 4 + 2 * 8 + 4 + 4);
+	assert_int_equal(tbf_sample_decode(buf, (size_t)n, &s, &g), n);
+	assert_int_equal(s.where.x, -5);
+	assert_int_equal(s.temp, -300);
+	assert_int_equal(g.as.count, 2);
+	assert_int_equal(g.bs.count, 1);
+	tbf_print(buf, (size_t)n, text, sizeof(text));
+	assert_string_equal(text, "Sample where={x=-5 y=7} flag=Beta temp=-300 "
+			    "letter=z small=3 big=123 as=[{v=1} {v=2}] bs=[{w=-9}]");
+	tbf_json(buf, (size_t)n, text, sizeof(text));
+	assert_string_equal(text, "{\"type\":\"Sample\",\"where\":{\"x\":-5,\"y\":7},"
+			    "\"flag\":\"Beta\",\"temp\":-300,\"letter\":\"z\","
+			    "\"small\":3,\"big\":123,\"as\":[{\"v\":1},{\"v\":2}],"
+			    "\"bs\":[{\"w\":-9}]}");
+
+	tbf_sample_init(&s);
+	n = tbf_sample_encode(buf, sizeof(buf), &s, NULL, 0, NULL, 0);
+	tbf_print(buf, (size_t)n, text, sizeof(text));
+	assert_string_equal(text, "Sample where={x=null y=null} flag=null "
+			    "temp=null letter= small=null big=null as=[] bs=[]");
+	assert_int_equal(s.small, -1);  /* nullValue="-1" */
+	assert_int_equal(s.temp, INT16_MIN);
+}
+
+static void groups_and_messages_of_version_2(void **state)
+{
+	tbf1_sample_t s1;
+	tbf1_sample_groups_t g1;
+	tbf_sample_t s;
+	tbf_sample_groups_t g;
+	tbf1_sample_as_entry_t as1[1];
+	tbf_later_t later;
+	int64_t n = encode_sample(1);
+
+	(void)state;
+	/* A version-1 reader stops after the groups it knows: the bs group is
+	 * left unread, and the message is no longer for it than that. */
+	assert_int_equal(tbf1_sample_decode(buf, (size_t)n, &s1, &g1), 8 + 24 + 4 + 16);
+	assert_int_equal(s1.temp, -300);
+	assert_int_equal(sizeof(s1), 14);
+	assert_int_equal(g1.as.count, 2);
+
+	/* A version-1 sender has no bs group and no big: a version-2 reader
+	 * sees them empty and null, and does not look for the group. */
+	tbf1_sample_init(&s1);
+	s1.temp = 4;
+	tbf1_sample_as_entry_init(&as1[0]);
+	as1[0].v = 6;
+	n = tbf1_sample_encode(buf, sizeof(buf), &s1, as1, 1);
+	assert_int_equal(n, 8 + 14 + 4 + 8);
+	assert_int_equal(tbf_sample_decode(buf, (size_t)n, &s, &g), n);
+	assert_int_equal(s.temp, 4);
+	assert_true(s.big == INT64_MIN);
+	assert_int_equal(g.as.count, 1);
+	assert_int_equal(g.bs.count, 0);
+
+	/* A message of version 2 is unknown to version-1 code. */
+	tbf_later_init(&later);
+	later.n = 1;
+	n = tbf_later_encode(buf, sizeof(buf), &later);
+	assert_string_equal(tbf_template_name(TBF_LATER_TEMPLATE_ID), "Later");
+	assert_null(tbf1_template_name(TBF_LATER_TEMPLATE_ID));
+	assert_int_equal(tbf1_print(buf, (size_t)n, text, sizeof(text)), TBF1_ETEMPLATE);
+	/* Another schema id is not this schema's message. */
+	assert_int_equal(tb_md_print(buf, (size_t)n, text, sizeof(text)), TB_MD_ESCHEMA);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -680,6 +787,8 @@ int main(void)
 		cmocka_unit_test(v2_message_read_by_v1),
 		cmocka_unit_test(v1_message_read_by_v2),
 		cmocka_unit_test(future_version_is_skipped),
+		cmocka_unit_test(other_types_round_trip),
+		cmocka_unit_test(groups_and_messages_of_version_2),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
