@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #define MAX_ITEMS 256  /* types, messages, fields per block, values per enum */
@@ -743,6 +744,55 @@ static void parse_message(xmlNodePtr n)
 	msgs[nmsgs++] = m;
 }
 
+/*
+ * Generated C names must not clash: a type and a message, or either and
+ * the names the generator writes itself, would map to one identifier
+ * (Quote and quote, or a message called Group).
+ */
+static void check_clashes(void)
+{
+	static const char *const reserved[] = {
+		"out", "group", "result", "format", "print", "json",
+		"header_decode", "template_name", "strerror", "schema",
+	};
+	char names[MAX_ITEMS * 2][2 * NAME_MAX_LEN];
+	int lines[MAX_ITEMS * 2];
+	const char *what[MAX_ITEMS * 2];
+	int n = 0, i, j;
+	size_t r;
+
+	for (i = 0; i < ntypes; i++)
+		if (!types[i]->builtin && types[i]->kind != K_PRIM) {
+			snake(names[n], sizeof(names[n]), types[i]->name, 0);
+			lines[n] = types[i]->line;
+			what[n++] = types[i]->name;
+		}
+	for (i = 0; i < nmsgs; i++) {
+		snake(names[n], sizeof(names[n]), msgs[i]->name, 0);
+		lines[n] = msgs[i]->line;
+		what[n++] = msgs[i]->name;
+	}
+	for (i = 0; i < n; i++) {
+		for (r = 0; r < sizeof(reserved) / sizeof(reserved[0]); r++)
+			if (strcmp(names[i], reserved[r]) == 0)
+				die_at(lines[i], "name '%s' clashes with the "
+				       "generated %s_%s", what[i], prefix,
+				       reserved[r]);
+		for (j = 0; j < i; j++)
+			if (strcmp(names[i], names[j]) == 0)
+				die_at(lines[i], "name '%s' clashes with '%s' "
+				       "(line %d): both become %s_%s", what[i],
+				       what[j], lines[j], prefix, names[i]);
+	}
+	for (i = 0; i < ntypes; i++)
+		for (j = 0; j < types[i]->nvals; j++)
+			if (strcasecmp(types[i]->vals[j].name, "null") == 0)
+				die_at(types[i]->line, "enum '%s': a value may not "
+				       "be called '%s' (the generator writes "
+				       "%s_NULL)", types[i]->name,
+				       types[i]->vals[j].name, types[i]->name);
+}
+
 static void parse_schema(xmlNodePtr root)
 {
 	char buf[NAME_MAX_LEN];
@@ -795,6 +845,7 @@ static void parse_schema(xmlNodePtr root)
 	if (nmsgs == 0)
 		die_at(line_of(root), "the schema has no message for version %d",
 		       target_version);
+	check_clashes();
 }
 
 /* ---------------------------------------------------------------- output */

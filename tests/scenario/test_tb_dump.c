@@ -4,10 +4,11 @@
  * test into a retransmit store.
  *
  * The input holds a version-2 Quote, a BookLevelUpdate with two levels, a
- * Trade from a version-1 sender, an InstrumentDefinition, a truncated Quote
- * and a message of an unknown template.  Every decodable line must be
+ * Trade from a version-1 sender, an InstrumentDefinition, a truncated Quote,
+ * a message of an unknown template, and a Quote in a frame that calls it a
+ * Trade.  Every decodable line must be
  * exactly what the generated printer makes of the same bytes (text and
- * JSON), after the frame's sequence, stream and publish time; the two bad
+ * JSON), after the frame's sequence, stream and publish time; the three bad
  * ones must print the decoder's reason and be counted.
  */
 #include <stdarg.h>
@@ -26,7 +27,7 @@
 #include <inttypes.h>
 #include <sys/stat.h>
 
-#define NMSG 6
+#define NMSG 7
 #define STREAM_ID 5
 #define STORE_STREAM 9
 
@@ -38,6 +39,7 @@ static struct {
 	uint32_t len;
 	uint16_t template_id;
 	int bad;                /* not decodable */
+	const char *reason;     /* why, if not the decoder's code */
 } msg[NMSG];
 
 static void build_messages(void)
@@ -109,6 +111,12 @@ static void build_messages(void)
 	msg[5].len = msg[0].len;
 	msg[5].template_id = 200;
 	msg[5].bad = 1;
+	/* A good Quote in a frame that says it is a Trade. */
+	memcpy(msg[6].data, msg[0].data, msg[0].len);
+	msg[6].len = msg[0].len;
+	msg[6].template_id = TB_MD_TRADE_TEMPLATE_ID;
+	msg[6].bad = 1;
+	msg[6].reason = "the frame's template id differs from the message's";
 }
 
 static int setup(void **state)
@@ -181,9 +189,9 @@ static void check_line(const char *out, int json, int i, uint64_t seq,
 		int rc = tb_md_format(msg[i].data, msg[i].len, json, want, sizeof(want));
 		char reason[160];
 
-		assert_true(rc < 0);
+		assert_true(msg[i].reason ? rc > 0 : rc < 0);
 		snprintf(reason, sizeof(reason), json ? "\"error\":\"%s\"" : "error=\"%s\"",
-			 tb_md_strerror(rc));
+			 msg[i].reason ? msg[i].reason : tb_md_strerror(rc));
 		if (!strstr(rest, reason))
 			fail_msg("line %s lacks %s", line, reason);
 		return;
@@ -272,7 +280,7 @@ static void live_text(void **state)
 	assert_non_null(strstr(out, " symbol=ESZ6 currency=USD tickSize=0.250000000 "));
 	assert_non_null(strstr(out, "error=\"truncated message"));
 	assert_non_null(strstr(out, "template=200 "));
-	assert_non_null(strstr(out, "tb-dump: printed=6 undecodable=2 lost=0 end=closed"));
+	assert_non_null(strstr(out, "tb-dump: printed=7 undecodable=3 lost=0 end=closed"));
 	free(out);
 }
 
@@ -359,7 +367,7 @@ static void from_store(void **state)
 	for (i = 0; i < NMSG; i++)
 		check_line(out, 0, i, (uint64_t)i + 1, STORE_STREAM);
 	assert_non_null(strstr(out, "seq=1 stream=9 publish_ns=1000 Quote "));
-	assert_non_null(strstr(out, "printed=6 undecodable=2 lost=0 end=store"));
+	assert_non_null(strstr(out, "printed=7 undecodable=3 lost=0 end=store"));
 	free(out);
 
 	/* Without --epoch: the newest, which holds one message. */
@@ -400,7 +408,7 @@ static void bad_arguments(void **state)
 	assert_non_null(strstr(out, "no epoch of stream 10"));
 	free(out);
 	assert_int_equal(run_dump(past, &out), 1);
-	assert_non_null(strstr(out, "--from 99 is after the last stored sequence 6"));
+	assert_non_null(strstr(out, "--from 99 is after the last stored sequence 7"));
 	free(out);
 	assert_int_equal(run_dump(noepoch, &out), 1);
 	assert_non_null(strstr(out, "tb-dump: "));
