@@ -426,11 +426,110 @@ static void bad_arguments(void **state)
 	free(out);
 }
 
+/* The first line of `out` that starts with `prefix`, or NULL. */
+static const char *line_starting(const char *out, const char *prefix)
+{
+	const char *p;
+
+	for (p = out; (p = strstr(p, prefix)) != NULL; p++)
+		if (p == out || p[-1] == '\n')
+			return p;
+	return NULL;
+}
+
+/*
+ * A dump that falls a whole ring behind: tb-dump is stopped (SIGSTOP) while
+ * the publisher laps its 64 KiB ring several times, then goes on a little
+ * after it runs again.  The dump must print the loss in line, exactly: a
+ * gap from the message after the last it printed, then every message after
+ * the gap up to the last, so that printed + lost is everything published.
+ */
+static void lapped_dump_prints_the_gap(void **state)
+{
+	static proc_t p;
+	FILE *f;
+	char lapini[192], *out, pat[64];
+	const char *gap;
+	tb_publisher_t *pub;
+	uint64_t first = 0, last = 0, until, i, total = 3000;
+	char *argv[] = {"tb-dump", "-c", lapini, "-s", "lap", "--timeout-ms",
+			"120000", NULL};
+
+	(void)state;
+	build_messages();
+	unlink(ring);
+	snprintf(lapini, sizeof(lapini), "%s/lap.ini", dir);
+	f = fopen(lapini, "w");
+	assert_non_null(f);
+	fprintf(f, "[stream lap]\nid = %d\ntransport = shm\nring_size = 64K\n"
+		"shm_path = %s\n", STREAM_ID, ring);
+	fclose(f);
+	snprintf(pat, sizeof(pat), "%s/lap.out", dir);
+	assert_int_equal(proc_start(&p, pat, argv), 0);
+	until = proc_now_ms() + 60000;
+	for (;;) {
+		char *text = proc_output(&p);
+		int ready = strstr(text, "reading stream 'lap'") != NULL;
+
+		free(text);
+		if (ready)
+			break;
+		assert_true(proc_now_ms() < until);
+		usleep(20000);
+	}
+	assert_int_equal(tb_publisher_open_file(&pub, lapini, "lap"), 0);
+	assert_int_equal(tb_pub_offer(pub, msg[0].template_id, msg[0].data,
+				      msg[0].len), 1);
+	for (;;) { /* wait until the first is printed, then freeze the dump */
+		char *text = proc_output(&p);
+		int seen = line_starting(text, "seq=1 ") != NULL;
+
+		free(text);
+		if (seen)
+			break;
+		assert_true(proc_now_ms() < until);
+		usleep(10000);
+	}
+	assert_int_equal(kill(p.pid, SIGSTOP), 0);
+	for (i = 2; i <= total; i++)
+		assert_int_equal(tb_pub_offer(pub, msg[0].template_id, msg[0].data,
+					      msg[0].len), (int64_t)i);
+	assert_int_equal(kill(p.pid, SIGCONT), 0);
+	/* The lapped reader goes on from the live tail: what follows is
+	 * printed after the gap line. */
+	usleep(300000);
+	for (; i <= total + 10; i++)
+		assert_int_equal(tb_pub_offer(pub, msg[0].template_id, msg[0].data,
+					      msg[0].len), (int64_t)i);
+	total += 10;
+	assert_int_equal(tb_publisher_close(pub), 0);
+	assert_int_equal(proc_wait(&p, 120000), 0);
+	out = proc_output(&p);
+	gap = line_starting(out, "gap first=");
+	if (!gap || sscanf(gap, "gap first=%" SCNu64 " last=%" SCNu64, &first, &last) != 2)
+		fail_msg("no gap line in:\n%.2000s", out);
+	assert_int_equal(first, 2);
+	assert_true(last > 2 && last < total);
+	/* Nothing between 1 and the gap, everything after it. */
+	snprintf(pat, sizeof(pat), "seq=%" PRIu64 " ", last + 1);
+	assert_non_null(line_starting(out, pat));
+	snprintf(pat, sizeof(pat), "seq=%" PRIu64 " ", total);
+	assert_non_null(line_starting(out, pat));
+	assert_null(line_starting(out, "seq=2 "));
+	snprintf(pat, sizeof(pat), "printed=%" PRIu64 " undecodable=0 lost=%" PRIu64
+		 " end=closed", total - (last - first + 1), last - first + 1);
+	if (!strstr(out, pat))
+		fail_msg("no \"%s\" in:\n%s", pat, strstr(out, "tb-dump: printed") ?
+			 strstr(out, "tb-dump: printed") : "(no summary)");
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(live_text),
 		cmocka_unit_test(live_json_with_count),
+		cmocka_unit_test(lapped_dump_prints_the_gap),
 		cmocka_unit_test(from_store),
 		cmocka_unit_test(bad_arguments),
 	};
