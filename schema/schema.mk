@@ -8,6 +8,8 @@
 #   $(BUILD)/gen/tickbus_schema_v1.h  the same schema as a version-1 peer
 #                                     sees it (prefix tb_v1): the evolution
 #                                     tests read v2 messages with it
+#   $(BUILD)/gen/tbf_schema*.h        tests/schema/features.xml, the
+#                                     generator's other paths, for the tests
 #
 # Every object of the tree is ordered after the headers (order-only), so a
 # first build generates them before anything includes them; the compiler's
@@ -37,10 +39,6 @@ $(BUILD)/gen/tickbus_schema_v1.h: $(SCHEMA_XML) $(SCHEMAGEN)
 	@echo "  GEN     $@"
 	$(Q)$(SCHEMAGEN) --version 1 --prefix tb_v1 -o $@ $<
 
-SCHEMA_USERS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS) $(PROG_SRCS) \
-	$(TEST_SRCS) $(BENCH_SRCS) $(EXAMPLE_SRCS))
-$(SCHEMA_USERS): | $(SCHEMA_HEADERS)
-
 # A schema that exercises the generator's other paths, for test_schema.
 SCHEMA_HEADERS += $(BUILD)/gen/tbf_schema.h $(BUILD)/gen/tbf_schema_v1.h
 ALL_TARGETS += $(BUILD)/gen/tbf_schema.h $(BUILD)/gen/tbf_schema_v1.h
@@ -54,3 +52,8 @@ $(BUILD)/gen/tbf_schema_v1.h: tests/schema/features.xml $(SCHEMAGEN)
 	@mkdir -p $(dir $@)
 	@echo "  GEN     $@"
 	$(Q)$(SCHEMAGEN) --version 1 --prefix tbf1 -o $@ $<
+
+# Last: a rule's prerequisites are expanded where it is read.
+SCHEMA_USERS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS) $(PROG_SRCS) \
+	$(TEST_SRCS) $(BENCH_SRCS) $(EXAMPLE_SRCS))
+$(SCHEMA_USERS): | $(SCHEMA_HEADERS)
