@@ -375,7 +375,7 @@ static void parse_composite(xmlNodePtr n)
 	char name[NAME_MAX_LEN], buf[64];
 	struct type *t;
 	xmlNodePtr c;
-	int i, has_mantissa = 0;
+	int i, has_mantissa = 0, has_exponent = 0;
 
 	req_attr(n, "name", name, sizeof(name));
 	t = new_type(n, name);
@@ -431,14 +431,18 @@ static void parse_composite(xmlNodePtr n)
 	if (t->size == 0)
 		die_at(line_of(n), "composite '%s' has no member that takes room",
 		       name);
+	/* A decimal: a signed mantissa and a constant exponent, nothing else.
+	 * It prints as a number: 101.250000000. */
 	for (i = 0; i < t->nm; i++) {
 		if (strcmp(t->m[i].name, "mantissa") == 0 && !t->m[i].constant &&
 		    prims[t->m[i].prim].is_signed)
 			has_mantissa = 1;
-		if (strcmp(t->m[i].name, "exponent") == 0 && t->m[i].constant)
-			t->exponent = t->m[i].cval, t->is_decimal = 2;
+		if (strcmp(t->m[i].name, "exponent") == 0 && t->m[i].constant) {
+			t->exponent = t->m[i].cval;
+			has_exponent = 1;
+		}
 	}
-	t->is_decimal = has_mantissa && t->is_decimal == 2 && t->nm == 2;
+	t->is_decimal = has_mantissa && has_exponent && t->nm == 2;
 	if (t->is_decimal && (t->exponent < -18 || t->exponent > 18))
 		die_at(line_of(n), "composite '%s': exponent %lld is out of "
 		       "-18..18", name, t->exponent);
@@ -689,7 +693,8 @@ static struct block *parse_group(struct block *msg, xmlNodePtr n, int *ids,
 static void parse_message(xmlNodePtr n)
 {
 	struct block *m = new_block(n, 1);
-	int ids[MAX_ITEMS * 2], nids = 0, pos = 0, since = m->since, i;
+	/* ids of the fields and groups: the root's and 16 groups' fields */
+	int ids[MAX_ITEMS * 17 + 16], nids = 0, pos = 0, since = m->since, i;
 	xmlNodePtr c;
 
 	for (i = 0; i < nmsgs; i++) {
@@ -713,10 +718,12 @@ static void parse_message(xmlNodePtr n)
 				       "group; fields come first", m->name);
 			parse_field(m, c, &pos, &since, ids, &nids);
 		} else if (is_elem(c, "group")) {
-			if (m->ng == (int)(sizeof(m->groups) / sizeof(m->groups[0])))
-				die_at(line_of(c), "too many groups");
-			struct block *g = parse_group(m, c, ids, &nids);
+			struct block *g;
 
+			if (m->ng == (int)(sizeof(m->groups) / sizeof(m->groups[0])))
+				die_at(line_of(c), "message '%s' has more than %d "
+				       "groups", m->name, m->ng);
+			g = parse_group(m, c, ids, &nids);
 			m->groups[m->ng++] = g;
 		} else {
 			die_at(line_of(c), "message '%s': <%s> is not supported "
