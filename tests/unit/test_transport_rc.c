@@ -596,7 +596,10 @@ static int poll_until(tb_subscriber_t *sub, got_t *g, int want_n, int want_rc)
 static void write_frame(peer_t *p, uint64_t raddr, uint32_t rkey,
 			uint64_t off, uint64_t seq)
 {
-	tb_frame_hdr_t f;
+	union {
+		tb_frame_hdr_t hdr;
+		uint8_t bytes[64];  /* header + 32 bytes of payload */
+	} f = {0};
 	struct ibv_sge sge = {.addr = (uintptr_t)&f, .length = 64};
 	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1,
 				 .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
@@ -606,7 +609,7 @@ static void write_frame(peer_t *p, uint64_t raddr, uint32_t rkey,
 	struct ibv_send_wr *bad;
 	struct ibv_wc wc;
 
-	tb_frame_init(&f, 32, 7, 9, seq, 1);
+	tb_frame_init(&f.hdr, 32, 7, 9, seq, 1);
 	assert_int_equal(ibv_post_send(p->qp, &wr, &bad), 0);
 	assert_int_equal(wait_recvs(p, &wc, 1), 1);
 	assert_int_equal(wc.status, IBV_WC_SUCCESS);
