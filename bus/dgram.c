@@ -68,6 +68,8 @@ static int control(tb_dgram_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 {
 	uint64_t next = p->first_seq;
 
+	if (p->flags & TB_PKT_F_HEARTBEAT)
+		rx->heartbeats++;
 	if (seq->expected == 0) {
 		/* Joining: nothing before `next` was ours to see. */
 		if (next > 0)
@@ -82,7 +84,6 @@ static int control(tb_dgram_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 		return TB_GAP;
 	}
 	if (p->flags & TB_PKT_F_HEARTBEAT) {
-		rx->heartbeats++;
 		*done = 1;
 		return 0;
 	}

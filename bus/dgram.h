@@ -12,8 +12,9 @@
  * of ring memory, so a ready datagram is described by two pieces, the
  * 32-byte header (kept here) and the frame span (in the ring): ud posts
  * them as two SGEs, udp as two iovecs, and the frames are never copied.
- * A padding frame (the ring wrapped) ends the open datagram, since its
- * frames would no longer be contiguous.  A datagram leaves
+ * A wrap of the ring (a padding frame, or a frame ending exactly at the
+ * end) ends the open datagram, since its frames would no longer be
+ * contiguous.  A datagram leaves
  *
  *   - when the next frame would not fit (or it holds 65535 frames),
  *   - at every pack when batch_ns is 0 (each send),
@@ -179,9 +180,12 @@ static inline int tb_dgram_tx_pack(tb_dgram_tx_t *tx, uint64_t to,
 			continue;
 		}
 		space = tb_frame_space(f->length);
+		/* Full, or the ring wrapped without a pad (the last frame
+		 * ended exactly at its end): memory is no longer one span. */
 		if (tx->open_count &&
 		    (tx->pos - tx->open_from + space > tx->room ||
-		     tx->open_count == TB_DGRAM_MAX_COUNT)) {
+		     tx->open_count == TB_DGRAM_MAX_COUNT ||
+		     (tx->pos & tx->ring->mask) == 0)) {
 			tb_dgram_tx_close_open_(tx);
 			if (tx->n_ready == TB_DGRAM_READY_MAX)
 				break;
