@@ -142,7 +142,10 @@ int tb_dgram_rx_begin(tb_dgram_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 		}
 	}
 	if (tb_unlikely(rx->state == TB_DGRAM_CLOSED)) {
-		rx->stale_epoch++; /* after its END: nothing more to read */
+		/* After its END nothing more is read; END's own copies are
+		 * expected and not counted. */
+		if (!(p->flags & TB_PKT_F_END))
+			rx->stale_epoch++;
 		*done = 1;
 		return 0;
 	}

@@ -528,7 +528,10 @@ static void end_reports_tail_gap_then_closed(void **state)
 	/* The copies of END and late data after it change nothing. */
 	assert_int_equal(feed_all(r, control(EPOCH, TB_PKT_F_END, 8), conds), 0);
 	assert_int_equal(conds[0], 0);
+	assert_int_equal(r->rx.stale_epoch, 0);
 	assert_int_equal(feed_all(r, data(EPOCH, 6, 1), conds), 0);
+	assert_int_equal(r->rx.stale_epoch, 1);
+	assert_int_equal(r->sink.n, 4);
 	assert_int_equal(tb_dgram_rx_idle(&r->rx, r->now + 10000 * MS), 0);
 	/* A new publisher: new epoch, from 1. */
 	assert_int_equal(feed_all(r, data(EPOCH + 1, 1, 1), conds), 1);
