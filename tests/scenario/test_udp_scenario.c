@@ -73,7 +73,8 @@ static int teardown(void **state)
 }
 
 /* Writes a one-stream udp config to dir/name; returns its path. */
-static const char *write_config(const char *name, const char *iface)
+static const char *write_config(const char *name, const char *iface,
+				int loopback)
 {
 	static char path[4][256];
 	static int next;
@@ -84,9 +85,10 @@ static const char *write_config(const char *name, const char *iface)
 	f = fopen(p, "w");
 	assert_non_null(f);
 	fprintf(f, "[stream scen]\nid = 41\ntransport = udp\n"
-		"group = %s:%u\ninterface = %s\nttl = 1\nloopback = yes\n"
+		"group = %s:%u\ninterface = %s\nttl = 1\nloopback = %s\n"
 		"rcvbuf = 4M\nring_size = 4M\nheartbeat_ms = 50\n"
-		"liveness_timeout_ms = 5000\n", group, port, iface);
+		"liveness_timeout_ms = 5000\n", group, port, iface,
+		loopback ? "yes" : "no");
 	fclose(f);
 	return p;
 }
@@ -130,7 +132,7 @@ static void expect_complete(const char *out, uint64_t n, uint64_t checksum)
 
 static void paced_three_subscribers_get_every_message(void **state)
 {
-	const char *conf = write_config("udp.ini", "127.0.0.1");
+	const char *conf = write_config("udp.ini", "127.0.0.1", 1);
 	proc_t pub, sub[3];
 	char *pout, *sout, name[16];
 	uint64_t checksum;
@@ -217,7 +219,7 @@ static int read_losses(const char *path, range_t *r, int max)
 
 static void reported_gaps_equal_the_drop_log(void **state)
 {
-	const char *conf = write_config("udp.ini", "127.0.0.1");
+	const char *conf = write_config("udp.ini", "127.0.0.1", 1);
 	static range_t drops[MAX_RANGES], losses[MAX_RANGES];
 	char path[256], seed[16], *pout, *out;
 	proc_t pub, sub[3];
@@ -317,11 +319,26 @@ static void start_in_ns(proc_t *p, const char *ns, const char *out,
 		proc_all[proc_n++] = p;
 }
 
+static void start_sub_in_ns(proc_t *p, const char *ns, const char *conf,
+			    const char *name, const char *count,
+			    const char *timeout_ms)
+{
+	char out[256], losslog[256];
+	char *args[] = {"tb-subscribe", "-c", (char *)conf, "-s", "scen",
+			"--count", (char *)count, "--name", (char *)name,
+			"--timeout-ms", (char *)timeout_ms, "--loss-log", losslog,
+			NULL};
+
+	snprintf(losslog, sizeof(losslog), "%s/%s.loss", dir, name);
+	snprintf(out, sizeof(out), "%s/%s.out", dir, name);
+	start_in_ns(p, ns, out, args);
+}
+
 static void across_two_namespaces_over_veth(void **state)
 {
 	unsigned id = (unsigned)getpid() % 100000, net = 1 + (unsigned)getpid() % 250;
 	char addr_a[32], out[256], *pout, *sout;
-	const char *conf_pub, *conf_sub;
+	const char *conf_pub, *conf_sub, *conf_near;
 	proc_t pub, sub;
 
 	(void)state;
@@ -353,37 +370,56 @@ static void across_two_namespaces_over_veth(void **state)
 	assert_int_equal(sh("ip -n %s link set lo up && ip -n %s link set %s up",
 			    ns_b, ns_b, veth_b), 0);
 
-	/* The publisher picks its side by address, the subscriber by netdev
-	 * name: both ways of choosing the interface cross a real link. */
-	conf_pub = write_config("pub.ini", addr_a);
-	conf_sub = write_config("sub.ini", veth_b);
-	{
-		char losslog[256];
-		char *args[] = {"tb-subscribe", "-c", (char *)conf_sub, "-s", "scen",
-				"--count", "20000", "--name", "netns",
-				"--timeout-ms", "120000", "--loss-log", losslog, NULL};
+	/* The publisher picks its side by address, the subscribers by netdev
+	 * name: both ways of choosing the interface cross a real link.  With
+	 * loopback off, a subscriber beside the publisher hears nothing
+	 * (IP_MULTICAST_LOOP; on lo it cannot be seen, lo loops everything);
+	 * with it on, it hears everything. */
+	for (int loop = 0; loop < 2; loop++) {
+		const char *count = loop ? "2000" : "20000";
+		proc_t near;
+		char *nout;
 
-		snprintf(losslog, sizeof(losslog), "%s/netns.loss", dir);
-		snprintf(out, sizeof(out), "%s/netns.out", dir);
-		start_in_ns(&sub, ns_b, out, args);
-	}
-	{
-		char *args[] = {"tb-publish", "-c", (char *)conf_pub, "-s", "scen",
-				"--count", "20000", "--rate", "20000",
-				"--start-delay-ms", "1000", NULL};
+		conf_pub = write_config("pub.ini", addr_a, loop);
+		conf_sub = write_config("sub.ini", veth_b, 1);
+		conf_near = write_config("near.ini", veth_a, 1);
+		start_sub_in_ns(&sub, ns_b, conf_sub, "far", count, "120000");
+		start_sub_in_ns(&near, ns_a, conf_near, "near", count,
+				loop ? "120000" : "6000");
+		{
+			char *args[] = {"tb-publish", "-c", (char *)conf_pub, "-s",
+					"scen", "--count", (char *)count, "--rate",
+					"20000", "--start-delay-ms", "1000", NULL};
 
-		snprintf(out, sizeof(out), "%s/pub.out", dir);
-		start_in_ns(&pub, ns_a, out, args);
+			snprintf(out, sizeof(out), "%s/pub.out", dir);
+			start_in_ns(&pub, ns_a, out, args);
+		}
+		assert_int_equal(proc_wait(&pub, 120000), 0);
+		pout = proc_output(&pub);
+		print_message("%s", pout);
+		assert_int_equal(proc_field_u64(pout, "published"), strtoull(count, NULL, 10));
+		assert_int_equal(proc_wait(&sub, 120000), 0);
+		sout = proc_output(&sub);
+		expect_complete(sout, strtoull(count, NULL, 10),
+				proc_field_u64(pout, "checksum"));
+		nout = proc_output(&near);
+		if (loop) {
+			assert_int_equal(proc_wait(&near, 120000), 0);
+			free(nout);
+			nout = proc_output(&near);
+			expect_complete(nout, 2000, proc_field_u64(pout, "checksum"));
+		} else {
+			/* Exit 4: timed out, having heard nothing. */
+			assert_int_equal(proc_wait(&near, 120000), 4);
+			free(nout);
+			nout = proc_output(&near);
+			print_message("%s", nout);
+			assert_int_equal(proc_field_u64(nout, "delivered"), 0);
+		}
+		free(nout);
+		free(sout);
+		free(pout);
 	}
-	assert_int_equal(proc_wait(&pub, 120000), 0);
-	pout = proc_output(&pub);
-	print_message("%s", pout);
-	assert_int_equal(proc_field_u64(pout, "published"), 20000);
-	assert_int_equal(proc_wait(&sub, 120000), 0);
-	sout = proc_output(&sub);
-	expect_complete(sout, 20000, proc_field_u64(pout, "checksum"));
-	free(sout);
-	free(pout);
 }
 
 int main(void)
