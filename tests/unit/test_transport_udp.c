@@ -14,6 +14,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "counters.h"
 #include "tickbus.h"
 #include "transport_udp.h"
 
@@ -477,6 +478,8 @@ static void every_malformed_datagram_is_counted_and_dropped(void **state)
 		print_message("%s: %llu\n", tb_pkt_fault_name((enum tb_pkt_fault)k),
 			      (unsigned long long)u->dg.faults[k]);
 		assert_int_equal(u->dg.faults[k], want);
+		assert_int_equal(tb_counter_get(u->dg.ctr, (tb_counter_id_t)
+				 (TB_CTR_MALFORMED_SHORT + k - TB_PKT_SHORT)), want);
 		total += u->dg.faults[k];
 	}
 	assert_int_equal(tb_counter_get(u->dg.ctr, TB_CTR_MALFORMED), total);
@@ -484,6 +487,43 @@ static void every_malformed_datagram_is_counted_and_dropped(void **state)
 	assert_int_equal(r.s.bad, 0);
 	assert_int_equal(r.seq.gaps, 0);
 	tb_udp_rx_ops.close(r.rx);
+}
+
+/* Through the public API the counts land in the process's counters file,
+ * in the subscriber's slot, where tools read them. */
+static void malformed_counts_reach_the_counters_file(void **state)
+{
+	tb_counters_proc_t *proc = calloc(1, sizeof(*proc));
+	tb_stream_cfg_t cfg;
+	tb_subscriber_t *sub;
+	struct sink s = {0, 1, 0};
+	const tb_counters_stream_t *mine = NULL;
+
+	(void)state;
+	assert_non_null(proc);
+	cfg_for(&cfg);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	inject(dg, make(600, 1, 1));
+	assert_int_equal(poll_for(sub, &s, 1, 5000), 0);
+	make(600, 2, 1);
+	((tb_pkt_hdr_t *)dg)->version = 9;
+	inject(dg, TB_PKT_HDR_LEN + 64);
+	inject(dg, make(600, 1, 1)); /* a duplicate */
+	inject(dg, make(600, 2, 1));
+	assert_int_equal(poll_for(sub, &s, 2, 5000), 0);
+	assert_int_equal(tb_counters_read_file(tb_counters_path(), proc), 0);
+	for (int i = 0; i < proc->n_streams; i++)
+		if (proc->streams[i].stream_id == STREAM &&
+		    proc->streams[i].role == TB_ROLE_SUBSCRIBER)
+			mine = &proc->streams[i];
+	assert_non_null(mine);
+	assert_string_equal(mine->transport, "udp");
+	assert_int_equal(mine->c[TB_CTR_DELIVERED], 2);
+	assert_int_equal(mine->c[TB_CTR_MALFORMED], 1);
+	assert_int_equal(mine->c[TB_CTR_MALFORMED_BAD_VERSION], 1);
+	assert_int_equal(mine->c[TB_CTR_DUPLICATES], 1);
+	tb_subscriber_close(sub);
+	free(proc);
 }
 
 static void restart_is_a_new_epoch_and_the_old_one_is_ignored(void **state)
@@ -658,6 +698,7 @@ int main(void)
 		cmocka_unit_test(batching_holds_until_full_flush_or_time),
 		cmocka_unit_test(capped_rcvbuf_earns_a_warning),
 		cmocka_unit_test(every_malformed_datagram_is_counted_and_dropped),
+		cmocka_unit_test(malformed_counts_reach_the_counters_file),
 		cmocka_unit_test(restart_is_a_new_epoch_and_the_old_one_is_ignored),
 		cmocka_unit_test(silent_publisher_is_dead_then_closes),
 		cmocka_unit_test(heartbeat_reports_a_lost_tail),
