@@ -489,6 +489,44 @@ static void every_malformed_datagram_is_counted_and_dropped(void **state)
 	tb_udp_rx_ops.close(r.rx);
 }
 
+/* One poll makes at most one recvmmsg, so a flood of garbage neither holds
+ * the caller nor hides a publisher that went quiet. */
+static void garbage_never_holds_the_poll_nor_hides_silence(void **state)
+{
+	tb_stream_cfg_t cfg;
+	struct rx_side r;
+	tb_udp_rx_t *u;
+	uint64_t calls, until;
+	int rc, dead = 0;
+
+	(void)state;
+	cfg_for(&cfg);
+	rx_open(&r, &cfg);
+	u = (tb_udp_rx_t *)r.rx;
+	inject(dg, make(700, 1, 1));
+	assert_int_equal(rx_poll_for(&r, 1, 5000), 0);
+	for (int i = 0; i < TB_UDP_RX_BATCH + 8; i++)
+		inject("garbage", 7);
+	calls = u->recv_calls;
+	rc = tb_udp_rx_ops.poll(r.rx, &r.seq, &r.loss, on_msg, &r.s, 256);
+	assert_int_equal(rc, 0);
+	assert_int_equal(u->recv_calls, calls + 1);
+	assert_int_equal(u->dg.faults[TB_PKT_SHORT], TB_UDP_RX_BATCH);
+	rc = tb_udp_rx_ops.poll(r.rx, &r.seq, &r.loss, on_msg, &r.s, 256);
+	assert_int_equal(rc, 0);
+	assert_int_equal(u->dg.faults[TB_PKT_SHORT], TB_UDP_RX_BATCH + 8);
+	/* Garbage keeps coming, the publisher says nothing: dead. */
+	until = now_ms() + 5000;
+	while (!dead && now_ms() < until) {
+		inject("garbage", 7);
+		rc = tb_udp_rx_ops.poll(r.rx, &r.seq, &r.loss, on_msg, &r.s, 256);
+		dead = rc == TB_PUBLISHER_DEAD;
+		usleep(2000);
+	}
+	assert_true(dead);
+	tb_udp_rx_ops.close(r.rx);
+}
+
 /* Through the public API the counts land in the process's counters file,
  * in the subscriber's slot, where tools read them. */
 static void malformed_counts_reach_the_counters_file(void **state)
@@ -698,6 +736,7 @@ int main(void)
 		cmocka_unit_test(batching_holds_until_full_flush_or_time),
 		cmocka_unit_test(capped_rcvbuf_earns_a_warning),
 		cmocka_unit_test(every_malformed_datagram_is_counted_and_dropped),
+		cmocka_unit_test(garbage_never_holds_the_poll_nor_hides_silence),
 		cmocka_unit_test(malformed_counts_reach_the_counters_file),
 		cmocka_unit_test(restart_is_a_new_epoch_and_the_old_one_is_ignored),
 		cmocka_unit_test(silent_publisher_is_dead_then_closes),
