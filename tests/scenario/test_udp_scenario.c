@@ -282,7 +282,8 @@ static void reported_gaps_equal_the_drop_log(void **state)
 		char name[16];
 
 		snprintf(path, sizeof(path), "%s/drop%d.log", dir, i);
-		snprintf(seed, sizeof(seed), "%d", 11 + i);
+		/* Seed 196 drops the very first datagram, 12 does not. */
+		snprintf(seed, sizeof(seed), "%d", i == 0 ? 196 : 12);
 		snprintf(name, sizeof(name), "lossy%d", i);
 		setenv("TICKBUS_UDP_DROP", "0.01", 1);
 		setenv("TICKBUS_UDP_SEED", seed, 1);
@@ -300,7 +301,7 @@ static void reported_gaps_equal_the_drop_log(void **state)
 	checksum = proc_field_u64(pout, "checksum");
 
 	for (int i = 0; i < 2; i++) {
-		uint64_t first, lost = 0;
+		uint64_t start, lost = 0;
 		int nd, nl, d = 0;
 
 		assert_int_equal(proc_wait(&sub[i], 120000), 0);
@@ -312,12 +313,16 @@ static void reported_gaps_equal_the_drop_log(void **state)
 		nl = read_losses(path, losses, MAX_RANGES);
 		/* About 1% of 50,000 single-message datagrams. */
 		assert_true(nd > 100);
-		/* Drops before the first message this subscriber saw are a
-		 * late join, not a gap: exactly [1, first - 1]. */
-		first = proc_field_u64(out, "first");
-		if (first > 1) {
+		/* The stream starts for this subscriber at the first thing
+		 * it heard of: a message, or a gap a heartbeat or datagram
+		 * named.  Drops before that are a late join, not a gap:
+		 * exactly [1, start - 1]. */
+		start = proc_field_u64(out, "first");
+		if (nl > 0 && (start == 0 || losses[0].first < start))
+			start = losses[0].first;
+		if (start > 1) {
 			assert_int_equal(drops[0].first, 1);
-			assert_int_equal(drops[0].last, first - 1);
+			assert_int_equal(drops[0].last, start - 1);
 			d = 1;
 		}
 		assert_int_equal(nl, nd - d);
@@ -327,7 +332,7 @@ static void reported_gaps_equal_the_drop_log(void **state)
 			lost += losses[k].last - losses[k].first + 1;
 		}
 		assert_int_equal(proc_field_u64(out, "lost"), lost);
-		assert_int_equal(proc_field_u64(out, "delivered") + lost + first - 1, n);
+		assert_int_equal(proc_field_u64(out, "delivered") + lost + start - 1, n);
 		assert_int_equal(proc_field_u64(out, "last"), n);
 		assert_int_equal(proc_field_u64(out, "order_errors"), 0);
 		assert_int_equal(proc_field_u64(out, "bad_payload"), 0);
