@@ -295,6 +295,20 @@ int tb_pub_abort(tb_publisher_t *p, tb_claim_t *claimed)
 	return 0;
 }
 
+int tb_pub_flush(tb_publisher_t *p)
+{
+	/* Hot path: what the transport's flush costs (a send, if it holds a
+	 * datagram). */
+	int rc;
+
+	if (!p->tx->ops->flush)
+		return 0;
+	rc = p->tx->ops->flush(p->tx);
+	if (tb_unlikely(rc < 0))
+		tb_counter_inc(p->ctr, TB_CTR_ERRORS);
+	return rc;
+}
+
 uint64_t tb_pub_next_seq(const tb_publisher_t *p) { return p->next_seq; }
 
 uint64_t tb_pub_epoch(const tb_publisher_t *p) { return p->epoch; }
