@@ -31,6 +31,7 @@ struct state {
 	tb_hist_t *lat;
 	char losses[LOSSES_SHOWN * 48];
 	int losses_shown;
+	FILE *loss_file;   /* every loss range, "FIRST LAST" a line */
 };
 
 static void usage(FILE *out)
@@ -52,6 +53,7 @@ static void usage(FILE *out)
 "      --latency         print one-way latency percentiles\n"
 "      --hgrm FILE       write the latency distribution (.hgrm, in us)\n"
 "      --name NAME       label for the output (default: the pid)\n"
+"      --loss-file FILE  write every lost range to FILE, \"FIRST LAST\" a line\n"
 "      --report          print a line per second\n"
 "  -h, --help            this text\n"
 "exit status: 0 complete, 1 error, 2 usage, 3 publisher died, 4 timeout\n");
@@ -104,6 +106,8 @@ static void note_loss(struct state *s, tb_subscriber_t *sub, int laps)
 	if (s->last && a != s->last + 1)
 		s->order_errors++;
 	s->last = b;
+	if (s->loss_file)
+		fprintf(s->loss_file, "%" PRIu64 " %" PRIu64 "\n", a, b);
 	if (s->losses_shown++ < LOSSES_SHOWN)
 		snprintf(s->losses + n, sizeof(s->losses) - n, "%s%" PRIu64 "-%" PRIu64,
 			 n ? "," : "", a, b);
@@ -131,6 +135,7 @@ int main(int argc, char **argv)
 		{"latency", no_argument, 0, 'l'},
 		{"hgrm", required_argument, 0, 'H'},
 		{"name", required_argument, 0, 'N'},
+		{"loss-file", required_argument, 0, 'L'},
 		{"report", no_argument, 0, 'P'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
@@ -157,6 +162,13 @@ int main(int argc, char **argv)
 		case 'l': latency = 1; break;
 		case 'H': hgrm = optarg; latency = 1; break;
 		case 'N': snprintf(name, sizeof(name), "%s", optarg); break;
+		case 'L':
+			s.loss_file = fopen(optarg, "w");
+			if (!s.loss_file) {
+				fprintf(stderr, "tb-subscribe: cannot write %s\n", optarg);
+				return 1;
+			}
+			break;
 		case 'P': report = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: goto bad;
@@ -271,6 +283,8 @@ bad:
 	}
 	fflush(stdout);
 	if (s.order_errors || s.bad_payload)
+		status = 1;
+	if (s.loss_file && fclose(s.loss_file) != 0)
 		status = 1;
 	tb_subscriber_close(sub);
 	tb_hist_free(s.lat);
