@@ -186,10 +186,15 @@ static int dev_open(tb_ud_dev_t *d, const tb_stream_cfg_t *cfg)
 					  "InfiniBand; multicast there needs a "
 					  "subnet manager join, which tickbus does "
 					  "not make: use a RoCE port");
-		return tb_err_set(TB_ENOENT, "ud: no RDMA device%s%s with an active "
-				  "port%s%.0d", cfg->rdma_device[0] ? " " : "",
-				  cfg->rdma_device, cfg->rdma_port ? " " : "",
-				  cfg->rdma_port);
+		if (cfg->rdma_port)
+			return tb_err_set(TB_ENOENT, "ud: no RDMA device '%s' with "
+					  "an active Ethernet port %d",
+					  cfg->rdma_device[0] ? cfg->rdma_device
+							      : "(any)",
+					  cfg->rdma_port);
+		return tb_err_set(TB_ENOENT, "ud: no RDMA device '%s' with an "
+				  "active Ethernet port",
+				  cfg->rdma_device[0] ? cfg->rdma_device : "(any)");
 	}
 	d->port = (uint8_t)port;
 	d->path_mtu = 128u << pa.active_mtu; /* IBV_MTU_256 = 1 ... 4096 = 5 */
