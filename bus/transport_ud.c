@@ -518,7 +518,7 @@ static int ud_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 	rc = dev_open(&u->dev, cfg);
 	if (rc < 0) {
 		free(u);
-		return tb_err_prepend(rc, "stream '%s'", cfg->name);
+		return rc; /* tb_publisher_open / tb_subscriber_open name the stream */
 	}
 	u->qkey = TB_UD_QKEY(cfg->id);
 	depth = cfg->ring_size / (2u * u->dev.mtu);
@@ -560,7 +560,7 @@ static int ud_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 	return 0;
 fail:
 	ud_tx_free(u);
-	return tb_err_prepend(rc, "stream '%s'", cfg->name);
+	return rc;
 }
 
 const tb_tx_ops_t tb_ud_tx_ops = {
@@ -782,7 +782,7 @@ static int ud_rx_open(tb_rx_t **out, const tb_stream_cfg_t *cfg)
 	rc = dev_open(&r->dev, cfg);
 	if (rc < 0) {
 		free(r);
-		return tb_err_prepend(rc, "stream '%s'", cfg->name);
+		return rc;
 	}
 	rc = rx_verbs(r);
 	if (rc < 0)
@@ -796,7 +796,7 @@ static int ud_rx_open(tb_rx_t **out, const tb_stream_cfg_t *cfg)
 	return 0;
 fail:
 	ud_rx_close(&r->rx);
-	return tb_err_prepend(rc, "stream '%s'", cfg->name);
+	return rc;
 }
 
 const tb_rx_ops_t tb_ud_rx_ops = {

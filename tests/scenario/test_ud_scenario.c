@@ -267,12 +267,47 @@ static void loss_reported_exactly(void **state)
 	}
 }
 
+/* Bad input to the tools: a clear message and exit status 1. */
+static void bad_input_is_refused_clearly(void **state)
+{
+	proc_t p;
+	char out[256], bad_ini[256], *text;
+	char *loss_argv[] = {"tb-subscribe", "-c", ini, "-s", "ud-scenario",
+			     "--loss-file", "/nonexistent-dir/x", NULL};
+	char *mtu_argv[] = {"tb-subscribe", "-c", bad_ini, "-s", "big", NULL};
+	FILE *f;
+
+	(void)state;
+	snprintf(out, sizeof(out), "%s/bad1.out", dir);
+	assert_int_equal(proc_start(&p, out, loss_argv), 0);
+	assert_int_equal(proc_wait(&p, 20000), 1);
+	text = proc_output(&p);
+	assert_non_null(strstr(text, "cannot write /nonexistent-dir/x"));
+	free(text);
+
+	snprintf(bad_ini, sizeof(bad_ini), "%s/big.ini", dir);
+	f = fopen(bad_ini, "w");
+	assert_non_null(f);
+	fprintf(f, "[stream big]\nid = 62\ntransport = ud\n"
+		"group = 239.192.61.2:5062\nmtu = 9000\n");
+	assert_int_equal(fclose(f), 0);
+	snprintf(out, sizeof(out), "%s/bad2.out", dir);
+	assert_int_equal(proc_start(&p, out, mtu_argv), 0);
+	assert_int_equal(proc_wait(&p, 20000), 1);
+	text = proc_output(&p);
+	print_message("%s", text);
+	assert_non_null(strstr(text, "mtu 9000 exceeds the path MTU 4096"));
+	free(text);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(no_loss_every_subscriber_gets_1_to_n,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(loss_reported_exactly, setup, teardown),
+		cmocka_unit_test_setup_teardown(bad_input_is_refused_clearly, setup,
+						teardown),
 	};
 
 	if (!getenv("SOFTRDMA_FABRIC")) {

@@ -638,11 +638,45 @@ static int norecv_child(void)
 	return 0;
 }
 
+/* SOFTRDMA_UD_DROP=abc: refused with a message, so nothing is dropped. */
+static int badprob_child(void)
+{
+	struct ud_node s, r;
+	if (ud_init(&s, 0, 0) || ud_init(&r, 0, 0))
+		return 1;
+	static const uint8_t lo[4] = {127, 0, 0, 1};
+	struct ibv_ah *ah = ah_to(s.pd, lo);
+	if (post_recvs(&r, 0, 20, BUF))
+		return 2;
+	for (uint32_t i = 0; i < 20; i++)
+		if (ud_send(&s, ah, r.qp->qp_num, QKEY, 64, i, i) ||
+		    send_done(&s, IBV_WC_SUCCESS))
+			return 3;
+	struct ibv_wc wc[20];
+	if (t_poll(r.cq, wc, 20, T_TIMEOUT_MS) != 20)
+		return 4;
+	ibv_destroy_ah(ah);
+	ud_fini(&s);
+	ud_fini(&r);
+	return 0;
+}
+
 static int run_child(const char *mode, const char *seed, const char *log)
 {
 	unlink(log);
 	pid_t p = fork();
 	if (p == 0) {
+		if (!strcmp(mode, "badprob")) {
+			setenv("SOFTRDMA_UD_DROP", "abc", 1);
+			setenv("SOFTRDMA_UD_REORDER", "1.5", 1);
+			/* stderr to the log path, for the parent to read */
+			int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+			if (fd < 0 || dup2(fd, 2) < 0)
+				_exit(126);
+			execl("/proc/self/exe", "test_softrdma_ud", "--child", mode,
+			      (char *)NULL);
+			_exit(127);
+		}
 		if (!strcmp(mode, "faults")) {
 			setenv("SOFTRDMA_UD_DROP", "0.1", 1);
 			setenv("SOFTRDMA_UD_DUP", "0.05", 1);
@@ -704,6 +738,16 @@ static void test_seeded_faults(void **state)
 	free(b);
 	free(c);
 	assert_int_equal(run_child("norecv", "1", log[0]), 0);
+	/* a variable that is not a probability: said so, and ignored */
+	assert_int_equal(run_child("badprob", "1", log[1]), 0);
+	FILE *f = fopen(log[1], "r");
+	assert_non_null(f);
+	char err[1024] = "";
+	size_t n = fread(err, 1, sizeof err - 1, f);
+	err[n] = 0;
+	fclose(f);
+	assert_non_null(strstr(err, "SOFTRDMA_UD_DROP='abc' is not a probability"));
+	assert_non_null(strstr(err, "SOFTRDMA_UD_REORDER='1.5' is not a probability"));
 	for (int i = 0; i < 3; i++)
 		unlink(log[i]);
 }
@@ -712,7 +756,9 @@ int main(int argc, char **argv)
 {
 	t_fabric_setup("ud");
 	if (argc == 3 && !strcmp(argv[1], "--child"))
-		return !strcmp(argv[2], "faults") ? fault_child() : norecv_child();
+		return !strcmp(argv[2], "faults") ? fault_child() :
+		       !strcmp(argv[2], "badprob") ? badprob_child() :
+						     norecv_child();
 	if (!t_is_softrdma()) {
 		fprintf(stderr, "SKIP: the loaded libibverbs is not softrdma\n");
 		return 77;
