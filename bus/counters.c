@@ -62,6 +62,17 @@ static const char *const counter_names[TB_CTR_COUNT] = {
 	[TB_CTR_ERRORS] = "errors",
 	[TB_CTR_DUPLICATES] = "duplicates",
 	[TB_CTR_MALFORMED] = "malformed",
+	[TB_CTR_MALFORMED_SHORT] = "malformed_short",
+	[TB_CTR_MALFORMED_BAD_MAGIC] = "malformed_bad_magic",
+	[TB_CTR_MALFORMED_BAD_VERSION] = "malformed_bad_version",
+	[TB_CTR_MALFORMED_BAD_LENGTH] = "malformed_bad_length",
+	[TB_CTR_MALFORMED_BAD_FLAGS] = "malformed_bad_flags",
+	[TB_CTR_MALFORMED_BAD_COUNT] = "malformed_bad_count",
+	[TB_CTR_MALFORMED_BAD_FRAME] = "malformed_bad_frame",
+	[TB_CTR_MALFORMED_WRONG_STREAM] = "malformed_wrong_stream",
+	[TB_CTR_MALFORMED_BAD_SEQ] = "malformed_bad_seq",
+	[TB_CTR_REORDERED] = "reordered",
+	[TB_CTR_STALE_EPOCH] = "stale_epoch",
 };
 
 const char *tb_counter_name(int id)

@@ -43,6 +43,8 @@ static int malformed(tb_dgram_rx_t *rx, enum tb_pkt_fault fault, int *done)
 {
 	rx->faults[fault]++;
 	tb_counter_inc(rx->ctr, TB_CTR_MALFORMED);
+	tb_counter_inc(rx->ctr, (tb_counter_id_t)(TB_CTR_MALFORMED_SHORT +
+						  fault - TB_PKT_SHORT));
 	*done = 1;
 	return 0;
 }
@@ -122,6 +124,7 @@ int tb_dgram_rx_begin(tb_dgram_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 	if (tb_unlikely(p->epoch != rx->epoch)) {
 		if (p->epoch == 0 || epoch_left(rx, p->epoch)) {
 			rx->stale_epoch++;
+			tb_counter_inc(rx->ctr, TB_CTR_STALE_EPOCH);
 			*done = 1;
 			return 0;
 		}
@@ -142,7 +145,12 @@ int tb_dgram_rx_begin(tb_dgram_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 		}
 	}
 	if (tb_unlikely(rx->state == TB_DGRAM_CLOSED)) {
-		rx->stale_epoch++; /* after its END: nothing more to read */
+		/* After its END nothing more is read; END's own copies are
+		 * expected and not counted. */
+		if (!(p->flags & TB_PKT_F_END)) {
+			rx->stale_epoch++;
+			tb_counter_inc(rx->ctr, TB_CTR_STALE_EPOCH);
+		}
 		*done = 1;
 		return 0;
 	}
@@ -158,10 +166,13 @@ int tb_dgram_rx_begin(tb_dgram_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 	if (last < seq->expected) {
 		/* All seen, or all reported lost: a duplicate, or a datagram
 		 * that came after the gap it caused. */
-		if (p->first_seq >= rx->last_gap.first && last <= rx->last_gap.last)
+		if (p->first_seq >= rx->last_gap.first &&
+		    last <= rx->last_gap.last) {
 			rx->reordered++;
-		else
+			tb_counter_inc(rx->ctr, TB_CTR_REORDERED);
+		} else {
 			rx->duplicates++;
+		}
 		seq->duplicates += p->count;
 		tb_counter_add(rx->ctr, TB_CTR_DUPLICATES, p->count);
 		*done = 1;

@@ -30,13 +30,14 @@
  * datagram and, in order:
  *   1. validates it whole (tb_pkt_check, then every frame with
  *      tb_pkt_frame_next) before delivering anything: a malformed datagram
- *      is dropped entirely and counted by kind (faults[], and the total in
- *      the process counters as TB_CTR_MALFORMED);
+ *      is dropped entirely and counted by kind, in faults[] and in the
+ *      process counters (TB_CTR_MALFORMED and TB_CTR_MALFORMED_<kind>);
  *   2. checks the epoch: the first one seen is adopted (a late joiner
  *      starts at the first frame it sees); a different epoch is a publisher
  *      restart, reported once as TB_NEW_EPOCH, after which sequences start
  *      again from 1; a datagram of an epoch followed before (an older
- *      publisher still draining) is dropped and counted (stale_epoch).
+ *      publisher still draining) is dropped and counted (stale_epoch,
+ *      TB_CTR_STALE_EPOCH).
  *      Epoch values are not ordered (publisher.c mixes the pid in), so
  *      "older" means "one this receiver has already left";
  *   3. classifies every frame with seq.h: the next one goes to the
@@ -51,8 +52,8 @@
  *
  * Reordering: no reorder window.  A gap is reported the moment a datagram
  * beyond `expected` arrives; a datagram that then arrives late is counted
- * as reordered (its frames fall in the last reported gap) or duplicate, and
- * dropped.  On one LAN segment multicast datagrams practically never
+ * as reordered (its frames fall in the last reported gap; TB_CTR_REORDERED)
+ * or duplicate, and dropped; either way its frames count as duplicates.  On one LAN segment multicast datagrams practically never
  * reorder, while a window would delay every real gap by its length; the
  * recovery service fills reported gaps, so a late datagram loses nothing.
  *
@@ -223,6 +224,11 @@ static inline uint64_t tb_dgram_tx_sent_next(tb_dgram_tx_t *tx)
 }
 
 /* ----------------------------------------------------------- subscribing */
+
+_Static_assert(TB_CTR_MALFORMED_BAD_SEQ - TB_CTR_MALFORMED_SHORT ==
+	       TB_PKT_BAD_SEQ - TB_PKT_SHORT &&
+	       TB_PKT_FAULT_COUNT == TB_PKT_BAD_SEQ + 1,
+	       "a counter for each kind of malformed datagram");
 
 /* Previous epochs remembered as "already left": a restart or two in a
  * row is all one receiver sees in practice. */

@@ -601,7 +601,8 @@ static inline void recycle(tb_ud_rx_t *r, uint64_t id)
 		repost(r);
 }
 
-/* Counts a datagram dropped before dgram.h saw it. */
+/* Counts a datagram dropped before dgram.h saw it (TB_CTR_MALFORMED; a
+ * wrong immediate has no kind of its own among the packet faults). */
 static inline void drop_malformed(tb_ud_rx_t *r, const struct ibv_wc *wc)
 {
 	tb_counter_inc(r->dg.ctr, TB_CTR_MALFORMED);
@@ -649,6 +650,7 @@ static int ud_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 		buf = r->bufs + wc->wr_id * r->stride + TB_UD_GRH;
 		if (tb_unlikely(wc->byte_len < TB_UD_GRH)) {
 			r->dg.faults[TB_PKT_SHORT]++;
+			tb_counter_inc(r->dg.ctr, TB_CTR_MALFORMED_SHORT);
 			drop_malformed(r, wc);
 			continue;
 		}

@@ -329,10 +329,13 @@ static int udp_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 {
 	tb_udp_rx_t *r = (tb_udp_rx_t *)rx;
 	uint64_t now = 0;
-	int n = 0, done, rc;
+	int n = 0, done, rc, received = 0;
 
-	/* Hot path: one recvmmsg when the last batch is used up, nothing
-	 * else: no allocation, lock or other system call. */
+	/* Hot path: at most one recvmmsg, when the last batch is used up,
+	 * and nothing else: no allocation, lock or other system call.  A
+	 * batch with nothing to deliver (garbage, another epoch) ends the
+	 * poll like an empty one, so a flood cannot hold the caller here
+	 * nor hide a dead publisher. */
 	tb_dgram_rx_set_counters(&r->dg, rx->ctr);
 	for (;;) {
 		const uint8_t *buf;
@@ -341,8 +344,9 @@ static int udp_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 		if (r->next == r->got) {
 			if (n > 0)
 				return n;
-			if (receive(r) == 0)
+			if (received || receive(r) == 0)
 				return tb_dgram_rx_idle(&r->dg, tb_clock_now_ns_inline());
+			received = 1;
 			now = 0;
 		}
 		buf = r->bufs + (size_t)r->next * TB_UDP_RX_BUF;

@@ -29,9 +29,9 @@ struct state {
 	uint64_t order_errors, bad_payload, lost, laps, gaps, epochs;
 	uint64_t slow_ns;
 	tb_hist_t *lat;
+	FILE *loss_log;
 	char losses[LOSSES_SHOWN * 48];
 	int losses_shown;
-	FILE *loss_file;   /* every loss range, "FIRST LAST" a line */
 };
 
 static void usage(FILE *out)
@@ -53,7 +53,7 @@ static void usage(FILE *out)
 "      --latency         print one-way latency percentiles\n"
 "      --hgrm FILE       write the latency distribution (.hgrm, in us)\n"
 "      --name NAME       label for the output (default: the pid)\n"
-"      --loss-file FILE  write every lost range to FILE, \"FIRST LAST\" a line\n"
+"      --loss-log FILE   write every loss range reported, \"FIRST LAST\" a line\n"
 "      --report          print a line per second\n"
 "  -h, --help            this text\n"
 "exit status: 0 complete, 1 error, 2 usage, 3 publisher died, 4 timeout\n");
@@ -106,8 +106,8 @@ static void note_loss(struct state *s, tb_subscriber_t *sub, int laps)
 	if (s->last && a != s->last + 1)
 		s->order_errors++;
 	s->last = b;
-	if (s->loss_file)
-		fprintf(s->loss_file, "%" PRIu64 " %" PRIu64 "\n", a, b);
+	if (s->loss_log)
+		fprintf(s->loss_log, "%" PRIu64 " %" PRIu64 "\n", a, b);
 	if (s->losses_shown++ < LOSSES_SHOWN)
 		snprintf(s->losses + n, sizeof(s->losses) - n, "%s%" PRIu64 "-%" PRIu64,
 			 n ? "," : "", a, b);
@@ -135,12 +135,13 @@ int main(int argc, char **argv)
 		{"latency", no_argument, 0, 'l'},
 		{"hgrm", required_argument, 0, 'H'},
 		{"name", required_argument, 0, 'N'},
-		{"loss-file", required_argument, 0, 'L'},
+		{"loss-log", required_argument, 0, 'G'},
 		{"report", no_argument, 0, 'P'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
 	const char *config = NULL, *stream = NULL, *shm = NULL, *hgrm = NULL;
+	const char *loss_log = NULL;
 	const char *end = "signal";
 	char name[64];
 	uint64_t count = 0, timeout_ms = 0, start, last_report, last_delivered = 0;
@@ -162,13 +163,7 @@ int main(int argc, char **argv)
 		case 'l': latency = 1; break;
 		case 'H': hgrm = optarg; latency = 1; break;
 		case 'N': snprintf(name, sizeof(name), "%s", optarg); break;
-		case 'L':
-			s.loss_file = fopen(optarg, "w");
-			if (!s.loss_file) {
-				fprintf(stderr, "tb-subscribe: cannot write %s\n", optarg);
-				return 1;
-			}
-			break;
+		case 'G': loss_log = optarg; break;
 		case 'P': report = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: goto bad;
@@ -182,6 +177,10 @@ bad:
 
 	if (latency && tb_hist_init(&s.lat, 1, 60000000000ll, 3) < 0) {
 		fprintf(stderr, "tb-subscribe: %s\n", tb_errmsg());
+		return 1;
+	}
+	if (loss_log && !(s.loss_log = fopen(loss_log, "w"))) {
+		fprintf(stderr, "tb-subscribe: cannot write %s\n", loss_log);
 		return 1;
 	}
 	if (shm) {
@@ -284,7 +283,7 @@ bad:
 	fflush(stdout);
 	if (s.order_errors || s.bad_payload)
 		status = 1;
-	if (s.loss_file && fclose(s.loss_file) != 0)
+	if (s.loss_log && fclose(s.loss_log) != 0)
 		status = 1;
 	tb_subscriber_close(sub);
 	tb_hist_free(s.lat);

@@ -67,7 +67,7 @@ static void start_sub(proc_t *p, int i)
 	char out[256], name[16], loss[256];
 	char *argv[] = {"tb-subscribe", "-c", ini, "-s", "ud-scenario",
 			"--count", "200000", "--name", name, "--timeout-ms",
-			"120000", "--loss-file", loss, NULL};
+			"120000", "--loss-log", loss, NULL};
 
 	snprintf(name, sizeof(name), "sub%d", i);
 	snprintf(out, sizeof(out), "%s/%s.out", dir, name);
@@ -273,7 +273,7 @@ static void bad_input_is_refused_clearly(void **state)
 	proc_t p;
 	char out[256], bad_ini[256], *text;
 	char *loss_argv[] = {"tb-subscribe", "-c", ini, "-s", "ud-scenario",
-			     "--loss-file", "/nonexistent-dir/x", NULL};
+			     "--loss-log", "/nonexistent-dir/x", NULL};
 	char *mtu_argv[] = {"tb-subscribe", "-c", bad_ini, "-s", "big", NULL};
 	FILE *f;
 

@@ -392,6 +392,7 @@ static void late_datagram_after_its_gap_counts_as_reordered(void **state)
 	assert_int_equal(feed_all(r, data(EPOCH, 3, 2), conds), 0);
 	assert_int_equal(conds[0], 0);
 	assert_int_equal(r->rx.reordered, 1);
+	assert_int_equal(tb_counter_get(&r->ctr, TB_CTR_REORDERED), 1);
 	assert_int_equal(r->rx.duplicates, 0);
 	assert_int_equal(r->sink.n, 4);
 	assert_int_equal(r->sink.seqs[2], 5);
@@ -428,6 +429,9 @@ static void every_malformed_kind_is_counted_and_dropped(void **state)
 		assert_int_equal(feed_all(r, len, conds), 0);
 		assert_int_equal(conds[0], 0);
 		assert_int_equal(tb_dgram_rx_faults(&r->rx, (enum tb_pkt_fault)k), 1);
+		/* And in the process counters, under its own name. */
+		assert_int_equal(tb_counter_get(&r->ctr, (tb_counter_id_t)
+				 (TB_CTR_MALFORMED_SHORT + k - TB_PKT_SHORT)), 1);
 		kinds++;
 	}
 	assert_int_equal(kinds, TB_PKT_FAULT_COUNT - 1);
@@ -477,6 +481,7 @@ static void new_epoch_once_then_old_epoch_is_stale(void **state)
 	/* Epoch 0 is never valid. */
 	assert_int_equal(feed_all(r, data(0, 4, 1), conds), 0);
 	assert_int_equal(r->rx.stale_epoch, 2);
+	assert_int_equal(tb_counter_get(&r->ctr, TB_CTR_STALE_EPOCH), 2);
 	/* The new epoch goes on. */
 	assert_int_equal(feed_all(r, data(EPOCH + 7, 4, 1), conds), 1);
 	assert_int_equal(conds[0], 0);
@@ -528,7 +533,10 @@ static void end_reports_tail_gap_then_closed(void **state)
 	/* The copies of END and late data after it change nothing. */
 	assert_int_equal(feed_all(r, control(EPOCH, TB_PKT_F_END, 8), conds), 0);
 	assert_int_equal(conds[0], 0);
+	assert_int_equal(r->rx.stale_epoch, 0);
 	assert_int_equal(feed_all(r, data(EPOCH, 6, 1), conds), 0);
+	assert_int_equal(r->rx.stale_epoch, 1);
+	assert_int_equal(r->sink.n, 4);
 	assert_int_equal(tb_dgram_rx_idle(&r->rx, r->now + 10000 * MS), 0);
 	/* A new publisher: new epoch, from 1. */
 	assert_int_equal(feed_all(r, data(EPOCH + 1, 1, 1), conds), 1);
