@@ -23,6 +23,9 @@
  * few microseconds away on a NIC, so this many empty polls mean the device
  * stopped (the datagram is dropped and subscribers see a gap). */
 #define TB_UD_SQ_SPINS (1u << 22)
+/* A datagram posted this long ago has left the NIC: 1 ms is hundreds of
+ * times a send's time on the wire and in the send queue. */
+#define TB_UD_BEAT_SETTLE_NS 1000000L
 /* How long set-up and teardown wait for one completion. */
 #define TB_UD_WAIT_NS 2000000000ull
 
@@ -413,6 +416,24 @@ static void ud_tx_beat(tb_tx_t *tx, uint64_t now_ns, uint64_t last_seq)
 
 	(void)now_ns;
 	(void)last_seq;
+	/* The heartbeat goes on another send queue, which a NIC does not
+	 * order with the data's: it must not overtake a datagram posted a
+	 * moment ago and fake a lost tail.  So when something was posted
+	 * since the previous beat, wait TB_UD_BEAT_SETTLE_NS and send only if
+	 * nothing more was posted meanwhile (the last datagram has long left
+	 * by then); if data keeps flowing, it tells the subscribers the
+	 * publisher is alive, and this beat is skipped. */
+	if (u->beats++ && next != u->beat_prev) {
+		struct timespec ts = {0, TB_UD_BEAT_SETTLE_NS};
+
+		nanosleep(&ts, NULL);
+		if (tb_dgram_tx_sent_next(&u->dg) != next) {
+			u->beat_prev = tb_dgram_tx_sent_next(&u->dg);
+			u->beats_skipped++;
+			return;
+		}
+	}
+	u->beat_prev = next;
 	tb_pkt_init(u->beat_hdr, TB_PKT_F_HEARTBEAT, u->dg.stream_id, u->dg.epoch,
 		    next, 0, TB_PKT_HDR_LEN);
 	wr.wr.ud.ah = u->ah;

@@ -39,6 +39,11 @@
  * touch the data QP's send queue (the publishing thread owns it without a
  * lock), so they go out on a second UD QP with its own CQ, carrying
  * tb_dgram_tx_sent_next(): what has been posted, never a held datagram.
+ * Two send queues are not ordered with each other on a NIC, so when data
+ * was posted since the previous beat the beat waits 1 ms and goes only if
+ * nothing more was posted meanwhile (the last datagram has left by then
+ * and cannot be overtaken); while data keeps flowing, it alone keeps the
+ * subscribers' liveness and the beat is skipped.
  * Close posts END (three copies, like udp) on the data QP behind the last
  * datagram, signalled, and waits for that completion before tearing down.
  *
@@ -51,6 +56,12 @@
  * to TB_UD_POLL completions at once, skips the GRH, checks that the
  * immediate matches first_seq, and hands the datagram to dgram.h, which
  * validates it, counts malformed ones by kind and classifies the frames.
+ *
+ * Not used by ud: cfg.loopback (every QP attached to the group receives,
+ * on this host too, as a NIC delivers; only a QP's own datagrams could be
+ * blocked, and the publisher's QP never joins), cfg.rcvbuf (udp only).
+ * cfg.ttl is the address handle's hop limit; cfg.interface, when set,
+ * chooses the netdev of the IGMP join instead of the GID's.
  *
  * Threads: as transport.h.  send, flush and poll are hot: no allocation,
  * lock or system call (ibv_post_send, ibv_post_recv and ibv_poll_cq are
@@ -120,6 +131,9 @@ typedef struct tb_ud_tx {
 	struct ibv_qp *beat_qp;
 	struct ibv_mr *beat_mr;
 	tb_pkt_hdr_t *beat_hdr;
+	uint64_t beats;            /* beat calls; heartbeat thread only */
+	uint64_t beat_prev;        /* sent_next at the previous beat */
+	uint64_t beats_skipped;    /* data was flowing: no heartbeat needed */
 	/* Statistics, for tests and benchmarks. */
 	uint64_t datagrams;
 	uint64_t inline_posts;

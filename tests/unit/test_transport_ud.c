@@ -6,7 +6,8 @@
  *    per flush or per full datagram with it, and zero-copy posts with
  *    selective signalling that never overflow the send queue;
  *  - messages larger than one datagram are refused at offer (TB_EMSGSIZE);
- *  - heartbeats, END and silence (TB_PUBLISHER_DEAD);
+ *  - heartbeats (only after a quiet interval), END and silence
+ *    (TB_PUBLISHER_DEAD);
  *  - datagrams from a raw UD sender (the test's own QP): every malformed
  *    kind is counted and dropped, a wrong or missing immediate too, a gap
  *    gives the exact range, a duplicate and a late datagram are counted;
@@ -292,6 +293,13 @@ static void heartbeat_end_and_silence(void **state)
 	assert_int_equal(p.seq.expected, 1);
 	assert_int_equal(publish(p.tx, 40), 0);
 	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 1), 1);
+	/* data since the last beat, then quiet for the settle time: the
+	 * heartbeat goes, naming the next sequence */
+	p.tx->ops->beat(p.tx, tb_clock_now_ns(), 1);
+	assert_int_equal(poll_quiet(p.rx, &p.seq, &p.loss, p.got, 20), 0);
+	assert_int_equal(((tb_ud_rx_t *)p.rx)->dg.heartbeats, 2);
+	assert_int_equal(((tb_ud_tx_t *)p.tx)->beats_skipped, 0);
+	assert_int_equal(p.seq.expected, 2);
 	/* silence longer than liveness_timeout_ms */
 	rc = poll_quiet(p.rx, &p.seq, &p.loss, p.got, 1000);
 	assert_int_equal(rc, TB_PUBLISHER_DEAD);
