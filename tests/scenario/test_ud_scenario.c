@@ -32,6 +32,8 @@
 
 static char dir[128];
 static char ini[192];
+/* At file scope: proc.h keeps pointers to them until teardown. */
+static proc_t pub, sub[3], bad;
 
 static int setup(void **state)
 {
@@ -108,21 +110,20 @@ static void start_pub(proc_t *p)
 	assert_int_equal(proc_start(p, out, argv), 0);
 }
 
-static void run(proc_t *pub, proc_t sub[3], uint32_t qpn[3])
+static void run(uint32_t qpn[3])
 {
 	for (int i = 0; i < 3; i++)
 		start_sub(&sub[i], i);
 	for (int i = 0; i < 3; i++)
 		qpn[i] = wait_joined(&sub[i]);
-	start_pub(pub);
-	assert_int_equal(proc_wait(pub, 120000), 0);
+	start_pub(&pub);
+	assert_int_equal(proc_wait(&pub, 120000), 0);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(proc_wait(&sub[i], 120000), 0);
 }
 
 static void no_loss_every_subscriber_gets_1_to_n(void **state)
 {
-	proc_t pub, sub[3];
 	uint32_t qpn[3];
 	char *pout, *out;
 	uint64_t checksum;
@@ -132,7 +133,7 @@ static void no_loss_every_subscriber_gets_1_to_n(void **state)
 	unsetenv("SOFTRDMA_UD_DUP");
 	unsetenv("SOFTRDMA_UD_REORDER");
 	unsetenv("SOFTRDMA_UD_LOG");
-	run(&pub, sub, qpn);
+	run(qpn);
 	pout = proc_output(&pub);
 	print_message("%s", pout);
 	assert_int_equal(proc_field_u64(pout, "published"), N);
@@ -162,7 +163,6 @@ static void mark(uint8_t *set, uint64_t first, uint64_t count)
 
 static void loss_reported_exactly(void **state)
 {
-	proc_t pub, sub[3];
 	uint32_t qpn[3];
 	char log[256], path[256], what[16];
 	uint8_t *dropped[3], *late[3], *lost[3];
@@ -177,7 +177,7 @@ static void loss_reported_exactly(void **state)
 	setenv("SOFTRDMA_UD_REORDER", "0.01", 1);
 	setenv("SOFTRDMA_SEED", "20261203", 1);
 	setenv("SOFTRDMA_UD_LOG", log, 1);
-	run(&pub, sub, qpn);
+	run(qpn);
 	unsetenv("SOFTRDMA_UD_DROP");
 	unsetenv("SOFTRDMA_UD_DUP");
 	unsetenv("SOFTRDMA_UD_REORDER");
@@ -270,7 +270,7 @@ static void loss_reported_exactly(void **state)
 /* Bad input to the tools: a clear message and exit status 1. */
 static void bad_input_is_refused_clearly(void **state)
 {
-	proc_t p;
+	proc_t *p = &bad;
 	char out[256], bad_ini[256], *text;
 	char *loss_argv[] = {"tb-subscribe", "-c", ini, "-s", "ud-scenario",
 			     "--loss-log", "/nonexistent-dir/x", NULL};
@@ -279,9 +279,9 @@ static void bad_input_is_refused_clearly(void **state)
 
 	(void)state;
 	snprintf(out, sizeof(out), "%s/bad1.out", dir);
-	assert_int_equal(proc_start(&p, out, loss_argv), 0);
-	assert_int_equal(proc_wait(&p, 20000), 1);
-	text = proc_output(&p);
+	assert_int_equal(proc_start(p, out, loss_argv), 0);
+	assert_int_equal(proc_wait(p, 20000), 1);
+	text = proc_output(p);
 	assert_non_null(strstr(text, "cannot write /nonexistent-dir/x"));
 	free(text);
 
@@ -292,9 +292,9 @@ static void bad_input_is_refused_clearly(void **state)
 		"group = 239.192.61.2:5062\nmtu = 9000\n");
 	assert_int_equal(fclose(f), 0);
 	snprintf(out, sizeof(out), "%s/bad2.out", dir);
-	assert_int_equal(proc_start(&p, out, mtu_argv), 0);
-	assert_int_equal(proc_wait(&p, 20000), 1);
-	text = proc_output(&p);
+	assert_int_equal(proc_start(p, out, mtu_argv), 0);
+	assert_int_equal(proc_wait(p, 20000), 1);
+	text = proc_output(p);
 	print_message("%s", text);
 	assert_non_null(strstr(text, "mtu 9000 exceeds the path MTU 4096"));
 	free(text);
