@@ -21,6 +21,14 @@
  *   - at a pack or flush when its oldest frame is batch_ns old or older,
  *   - at flush (tb_pub_flush, and before close).
  *
+ * A ready datagram's pieces must stay untouched until the wire has read
+ * them: the header sits in tx->hdr[] until the pack after
+ * tb_dgram_tx_sent(), the frames in the ring until the publisher writes
+ * over them.  udp's sendmsg copies both before it returns; ud, whose NIC
+ * reads them later, calls tb_dgram_tx_sent() only once the sends have
+ * completed, registers the tb_dgram_tx_t (for hdr[]) and the ring, and
+ * holds the ring back with `room` until completions free it.
+ *
  * The time bound is checked when the publishing thread calls in (send or
  * flush): nothing else may touch the ring.  A publisher that batches and
  * then goes quiet calls tb_pub_flush; heartbeats report only what has left
