@@ -21,10 +21,18 @@
  * (zero copy; a datagram's frames never wrap, dgram.h ends a datagram at
  * the ring's end).  Datagrams up to the QP's inline limit go inline.  The
  * immediate is first_seq's low 32 bits in network order.  One WR in
- * TB_UD_SIGNAL_EVERY is signalled and the send CQ is polled only when the
- * send queue is full, so it never overflows; the queue is at most
- * ring_size / (2 * mtu) deep, so the ring never overwrites a frame the NIC
- * has yet to read.  Batching is dgram.h's: a datagram leaves when full, at
+ * sq_depth / 4 is signalled and the send CQ is polled only when the send
+ * queue is full, so it never overflows.
+ *
+ * What the NIC reads after the post stays put until it has read it (the
+ * rule dgram.h states, kept here without holding tb_dgram_tx_sent back):
+ * the header is copied into the slab slot of its send-queue slot, which is
+ * not reused before that WR (or a later signalled one) completes; and the
+ * send queue is at most ring_size / (2 * mtu) deep.  To write over a
+ * datagram's frames the publisher must first commit ring_size more bytes,
+ * at least ring_size - 2 * mtu of them posted (one datagram may be open,
+ * one padding frame skipped), which is 2 * depth - 2 datagrams of at most
+ * mtu bytes: more than the queue holds, so the datagram has completed.  Batching is dgram.h's: a datagram leaves when full, at
  * each send when batch_us is 0, at a send or tb_pub_flush once its oldest
  * frame is batch_us old.
  *
