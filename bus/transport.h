@@ -90,5 +90,7 @@ extern const tb_tx_ops_t tb_rc_tx_ops;
 extern const tb_rx_ops_t tb_rc_rx_ops;
 extern const tb_tx_ops_t tb_udp_tx_ops;
 extern const tb_rx_ops_t tb_udp_rx_ops;
+extern const tb_tx_ops_t tb_ud_tx_ops;
+extern const tb_rx_ops_t tb_ud_rx_ops;
 
 #endif
