@@ -52,7 +52,8 @@ struct tb_feed {
 	tb_book_t *book;
 	tb_feed_stats_t st;
 	char session[TB_MOLD_SESSION_LEN];
-	int have_session;
+	int session_set;     /* from cfg.session, or the first packet */
+	int started;         /* a packet of the session was seen */
 	uint64_t next;
 	uint64_t hi;
 	int ended;
@@ -285,10 +286,8 @@ static uint64_t pending_low(const tb_feed_t *f)
 static void send_request(tb_feed_t *f, uint64_t now)
 {
 	uint8_t req[TB_MOLD_REQ_LEN];
-	/* Up to the highest announced sequence, not just the first hole: one
-	 * round trip then fills every hole in the window, and what is already
-	 * held comes back as duplicates, which are cheap to skip. */
-	uint64_t want = f->hi - f->next;
+	/* The first hole only: what is held is not asked for again. */
+	uint64_t want = pending_low(f) - f->next;
 
 	if (want > f->cfg.req_max)
 		want = f->cfg.req_max;
@@ -375,17 +374,20 @@ static int on_packet(tb_feed_t *f, const uint8_t *data, size_t len,
 		f->st.malformed_by_kind[-rc - 101]++;
 		return 0;
 	}
-	if (tb_unlikely(!f->have_session)) {
+	if (tb_unlikely(!f->session_set)) {
 		memcpy(f->session, p.session, TB_MOLD_SESSION_LEN);
-		f->have_session = 1;
-		if (f->next == 0)
-			f->next = p.seq;
-		if (f->hi < f->next)
-			f->hi = f->next;
+		f->session_set = 1;
 	} else if (tb_unlikely(memcmp(f->session, p.session,
 				      TB_MOLD_SESSION_LEN) != 0)) {
 		f->st.wrong_session++;
 		return 0;
+	}
+	if (tb_unlikely(!f->started)) {
+		f->started = 1;
+		if (f->next == 0)
+			f->next = p.seq;
+		if (f->hi < f->next)
+			f->hi = f->next;
 	}
 	if (retrans)
 		f->st.retrans_packets++;
@@ -461,7 +463,7 @@ int tb_feed_poll(tb_feed_t *f)
 		if (b < 0)
 			return b;
 	}
-	if (f->have_session)
+	if (f->started)
 		a += check_gap(f, tb_clock_now_ns());
 	return a + b;
 }
@@ -494,7 +496,10 @@ static int open_live(tb_feed_t *f)
 	if (f->fd < 0)
 		return tb_err_sys(errno, "feed: socket");
 	setsockopt(f->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (f->cfg.rcvbuf > 0)
+	/* Past net.core.rmem_max when privileged, else as far as allowed. */
+	if (f->cfg.rcvbuf > 0 &&
+	    setsockopt(f->fd, SOL_SOCKET, SO_RCVBUFFORCE, &f->cfg.rcvbuf,
+		       sizeof(f->cfg.rcvbuf)) < 0)
 		setsockopt(f->fd, SOL_SOCKET, SO_RCVBUF, &f->cfg.rcvbuf,
 			   sizeof(f->cfg.rcvbuf));
 	/* Bound to the group itself, the socket sees that group only. */
@@ -557,6 +562,18 @@ int tb_feed_open(tb_feed_t **out, const tb_feed_cfg_t *cfg)
 		return tb_err_set(TB_ENOMEM, "feed: out of memory");
 	f->cfg = *cfg;
 	f->fd = f->rfd = -1;
+	if (cfg->session) {
+		size_t n = strlen(cfg->session);
+
+		if (n == 0 || n > TB_MOLD_SESSION_LEN) {
+			rc = tb_err_set(TB_EINVAL, "feed: session '%s' is not 1..10 "
+					"characters", cfg->session);
+			goto fail;
+		}
+		memset(f->session, ' ', TB_MOLD_SESSION_LEN);
+		memcpy(f->session, cfg->session, n);
+		f->session_set = 1;
+	}
 	f->next = cfg->first_seq;
 	f->hi = cfg->first_seq;
 	bc.max_instruments = cfg->max_instruments;

@@ -12,9 +12,9 @@
  * Gaps.  A packet beyond the next expected sequence is kept (up to
  * `pending_max` packets) and the missing range is re-requested from the
  * retransmission server (MoldUDP64 request packets from a unicast socket;
- * at most `req_max` messages per request, the next request as soon as the
- * previous one is answered; a request spans every hole up to the highest
- * sequence announced, so one round trip fills them all).  A request that goes unanswered is repeated
+ * one hole at a time: [next, first sequence held), at most `req_max`
+ * messages, the next request as soon as the previous one is answered, so
+ * nothing already held is sent twice).  A request that goes unanswered is repeated
  * after `gap_timeout_ns`, doubling each time, `gap_retries` times; then the
  * range is given up: every instrument seen so far is reported STALE (its
  * book can no longer be trusted: messages that touched it may be lost),
@@ -76,6 +76,9 @@ typedef struct tb_feed_cfg {
 	uint16_t retrans_port;
 	uint64_t first_seq;       /* first sequence expected; 0 = whatever the
 				     first packet carries (late join) */
+	const char *session;      /* MoldUDP64 session to accept (1..10
+				     chars, space padded); NULL = the first
+				     packet's */
 	uint32_t max_instruments; /* book sizes (book.h) */
 	uint32_t max_orders;
 	uint32_t max_levels;
@@ -115,7 +118,8 @@ typedef struct tb_feed tb_feed_t;
 
 /* Fills `cfg` with the defaults: any interface, late join, 1024
  * instruments, 1M orders, 256 levels, 1024 pending packets, 1024 messages
- * per request, 5 retries from 20 ms, 4 MiB receive buffer. */
+ * per request, 5 retries from 20 ms, 4 MiB receive buffer (forced past
+ * rmem_max when the process may). */
 void tb_feed_cfg_init(tb_feed_cfg_t *cfg);
 
 /* Opens the sockets, joins the group and allocates everything (books,

@@ -45,6 +45,8 @@ static void usage(FILE *out)
 "      --gap-timeout-ms MS  first re-request timeout (default 20)\n"
 "      --gap-retries N      re-sends before giving a gap up (default 5)\n"
 "      --timeout-ms MS      give up after this long (default 60000)\n"
+"      --session NAME       accept only this MoldUDP64 session (default:\n"
+"                           the first packet's)\n"
 "      --instruments N      instruments (stock locates) 0..N-1\n"
 "                           (default 1024)\n"
 "  -h, --help               this text\n"
@@ -107,6 +109,7 @@ int main(int argc, char **argv)
 		{"gap-retries", required_argument, 0, 'Y'},
 		{"timeout-ms", required_argument, 0, 'T'},
 		{"instruments", required_argument, 0, 'N'},
+		{"session", required_argument, 0, 'S'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
@@ -128,6 +131,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'g': cfg.group = optarg; break;
 		case 'i': cfg.iface = optarg; break;
+		case 'S': cfg.session = optarg; break;
 		case 'H': cfg.retrans_host = optarg; break;
 		case 'p': if (parse_u64(optarg, &port) || port == 0 || port > 65535) bad = "--port"; break;
 		case 'R': if (parse_u64(optarg, &rport) || rport > 65535) bad = "--retrans-port"; break;

@@ -158,6 +158,7 @@ typedef struct sim {
 	size_t arena_len, arena_cap;
 	size_t *off; /* off[seq] .. off[seq + 1] */
 	uint64_t have; /* messages generated: sequences 1 .. have */
+	uint64_t sent; /* messages sent on the live path (or dropped) */
 	uint64_t order_msgs;
 	/* sockets */
 	int fd, rfd;
@@ -327,15 +328,16 @@ static uint64_t fnv1a(uint64_t h, const uint8_t *p, size_t n)
 	return h;
 }
 
-/* Packs messages from `seq` (up to `max` of them, and what fits in one
- * packet) into `pkt`; returns its length and the count in `*n`. */
+/* Packs messages from `seq` (up to `max` of them, none past `last`, and
+ * what fits in one packet) into `pkt`; returns its length and the count in
+ * `*n`. */
 static size_t pack(const sim_t *s, uint8_t *pkt, uint64_t seq, uint64_t max,
-		   uint16_t *n)
+		   uint64_t last, uint16_t *n)
 {
 	tb_mold_builder_t b;
 
 	tb_mold_build_begin(&b, pkt, TB_MOLD_MAX_PKT, s->session, seq);
-	while (b.count < max && seq <= s->have &&
+	while (b.count < max && seq <= last &&
 	       tb_mold_build_add(&b, s->arena + s->off[seq],
 				 s->off[seq + 1] - s->off[seq]) == 0)
 		seq++;
@@ -368,14 +370,14 @@ static void serve_requests(sim_t *s)
 			s->bad_requests++;
 			continue;
 		}
-		if (r.seq > s->have) {
+		if (r.seq > s->sent) {
 			s->unknown_requests++;
 			continue;
 		}
 		left = r.count < s->req_max ? r.count : s->req_max;
-		for (seq = r.seq; left > 0 && seq <= s->have;) {
+		for (seq = r.seq; left > 0 && seq <= s->sent;) {
 			uint16_t n;
-			size_t plen = pack(s, pkt, seq, left, &n);
+			size_t plen = pack(s, pkt, seq, left, s->sent, &n);
 
 			if (n == 0)
 				break;
@@ -406,7 +408,9 @@ static void send_ctl(sim_t *s, uint16_t count)
 {
 	uint8_t pkt[TB_MOLD_HDR_LEN];
 
-	tb_mold_write_ctl(pkt, s->session, s->have + 1, count);
+	/* The next sequence to be sent, not generated: generation runs a
+	 * little ahead of the wire. */
+	tb_mold_write_ctl(pkt, s->session, s->sent + 1, count);
 	send_live(s, pkt, sizeof(pkt), 0);
 	if (count == TB_MOLD_COUNT_HEARTBEAT)
 		s->heartbeats++;
@@ -519,7 +523,7 @@ int main(int argc, char **argv)
 	uint64_t duration = 0, hb_ms = 100, start_ms = 0, end_ms = 1000, v;
 	int have_drop_seed = 0, closing = 0, trailer = 0, c;
 	sim_t s;
-	uint64_t t0, next_due, last_send, sent = 0, burst_left = 0, since_burst = 0;
+	uint64_t t0, next_due, last_send, burst_left = 0, since_burst = 0;
 	uint8_t pkt[TB_MOLD_MAX_PKT];
 	uint32_t i;
 
@@ -640,7 +644,7 @@ int main(int argc, char **argv)
 		if (!closing && (stop || (duration &&
 				now - t0 >= duration * 1000000000ull)))
 			closing = 1;
-		if ((closing || trailer) && sent >= s.have)
+		if ((closing || trailer) && s.sent >= s.have)
 			break;
 		if (!closing && burst_left == 0 && s.rate && now < next_due) {
 			if (now - last_send >= hb_ms * 1000000ull) {
@@ -658,7 +662,7 @@ int main(int argc, char **argv)
 		/* The next packet: 1..max_per_pkt messages, fewer if they do
 		 * not fit; generate what is not generated yet. */
 		want = 1 + xorshift(&s.rng_pkt) % s.max_per_pkt;
-		while (!closing && !trailer && s.have - sent < want &&
+		while (!closing && !trailer && s.have - s.sent < want &&
 		       s.order_msgs < s.count) {
 			gen_order_msg(&s);
 			s.order_msgs++;
@@ -668,11 +672,11 @@ int main(int argc, char **argv)
 			gen_system(&s, TB_ITCH_EV_END_MESSAGES);
 			trailer = 1;
 		}
-		seq = sent + 1;
-		len = pack(&s, pkt, seq, want, &n);
+		seq = s.sent + 1;
+		len = pack(&s, pkt, seq, want, s.have, &n);
 		s.bytes_crc = fnv1a(s.bytes_crc, pkt, len);
 		send_live(&s, pkt, len, 1);
-		sent += n;
+		s.sent += n;
 		last_send = now;
 		if (s.burst_every && (since_burst += n) >= s.burst_every) {
 			since_burst = 0;
@@ -686,7 +690,7 @@ int main(int argc, char **argv)
 		}
 	}
 	/* A stopped feed still ends its session at what was sent. */
-	s.have = sent;
+	s.have = s.sent;
 	t0 = mono_ns();
 	last_send = 0;
 	stop = 0; /* a signal now ends the end-of-session phase early */
@@ -712,9 +716,9 @@ int main(int argc, char **argv)
 		       " retrans_pkts=%" PRIu64 " last_seq=%" PRIu64
 		       " orders=%u checksum=0x%016" PRIx64
 		       " bytes_crc=0x%016" PRIx64 "\n",
-		       sent, s.packets, s.dropped, s.heartbeats, s.requests,
+		       s.sent, s.packets, s.dropped, s.heartbeats, s.requests,
 		       s.bad_requests, s.unknown_requests, s.retrans_msgs,
-		       s.retrans_pkts, sent, s.norders, sum, s.bytes_crc);
+		       s.retrans_pkts, s.sent, s.norders, sum, s.bytes_crc);
 	}
 	close(s.fd);
 	if (s.rfd >= 0)
