@@ -307,7 +307,7 @@ static void send_request(tb_feed_t *f, uint64_t now)
  * stale, clears the books and carries on from there. */
 static int give_up(tb_feed_t *f)
 {
-	uint64_t to = pending_low(f);
+	uint64_t to = pending_low(f), from = f->next;
 	uint32_t i;
 
 	f->st.gaps_lost++;
@@ -319,6 +319,8 @@ static int give_up(tb_feed_t *f)
 			f->inst[i] |= 2;
 			f->st.stale_reports++;
 			memset(&f->cur, 0, sizeof(f->cur));
+			f->cur.seq = from;
+			f->cur.feed_receive_ns = tb_clock_now_ns();
 			emit_plain(f, TB_FEED_EV_STALE, i);
 		}
 	tb_book_clear(f->book, UINT32_MAX);

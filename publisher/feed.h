@@ -49,7 +49,8 @@ typedef enum tb_feed_ev_kind {
 	TB_FEED_EV_BOOK = 1,       /* `book` holds a book event */
 	TB_FEED_EV_INSTRUMENT = 2, /* stock directory: `symbol` */
 	TB_FEED_EV_SYSTEM = 3,     /* system event: `system_code` */
-	TB_FEED_EV_STALE = 4,      /* `instrument`'s book lost data */
+	TB_FEED_EV_STALE = 4,      /* `instrument`'s book lost data: `seq` is
+				      the first sequence given up */
 } tb_feed_ev_kind_t;
 
 typedef struct tb_feed_event {

@@ -1,12 +1,12 @@
 /*
- * test_feed.c - the feed path end to end with the real programs: tb-feedsim
- * sends a MoldUDP64/ITCH feed over UDP multicast, tb-feedcheck reads it
- * with the feed-handler core (publisher/feed.c), and the books must match
- * the simulator's own at the end; with loss injected the gaps must be
- * re-requested and filled; without a retransmission server they must be
- * given up and the instruments reported stale; malformed packets are
- * counted and dropped; the feed is a function of its seed; tb-gateway acks
- * orders with their arrival time.
+ * test_feed_scenario.c - the feed path end to end with the real programs:
+ * tb-feedsim sends a MoldUDP64/ITCH feed over UDP multicast, tb-feedcheck
+ * reads it with the feed-handler core (publisher/feed.c), and the books
+ * must match the simulator's own at the end; with loss injected the gaps
+ * must be re-requested and filled; without a retransmission server they
+ * must be given up and the instruments reported stale; malformed packets
+ * are counted and dropped; the feed is a function of its seed; tb-gateway
+ * acks orders with their arrival time.
  *
  * Network: the test moves itself into a network namespace of its own
  * (unshare), brings its loopback up with multicast and a 224.0.0.0/4 route,
