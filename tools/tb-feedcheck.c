@@ -12,6 +12,7 @@
 #include "error.h"
 #include "feed.h"
 
+#include <arpa/inet.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <sched.h>
@@ -88,6 +89,13 @@ static int parse_u64(const char *s, uint64_t *out)
 	return *end ? -1 : 0;
 }
 
+static int is_ipv4(const char *s)
+{
+	struct in_addr a;
+
+	return inet_pton(AF_INET, s, &a) == 1;
+}
+
 static uint64_t mono_ms(void)
 {
 	struct timespec ts;
@@ -129,10 +137,10 @@ int main(int argc, char **argv)
 		const char *bad = NULL;
 
 		switch (c) {
-		case 'g': cfg.group = optarg; break;
-		case 'i': cfg.iface = optarg; break;
-		case 'S': cfg.session = optarg; break;
-		case 'H': cfg.retrans_host = optarg; break;
+		case 'g': if (!is_ipv4(optarg)) bad = "--group"; else cfg.group = optarg; break;
+		case 'i': if (!is_ipv4(optarg)) bad = "--iface"; else cfg.iface = optarg; break;
+		case 'S': if (!*optarg || strlen(optarg) > TB_MOLD_SESSION_LEN) bad = "--session"; else cfg.session = optarg; break;
+		case 'H': if (!is_ipv4(optarg)) bad = "--retrans-host"; else cfg.retrans_host = optarg; break;
 		case 'p': if (parse_u64(optarg, &port) || port == 0 || port > 65535) bad = "--port"; break;
 		case 'R': if (parse_u64(optarg, &rport) || rport > 65535) bad = "--retrans-port"; break;
 		case 'F': if (parse_u64(optarg, &cfg.first_seq)) bad = "--first-seq"; break;

@@ -113,6 +113,13 @@ static int parse_u64(const char *s, uint64_t *out)
 	return *end || errno ? -1 : 0;
 }
 
+static int is_ipv4(const char *s)
+{
+	struct in_addr a;
+
+	return inet_pton(AF_INET, s, &a) == 1;
+}
+
 static uint64_t xorshift(uint64_t *s)
 {
 	uint64_t x = *s;
@@ -540,9 +547,9 @@ int main(int argc, char **argv)
 		const char *bad = NULL;
 
 		switch (c) {
-		case 'g': group = optarg; break;
-		case 'i': iface = optarg; break;
-		case 'B': rbind = optarg; break;
+		case 'g': if (!is_ipv4(optarg)) bad = "--group"; else group = optarg; break;
+		case 'i': if (!is_ipv4(optarg)) bad = "--iface"; else iface = optarg; break;
+		case 'B': if (!is_ipv4(optarg)) bad = "--retrans-bind"; else rbind = optarg; break;
 		case 'p': if (parse_u64(optarg, &port) || port == 0 || port > 65535) bad = "--port"; break;
 		case 'R': if (parse_u64(optarg, &rport) || rport > 65535) bad = "--retrans-port"; break;
 		case 'T': if (parse_u64(optarg, &ttl) || ttl > 255) bad = "--ttl"; break;

@@ -450,6 +450,60 @@ static void test_gateway(void **state)
 	close(fd);
 }
 
+/* Every bad command-line value is refused with exit status 2 and a line
+ * that names the option. */
+static void test_bad_arguments(void **state)
+{
+	static const char *cases[][4] = {
+		{ "tb-feedsim", "--port", "0", "--port" },
+		{ "tb-feedsim", "--port", "70000", "--port" },
+		{ "tb-feedsim", "-n", "0", "--count" },
+		{ "tb-feedsim", "--drop", "1.5", "--drop" },
+		{ "tb-feedsim", "--drop", "lots", "--drop" },
+		{ "tb-feedsim", "--session", "ELEVENCHARS", "--session" },
+		{ "tb-feedsim", "--instruments", "0", "--instruments" },
+		{ "tb-feedsim", "--max-per-pkt", "0", "--max-per-pkt" },
+		{ "tb-feedsim", "--req-max", "65535", "--req-max" },
+		{ "tb-feedsim", "--ttl", "256", "--ttl" },
+		{ "tb-feedsim", "-g", "239.1.2", "--group" },
+		{ "tb-feedsim", "--iface", "eth0", "--iface" },
+		{ "tb-feedsim", "--rate", "-5", "--rate" },
+		{ "tb-feedsim", "--heartbeat-ms", "0", "--heartbeat-ms" },
+		{ "tb-feedsim", "stray", NULL, "unexpected argument" },
+		{ "tb-feedsim", "--bogus", NULL, "usage:" },
+		{ "tb-feedcheck", "--port", "0", "--port" },
+		{ "tb-feedcheck", "--gap-timeout-ms", "0", "--gap-timeout-ms" },
+		{ "tb-feedcheck", "--instruments", "5000", "--instruments" },
+		{ "tb-feedcheck", "--session", "", "--session" },
+		{ "tb-feedcheck", "-H", "localhost", "--retrans-host" },
+		{ "tb-feedcheck", "stray", NULL, "unexpected argument" },
+		{ "tb-gateway", "--port", "99999", "--port" },
+		{ "tb-gateway", "--bind", "any", "--bind" },
+		{ "tb-gateway", "--count", "-1", "--count" },
+		{ "tb-gateway", "stray", NULL, "unexpected argument" },
+	};
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char out[256], *text;
+		char *argv[] = { (char *)cases[i][0], (char *)cases[i][1],
+				 (char *)cases[i][2], NULL };
+		proc_t p;
+		int rc;
+
+		snprintf(out, sizeof(out), "%s/badarg%zu.out", tmpdir, i);
+		assert_int_equal(proc_start(&p, out, argv), 0);
+		rc = proc_wait(&p, 30000);
+		text = proc_output(&p);
+		if (rc != 2 || !strstr(text, cases[i][3]))
+			fail_msg("%s %s %s: want exit 2 naming '%s', got: %s",
+				 cases[i][0], cases[i][1], cases[i][2] ? cases[i][2] : "",
+				 cases[i][3], text);
+		free(text);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -459,6 +513,7 @@ int main(void)
 		cmocka_unit_test(test_malformed),
 		cmocka_unit_test(test_deterministic),
 		cmocka_unit_test(test_gateway),
+		cmocka_unit_test(test_bad_arguments),
 	};
 	int rc;
 
