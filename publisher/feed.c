@@ -426,13 +426,8 @@ static int read_socket(tb_feed_t *f, int fd, int retrans)
 	int n, i, applied = 0;
 	uint64_t now;
 
-	for (i = 0; i < FEED_BATCH; i++) {
-		f->iov[i].iov_base = f->bufs[i];
-		f->iov[i].iov_len = FEED_BUF;
-		memset(&f->msgs[i].msg_hdr, 0, sizeof(f->msgs[i].msg_hdr));
-		f->msgs[i].msg_hdr.msg_iov = &f->iov[i];
-		f->msgs[i].msg_hdr.msg_iovlen = 1;
-	}
+	/* The headers were set at open; the kernel only writes msg_len and
+	 * msg_flags back. */
 	n = recvmmsg(fd, f->msgs, FEED_BATCH, MSG_DONTWAIT, NULL);
 	if (n < 0) {
 		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
@@ -596,6 +591,12 @@ int tb_feed_open(tb_feed_t **out, const tb_feed_cfg_t *cfg)
 	if (!f->pending || !f->heap || !f->free_slots || !f->inst || !f->bufs) {
 		rc = tb_err_set(TB_ENOMEM, "feed: out of memory");
 		goto fail;
+	}
+	for (int i = 0; i < FEED_BATCH; i++) {
+		f->iov[i].iov_base = f->bufs[i];
+		f->iov[i].iov_len = FEED_BUF;
+		f->msgs[i].msg_hdr.msg_iov = &f->iov[i];
+		f->msgs[i].msg_hdr.msg_iovlen = 1;
 	}
 	for (f->nfree = 0; f->nfree < cfg->pending_max; f->nfree++)
 		f->free_slots[f->nfree] = cfg->pending_max - 1 - f->nfree;

@@ -497,6 +497,18 @@ static int open_sockets(sim_t *s, const char *group, uint16_t port,
 	return 0;
 }
 
+static void sim_free(sim_t *s)
+{
+	if (s->fd >= 0)
+		close(s->fd);
+	if (s->rfd >= 0)
+		close(s->rfd);
+	free(s->off);
+	free(s->arena);
+	free(s->mid);
+	free(s->orders);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -535,6 +547,7 @@ int main(int argc, char **argv)
 	uint32_t i;
 
 	memset(&s, 0, sizeof(s));
+	s.fd = s.rfd = -1;
 	s.instruments = 8;
 	s.max_orders = 20000;
 	s.max_per_pkt = 24;
@@ -612,14 +625,17 @@ int main(int argc, char **argv)
 		if (!s.off || !s.arena || !s.mid || !s.orders) {
 			fprintf(stderr, "tb-feedsim: out of memory for %" PRIu64
 				" messages\n", total);
+			sim_free(&s);
 			return 1;
 		}
 	}
 	for (i = 1; i <= s.instruments; i++)
 		s.mid[i] = (int64_t)(50 + (xorshift(&s.rng_msg) % 200)) * 100 * TICK;
 	if (open_sockets(&s, group, (uint16_t)port, iface, (int)ttl, rbind,
-			 (uint16_t)rport) < 0)
+			 (uint16_t)rport) < 0) {
+		sim_free(&s);
 		return 1;
+	}
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 
@@ -727,12 +743,6 @@ int main(int argc, char **argv)
 		       s.bad_requests, s.unknown_requests, s.retrans_msgs,
 		       s.retrans_pkts, s.sent, s.norders, sum, s.bytes_crc);
 	}
-	close(s.fd);
-	if (s.rfd >= 0)
-		close(s.rfd);
-	free(s.off);
-	free(s.arena);
-	free(s.mid);
-	free(s.orders);
+	sim_free(&s);
 	return 0;
 }
