@@ -32,6 +32,18 @@
  * Prices are the ITCH u32 with four implied decimals, as int64 mantissas
  * (exponent -4).
  *
+ * Publishing (for the feed handler that wires this to tickbus): the events
+ * map one to one onto the market-data schema -
+ *   BOOK/TOP                      -> Quote (bid_px, bid_qty, ask_px, ask_qty)
+ *   BOOK/LEVEL_ADD|MODIFY|DELETE  -> BookLevelUpdate (side, level, price,
+ *                                    qty, orders)
+ *   BOOK/TRADE                    -> Trade (price, qty, match; `side` is the
+ *                                    resting order's, the aggressor is the
+ *                                    other side)
+ *   INSTRUMENT -> InstrumentDefinition, SYSTEM and STALE -> TradingStatus.
+ * Every event of one ITCH message carries that message's `seq`, so a
+ * publisher can batch them and stamp its publish time once.
+ *
  * Threads: one thread owns a tb_feed_t (open, poll, close); the callback
  * runs on it, inside tb_feed_poll().
  */
