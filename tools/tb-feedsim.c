@@ -164,6 +164,7 @@ typedef struct sim {
 	uint8_t *arena;
 	size_t arena_len, arena_cap;
 	size_t *off; /* off[seq] .. off[seq + 1] */
+	size_t off_cap;
 	uint64_t have; /* messages generated: sequences 1 .. have */
 	uint64_t sent; /* messages sent on the live path (or dropped) */
 	uint64_t order_msgs;
@@ -186,15 +187,32 @@ static void stock_name(uint32_t locate, char out[8])
 	memcpy(out, buf, 8);
 }
 
-/* Appends message `m` as the next sequence. */
+/* Appends message `m` as the next sequence, growing the store by doubling
+ * (the simulator is not a hot path; the store only grows). */
 static void store(sim_t *s, tb_itch_msg_t *m)
 {
 	int n;
 
+	if (s->arena_cap - s->arena_len < 64 || s->have + 2 >= s->off_cap) {
+		size_t acap = s->arena_cap * 2, ocap = s->off_cap * 2;
+		uint8_t *a = realloc(s->arena, acap);
+		size_t *o = a ? realloc(s->off, ocap * sizeof(*o)) : NULL;
+
+		if (a)
+			s->arena = a;
+		if (!a || !o) {
+			fprintf(stderr, "tb-feedsim: out of memory after %" PRIu64
+				" messages\n", s->have);
+			exit(1);
+		}
+		s->off = o;
+		s->arena_cap = acap;
+		s->off_cap = ocap;
+	}
 	m->tracking = 0;
 	m->timestamp = OPEN_NS + (s->have + 1) * 1000;
 	n = tb_itch_encode(m, s->arena + s->arena_len, s->arena_cap - s->arena_len);
-	if (n < 0) { /* sized at start for the largest message: cannot be */
+	if (n < 0) { /* 64 bytes free hold the largest message: cannot be */
 		fprintf(stderr, "tb-feedsim: encode: %s\n", tb_itch_strerror(n));
 		exit(1);
 	}
@@ -613,21 +631,16 @@ int main(int argc, char **argv)
 	s.rng_pkt = seed_state(seed ^ 0x5555555555555555ull);
 	s.rng_drop = seed_state(have_drop_seed ? drop_seed : seed + 1);
 	s.next_ref = 1;
-	/* Header (1 + instruments + 1) and trailer (2) around the orders. */
-	{
-		uint64_t total = s.count + s.instruments + 4;
-
-		s.arena_cap = total * 44;
-		s.off = calloc(total + 2, sizeof(*s.off));
-		s.arena = malloc(s.arena_cap);
-		s.mid = calloc(s.instruments + 1, sizeof(*s.mid));
-		s.orders = calloc(s.max_orders, sizeof(*s.orders));
-		if (!s.off || !s.arena || !s.mid || !s.orders) {
-			fprintf(stderr, "tb-feedsim: out of memory for %" PRIu64
-				" messages\n", total);
-			sim_free(&s);
-			return 1;
-		}
+	s.arena_cap = 1 << 20;
+	s.off_cap = 1 << 16;
+	s.off = calloc(s.off_cap, sizeof(*s.off));
+	s.arena = malloc(s.arena_cap);
+	s.mid = calloc(s.instruments + 1, sizeof(*s.mid));
+	s.orders = calloc(s.max_orders, sizeof(*s.orders));
+	if (!s.off || !s.arena || !s.mid || !s.orders) {
+		fprintf(stderr, "tb-feedsim: out of memory\n");
+		sim_free(&s);
+		return 1;
 	}
 	for (i = 1; i <= s.instruments; i++)
 		s.mid[i] = (int64_t)(50 + (xorshift(&s.rng_msg) % 200)) * 100 * TICK;

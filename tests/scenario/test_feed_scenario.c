@@ -227,6 +227,25 @@ static void test_loss_unrecoverable(void **state)
 	run_free(&r);
 }
 
+/* --duration ends the feed early: whatever was generated is sent, the
+ * session ends there, and the books still match. */
+static void test_duration(void **state)
+{
+	char *sargs[] = { "-n", "100000000", "-r", "3000", "-d", "1", "-s", "15",
+			  NULL };
+	run_t r;
+
+	(void)state;
+	run_feed(&r, "duration", sargs, NULL);
+	assert_books_match(&r);
+	assert_true(F(r.sim, "last_seq") > 100);
+	assert_true(F(r.sim, "last_seq") < 1000000);
+	assert_int_equal(F(r.chk, "messages"), F(r.sim, "last_seq"));
+	/* Cut short: no end-of-market system events, only the opening two. */
+	assert_int_equal(F(r.chk, "system_events"), 2);
+	run_free(&r);
+}
+
 static int udp_socket(void)
 {
 	int fd = socket(AF_INET, SOCK_DGRAM, 0);
@@ -388,17 +407,8 @@ static void test_gateway(void **state)
 	port = (uint16_t)atoi(portbuf);
 	assert_true(port > 0);
 
-	for (i = 0; i < 100; i++) {
-		tb_gw_order_init(&o);
-		o.order_id = 1000 + (uint64_t)i;
-		o.sent_ns = tb_clock_now_ns();
-		o.price = 1234500;
-		o.qty = 100;
-		o.instrument = 3;
-		o.side = i % 2 ? 'S' : 'B';
-		send_to(fd, "127.0.0.1", port, &o, sizeof(o));
-	}
-	/* Malformed: short, bad magic, bad side. */
+	/* Malformed first (short, bad magic, bad side): the gateway reads its
+	 * socket in order, so once every order is acked these were counted. */
 	send_to(fd, "127.0.0.1", port, "x", 1);
 	tb_gw_order_init(&o);
 	o.qty = 1;
@@ -409,6 +419,16 @@ static void test_gateway(void **state)
 	o.side = 'Q';
 	send_to(fd, "127.0.0.1", port, &o, sizeof(o));
 
+	for (i = 0; i < 100; i++) {
+		tb_gw_order_init(&o);
+		o.order_id = 1000 + (uint64_t)i;
+		o.sent_ns = tb_clock_now_ns();
+		o.price = 1234500;
+		o.qty = 100;
+		o.instrument = 3;
+		o.side = i % 2 ? 'S' : 'B';
+		send_to(fd, "127.0.0.1", port, &o, sizeof(o));
+	}
 	{
 		uint64_t until = proc_now_ms() + 60000;
 		uint8_t seen[100] = {0};
@@ -510,6 +530,7 @@ int main(void)
 		cmocka_unit_test(test_no_loss),
 		cmocka_unit_test(test_loss_recovered),
 		cmocka_unit_test(test_loss_unrecoverable),
+		cmocka_unit_test(test_duration),
 		cmocka_unit_test(test_malformed),
 		cmocka_unit_test(test_deterministic),
 		cmocka_unit_test(test_gateway),
