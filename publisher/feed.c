@@ -286,6 +286,7 @@ static uint64_t pending_low(const tb_feed_t *f)
 static void send_request(tb_feed_t *f, uint64_t now)
 {
 	uint8_t req[TB_MOLD_REQ_LEN];
+	ssize_t n;
 	/* The first hole only: what is held is not asked for again. */
 	uint64_t want = pending_low(f) - f->next;
 
@@ -299,7 +300,12 @@ static void send_request(tb_feed_t *f, uint64_t now)
 	if (f->rfd < 0)
 		return;
 	tb_mold_req_encode(req, f->session, f->req_seq, (uint16_t)want);
-	if (send(f->rfd, req, sizeof(req), MSG_DONTWAIT) == (ssize_t)sizeof(req))
+	n = send(f->rfd, req, sizeof(req), MSG_DONTWAIT);
+	/* A refusal here is the ICMP answer to an earlier request, reported
+	 * now: this request itself has not been sent yet. */
+	if (n < 0 && errno == ECONNREFUSED)
+		n = send(f->rfd, req, sizeof(req), MSG_DONTWAIT);
+	if (n == (ssize_t)sizeof(req))
 		f->st.requests++;
 }
 
