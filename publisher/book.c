@@ -13,6 +13,7 @@
 
 #include "barrier.h"
 #include "error.h"
+#include "mem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,10 @@ typedef struct order_slot {
 
 struct tb_book {
 	tb_book_cfg_t cfg;
+	/* One pre-faulted, locked region (tb_mem_alloc) for the table, the
+	 * levels and the level counts: the first order in a slot, or the
+	 * first level of an instrument, never takes a page fault. */
+	tb_mem_t mem;
 	order_slot_t *slots;
 	uint64_t mask;          /* slot count - 1 (a power of two) */
 	uint64_t live;          /* live orders */
@@ -274,16 +279,24 @@ int tb_book_create(tb_book_t **out, const tb_book_cfg_t *cfg)
 		return tb_err_set(TB_ENOMEM, "book: out of memory");
 	b->cfg = *cfg;
 	b->mask = slots - 1;
-	b->slots = calloc(slots, sizeof(*b->slots));
-	b->levels = calloc((size_t)cfg->max_instruments * 2 * cfg->max_levels,
-			   sizeof(*b->levels));
-	b->nlev = calloc((size_t)cfg->max_instruments * 2, sizeof(*b->nlev));
-	if (!b->slots || !b->levels || !b->nlev) {
-		tb_book_destroy(b);
-		return tb_err_set(TB_ENOMEM,
-				  "book: out of memory for %u orders, %u "
-				  "instruments x %u levels", cfg->max_orders,
-				  cfg->max_instruments, cfg->max_levels);
+	{
+		size_t s_bytes = slots * sizeof(*b->slots);
+		size_t l_bytes = (size_t)cfg->max_instruments * 2 *
+				 cfg->max_levels * sizeof(*b->levels);
+		size_t n_bytes = (size_t)cfg->max_instruments * 2 *
+				 sizeof(*b->nlev);
+		int rc = tb_mem_alloc(&b->mem, s_bytes + l_bytes + n_bytes, -1, 0);
+
+		if (rc) {
+			free(b);
+			return tb_err_prepend(rc, "book: %u orders, %u instruments "
+					      "x %u levels", cfg->max_orders,
+					      cfg->max_instruments, cfg->max_levels);
+		}
+		/* Slots and levels are multiples of 8 bytes: all aligned. */
+		b->slots = b->mem.addr;
+		b->levels = (tb_book_level_t *)((char *)b->mem.addr + s_bytes);
+		b->nlev = (uint32_t *)((char *)b->mem.addr + s_bytes + l_bytes);
 	}
 	*out = b;
 	return 0;
@@ -293,9 +306,7 @@ void tb_book_destroy(tb_book_t *b)
 {
 	if (!b)
 		return;
-	free(b->slots);
-	free(b->levels);
-	free(b->nlev);
+	tb_mem_free(&b->mem);
 	free(b);
 }
 

@@ -8,8 +8,9 @@
  * backward-shift deletion so that no tombstones build up.  Price levels are
  * a sorted array per instrument and side (best first: bids descending, asks
  * ascending) of at most `max_levels` entries, so a level's index is its
- * depth.  Everything is allocated in tb_book_create(); the per-message calls
- * never allocate, lock or make a system call.
+ * depth.  Everything is allocated in tb_book_create(), pre-faulted and
+ * locked (tb_mem_alloc), so the per-message calls never allocate, lock,
+ * make a system call or take a page fault.
  *
  * Every change is reported, in order, through the callback:
  *   LEVEL_ADD / LEVEL_MODIFY / LEVEL_DELETE  a level appeared at `level`

@@ -12,6 +12,7 @@
 #include "barrier.h"
 #include "clock.h"
 #include "error.h"
+#include "mem.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -61,6 +62,10 @@ struct tb_feed {
 	int gap_open;
 	uint64_t req_seq, req_end, deadline_ns, timeout_ns;
 	uint32_t retries;
+	/* The pending packets, their heap, the free slots, the per-instrument
+	 * flags and the receive buffers share one pre-faulted, locked region
+	 * (tb_mem_alloc): the first gap takes no page fault. */
+	tb_mem_t mem;
 	/* Out-of-order packets. */
 	pending_t *pending;
 	pend_ref_t *heap;     /* min-heap by seq, npending entries */
@@ -589,14 +594,28 @@ int tb_feed_open(tb_feed_t **out, const tb_feed_cfg_t *cfg)
 	}
 	if (cfg->cb)
 		tb_book_set_cb(f->book, on_book, f);
-	f->pending = calloc(cfg->pending_max, sizeof(*f->pending));
-	f->heap = calloc(cfg->pending_max, sizeof(*f->heap));
-	f->free_slots = calloc(cfg->pending_max, sizeof(*f->free_slots));
-	f->inst = calloc(cfg->max_instruments, 1);
-	f->bufs = calloc(FEED_BATCH, FEED_BUF);
-	if (!f->pending || !f->heap || !f->free_slots || !f->inst || !f->bufs) {
-		rc = tb_err_set(TB_ENOMEM, "feed: out of memory");
-		goto fail;
+	{
+		/* Every part is a multiple of 8 bytes, so each stays aligned. */
+		size_t p_bytes = (size_t)cfg->pending_max * sizeof(*f->pending);
+		size_t h_bytes = (size_t)cfg->pending_max * sizeof(*f->heap);
+		size_t s_bytes = ((size_t)cfg->pending_max * sizeof(*f->free_slots)
+				  + 7) & ~(size_t)7;
+		size_t b_bytes = (size_t)FEED_BATCH * FEED_BUF;
+		size_t i_bytes = cfg->max_instruments;
+		char *base;
+
+		rc = tb_mem_alloc(&f->mem, p_bytes + h_bytes + s_bytes + b_bytes +
+				  i_bytes, -1, 0);
+		if (rc) {
+			tb_err_prepend(rc, "feed: %u pending packets", cfg->pending_max);
+			goto fail;
+		}
+		base = f->mem.addr;
+		f->pending = (pending_t *)base;
+		f->heap = (pend_ref_t *)(base + p_bytes);
+		f->free_slots = (uint32_t *)(base + p_bytes + h_bytes);
+		f->bufs = (uint8_t (*)[FEED_BUF])(base + p_bytes + h_bytes + s_bytes);
+		f->inst = (uint8_t *)(base + p_bytes + h_bytes + s_bytes + b_bytes);
 	}
 	for (int i = 0; i < FEED_BATCH; i++) {
 		f->iov[i].iov_base = f->bufs[i];
@@ -627,11 +646,7 @@ void tb_feed_close(tb_feed_t *f)
 	if (f->rfd >= 0)
 		close(f->rfd);
 	tb_book_destroy(f->book);
-	free(f->pending);
-	free(f->heap);
-	free(f->free_slots);
-	free(f->inst);
-	free(f->bufs);
+	tb_mem_free(&f->mem);
 	free(f);
 }
 

@@ -3,7 +3,11 @@
  * (publisher/feed.c) until the end of session, and prints what it saw: the
  * counters, the events by kind, and the order-state checksum of its books,
  * to compare with tb-feedsim's own.  It also keeps the top of book from the
- * TOP events and checks it against the books at the end (top_mismatch).
+ * TOP events and checks it against the books at the end (top_mismatch),
+ * and records, per book event, the time from the receive of the packet
+ * that carried the message to the callback (the feed handler's own hop:
+ * decode, book update, event; for a message that waited in a gap, the wait
+ * too), printed as recv_to_event_p50/p99/p999/max in ns.
  *
  * Summary line (stdout), parsed by the scenario tests:
  *   feedcheck: ended=0|1 messages=N packets=P ... orders=O checksum=0x...
@@ -11,6 +15,7 @@
 #include "clock.h"
 #include "error.h"
 #include "feed.h"
+#include "hist.h"
 
 #include <arpa/inet.h>
 #include <getopt.h>
@@ -59,6 +64,7 @@ typedef struct check {
 	int64_t top[1024][4];
 	int have_top[1024];
 	uint64_t recv_zero;
+	tb_hist_t *lat;
 } check_t;
 
 static void on_event(void *ctx, const tb_feed_event_t *ev)
@@ -69,6 +75,9 @@ static void on_event(void *ctx, const tb_feed_event_t *ev)
 		c->ev[ev->kind]++;
 	if (ev->kind == TB_FEED_EV_BOOK && ev->feed_receive_ns == 0)
 		c->recv_zero++;
+	if (ev->kind == TB_FEED_EV_BOOK)
+		tb_hist_record(c->lat, (int64_t)(tb_clock_now_ns() -
+						 ev->feed_receive_ns));
 	if (ev->kind == TB_FEED_EV_BOOK && ev->book.kind == TB_BOOK_EV_TOP &&
 	    ev->instrument < 1024) {
 		c->top[ev->instrument][0] = ev->book.bid_px;
@@ -167,9 +176,15 @@ int main(int argc, char **argv)
 	cfg.cb = on_event;
 	cfg.ctx = &chk;
 	tb_clock_init();
+	/* 1 ns to 100 s, 3 digits. */
+	if (tb_hist_init(&chk.lat, 1, 100000000000ll, 3) != 0) {
+		fprintf(stderr, "tb-feedcheck: %s\n", tb_errmsg());
+		return 1;
+	}
 	rc = tb_feed_open(&f, &cfg);
 	if (rc) {
 		fprintf(stderr, "tb-feedcheck: %s\n", tb_errmsg());
+		tb_hist_free(chk.lat);
 		return 1;
 	}
 	signal(SIGINT, on_signal);
@@ -219,7 +234,10 @@ int main(int argc, char **argv)
 	       " next_seq=%" PRIu64 " end_seq=%" PRIu64
 	       " book_events=%" PRIu64 " instrument_events=%" PRIu64
 	       " system_events=%" PRIu64 " top_mismatch=%" PRIu64
-	       " recv_zero=%" PRIu64 " orders=%" PRIu64
+	       " recv_zero=%" PRIu64 " recv_to_event_count=%" PRId64
+	       " recv_to_event_p50=%" PRId64 " recv_to_event_p99=%" PRId64
+	       " recv_to_event_p999=%" PRId64 " recv_to_event_max=%" PRId64
+	       " orders=%" PRIu64
 	       " checksum=0x%016" PRIx64 "\n",
 	       tb_feed_ended(f), st.messages, st.packets, st.heartbeats,
 	       st.duplicates, st.malformed_packets, st.malformed_messages,
@@ -228,10 +246,15 @@ int main(int argc, char **argv)
 	       st.stale_reports, st.pending_dropped, st.book_errors,
 	       st.next_seq, st.end_seq, chk.ev[TB_FEED_EV_BOOK],
 	       chk.ev[TB_FEED_EV_INSTRUMENT], chk.ev[TB_FEED_EV_SYSTEM],
-	       mismatch, chk.recv_zero,
+	       mismatch, chk.recv_zero, tb_hist_count(chk.lat),
+	       tb_hist_value_at_percentile(chk.lat, 50.0),
+	       tb_hist_value_at_percentile(chk.lat, 99.0),
+	       tb_hist_value_at_percentile(chk.lat, 99.9),
+	       tb_hist_max(chk.lat),
 	       tb_book_order_count(tb_feed_book(f)),
 	       tb_book_checksum(tb_feed_book(f), UINT32_MAX));
 	rc = tb_feed_ended(f) ? 0 : 1;
 	tb_feed_close(f);
+	tb_hist_free(chk.lat);
 	return rc;
 }

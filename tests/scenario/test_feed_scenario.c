@@ -147,6 +147,8 @@ static void assert_books_match(const run_t *r)
 	assert_int_equal(F(r->chk, "book_errors"), 0);
 	assert_int_equal(F(r->chk, "instrument_events"), NINST);
 	assert_true(F(r->chk, "book_events") > F(r->sim, "last_seq"));
+	/* Every book event had its receive-to-event time recorded. */
+	assert_int_equal(F(r->chk, "recv_to_event_count"), F(r->chk, "book_events"));
 }
 
 /* ------------------------------------------------------------- tests */
