@@ -364,6 +364,12 @@ static int check_gap(tb_feed_t *f, uint64_t now)
 	}
 	if ((int64_t)(now - f->deadline_ns) < 0)
 		return 0;
+	if (f->next > f->req_seq) { /* partly answered: ask for the rest */
+		f->retries = 0;
+		f->timeout_ns = f->cfg.gap_timeout_ns;
+		send_request(f, now);
+		return 0;
+	}
 	if (f->retries >= f->cfg.gap_retries || f->rfd < 0)
 		return give_up(f);
 	f->retries++;

@@ -15,7 +15,9 @@
  * one hole at a time: [next, first sequence held), at most `req_max`
  * messages, the next request as soon as the previous one is answered, so
  * nothing already held is sent twice).  A request that goes unanswered is repeated
- * after `gap_timeout_ns`, doubling each time, `gap_retries` times; then the
+ * after `gap_timeout_ns`, doubling each time, `gap_retries` times (a
+ * request answered in part is followed by one for the rest, which starts
+ * the count again); then the
  * range is given up: every instrument seen so far is reported STALE (its
  * book can no longer be trusted: messages that touched it may be lost),
  * the books are cleared, and the handler resynchronises at the first
@@ -106,7 +108,8 @@ typedef struct tb_feed_cfg {
 
 typedef struct tb_feed_stats {
 	uint64_t packets;            /* datagrams received, both sockets */
-	uint64_t messages;           /* messages applied in sequence */
+	uint64_t messages;           /* sequences consumed in order: applied,
+					or skipped as malformed or unknown */
 	uint64_t heartbeats;
 	uint64_t duplicates;         /* messages received again, skipped */
 	uint64_t malformed_packets;  /* failed tb_mold_parse(), or truncated */

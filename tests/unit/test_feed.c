@@ -364,6 +364,50 @@ static void test_gap_filled(void **state)
 	fx_close();
 }
 
+/* A server that answers a request only in part: when the timeout comes,
+ * the rest is asked for as a new request (not a retry), and filled. */
+static void test_gap_partial_answer(void **state)
+{
+	msgbuf_t m[4];
+	tb_mold_req_t r;
+	struct sockaddr_in from;
+	uint8_t pkt[TB_MOLD_MAX_PKT];
+	tb_mold_builder_t b;
+
+	(void)state;
+	fx_open(5000000ull, 1, NULL);
+	m[0] = m_dir(1, "A");
+	m[1] = m_add(1, 5, 'B', 500000, 100);
+	m[2] = m_add(1, 6, 'B', 500100, 100);
+	m[3] = m_exec(1, 5, 10);
+	send_pkt(SESSION, 4, &m[3], 1);
+	assert_true(read_request(&r, &from));
+	assert_int_equal(r.seq, 1);
+	assert_int_equal(r.count, 3);
+	/* Answer the first message only. */
+	tb_mold_build_begin(&b, pkt, sizeof(pkt), SESSION, 1);
+	tb_mold_build_add(&b, m[0].b, (size_t)m[0].n);
+	assert_true(sendto(fx.rs, pkt, tb_mold_build_end(&b), 0,
+			   (struct sockaddr *)&from, sizeof(from)) > 0);
+	/* With one retry allowed, a retry here would be the last; the
+	 * partial answer instead starts a fresh request for 2..3. */
+	assert_true(read_request(&r, &from));
+	assert_int_equal(r.seq, 2);
+	assert_int_equal(r.count, 2);
+	tb_mold_build_begin(&b, pkt, sizeof(pkt), SESSION, 2);
+	tb_mold_build_add(&b, m[1].b, (size_t)m[1].n);
+	tb_mold_build_add(&b, m[2].b, (size_t)m[2].n);
+	assert_true(sendto(fx.rs, pkt, tb_mold_build_end(&b), 0,
+			   (struct sockaddr *)&from, sizeof(from)) > 0);
+	want_next = 5;
+	assert_true(poll_until(next_is));
+	assert_int_equal(stats().gaps_lost, 0);
+	assert_int_equal(stats().gaps_filled, 1);
+	assert_int_equal(stats().requests, 2);
+	assert_int_equal(tb_book_order_count(tb_feed_book(fx.f)), 2);
+	fx_close();
+}
+
 /* Nobody answers: the request is repeated `retries` times, then the range
  * is given up, the instruments seen are reported stale, the books cleared,
  * and the feed carries on from the first packet it held. */
@@ -553,6 +597,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_in_order),
 		cmocka_unit_test(test_gap_filled),
+		cmocka_unit_test(test_gap_partial_answer),
 		cmocka_unit_test(test_gap_given_up),
 		cmocka_unit_test(test_malformed),
 		cmocka_unit_test(test_heartbeat_and_end),
