@@ -82,7 +82,14 @@ int sr_cq_push(struct sr_fabric *f, struct sr_cq_shm *cq, const struct sr_cqe *e
 	d->flags = e->flags;
 	atomic_store_explicit(&d->seq, t + 1, memory_order_release); /* R1 */
 
-	uint32_t arm = atomic_load_explicit(&cq->armed, memory_order_acquire);
+	if (!cq->chan_id)
+		return 0; /* no channel: nobody can wait for an event */
+	/* F1 pairs with F2 in sr_req_notify_cq.  Without both fences the
+	 * store of seq and the load of armed may pass each other (store-load
+	 * reordering), as may the consumer's store of armed and its next
+	 * poll: each side then misses the other and the event is lost. */
+	atomic_thread_fence(memory_order_seq_cst);
+	uint32_t arm = atomic_load_explicit(&cq->armed, memory_order_relaxed);
 	if (SR_UNLIKELY(arm) && arm_matches(arm, e) &&
 	    atomic_compare_exchange_strong(&cq->armed, &arm, SR_ARM_NONE)) {
 		struct sr_chan_msg m = {cq->id};
@@ -152,7 +159,10 @@ int sr_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	struct sr_cq *c = (struct sr_cq *)ibcq;
 	atomic_store_explicit(&c->shm->armed,
 			      solicited_only ? SR_ARM_SOLICITED : SR_ARM_NEXT,
-			      memory_order_release);
+			      memory_order_relaxed);
+	/* F2 pairs with F1 in sr_cq_push: the caller's next poll sees an
+	 * entry pushed before this point, or its producer sees the arm. */
+	atomic_thread_fence(memory_order_seq_cst);
 	return 0;
 }
 
