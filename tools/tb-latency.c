@@ -591,6 +591,7 @@ static int run_pub(const opts_t *o, ends_t *e, meter_t *mt)
 
 		if (o->pingpong && meter_start(mt, size) < 0)
 			return 1;
+		printf("%s: measuring size=%u\n", prog, size);
 		t0 = now_ns();
 		for (uint64_t i = 0; i < total && !stop; i++) {
 			struct wait_for w = {K_DATA, 0, 0, 0};
