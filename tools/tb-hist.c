@@ -251,9 +251,9 @@ static int load(run_t *r, double hgrm_unit_ns, const char *tag)
 		return -1;
 	}
 	while (fgets(first, sizeof(first), f) && is_blank(first))
-		;
+		first[0] = '\0';
 	rewind(f);
-	if (first[0] == '\0') {
+	if (first[0] == '\0' || is_blank(first)) {
 		fprintf(stderr, "%s: %s: empty file\n", prog, r->path);
 		rc = -1;
 	} else if (strstr(first, "Value") && strstr(first, "Percentile")) {
