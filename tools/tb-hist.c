@@ -89,6 +89,7 @@ static void usage(FILE *out)
 "      --title TEXT      plot title\n"
 "      --hgrm            print: the whole .hgrm distribution\n"
 "      --csv             print: the distribution as CSV\n"
+"      --markdown        compare: a markdown table\n"
 "      --ticks N         percentile lines per halving (default 5)\n"
 "  -h, --help            this text\n"
 "exit status: 0 done, 1 bad or unreadable input, 2 usage\n");
@@ -290,45 +291,60 @@ static void print_summary(const run_t *r, double u, const char *uname)
 	printf("\n");
 }
 
-static void compare(run_t *runs, int n, double u, const char *uname)
+static int64_t row_value(const run_t *r, size_t row)
+{
+	return row < 5 ? tb_hist_value_at_percentile(r->h, summary_pcts[row])
+		       : tb_hist_max(r->h);
+}
+
+/* A table of p50 .. max per run, then each run's ratio to the first; as
+ * aligned text, or as a markdown table (labels in full). */
+static void compare(run_t *runs, int n, double u, const char *uname, int md)
 {
 	static const char *rows[] = {"p50", "p90", "p99", "p99.9", "p99.99",
 				     "max"};
 
-	printf("%-8s", uname);
-	for (int j = 0; j < n; j++)
-		printf(" %14.14s", runs[j].label);
-	for (int j = 1; j < n; j++)
-		printf(" %9s", "ratio");
-	printf("\n");
+	if (md) {
+		printf("| %s |", uname);
+		for (int j = 0; j < n; j++)
+			printf(" %s |", runs[j].label);
+		for (int j = 1; j < n; j++)
+			printf(" %s / %s |", runs[j].label, runs[0].label);
+		printf("\n|---|");
+		for (int j = 1; j < 2 * n; j++)
+			printf("---:|");
+		printf("\n");
+	} else {
+		printf("%-8s", uname);
+		for (int j = 0; j < n; j++)
+			printf(" %14.14s", runs[j].label);
+		for (int j = 1; j < n; j++)
+			printf(" %9s", "ratio");
+		printf("\n");
+	}
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-		double v0 = 0;
+		double v0 = (double)row_value(&runs[0], i);
 
-		printf("%-8s", rows[i]);
-		for (int j = 0; j < n; j++) {
-			int64_t v = i < 5 ? tb_hist_value_at_percentile(
-						    runs[j].h, summary_pcts[i])
-					  : tb_hist_max(runs[j].h);
-
-			if (j == 0)
-				v0 = (double)v;
-			printf(" %14.3f", (double)v / u);
-		}
+		printf(md ? "| %s |" : "%-8s", rows[i]);
+		for (int j = 0; j < n; j++)
+			printf(md ? " %.3f |" : " %14.3f",
+			       (double)row_value(&runs[j], i) / u);
 		for (int j = 1; j < n; j++) {
-			int64_t v = i < 5 ? tb_hist_value_at_percentile(
-						    runs[j].h, summary_pcts[i])
-					  : tb_hist_max(runs[j].h);
+			double v = (double)row_value(&runs[j], i);
 
 			if (v0 > 0)
-				printf(" %9.2f", (double)v / v0);
+				printf(md ? " %.2f |" : " %9.2f", v / v0);
 			else
-				printf(" %9s", "-");
+				printf(md ? " - |" : " %9s", "-");
 		}
 		printf("\n");
 	}
-	printf("%-8s", "count");
+	printf(md ? "| count |" : "%-8s", "count");
 	for (int j = 0; j < n; j++)
-		printf(" %14" PRId64, tb_hist_count(runs[j].h));
+		printf(md ? " %" PRId64 " |" : " %14" PRId64,
+		       tb_hist_count(runs[j].h));
+	for (int j = 1; md && j < n; j++)
+		printf(" |");
 	printf("\n");
 }
 
@@ -570,6 +586,7 @@ int main(int argc, char **argv)
 		{"title", required_argument, 0, 'T'},
 		{"hgrm", no_argument, 0, 'H'},
 		{"csv", no_argument, 0, 'C'},
+		{"markdown", no_argument, 0, 'D'},
 		{"ticks", required_argument, 0, 'k'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
@@ -577,7 +594,8 @@ int main(int argc, char **argv)
 	const char *cmd, *out = NULL, *tag = NULL, *title = NULL;
 	const char *uname = "us", *labels[RUNS_MAX];
 	double u = 1e3, hgrm_u = 1e3;
-	int c, n_labels = 0, full = 0, csv = 0, ticks = 0, n, status = 0;
+	int c, n_labels = 0, full = 0, csv = 0, markdown = 0, ticks = 0, n;
+	int status = 0;
 	run_t runs[RUNS_MAX];
 
 	if (argc < 2) {
@@ -628,6 +646,7 @@ int main(int argc, char **argv)
 		case 'T': title = optarg; break;
 		case 'H': full = 1; break;
 		case 'C': csv = 1; break;
+		case 'D': markdown = 1; break;
 		case 'k':
 			v = strtol(optarg, &end, 10);
 			if (*end || v < 1 || v > 1000) {
@@ -688,7 +707,7 @@ int main(int argc, char **argv)
 			}
 		}
 	} else if (!strcmp(cmd, "compare")) {
-		compare(runs, n, u, uname);
+		compare(runs, n, u, uname, markdown);
 	} else if (!strcmp(cmd, "merge")) {
 		status = merge_out(runs, n, out, u, ticks);
 	} else {

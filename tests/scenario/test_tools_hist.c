@@ -221,6 +221,17 @@ static void test_compare(void **state)
 		near(v2, 2 * v1);
 	}
 	free(out);
+	{
+		char *a[] = {"compare", "--markdown", "-l", "base", "-l",
+			     "double", hgrm_a, hgrm_b, NULL};
+
+		assert_int_equal(run(&out, a), 0);
+	}
+	assert_int_equal(strncmp(out, "| us | base | double | double / base |\n"
+				      "|---|---:|---:|---:|\n", 57), 0);
+	assert_non_null(strstr(out, "| p50 | 5.003 | 10.007 | 2.00 |\n"));
+	assert_non_null(strstr(out, "| count | 10000 | 10000 | |\n"));
+	free(out);
 }
 
 static void test_merge(void **state)
