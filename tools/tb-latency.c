@@ -123,6 +123,8 @@ static void usage(FILE *out)
 "      --hgrm FILE       write the distribution (.hgrm, microseconds); with\n"
 "                        several sizes FILE gets -SIZE before its extension\n"
 "      --log FILE        write an interval histogram log, tag size-SIZE\n"
+"                        (--hgrm and --log: written by the end that\n"
+"                        measures: pub in pingpong, sub in oneway)\n"
 "      --interval-ms MS  log interval (default 1000)\n"
 "      --timeout-ms MS   give up when the other end is silent this long\n"
 "                        (default 30000)\n"
