@@ -177,18 +177,49 @@ static int shm_pingpong_run(result_t *r)
 	if (tb_subscriber_open(&sub, &pong) < 0 || tb_publisher_open(&pub, &ping) < 0)
 		return -1;
 	/* Wait until the echo side is attached and answering. */
-	while (got == 0) {
-		tb_pub_offer(pub, 1, msg, sizeof(msg));
-		for (i = 0; i < 100000 && got == 0; i++)
-			tb_sub_poll(sub, on_pong, &got, 16);
+	{
+		uint64_t until = tb_clock_now_ns() + 30000000000ull;
+
+		while (got == 0) {
+			tb_pub_offer(pub, 1, msg, sizeof(msg));
+			for (i = 0; i < 100000 && got == 0; i++)
+				tb_sub_poll(sub, on_pong, &got, 16);
+			if (got == 0 && tb_clock_now_ns() > until) {
+				fprintf(stderr, "bench shm: the echo side did "
+					"not answer in 30 s\n");
+				kill(child, SIGKILL);
+				waitpid(child, NULL, 0);
+				tb_publisher_close(pub);
+				tb_subscriber_close(sub);
+				return -1;
+			}
+		}
 	}
 	tb_hist_init(&h, 1, 10000000000ll, 3);
 	for (i = got; i < WARMUP + rounds; i++) {
 		uint64_t t0 = tb_clock_now_ns(), want = got + 1;
 
+		uint32_t polls = 0;
+
 		tb_pub_offer(pub, 1, msg, sizeof(msg));
-		while (got < want)
+		while (got < want) {
 			tb_sub_poll(sub, on_pong, &got, 16);
+			/* Bounded: on a loaded machine the echo side may have
+			 * attached late and missed a ping; fail, never hang. */
+			if (++polls % 65536 == 0 &&
+			    tb_clock_now_ns() - t0 > 5000000000ull) {
+				fprintf(stderr, "bench shm: no answer to ping %"
+					PRIu64 " in 5 s; run abandoned\n", i);
+				kill(child, SIGKILL);
+				waitpid(child, NULL, 0);
+				tb_hist_free(h);
+				tb_publisher_close(pub);
+				tb_subscriber_close(sub);
+				unlink(ping.shm_path);
+				unlink(pong.shm_path);
+				return -1;
+			}
+		}
 		if (i > WARMUP)
 			tb_hist_record(h, (int64_t)(tb_clock_now_ns() - t0) / 2);
 	}
