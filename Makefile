@@ -76,7 +76,7 @@ EXAMPLES := $(addprefix $(BUILD)/examples/,$(notdir $(EXAMPLE_SRCS:.c=)))
 
 STATIC_LIB := $(BUILD)/lib/libtickbus.a
 SHARED_LIB := $(BUILD)/lib/libtickbus.so.$(VERSION)
-PUBLIC_HEADERS := bus/tickbus.h bus/tickbus_err.h bus/hist.h
+PUBLIC_HEADERS := bus/tickbus.h bus/tickbus_err.h bus/hist.h bus/hop.h
 
 ALL_TARGETS := $(STATIC_LIB) $(SHARED_LIB) $(PROGS) $(TESTS) $(BENCHES) \
 	$(EXAMPLES) $(BUILD)/cxx_header_check

@@ -12,6 +12,11 @@
  * Throughput: one publisher offers 64-byte messages as fast as it can while
  * a subscriber on the other core polls; messages per second delivered.
  *
+ * With $TB_BENCH_HGRM_DIR set, the distributions of all runs, merged, are
+ * also written there (microseconds, for tb-hist): shm-floor.hgrm and
+ * shm-tickbus.hgrm (one way), shm-floor-rtt.hgrm (the floor's round trip,
+ * the floor of tb-latency's ping-pong).
+ *
  * Not a test: it prints figures and always exits 0 unless it could not run.
  * Output lines start with "bench shm" for tests/bench/run-bench.sh.
  */
@@ -36,6 +41,8 @@
 
 static int core_a = 0, core_b = 1;
 static uint64_t rounds = ROUNDS, tput_msgs = TPUT_MSGS;
+/* All runs merged, per side, for the .hgrm files. */
+static tb_hist_t *all_floor, *all_floor_rtt, *all_tickbus;
 
 typedef struct result {
 	int64_t p50, p99, p999, max;
@@ -86,11 +93,16 @@ static int floor_run(result_t *r)
 		tb_store_release(&pp->ping, i);
 		while (tb_load_acquire(&pp->pong) != i)
 			tb_cpu_relax();
-		if (i > WARMUP)
-			tb_hist_record(h, (int64_t)(tb_clock_now_ns() - t0) / 2);
+		if (i > WARMUP) {
+			int64_t rtt = (int64_t)(tb_clock_now_ns() - t0);
+
+			tb_hist_record(h, rtt / 2);
+			tb_hist_record(all_floor_rtt, rtt);
+		}
 	}
 	waitpid(child, NULL, 0);
 	summarise(h, r);
+	tb_hist_merge(all_floor, h);
 	tb_hist_free(h);
 	munmap(pp, sizeof(*pp));
 	return 0;
@@ -165,23 +177,55 @@ static int shm_pingpong_run(result_t *r)
 	if (tb_subscriber_open(&sub, &pong) < 0 || tb_publisher_open(&pub, &ping) < 0)
 		return -1;
 	/* Wait until the echo side is attached and answering. */
-	while (got == 0) {
-		tb_pub_offer(pub, 1, msg, sizeof(msg));
-		for (i = 0; i < 100000 && got == 0; i++)
-			tb_sub_poll(sub, on_pong, &got, 16);
+	{
+		uint64_t until = tb_clock_now_ns() + 30000000000ull;
+
+		while (got == 0) {
+			tb_pub_offer(pub, 1, msg, sizeof(msg));
+			for (i = 0; i < 100000 && got == 0; i++)
+				tb_sub_poll(sub, on_pong, &got, 16);
+			if (got == 0 && tb_clock_now_ns() > until) {
+				fprintf(stderr, "bench shm: the echo side did "
+					"not answer in 30 s\n");
+				kill(child, SIGKILL);
+				waitpid(child, NULL, 0);
+				tb_publisher_close(pub);
+				tb_subscriber_close(sub);
+				return -1;
+			}
+		}
 	}
 	tb_hist_init(&h, 1, 10000000000ll, 3);
 	for (i = got; i < WARMUP + rounds; i++) {
 		uint64_t t0 = tb_clock_now_ns(), want = got + 1;
 
+		uint32_t polls = 0;
+
 		tb_pub_offer(pub, 1, msg, sizeof(msg));
-		while (got < want)
+		while (got < want) {
 			tb_sub_poll(sub, on_pong, &got, 16);
+			/* Bounded: on a loaded machine the echo side may have
+			 * attached late and missed a ping; fail, never hang. */
+			if (++polls % 65536 == 0 &&
+			    tb_clock_now_ns() - t0 > 5000000000ull) {
+				fprintf(stderr, "bench shm: no answer to ping %"
+					PRIu64 " in 5 s; run abandoned\n", i);
+				kill(child, SIGKILL);
+				waitpid(child, NULL, 0);
+				tb_hist_free(h);
+				tb_publisher_close(pub);
+				tb_subscriber_close(sub);
+				unlink(ping.shm_path);
+				unlink(pong.shm_path);
+				return -1;
+			}
+		}
 		if (i > WARMUP)
 			tb_hist_record(h, (int64_t)(tb_clock_now_ns() - t0) / 2);
 	}
 	waitpid(child, NULL, 0);
 	summarise(h, r);
+	tb_hist_merge(all_tickbus, h);
 	tb_hist_free(h);
 	tb_publisher_close(pub);
 	tb_subscriber_close(sub);
@@ -240,8 +284,8 @@ static double shm_throughput_run(uint64_t *lost)
 				break;
 		}
 		{
-			double secs = (tb_clock_now_ns() - t0) / 1e9;
-			double out[2] = {c.n / secs, (double)l};
+			double secs = t0 ? (tb_clock_now_ns() - t0) / 1e9 : 0;
+			double out[2] = {secs > 0 ? c.n / secs : 0, (double)l};
 
 			if (write(pipefd[1], out, sizeof(out)) != sizeof(out))
 				_exit(1);
@@ -261,16 +305,32 @@ static double shm_throughput_run(uint64_t *lost)
 			return -1;
 		for (i = 0; i < tput_msgs; i++)
 			tb_pub_offer(pub, 1, msg, sizeof(msg));
+		/* Closed before waiting: a reader that attached late (a loaded
+		 * machine) and saw none of the last messages ends on
+		 * TB_CLOSED instead of waiting for them forever. */
+		tb_publisher_close(pub);
 		if (read(pipefd[0], in, sizeof(in)) == sizeof(in)) {
 			rate = in[0];
 			*lost = (uint64_t)in[1];
 		}
-		tb_publisher_close(pub);
 	}
 	waitpid(child, NULL, 0);
 	close(pipefd[0]);
 	unlink(cfg.shm_path);
 	return rate;
+}
+
+static void write_hgrm(const char *dir, const char *name, const tb_hist_t *h)
+{
+	char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "w");
+	if (!f || tb_hist_write_hgrm(h, f, 1000.0, 0) < 0)
+		fprintf(stderr, "bench shm: cannot write %s\n", path);
+	if (f)
+		fclose(f);
 }
 
 static int cmp_result(const void *a, const void *b)
@@ -303,6 +363,12 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	setenv("TICKBUS_QUIET", "1", 0);
+	if (tb_hist_init(&all_floor, 1, 10000000000ll, 3) < 0 ||
+	    tb_hist_init(&all_floor_rtt, 1, 10000000000ll, 3) < 0 ||
+	    tb_hist_init(&all_tickbus, 1, 10000000000ll, 3) < 0) {
+		fprintf(stderr, "bench shm: %s\n", tb_errmsg());
+		return 1;
+	}
 	for (i = 0; i < RUNS; i++) {
 		if (floor_run(&fl[i]) < 0 || shm_pingpong_run(&tb[i]) < 0) {
 			fprintf(stderr, "bench shm: %s\n", tb_errmsg());
@@ -340,5 +406,15 @@ int main(int argc, char **argv)
 			       " messages in all (publisher never waits)\n", total);
 		}
 	}
+	if (getenv("TB_BENCH_HGRM_DIR") && *getenv("TB_BENCH_HGRM_DIR")) {
+		const char *dir = getenv("TB_BENCH_HGRM_DIR");
+
+		write_hgrm(dir, "shm-floor.hgrm", all_floor);
+		write_hgrm(dir, "shm-floor-rtt.hgrm", all_floor_rtt);
+		write_hgrm(dir, "shm-tickbus.hgrm", all_tickbus);
+	}
+	tb_hist_free(all_floor);
+	tb_hist_free(all_floor_rtt);
+	tb_hist_free(all_tickbus);
 	return 0;
 }

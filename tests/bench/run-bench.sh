@@ -17,6 +17,9 @@ mkdir -p "$BUILD/bench"
 	echo "- load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo
 } >"$report"
+# Latency benchmarks leave their distributions (.hgrm) here for the plots.
+export TB_BENCH_HGRM_DIR="$BUILD/bench"
+rm -f "$BUILD"/bench/shm-*.hgrm "$BUILD"/bench/tb-latency* "$BUILD"/bench/*.svg
 status=0
 for b in "$BUILD"/bench/bench_*; do
 	[ -x "$b" ] || continue
@@ -28,5 +31,56 @@ for b in "$BUILD"/bench/bench_*; do
 	echo '```' >>"$report"
 	echo >>"$report"
 done
+# Plots and tables, each figure beside its floor: tb-hist compare gives
+# every percentile of each run and its ratio to the first column (the floor).
+hist=$BUILD/bin/tb-hist
+b=$BUILD/bench
+if [ -x "$hist" ] && [ -s "$b/shm-floor.hgrm" ] && [ -s "$b/shm-tickbus.hgrm" ]; then
+	{
+		echo "## shm one-way latency against the floor (all runs merged)"
+		echo
+		"$hist" compare --markdown -l "floor (cache line)" -l "tickbus shm" \
+			"$b/shm-floor.hgrm" "$b/shm-tickbus.hgrm"
+		echo
+	} >>"$report"
+	if "$hist" plot -o "$b/shm-latency.svg" --title "shm one-way latency vs floor" \
+		-l "floor (cache line)" -l "tickbus shm" \
+		"$b/shm-floor.hgrm" "$b/shm-tickbus.hgrm" >/dev/null; then
+		printf '![shm one-way latency](shm-latency.svg)\n\n' >>"$report"
+	else
+		status=1
+	fi
+fi
+# tb-latency over shm: round trip for a sweep of sizes, beside the floor's
+# round trip from bench_shm.
+lat=$BUILD/bin/tb-latency
+if [ -x "$lat" ] && [ -s "$b/shm-floor-rtt.hgrm" ]; then
+	echo "== tb-latency"
+	if "$lat" -n "${TB_BENCH_LAT_COUNT:-100000}" -w 10000 -s 64,512,4096 \
+		--cores 0,1 --idle busy-spin --timeout-ms 60000 \
+		--hgrm "$b/tb-latency.hgrm" --log "$b/tb-latency.hlog" \
+		>"$b/tb-latency.out" 2>&1; then
+		{
+			echo "## tb-latency: shm round trip by message size, against the floor's round trip"
+			echo
+			echo '```'
+			cat "$b/tb-latency.out"
+			echo '```'
+			echo
+			"$hist" compare --markdown -l "floor RTT" -l "64 B" -l "512 B" \
+				-l "4096 B" "$b/shm-floor-rtt.hgrm" "$b/tb-latency-64.hgrm" \
+				"$b/tb-latency-512.hgrm" "$b/tb-latency-4096.hgrm"
+			echo
+		} >>"$report"
+		"$hist" plot -o "$b/tb-latency.svg" --title "tb-latency shm round trip" \
+			-l "floor RTT" -l "64 B" -l "512 B" -l "4096 B" \
+			"$b/shm-floor-rtt.hgrm" "$b/tb-latency-64.hgrm" \
+			"$b/tb-latency-512.hgrm" "$b/tb-latency-4096.hgrm" >/dev/null &&
+			printf '![tb-latency round trip](tb-latency.svg)\n\n' >>"$report"
+	else
+		{ echo "## tb-latency: failed"; echo; echo '```'; cat "$b/tb-latency.out"; echo '```'; } >>"$report"
+		status=1
+	fi
+fi
 echo "report: $report"
 exit $status
