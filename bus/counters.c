@@ -62,6 +62,8 @@ static const char *const counter_names[TB_CTR_COUNT] = {
 	[TB_CTR_ERRORS] = "errors",
 	[TB_CTR_DUPLICATES] = "duplicates",
 	[TB_CTR_MALFORMED] = "malformed",
+	[TB_CTR_REPLAYED] = "replayed",
+	[TB_CTR_DATA_LOSS] = "data_loss",
 };
 
 const char *tb_counter_name(int id)

@@ -56,6 +56,8 @@ typedef enum tb_counter_id {
 	TB_CTR_ERRORS,
 	TB_CTR_DUPLICATES,
 	TB_CTR_MALFORMED,
+	TB_CTR_REPLAYED,      /* frames delivered by recovery */
+	TB_CTR_DATA_LOSS,     /* TB_DATA_LOSS events: recovery gave up */
 	TB_CTR_COUNT,
 } tb_counter_id_t;
 
