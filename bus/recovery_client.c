@@ -422,7 +422,9 @@ int tb_rclient_fetch(const tb_rclient_cfg_t *cfg, uint64_t epoch,
 	while (x.next <= last) {
 		uint64_t progress = x.next, oldest_earliest = 0;
 		uint32_t wait_ms = 0;
-		int all_too_old = 1;
+		/* Lost means: every endpoint that answered said "too old"
+		 * (one that is down cannot say otherwise). */
+		int too_old = 0, other = 0;
 
 		for (int i = 0; i < cfg->n_endpoints && x.next <= last; i++) {
 			tb_rproto_request_t req;
@@ -445,14 +447,13 @@ int tb_rclient_fetch(const tb_rclient_cfg_t *cfg, uint64_t epoch,
 			if (rc == TB_ESTATE)
 				return rc;
 			if (rc >= 0) {
-				all_too_old = 0;
+				other++;
 				if (rc > 0)
 					i--; /* same endpoint again for the rest */
 				continue;
 			}
 			if (rc != TB_RCLIENT_REJECTED) {
 				stats->failures++;
-				all_too_old = 0;
 				tb_info("recovery: %s:%u: %s", cfg->endpoints[i].host,
 					cfg->endpoints[i].port, tb_errmsg());
 				continue;
@@ -466,9 +467,11 @@ int tb_rclient_fetch(const tb_rclient_cfg_t *cfg, uint64_t epoch,
 					oldest_earliest = rej.earliest_seq;
 				else if (rej.earliest_seq < oldest_earliest)
 					oldest_earliest = rej.earliest_seq;
+				too_old++;
 				continue;
 			}
-			all_too_old = 0;
+			if (rej.reason != TB_RPROTO_REJ_TOO_LARGE)
+				other++;
 			if (rej.reason == TB_RPROTO_REJ_TOO_LARGE &&
 			    rej.max_count >= 1 && rej.max_count < max_count) {
 				max_count = rej.max_count;
@@ -480,7 +483,7 @@ int tb_rclient_fetch(const tb_rclient_cfg_t *cfg, uint64_t epoch,
 		}
 		if (x.next > last)
 			break;
-		if (all_too_old && oldest_earliest > x.next) {
+		if (too_old && !other && oldest_earliest > x.next) {
 			uint64_t gone = oldest_earliest - 1 < last ?
 					oldest_earliest - 1 : last;
 
