@@ -117,20 +117,28 @@ int tb_retention_read(void *arg, uint64_t first, int max, tb_store_read_fn fn,
 {
 	tb_retention_t *r = arg;
 	uint64_t l = tb_load_acquire(&r->last); /* A3 pairs with R3 */
-	size_t cap = r->ring->max_frame;
-	uint8_t *buf;
+	/* Most frames are small: start with 4 KiB on the stack, take the
+	 * ring's largest frame from the heap only when one needs it. */
+	uint64_t small[512];
+	size_t cap = sizeof(small);
+	uint8_t *buf = (uint8_t *)small, *big = NULL;
 	int n = 0;
 
 	if (first > l)
 		return TB_STORE_NOT_YET;
 	if (first + r->n <= l)
 		return TB_STORE_TOO_OLD;
-	buf = malloc(cap);
-	if (!buf)
-		return tb_err_set(TB_ENOMEM, "retention read: out of memory");
 	for (uint64_t seq = first; seq <= l && n < max; seq++) {
 		int64_t len = copy_frame(r, seq, buf, cap);
 
+		if (len < 0 && !big) {
+			big = malloc(r->ring->max_frame);
+			if (!big)
+				break;
+			buf = big;
+			cap = r->ring->max_frame;
+			len = copy_frame(r, seq, buf, cap);
+		}
 		if (len <= 0)
 			break;
 		((tb_frame_hdr_t *)buf)->flags |= TB_FRAME_F_REPLAY;
@@ -138,6 +146,6 @@ int tb_retention_read(void *arg, uint64_t first, int max, tb_store_read_fn fn,
 		if (fn(clientd, (const tb_frame_hdr_t *)buf))
 			break;
 	}
-	free(buf);
+	free(big);
 	return n > 0 ? n : TB_STORE_TOO_OLD;
 }
