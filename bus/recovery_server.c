@@ -323,12 +323,14 @@ static int serve(struct slot *c, const tb_rproto_request_t *q)
 		 * when complete, and first - 1 may be 0. */
 		e.last_seq = q->first - 1;
 	}
-	n = tb_rproto_encode_end(out, sizeof(out), &e);
-	if (n < 0 || send_all(c, out, (size_t)n) < 0)
-		return -1;
+	/* Counted before END goes out, so that a client that has its
+	 * answer also sees it counted. */
 	pthread_mutex_lock(&s->lock);
 	s->st.served++;
 	pthread_mutex_unlock(&s->lock);
+	n = tb_rproto_encode_end(out, sizeof(out), &e);
+	if (n < 0 || send_all(c, out, (size_t)n) < 0)
+		return -1;
 	return 0;
 }
 

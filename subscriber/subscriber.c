@@ -19,10 +19,11 @@
  *   delivers are copied into it (a ring slot may be reused as soon as the
  *   transport moves on), after a GAP marker for the missing range; further
  *   gaps and conditions (TB_CLOSED, TB_NEW_EPOCH, ...) go in as markers at
- *   their place.  When the buffer has no room for another poll's worth of
- *   frames the transport is simply not polled: the buffer never drops a
- *   frame, the transport's own loss detection (a lap, a gap) then names
- *   whatever it loses, and that is recovered in turn.
+ *   their place.  When the buffer is full, the frames that do not fit are
+ *   not kept: a GAP marker takes their place and they are recovered in
+ *   their turn, and while it stays full the transport is not polled (its
+ *   own loss detection then names whatever it loses, recovered likewise).
+ *   So a full buffer costs recovery work, never a message.
  * - A recovery thread per subscriber runs the blocking TCP work
  *   (recovery_client.h: endpoints in order, timeouts, backoff, failover),
  *   handing frames back through a lock-free SPSC queue (`replay`), then a
@@ -71,7 +72,6 @@ struct recovery {
 	int job_active;      /* a job is posted and its DONE not yet seen */
 	int live_paused;     /* a condition is queued: do not poll the
 				transport until it is delivered */
-	uint64_t max_entry;  /* fifo space of the largest frame */
 	uint64_t dropped;    /* first frame the live buffer had no room
 				for (0: none); see buffer_frame */
 	tb_fifo_t replay;    /* consumer side */
@@ -246,8 +246,6 @@ static int rec_open(tb_subscriber_t *s)
 	struct recovery *r;
 	int rc;
 
-	if (live_cap < 4 * max_entry)
-		live_cap = pow2_at_least(4 * max_entry);
 	if (replay_cap < REPLAY_MIN)
 		replay_cap = REPLAY_MIN;
 	r = calloc(1, sizeof(*r));
@@ -264,7 +262,6 @@ static int rec_open(tb_subscriber_t *s)
 	}
 	tb_fifo_init(&r->live, r->live_mem, live_cap);
 	tb_fifo_init(&r->replay, r->replay_mem, replay_cap);
-	r->max_entry = max_entry;
 	memcpy(r->eps, cfg->recovery, sizeof(r->eps));
 	memcpy(r->token, cfg->token, sizeof(r->token));
 	tb_rclient_cfg_init(&r->ccfg);
@@ -397,7 +394,18 @@ static int live_marker(struct recovery *r, int kind, uint64_t first,
 	return 0;
 }
 
-/* The handler the transport calls while recovering: copy the frame out. */
+/* Room for one more live frame of `len` bytes: its entry, a padding entry
+ * before it in the worst case, and two marker entries behind it. */
+static int live_fits(const tb_fifo_t *q, uint32_t len)
+{
+	uint64_t used = tb_load_relaxed(&q->tail) - tb_load_relaxed(&q->head);
+	uint64_t need = 2 * (uint64_t)tb_fifo_space(len) + 2 * sizeof(tb_fifo_ent_t);
+
+	return len <= tb_fifo_max_payload(q) && used + need <= q->mask + 1;
+}
+
+/* The handler the transport calls while recovering: copy the frame out
+ * (the transport may reuse its slot as soon as it moves on). */
 static void buffer_frame(void *clientd, const tb_msg_t *m)
 {
 	tb_subscriber_t *s = clientd;
@@ -406,11 +414,10 @@ static void buffer_frame(void *clientd, const tb_msg_t *m)
 
 	if (r->dropped) /* frames after a dropped one are dropped too */
 		return;
-	e = tb_fifo_reserve(&r->live, m->len);
-	if (tb_unlikely(!e)) {
-		/* poll_live bounds each poll by the room left, so this is a
-		 * stream whose frames outgrow cfg.ring_size / 8; recovered
-		 * like a gap rather than lost. */
+	if (tb_unlikely(!live_fits(&r->live, m->len) ||
+			!(e = tb_fifo_reserve(&r->live, m->len)))) {
+		/* The buffer is full: this frame and the rest of this poll
+		 * become a gap, recovered in their turn (poll_live). */
 		r->dropped = m->seq;
 		return;
 	}
@@ -425,32 +432,23 @@ static void buffer_frame(void *clientd, const tb_msg_t *m)
 	tb_fifo_commit(&r->live);
 }
 
-/* Polls the transport into the live buffer, as much as surely fits. */
+/* Polls the transport into the live buffer.  While the buffer is full the
+ * transport is not polled; frames that did not fit are marked as a gap. */
 static void poll_live(tb_subscriber_t *s)
 {
 	struct recovery *r = s->rec;
-	uint64_t used = tb_load_relaxed(&r->live.tail) -
-			tb_load_relaxed(&r->live.head);
-	uint64_t room = r->live.mask + 1 - used;
 	tb_seq_range_t loss;
-	int k, n;
+	int n;
 
-	if (r->live_paused || room < 4 * sizeof(tb_fifo_ent_t))
+	if (r->live_paused || !live_fits(&r->live, 0))
 		return;
-	/* A frame takes at most twice its entry (a padding entry before
-	 * it); two marker entries stay free behind the frames. */
-	k = (int)((room - 2 * sizeof(tb_fifo_ent_t)) / (2 * r->max_entry));
-	if (k < 1)
-		return;
-	if (k > 256)
-		k = 256;
-	n = s->rx->ops->poll(s->rx, &s->seq, &loss, buffer_frame, s, k);
+	n = s->rx->ops->poll(s->rx, &s->seq, &loss, buffer_frame, s, 256);
 	if (tb_unlikely(r->dropped)) {
 		live_marker(r, TB_FIFO_GAP, r->dropped, s->seq.expected - 1, 0,
 			    s->rx->ops->epoch(s->rx));
 		r->dropped = 0;
 	}
-	if (n > 0 || n == 0 || n == TB_NOT_CONNECTED)
+	if (n >= 0 || n == TB_NOT_CONNECTED)
 		return;
 	if (n == TB_GAP || n == TB_LAPPED) {
 		tb_counter_inc(s->ctr, n == TB_LAPPED ? TB_CTR_LAPPED : TB_CTR_GAPS);

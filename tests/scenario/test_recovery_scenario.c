@@ -219,7 +219,8 @@ static uint64_t publish_and_wait(proc_t *pub)
 static void lapped_and_late_subscribers_fail_over(void **state)
 {
 	unsigned pa = free_port(), pb = free_port();
-	proc_t ra, rb, pub, lapped, late;
+	/* static: teardown's proc_kill_all looks at them after we return */
+	static proc_t ra, rb, pub, lapped, late;
 	char recovery[64], *out;
 	uint64_t checksum;
 
@@ -261,7 +262,7 @@ static void lapped_and_late_subscribers_fail_over(void **state)
 static void restarted_service_fills_from_retention(void **state)
 {
 	unsigned pa = free_port();
-	proc_t ra, pub, late;
+	static proc_t ra, pub, late;
 	char recovery[64], *out;
 	uint64_t checksum;
 
@@ -297,7 +298,7 @@ static void restarted_service_fills_from_retention(void **state)
 static void gone_range_is_data_loss_and_stream_goes_on(void **state)
 {
 	unsigned pa = free_port();
-	proc_t ra, pub, late;
+	static proc_t ra, pub, late;
 	char recovery[64], *out, want[64];
 	uint64_t earliest;
 
@@ -358,7 +359,7 @@ static uint32_t raw_request(unsigned port, const void *bytes, size_t len)
 static void bad_requests_are_rejected_others_served(void **state)
 {
 	unsigned pa = free_port();
-	proc_t ra, pub, late, intruder;
+	static proc_t ra, pub, late, intruder;
 	char recovery[64], *out, bad_ini[256];
 	uint8_t junk[200];
 	uint64_t checksum;
