@@ -14,7 +14,9 @@
  *    retention to fill from) reaches a late joiner as one TB_DATA_LOSS
  *    with the exact range, and the stream goes on to N;
  *  - an unauthorised subscriber (wrong token) and a malformed request get
- *    the right rejects, and the service goes on serving the others.
+ *    the right rejects, and the service goes on serving the others;
+ *  - a late joiner a million messages behind catches up to live and
+ *    delivers 1..N.
  *
  * The stream's transport lines come from the file named by
  * $TB_RECOVERY_TRANSPORT_INI when it is set (default: shm on a ring of
@@ -406,6 +408,34 @@ static void bad_requests_are_rejected_others_served(void **state)
 	free(out);
 }
 
+static void late_joiner_a_million_behind_catches_up(void **state)
+{
+	unsigned pa = free_port();
+	static proc_t ra, pub, late;
+	char recovery[64], *out;
+	uint64_t checksum;
+
+	(void)state;
+	snprintf(recovery, sizeof(recovery), "127.0.0.1:%u", pa);
+	/* 64 MiB holds 700,000 frames: seconds of slack for the service. */
+	write_ini(ini, "64M", 0, recovery, TOKEN);
+	start_recoveryd(&ra, "ra", pa);
+	start_pub(&pub, "1100000", "100000");
+	/* 10.3 s in: about 1,000,000 published, and still publishing. */
+	usleep(10300000);
+	start_sub(&late, "late", "1100000", "1", NULL);
+	checksum = publish_and_wait(&pub);
+	assert_int_equal(proc_wait(&late, 240000), 0);
+	out = proc_output(&late);
+	expect_complete(out, 1100000, checksum);
+	assert_true(proc_field_u64(out, "replayed") >= 900000);
+	free(out);
+	out = stop_recoveryd(&ra);
+	assert_int_equal(proc_field_u64(out, "last"), 1100000);
+	assert_int_equal(proc_field_u64(out, "holes"), 0);
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -413,6 +443,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(restarted_service_fills_from_retention, setup, teardown),
 		cmocka_unit_test_setup_teardown(gone_range_is_data_loss_and_stream_goes_on, setup, teardown),
 		cmocka_unit_test_setup_teardown(bad_requests_are_rejected_others_served, setup, teardown),
+		cmocka_unit_test_setup_teardown(late_joiner_a_million_behind_catches_up, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("recovery_scenario", tests, NULL, NULL);
 }
