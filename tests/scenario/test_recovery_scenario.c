@@ -436,9 +436,85 @@ static void late_joiner_a_million_behind_catches_up(void **state)
 	free(out);
 }
 
+/* Runs a program to its end; returns its exit status, output in *out. */
+static int run(const char *name, char *const argv[], char **out)
+{
+	static proc_t p;
+	char path[256];
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/%s.out", dir, name);
+	assert_int_equal(proc_start(&p, path, argv), 0);
+	rc = proc_wait(&p, 20000);
+	*out = proc_output(&p);
+	return rc;
+}
+
+static void bad_arguments_get_clear_errors(void **state)
+{
+	char *out, noauth[256];
+	FILE *f;
+
+	(void)state;
+	write_ini(ini, "1M", 0, NULL, TOKEN);
+	{
+		char *argv[] = {"tb-recoveryd", "-c", ini, "-s", "q", NULL};
+
+		assert_int_equal(run("a1", argv, &out), 2); /* no --dir, --listen */
+		assert_non_null(strstr(out, "usage: tb-recoveryd"));
+		free(out);
+	}
+	{
+		char *argv[] = {"tb-recoveryd", "-c", ini, "-s", "q", "-d", dir,
+				"-l", "127.0.0.1:99999", NULL};
+
+		assert_int_equal(run("a2", argv, &out), 2);
+		assert_non_null(strstr(out, "--listen 127.0.0.1:99999"));
+		free(out);
+	}
+	{
+		char *argv[] = {"tb-recoveryd", "-c", ini, "-s", "q", "-d", dir,
+				"-l", "127.0.0.1:7000", "--max-count", "0", NULL};
+
+		assert_int_equal(run("a3", argv, &out), 2);
+		free(out);
+	}
+	{
+		char *argv[] = {"tb-recoveryd", "-c", ini, "-s", "nosuch", "-d",
+				dir, "-l", "127.0.0.1:7000", NULL};
+
+		assert_int_equal(run("a4", argv, &out), 1);
+		assert_non_null(strstr(out, "nosuch"));
+		free(out);
+	}
+	snprintf(noauth, sizeof(noauth), "%s/noauth.ini", dir);
+	f = fopen(noauth, "w");
+	assert_non_null(f);
+	fprintf(f, "[stream q]\nid = 7\ntransport = shm\nshm_path = %s\n", ring);
+	fclose(f);
+	{
+		char *argv[] = {"tb-recoveryd", "-c", noauth, "-s", "q", "-d", dir,
+				"-l", "127.0.0.1:7000", NULL};
+
+		assert_int_equal(run("a5", argv, &out), 1);
+		assert_non_null(strstr(out, "has no token"));
+		free(out);
+	}
+	{
+		char *argv[] = {"tb-subscribe", "-c", ini, "-s", "q", "--start-at",
+				"0", NULL};
+
+		assert_int_equal(run("a6", argv, &out), 2);
+		assert_non_null(strstr(out, "usage: tb-subscribe"));
+		free(out);
+	}
+}
+
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(bad_arguments_get_clear_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(lapped_and_late_subscribers_fail_over, setup, teardown),
 		cmocka_unit_test_setup_teardown(restarted_service_fills_from_retention, setup, teardown),
 		cmocka_unit_test_setup_teardown(gone_range_is_data_loss_and_stream_goes_on, setup, teardown),
