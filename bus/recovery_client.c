@@ -448,6 +448,8 @@ int tb_rclient_fetch(const tb_rclient_cfg_t *cfg, uint64_t epoch,
 				return rc;
 			if (rc >= 0) {
 				other++;
+				if (cfg->until_latest && (uint32_t)rc < req.count)
+					goto done; /* served up to the latest */
 				if (rc > 0)
 					i--; /* same endpoint again for the rest */
 				continue;
@@ -461,6 +463,9 @@ int tb_rclient_fetch(const tb_rclient_cfg_t *cfg, uint64_t epoch,
 			stats->rejects++;
 			tb_info("recovery: %s:%u: %s", cfg->endpoints[i].host,
 				cfg->endpoints[i].port, tb_errmsg());
+			if (cfg->until_latest && rej.reason == TB_RPROTO_REJ_NOT_YET &&
+			    rej.latest_seq < x.next)
+				goto done; /* nothing beyond what we have */
 			if (rej.reason == TB_RPROTO_REJ_TOO_OLD) {
 				if (rej.earliest_seq > oldest_earliest &&
 				    oldest_earliest == 0)
@@ -511,11 +516,19 @@ int tb_rclient_fetch(const tb_rclient_cfg_t *cfg, uint64_t epoch,
 	}
 	if (next)
 		*next = x.next;
-	if (x.next <= last)
+	if (x.next <= last && !cfg->until_latest)
 		return tb_err_set(TB_ETIMEDOUT, "recovery of %llu..%llu: no "
 				  "service delivered %llu.. within %u ms",
 				  (unsigned long long)first,
 				  (unsigned long long)last,
 				  (unsigned long long)x.next, cfg->deadline_ms);
+	if (x.next <= last)
+		return tb_err_set(TB_ETIMEDOUT, "recovery from %llu: no service "
+				  "answered within %u ms",
+				  (unsigned long long)x.next, cfg->deadline_ms);
+	return 0;
+done:
+	if (next)
+		*next = x.next;
 	return 0;
 }

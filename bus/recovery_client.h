@@ -44,6 +44,10 @@ typedef struct tb_rclient_cfg {
 	uint32_t backoff_max_ms;
 	/* Stop early (non-zero) when the owner shuts down; may be NULL. */
 	int (*cancelled)(void *clientd);
+	/* Fetch up to the latest published rather than to `last`: an answer
+	 * that stops short at the latest, or a "not yet published", ends the
+	 * fetch with success (a late joiner's catch-up on a quiet stream). */
+	int until_latest;
 } tb_rclient_cfg_t;
 
 /* Called for each frame, in order; non-zero stops the fetch (it then

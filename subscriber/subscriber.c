@@ -78,6 +78,7 @@ struct recovery {
 
 	/* The job, handed over by job_gen (R4 / A4). */
 	uint64_t job_epoch, job_first, job_last;
+	int job_open;        /* fetch up to the latest (a late join's probe) */
 	_Atomic uint64_t job_gen;
 	int efd;
 	_Atomic int stop;
@@ -96,6 +97,9 @@ struct tb_subscriber {
 	tb_seq_range_t loss;
 	int has_loss;
 	int recovering;            /* the hot path's one extra test */
+	int probe;                 /* tb_sub_start_at asked; see start_probe */
+	uint64_t deliver_next;     /* while recovering: next sequence to hand
+				      out; anything below is a duplicate */
 	tb_counter_slot_t *ctr;    /* in the counters file, or `own_ctr` */
 	struct recovery *rec;      /* NULL: no recovery endpoints */
 	tb_stream_cfg_t cfg;
@@ -189,12 +193,15 @@ static void *rec_main(void *arg)
 		gen = tb_load_acquire(&r->job_gen); /* A4 pairs with R4 */
 		if (gen == done_gen)
 			continue;
+		r->ccfg.until_latest = r->job_open;
 		rc = tb_rclient_fetch(&r->ccfg, r->job_epoch, r->job_first,
 				      r->job_last, rec_frame, rec_loss, r, &st,
 				      &next);
 		if (rc == TB_ESTATE && atomic_load(&r->stop))
 			break;
-		if (rc < 0 && next <= r->job_last) {
+		/* A probe that finds no service says nothing about loss: the
+		 * next live frame names the gap, recovered then. */
+		if (rc < 0 && next <= r->job_last && !r->job_open) {
 			/* Nobody answered in time: the rest is lost. */
 			replay_marker(r, TB_FIFO_LOSS, next, r->job_last, 0, 0);
 			st.lost += r->job_last - next + 1;
@@ -371,6 +378,7 @@ int tb_sub_start_at(tb_subscriber_t *s, uint64_t seq)
 		return tb_err_set(TB_ESTATE, "tb_sub_start_at: the subscriber "
 				  "has already delivered messages");
 	tb_seq_init(&s->seq, seq);
+	s->probe = s->rec != NULL;
 	return 0;
 }
 
@@ -470,6 +478,7 @@ static void post_job(tb_subscriber_t *s, const tb_fifo_ent_t *gap)
 	r->job_epoch = gap->aux;
 	r->job_first = gap->seq;
 	r->job_last = gap->last;
+	r->job_open = gap->code;
 	tb_store_release(&r->job_gen, tb_load_relaxed(&r->job_gen) + 1); /* R4 */
 	/* One system call per gap, to wake the recovery thread at once;
 	 * if it fails, the thread's 100 ms poll finds the job anyway. */
@@ -479,9 +488,19 @@ static void post_job(tb_subscriber_t *s, const tb_fifo_ent_t *gap)
 	r->job_active = 1;
 }
 
-static void deliver(tb_fifo_ent_t *e, tb_handler_t handler, void *clientd)
+/* Hands out one frame unless it was handed out already (a probe and a
+ * live gap may both bring it).  Returns 1 if delivered. */
+static int deliver(tb_subscriber_t *s, tb_fifo_ent_t *e, tb_handler_t handler,
+		   void *clientd)
 {
 	tb_msg_t m;
+
+	if (s->deliver_next && e->seq < s->deliver_next) {
+		s->seq.duplicates++;
+		tb_counter_inc(s->ctr, TB_CTR_DUPLICATES);
+		return 0;
+	}
+	s->deliver_next = e->seq + 1;
 
 	m.data = tb_fifo_payload(e);
 	m.len = e->len;
@@ -493,6 +512,18 @@ static void deliver(tb_fifo_ent_t *e, tb_handler_t handler, void *clientd)
 	m.receive_ns = e->kind == TB_FIFO_FRAME && e->receive_ns ?
 		       e->receive_ns : tb_clock_now_ns_inline();
 	handler(clientd, &m);
+	return 1;
+}
+
+/* Clips a GAP or LOSS range to what is not yet delivered; 0 when nothing
+ * of it is left. */
+static int clip(const tb_subscriber_t *s, uint64_t *first, uint64_t last)
+{
+	if (s->deliver_next && last < s->deliver_next)
+		return 0;
+	if (s->deliver_next && *first < s->deliver_next)
+		*first = s->deliver_next;
+	return 1;
 }
 
 static int poll_recovering(tb_subscriber_t *s, tb_handler_t handler,
@@ -511,18 +542,26 @@ static int poll_recovering(tb_subscriber_t *s, tb_handler_t handler,
 				break; /* the recovery thread is working */
 			if (e->kind == TB_FIFO_FRAME) {
 				e->receive_ns = 0;
-				deliver(e, handler, clientd);
+				if (deliver(s, e, handler, clientd)) {
+					tb_counter_inc(s->ctr, TB_CTR_REPLAYED);
+					n++;
+				}
 				tb_fifo_release(&r->replay, e);
-				tb_counter_inc(s->ctr, TB_CTR_REPLAYED);
-				n++;
 				continue;
 			}
 			if (e->kind == TB_FIFO_LOSS) {
+				uint64_t first = e->seq;
+
+				if (!clip(s, &first, e->last)) {
+					tb_fifo_release(&r->replay, e);
+					continue;
+				}
 				if (n > 0)
 					break; /* the loss on its own poll */
-				s->loss.first = e->seq;
+				s->loss.first = first;
 				s->loss.last = e->last;
 				s->has_loss = 1;
+				s->deliver_next = e->last + 1;
 				tb_fifo_release(&r->replay, e);
 				tb_counter_inc(s->ctr, TB_CTR_DATA_LOSS);
 				return TB_DATA_LOSS;
@@ -537,18 +576,26 @@ static int poll_recovering(tb_subscriber_t *s, tb_handler_t handler,
 		}
 		e = tb_fifo_peek(&r->live);
 		if (!e) {
-			if (!r->live_paused)
-				s->recovering = 0; /* caught up: live again */
+			/* Caught up: live again, once the transport is past
+			 * what recovery delivered (a probe may have fetched
+			 * beyond what the transport has read). */
+			if (!r->live_paused &&
+			    (!s->deliver_next || s->seq.expected >= s->deliver_next))
+				s->recovering = 0;
 			break;
 		}
 		if (e->kind == TB_FIFO_FRAME) {
-			deliver(e, handler, clientd);
+			n += deliver(s, e, handler, clientd);
 			tb_fifo_release(&r->live, e);
-			n++;
 			continue;
 		}
 		if (e->kind == TB_FIFO_GAP) {
-			post_job(s, e);
+			uint64_t first = e->seq;
+
+			if (clip(s, &first, e->last)) {
+				e->seq = first;
+				post_job(s, e);
+			}
 			tb_fifo_release(&r->live, e);
 			continue;
 		}
@@ -560,6 +607,8 @@ static int poll_recovering(tb_subscriber_t *s, tb_handler_t handler,
 
 			tb_fifo_release(&r->live, e);
 			r->live_paused = 0;
+			if (code == TB_NEW_EPOCH)
+				s->deliver_next = 0; /* sequences restart */
 			if (tb_fifo_empty(&r->live))
 				s->recovering = 0;
 			return code;
@@ -576,8 +625,37 @@ static int start_recovering(tb_subscriber_t *s, int n, tb_handler_t handler,
 			    void *clientd, int limit)
 {
 	tb_counter_inc(s->ctr, n == TB_LAPPED ? TB_CTR_LAPPED : TB_CTR_GAPS);
+	/* Everything before the gap is delivered; after a probe, perhaps
+	 * some of the gap too. */
+	if (s->deliver_next < s->loss.first)
+		s->deliver_next = s->loss.first;
+	s->probe = 0;
 	live_marker(s->rec, TB_FIFO_GAP, s->loss.first, s->loss.last, 0,
 		    s->rx->ops->epoch(s->rx));
+	s->recovering = 1;
+	return poll_recovering(s, handler, clientd, limit);
+}
+
+/*
+ * A late joiner (tb_sub_start_at) on a stream with nothing new to read
+ * would not see its gap until the next message is published.  So on its
+ * first idle poll it asks the recovery services for everything from the
+ * start sequence up to the latest they hold (an open job); live frames are
+ * buffered meanwhile, and whatever both bring is delivered once.
+ */
+static int start_probe(tb_subscriber_t *s, tb_handler_t handler,
+		       void *clientd, int limit)
+{
+	uint64_t epoch = s->rx->ops->epoch(s->rx);
+
+	if (epoch == 0)
+		return 0; /* not attached yet: it will read from the start */
+	s->probe = 0;
+	if (s->seq.delivered > 0)
+		return 0;
+	s->deliver_next = s->seq.expected;
+	live_marker(s->rec, TB_FIFO_GAP, s->seq.expected,
+		    s->seq.expected + TB_RPROTO_COUNT_MAX - 1, 1, epoch);
 	s->recovering = 1;
 	return poll_recovering(s, handler, clientd, limit);
 }
@@ -594,6 +672,12 @@ int tb_sub_poll(tb_subscriber_t *s, tb_handler_t handler, void *clientd,
 	n = s->rx->ops->poll(s->rx, &s->seq, &s->loss, handler, clientd, limit);
 	if (tb_likely(n > 0)) {
 		tb_counter_add(s->ctr, TB_CTR_DELIVERED, (uint64_t)n);
+	} else if (n == 0) {
+		if (tb_unlikely(s->probe))
+			return start_probe(s, handler, clientd, limit);
+	} else if (n == TB_NEW_EPOCH) {
+		s->deliver_next = 0;
+		s->probe = 0;
 	} else if (n == TB_LAPPED || n == TB_GAP) {
 		if (s->rec)
 			return start_recovering(s, n, handler, clientd, limit);

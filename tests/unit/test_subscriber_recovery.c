@@ -198,11 +198,51 @@ static void test_no_service_is_exact_data_loss(void **state)
 	unlink(c.shm_path);
 }
 
+/* A late joiner on a quiet stream: nothing new is published after it
+ * joins, yet it catches up (its first idle poll asks the service up to the
+ * latest), and later live messages follow exactly once. */
+static void test_late_join_quiet_stream(void **state)
+{
+	tb_stream_cfg_t c;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	struct got g = {1, 0, 0, 0};
+	uint64_t until;
+
+	(void)state;
+	stream_cfg(&c, 1);
+	assert_int_equal(tb_publisher_open(&pub, &c), 0);
+	for (uint64_t s = 1; s <= 3000; s++)
+		offer(pub, s);
+	assert_int_equal(tb_subscriber_open(&sub, &c), 0);
+	assert_int_equal(tb_sub_start_at(sub, 1), 0);
+	until = mono_ms() + 20000;
+	while (g.next <= 3000 && mono_ms() < until)
+		assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
+	assert_int_equal(g.n, 3000);
+	assert_int_equal(g.replayed, 3000);
+	assert_int_equal(g.bad, 0);
+	for (uint64_t s = 3001; s <= 3100; s++)
+		offer(pub, s);
+	until = mono_ms() + 20000;
+	while ((g.next <= 3100 || tb_sub_recovering(sub)) && mono_ms() < until)
+		assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
+	assert_int_equal(g.n, 3100);
+	assert_int_equal(g.next, 3101);
+	assert_int_equal(g.bad, 0);
+	assert_int_equal(g.replayed, 3000);
+	tb_subscriber_close(sub);
+	tb_publisher_close(pub);
+	unlink(c.shm_path);
+}
+
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_late_join_small_buffer),
 		cmocka_unit_test(test_no_service_is_exact_data_loss),
+		cmocka_unit_test(test_late_join_quiet_stream),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
