@@ -220,9 +220,11 @@ int tb_sub_loss(const tb_subscriber_t *sub, uint64_t *first, uint64_t *last);
  * rather than from the live position.  Call after open, before the first
  * poll.  What lies between `seq` and the live position is a gap: recovered
  * from cfg.recovery when endpoints are configured (replayed messages carry
- * TB_MSG_F_REPLAY), else reported as TB_GAP.  A subscriber that attaches
- * to a ring before its first message starts at 1 anyway.  Returns 0,
- * TB_EINVAL (seq 0) or TB_ESTATE (messages already delivered).
+ * TB_MSG_F_REPLAY; on a quiet stream the first idle poll asks the services
+ * up to the latest they hold), else reported as TB_GAP when the next
+ * message arrives.  A subscriber that attaches to a ring before its first
+ * message starts at 1 anyway.  Returns 0, TB_EINVAL (seq 0) or TB_ESTATE
+ * (messages already delivered).
  */
 int tb_sub_start_at(tb_subscriber_t *sub, uint64_t seq);
 /* 1 while a gap is being recovered (messages come from recovery and the

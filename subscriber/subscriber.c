@@ -35,7 +35,14 @@
  *   TB_DATA_LOSS once for a lost range (tb_sub_loss gives it exactly), then
  *   drains the live buffer, starting the next job at the next GAP marker,
  *   and goes live again once everything is delivered.  Every sequence is
- *   thus delivered once, in order, or reported lost.
+ *   thus delivered once, in order, or reported lost: while recovering,
+ *   `deliver_next` drops anything already handed out and clips ranges to
+ *   what is not.
+ * - Late join (tb_sub_start_at): the transport's tracker starts at the
+ *   asked sequence, so the first live frame is a gap like any other.  On a
+ *   quiet stream there may be no such frame for a long time, so the first
+ *   idle poll posts an open job ("from seq up to the latest you hold");
+ *   live frames and a later gap then overlap it and are deduplicated.
  *
  * tb_sub_poll never blocks: it only peeks at the queues.
  */
