@@ -7,6 +7,8 @@
 #   make test       unit and scenario tests (tests/run-tests.sh)
 #   make demo       the main job: a publisher and two subscribers, with a report
 #   make bench      benchmarks; the report goes to $(BUILD)/bench/report.md
+#   make test-rdma  the rc scenarios on the first real RDMA device (skips,
+#                   saying so, where there is none)
 #   make install    headers, libraries, tools and tickbus.pc under
 #                   $(DESTDIR)$(PREFIX)
 #
@@ -82,7 +84,7 @@ TEST_BINS := $(TESTS)
 
 -include $(wildcard tools/*/*.mk schema/*.mk)
 
-.PHONY: all deps test demo bench install clean check-deps
+.PHONY: all deps test test-rdma demo bench install clean check-deps
 .DEFAULT_GOAL := all
 
 all: $(ALL_TARGETS) $(TEST_BINS)
@@ -138,6 +140,10 @@ endif
 test: $(TEST_PREREQ)
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) SAN=$(SAN) tests/run-tests.sh $(TEST_BINS)
+
+test-rdma: $(TEST_PREREQ)
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) tests/test-rdma.sh
 
 demo: $(TEST_PREREQ)
 	@$(MAKE) --no-print-directory all

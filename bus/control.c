@@ -325,6 +325,9 @@ static int check_subscribe(const tb_ctl_subscribe_t *m, int code)
 	if (m->ring_len == 0 || (m->ring_len & (m->ring_len - 1)) != 0)
 		return tb_err_set(code, "%s: ring_len %llu is not a power of two",
 				  ctx, (unsigned long long)m->ring_len);
+	if (m->recv_depth == 0 || m->recv_depth > TB_CTL_RECV_MAX)
+		return tb_err_set(code, "%s: recv_depth %u is outside 1..%u", ctx,
+				  m->recv_depth, TB_CTL_RECV_MAX);
 	if (m->ring_len < TB_CTL_RING_MIN || m->ring_len > TB_CTL_RING_MAX)
 		return tb_err_set(code, "%s: ring_len %llu is outside %llu..%llu",
 				  ctx, (unsigned long long)m->ring_len,
@@ -432,6 +435,7 @@ int tb_ctl_encode_subscribe(void *buf, size_t cap, const tb_ctl_subscribe_t *m)
 	w.qpn = htole32(m->qpn);
 	memcpy(w.gid, m->gid, sizeof(w.gid));
 	w.psn = htole32(m->psn);
+	w.recv_depth = htole32(m->recv_depth);
 	w.start_seq = htole64(m->start_seq);
 	memcpy(buf, &w, sizeof(w));
 	return (int)sizeof(w);
@@ -548,8 +552,6 @@ static int decode_subscribe(const void *buf, tb_ctl_subscribe_t *m)
 	memcpy(&w, buf, sizeof(w));
 	if (w.reserved0 != 0)
 		return reserved_nonzero(ctx, "reserved0");
-	if (w.reserved1 != 0)
-		return reserved_nonzero(ctx, "reserved1");
 	m->stream_id = le32toh(w.stream_id);
 	m->transport = w.transport;
 	m->mtu = w.mtu;
@@ -560,6 +562,7 @@ static int decode_subscribe(const void *buf, tb_ctl_subscribe_t *m)
 	m->qpn = le32toh(w.qpn);
 	memcpy(m->gid, w.gid, sizeof(m->gid));
 	m->psn = le32toh(w.psn);
+	m->recv_depth = le32toh(w.recv_depth);
 	m->start_seq = le64toh(w.start_seq);
 	return check_subscribe(m, TB_EPROTO);
 }

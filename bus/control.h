@@ -81,6 +81,8 @@ _Static_assert(sizeof(tb_wire_hdr_t) == 8, "wire header layout");
  * asks for anything else was not configured through tickbus. */
 #define TB_CTL_RING_MIN (64ull << 10)
 #define TB_CTL_RING_MAX (1ull << 30)
+/* Receives a subscriber may keep posted (its receive queue's depth). */
+#define TB_CTL_RECV_MAX 65536u
 
 enum tb_ctl_type {
 	TB_CTL_HELLO = 1,
@@ -143,6 +145,8 @@ typedef struct tb_ctl_subscribe {
 	uint32_t qpn;            /* 24 bits */
 	uint8_t gid[TB_CTL_GID_LEN];
 	uint32_t psn;            /* 24 bits: the subscriber's receive PSN */
+	uint32_t recv_depth;     /* receives kept posted: the publisher never
+				  * has more frames in flight; 1..RECV_MAX */
 	uint64_t start_seq;      /* late join from this sequence; 0 = live */
 } tb_ctl_subscribe_t;
 
@@ -217,7 +221,7 @@ typedef struct tb_ctl_wire_subscribe {
 	uint32_t qpn;
 	uint8_t gid[TB_CTL_GID_LEN];
 	uint32_t psn;
-	uint32_t reserved1;                   /* zero */
+	uint32_t recv_depth;
 	uint64_t start_seq;
 } tb_ctl_wire_subscribe_t;
 
@@ -232,7 +236,7 @@ _Static_assert(offsetof(tb_ctl_wire_subscribe_t, rkey) == 32, "ctl layout");
 _Static_assert(offsetof(tb_ctl_wire_subscribe_t, qpn) == 36, "ctl layout");
 _Static_assert(offsetof(tb_ctl_wire_subscribe_t, gid) == 40, "ctl layout");
 _Static_assert(offsetof(tb_ctl_wire_subscribe_t, psn) == 56, "ctl layout");
-_Static_assert(offsetof(tb_ctl_wire_subscribe_t, reserved1) == 60, "ctl layout");
+_Static_assert(offsetof(tb_ctl_wire_subscribe_t, recv_depth) == 60, "ctl layout");
 _Static_assert(offsetof(tb_ctl_wire_subscribe_t, start_seq) == 64, "ctl layout");
 _Static_assert(sizeof(tb_ctl_wire_subscribe_t) == 72, "ctl layout");
 

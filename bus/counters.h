@@ -24,9 +24,9 @@
 #include <sys/types.h>
 
 #define TB_COUNTERS_MAGIC 0x52544e43554f4354ull /* "TCOUCNTR" */
-#define TB_COUNTERS_VERSION 1u
+#define TB_COUNTERS_VERSION 2u /* 2: 32 counters a slot */
 /* Slots a process creates: 64 streams per process is far beyond a feed
- * handler's or a strategy's needs, and the file stays at 16.1 KiB. */
+ * handler's or a strategy's needs, and the file stays at 24.1 KiB. */
 #define TB_COUNTERS_SLOTS 64
 /* Largest slot count a reader accepts, so a corrupt header cannot make it
  * walk far. */
@@ -56,12 +56,26 @@ typedef enum tb_counter_id {
 	TB_CTR_ERRORS,
 	TB_CTR_DUPLICATES,
 	TB_CTR_MALFORMED,
+	/* Malformed datagrams (ud, udp) by kind, in the order of enum
+	 * tb_pkt_fault (packet.h): TB_CTR_MALFORMED_SHORT + fault - 1.  Each
+	 * is also counted in TB_CTR_MALFORMED. */
+	TB_CTR_MALFORMED_SHORT,
+	TB_CTR_MALFORMED_BAD_MAGIC,
+	TB_CTR_MALFORMED_BAD_VERSION,
+	TB_CTR_MALFORMED_BAD_LENGTH,
+	TB_CTR_MALFORMED_BAD_FLAGS,
+	TB_CTR_MALFORMED_BAD_COUNT,
+	TB_CTR_MALFORMED_BAD_FRAME,
+	TB_CTR_MALFORMED_WRONG_STREAM,
+	TB_CTR_MALFORMED_BAD_SEQ,
+	TB_CTR_REORDERED,   /* datagrams that came after their gap was told */
+	TB_CTR_STALE_EPOCH, /* datagrams of a publisher epoch already left */
 	TB_CTR_REPLAYED,      /* frames delivered by recovery */
 	TB_CTR_DATA_LOSS,     /* TB_DATA_LOSS events: recovery gave up */
 	TB_CTR_COUNT,
 } tb_counter_id_t;
 
-#define TB_CTR_CAPACITY 16
+#define TB_CTR_CAPACITY 32
 
 /*
  * File layout (native byte order: the file never leaves the host).
@@ -85,8 +99,8 @@ typedef struct tb_counters_hdr {
 } tb_counters_hdr_t;
 
 /*
- * Stream slot, 256 bytes on four cache lines: identity on the first two
- * (written only by add/remove), counters on the last two (written only by
+ * Stream slot, 384 bytes on six cache lines: identity on the first two
+ * (written only by add/remove), counters on the last four (written only by
  * the owner thread), so a reader polling the identity never shares a line
  * with the hot increments of another slot.
  *
@@ -124,7 +138,7 @@ _Static_assert(offsetof(tb_counter_slot_t, role) == 12, "counters layout");
 _Static_assert(offsetof(tb_counter_slot_t, stream_name) == 16, "counters layout");
 _Static_assert(offsetof(tb_counter_slot_t, transport) == 80, "counters layout");
 _Static_assert(offsetof(tb_counter_slot_t, c) == 128, "counters layout");
-_Static_assert(sizeof(tb_counter_slot_t) == 256, "counters layout");
+_Static_assert(sizeof(tb_counter_slot_t) == 384, "counters layout");
 _Static_assert(TB_CTR_COUNT <= TB_CTR_CAPACITY, "counters layout");
 _Static_assert(sizeof(_Atomic uint64_t) == 8, "counters layout");
 

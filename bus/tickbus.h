@@ -160,6 +160,12 @@ int64_t tb_pub_commit(tb_publisher_t *pub, tb_claim_t *claim);
 /* Gives a claim back unpublished: the sequence number is not consumed. */
 int tb_pub_abort(tb_publisher_t *pub, tb_claim_t *claim);
 
+/* Sends whatever a batching transport holds (ud and udp with batch_us > 0
+ * keep a partly filled datagram for up to batch_us, checked at each
+ * offer); call it when a burst ends.  Returns 0 or a negative code; a
+ * no-op for shm.  Hot path. */
+int tb_pub_flush(tb_publisher_t *pub);
+
 /* Sequence number the next message will carry. */
 uint64_t tb_pub_next_seq(const tb_publisher_t *pub);
 /* The epoch this publisher opened (a new one on every open). */

@@ -13,9 +13,9 @@ static const struct {
 	const tb_rx_ops_t *rx;
 } table[] = {
 	[TB_TRANSPORT_SHM] = {&tb_shm_tx_ops, &tb_shm_rx_ops},
-	[TB_TRANSPORT_RC] = {NULL, NULL},
-	[TB_TRANSPORT_UD] = {NULL, NULL},
-	[TB_TRANSPORT_UDP] = {NULL, NULL},
+	[TB_TRANSPORT_RC] = {&tb_rc_tx_ops, &tb_rc_rx_ops},
+	[TB_TRANSPORT_UD] = {&tb_ud_tx_ops, &tb_ud_rx_ops},
+	[TB_TRANSPORT_UDP] = {&tb_udp_tx_ops, &tb_udp_rx_ops},
 };
 
 static int known(tb_transport_t t)

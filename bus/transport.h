@@ -72,9 +72,12 @@ typedef struct tb_rx_ops {
 	void (*close)(tb_rx_t *rx);
 } tb_rx_ops_t;
 
-/* The first member of every transport's subscribing state. */
+/* The first member of every transport's subscribing state.  `ctr` is the
+ * subscriber's counters slot (counters.h), set after open, for transports
+ * that count duplicates and malformed input themselves; NULL until then. */
 struct tb_rx {
 	const tb_rx_ops_t *ops;
+	struct tb_counter_slot *ctr;
 };
 
 /* The ops of `t`, or NULL (with a message) when this build lacks it. */
@@ -83,5 +86,11 @@ const tb_rx_ops_t *tb_rx_ops_for(tb_transport_t t);
 
 extern const tb_tx_ops_t tb_shm_tx_ops;
 extern const tb_rx_ops_t tb_shm_rx_ops;
+extern const tb_tx_ops_t tb_rc_tx_ops;
+extern const tb_rx_ops_t tb_rc_rx_ops;
+extern const tb_tx_ops_t tb_udp_tx_ops;
+extern const tb_rx_ops_t tb_udp_rx_ops;
+extern const tb_tx_ops_t tb_ud_tx_ops;
+extern const tb_rx_ops_t tb_ud_rx_ops;
 
 #endif

@@ -200,8 +200,9 @@ int tb_publisher_open(tb_publisher_t **out, const tb_stream_cfg_t *cfg)
 	if (rc < 0)
 		goto fail;
 	p->ring = &p->tx->ring;
-	p->room = ops->room;
-	p->send = ops->send;
+	/* The transport may choose its ops per stream (rc: back-pressure). */
+	p->room = p->tx->ops->room;
+	p->send = p->tx->ops->send;
 	rc = start_retention(p);
 	if (rc < 0) {
 		ops->close(p->tx, 0);
@@ -354,6 +355,20 @@ int tb_pub_abort(tb_publisher_t *p, tb_claim_t *claimed)
 	p->claim_open = 0;
 	claimed->frame_ = NULL;
 	return 0;
+}
+
+int tb_pub_flush(tb_publisher_t *p)
+{
+	/* Hot path: what the transport's flush costs (a send, if it holds a
+	 * datagram). */
+	int rc;
+
+	if (!p->tx->ops->flush)
+		return 0;
+	rc = p->tx->ops->flush(p->tx);
+	if (tb_unlikely(rc < 0))
+		tb_counter_inc(p->ctr, TB_CTR_ERRORS);
+	return rc;
 }
 
 uint64_t tb_pub_next_seq(const tb_publisher_t *p) { return p->next_seq; }

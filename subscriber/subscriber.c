@@ -337,6 +337,7 @@ int tb_subscriber_open(tb_subscriber_t **out, const tb_stream_cfg_t *cfg)
 	rc = ops->open(&s->rx, cfg);
 	if (rc < 0)
 		goto fail;
+	s->rx->ctr = s->ctr;
 	*out = s;
 	return 0;
 fail:

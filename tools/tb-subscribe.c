@@ -31,6 +31,7 @@ struct state {
 	uint64_t slow_ns;
 	uint64_t stall_every, stall_ms;
 	tb_hist_t *lat;
+	FILE *loss_log;
 	char losses[LOSSES_SHOWN * 48];
 	int losses_shown;
 };
@@ -59,6 +60,7 @@ static void usage(FILE *out)
 "      --latency         print one-way latency percentiles\n"
 "      --hgrm FILE       write the latency distribution (.hgrm, in us)\n"
 "      --name NAME       label for the output (default: the pid)\n"
+"      --loss-log FILE   write every loss range reported, \"FIRST LAST\" a line\n"
 "      --report          print a line per second\n"
 "  -h, --help            this text\n"
 "exit status: 0 complete, 1 error, 2 usage, 3 publisher died, 4 timeout\n");
@@ -123,6 +125,8 @@ static void note_loss(struct state *s, tb_subscriber_t *sub, int laps)
 	if (s->last && a != s->last + 1)
 		s->order_errors++;
 	s->last = b;
+	if (s->loss_log)
+		fprintf(s->loss_log, "%" PRIu64 " %" PRIu64 "\n", a, b);
 	if (s->losses_shown++ < LOSSES_SHOWN)
 		snprintf(s->losses + n, sizeof(s->losses) - n, "%s%" PRIu64 "-%" PRIu64,
 			 n ? "," : "", a, b);
@@ -150,6 +154,7 @@ int main(int argc, char **argv)
 		{"latency", no_argument, 0, 'l'},
 		{"hgrm", required_argument, 0, 'H'},
 		{"name", required_argument, 0, 'N'},
+		{"loss-log", required_argument, 0, 'G'},
 		{"report", no_argument, 0, 'P'},
 		{"start-at", required_argument, 0, 'A'},
 		{"stall-every", required_argument, 0, 'E'},
@@ -158,6 +163,7 @@ int main(int argc, char **argv)
 		{0, 0, 0, 0},
 	};
 	const char *config = NULL, *stream = NULL, *shm = NULL, *hgrm = NULL;
+	const char *loss_log = NULL;
 	const char *end = "signal";
 	char name[64];
 	uint64_t count = 0, timeout_ms = 0, start, last_report, last_delivered = 0;
@@ -180,6 +186,7 @@ int main(int argc, char **argv)
 		case 'l': latency = 1; break;
 		case 'H': hgrm = optarg; latency = 1; break;
 		case 'N': snprintf(name, sizeof(name), "%s", optarg); break;
+		case 'G': loss_log = optarg; break;
 		case 'P': report = 1; break;
 		case 'E': if (parse_u64(optarg, &s.stall_every)) goto bad; break;
 		case 'M': if (parse_u64(optarg, &s.stall_ms)) goto bad; break;
@@ -196,6 +203,10 @@ bad:
 
 	if (latency && tb_hist_init(&s.lat, 1, 60000000000ll, 3) < 0) {
 		fprintf(stderr, "tb-subscribe: %s\n", tb_errmsg());
+		return 1;
+	}
+	if (loss_log && !(s.loss_log = fopen(loss_log, "w"))) {
+		fprintf(stderr, "tb-subscribe: cannot write %s\n", loss_log);
 		return 1;
 	}
 	if (shm) {
@@ -242,7 +253,8 @@ bad:
 			status = 3;
 			break;
 		} else if (n < 0 && n != TB_NOT_CONNECTED) {
-			fprintf(stderr, "tb-subscribe: poll: %s\n", tb_strerror(n));
+			fprintf(stderr, "tb-subscribe: poll: %s: %s\n",
+				tb_strerror(n), tb_errmsg());
 			end = "error";
 			status = 1;
 			break;
@@ -303,6 +315,8 @@ bad:
 	}
 	fflush(stdout);
 	if (s.order_errors || s.bad_payload)
+		status = 1;
+	if (s.loss_log && fclose(s.loss_log) != 0)
 		status = 1;
 	tb_subscriber_close(sub);
 	tb_hist_free(s.lat);

@@ -31,20 +31,26 @@ typedef struct proc {
 	char out[256]; /* file with its stdout and stderr */
 } proc_t;
 
-static proc_t *proc_all[PROC_MAX];
-static int proc_n;
+/* The pids started and not yet reaped: pids, not pointers, since a test's
+ * proc_t may live on a stack frame that is gone by the time the atexit
+ * hook or a teardown runs. */
+static pid_t proc_live[PROC_MAX];
+
+static inline void proc_forget(pid_t pid)
+{
+	for (int i = 0; i < PROC_MAX; i++)
+		if (proc_live[i] == pid)
+			proc_live[i] = 0;
+}
 
 static inline void proc_kill_all(void)
 {
-	int i;
-
-	for (i = 0; i < proc_n; i++)
-		if (proc_all[i] && !proc_all[i]->exited && proc_all[i]->pid > 0) {
-			kill(proc_all[i]->pid, SIGKILL);
-			waitpid(proc_all[i]->pid, NULL, 0);
-			proc_all[i]->exited = 1;
+	for (int i = 0; i < PROC_MAX; i++)
+		if (proc_live[i] > 0) {
+			kill(proc_live[i], SIGKILL);
+			waitpid(proc_live[i], NULL, 0);
+			proc_live[i] = 0;
 		}
-	proc_n = 0;
 }
 
 /* The directory of the built programs ($TB_BIN, set by tests/run-tests.sh). */
@@ -80,8 +86,11 @@ static inline int proc_start(proc_t *p, const char *out, char *const argv[])
 		fprintf(stderr, "spawn %s: %s\n", path, strerror(rc));
 		return -1;
 	}
-	if (proc_n < PROC_MAX)
-		proc_all[proc_n++] = p;
+	for (int i = 0; i < PROC_MAX; i++)
+		if (proc_live[i] == 0) {
+			proc_live[i] = p->pid;
+			break;
+		}
 	return 0;
 }
 
@@ -104,12 +113,14 @@ static inline int proc_wait(proc_t *p, uint64_t ms)
 
 		if (r == p->pid) {
 			p->exited = 1;
+			proc_forget(p->pid);
 			break;
 		}
 		if (proc_now_ms() > until) {
 			kill(p->pid, SIGKILL);
 			waitpid(p->pid, &p->status, 0);
 			p->exited = 1;
+			proc_forget(p->pid);
 			fprintf(stderr, "timeout: killed pid %d (%s)\n", (int)p->pid, p->out);
 			return -1;
 		}

@@ -1347,7 +1347,14 @@ static void test_example_files(void **state)
 								    "quotes");
 
 			demo = true;
-			assert_int_equal(tb_config_stream_count(cfg), 2);
+			const tb_stream_cfg_t *r = tb_config_stream(cfg,
+								    "quotes_rc");
+
+			assert_int_equal(tb_config_stream_count(cfg), 3);
+			assert_non_null(r);
+			assert_int_equal(r->transport, TB_TRANSPORT_RC);
+			assert_int_equal(r->slow_consumer, TB_SLOW_BACKPRESSURE);
+			assert_int_equal(r->control.port, 17500);
 			assert_non_null(q);
 			assert_int_equal(q->id, 1);
 			assert_int_equal(q->transport, TB_TRANSPORT_SHM);

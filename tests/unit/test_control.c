@@ -73,6 +73,7 @@ static tb_ctl_subscribe_t sample_subscribe(void)
 	for (int i = 0; i < 16; i++)
 		m.gid[i] = (uint8_t)(0xf0 + i);
 	m.psn = 0xabcdef;
+	m.recv_depth = 0x1000;
 	m.start_seq = 0x0102030405060708ull;
 	return m;
 }
@@ -227,6 +228,7 @@ static void round_trip_subscribe(void **state)
 	assert_int_equal(out.subscribe.qpn, 0x123456);
 	assert_memory_equal(out.subscribe.gid, in.gid, 16);
 	assert_int_equal(out.subscribe.psn, 0xabcdef);
+	assert_int_equal(out.subscribe.recv_depth, 0x1000);
 	assert_true(out.subscribe.start_seq == 0x0102030405060708ull);
 
 	/* Edges: live start, no flags, 24-bit maxima, ring bounds. */
@@ -388,8 +390,8 @@ static void golden_subscribe(void **state)
 		/* gid f0..ff */
 		0xf0, 0xf1, 0xf2, 0xf3, 0xf4, 0xf5, 0xf6, 0xf7,
 		0xf8, 0xf9, 0xfa, 0xfb, 0xfc, 0xfd, 0xfe, 0xff,
-		/* psn 0xabcdef, reserved */
-		0xef, 0xcd, 0xab, 0x00, 0x00, 0x00, 0x00, 0x00,
+		/* psn 0xabcdef, recv_depth 0x1000 */
+		0xef, 0xcd, 0xab, 0x00, 0x00, 0x10, 0x00, 0x00,
 		/* start_seq 0x0102030405060708 */
 		0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,
 	};
@@ -559,8 +561,10 @@ static void bad_subscribe(void **state)
 	expect_err(decode_bad(b, n), TB_EPROTO, "flags");
 	RESET(); put8(b, W(subscribe, reserved0), 1);
 	expect_err(decode_bad(b, n), TB_EPROTO, "reserved0");
-	RESET(); put32(b, W(subscribe, reserved1), 0x80000000u);
-	expect_err(decode_bad(b, n), TB_EPROTO, "reserved1");
+	RESET(); put32(b, W(subscribe, recv_depth), 0);
+	expect_err(decode_bad(b, n), TB_EPROTO, "recv_depth");
+	RESET(); put32(b, W(subscribe, recv_depth), TB_CTL_RECV_MAX + 1);
+	expect_err(decode_bad(b, n), TB_EPROTO, "recv_depth");
 	for (size_t i = 0; i < sizeof(bad_len) / sizeof(bad_len[0]); i++) {
 		RESET(); put64(b, W(subscribe, ring_len), bad_len[i]);
 		expect_err(decode_bad(b, n), TB_EPROTO, "ring_len");

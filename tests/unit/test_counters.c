@@ -446,13 +446,13 @@ static void test_corrupt_files(void **state)
 	EXPECT_BAD(bad, len);                  /* zeros: version 0 */
 
 	memcpy(bad, good, len);
-	bad[offsetof(tb_counters_hdr_t, version)] = 2;
+	bad[offsetof(tb_counters_hdr_t, version)] = TB_COUNTERS_VERSION + 1;
 	EXPECT_BAD(bad, len);                  /* another version */
 	memcpy(bad, good, len);
 	bad[0] ^= 1;
 	EXPECT_BAD(bad, len);                  /* magic */
 	memcpy(bad, good, len);
-	bad[offsetof(tb_counters_hdr_t, slot_size)] = 128;
+	bad[offsetof(tb_counters_hdr_t, slot_size)] ^= 0x40;
 	EXPECT_BAD(bad, len);                  /* slot size */
 	memcpy(bad, good, len);
 	memset(bad + offsetof(tb_counters_hdr_t, n_slots), 0xff, 4);

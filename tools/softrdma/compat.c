@@ -7,8 +7,8 @@
  * - IBVERBS_PRIVATE_34 is rdma-core's interface to its kernel providers
  *   (ibv_cmd_*, verbs_*); softrdma loads no provider, so these fail with
  *   EOPNOTSUPP.  They exist so that a binary linked against them loads.
- * - Verbs softrdma does not implement yet (SRQ, address handles, multicast,
- *   import, sysfs helpers) fail as on a device without the capability.
+ * - Verbs softrdma does not implement yet (SRQ, address handles from a
+ *   work completion, import, sysfs helpers) fail as on a device without the capability.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -130,56 +130,6 @@ SR_EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
 	return EOPNOTSUPP;
 }
 SR_DEFAULT_V11(ibv_destroy_srq);
-
-SR_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
-{
-	(void)pd; (void)attr;
-	errno = EOPNOTSUPP;
-	return NULL;
-}
-SR_DEFAULT_V11(ibv_create_ah);
-
-SR_EXPORT int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num,
-				  struct ibv_wc *wc, struct ibv_grh *grh,
-				  struct ibv_ah_attr *ah_attr)
-{
-	(void)context; (void)port_num; (void)wc; (void)grh; (void)ah_attr;
-	errno = EOPNOTSUPP;
-	return -1;
-}
-
-SR_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd,
-					       struct ibv_wc *wc,
-					       struct ibv_grh *grh,
-					       uint8_t port_num)
-{
-	(void)pd; (void)wc; (void)grh; (void)port_num;
-	errno = EOPNOTSUPP;
-	return NULL;
-}
-
-SR_EXPORT int ibv_destroy_ah(struct ibv_ah *ah)
-{
-	(void)ah;
-	return EOPNOTSUPP;
-}
-SR_DEFAULT_V11(ibv_destroy_ah);
-
-SR_EXPORT int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid,
-			       uint16_t lid)
-{
-	(void)qp; (void)gid; (void)lid;
-	return EOPNOTSUPP;
-}
-SR_DEFAULT_V11(ibv_attach_mcast);
-
-SR_EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid,
-			       uint16_t lid)
-{
-	(void)qp; (void)gid; (void)lid;
-	return EOPNOTSUPP;
-}
-SR_DEFAULT_V11(ibv_detach_mcast);
 
 SR_EXPORT int ibv_resolve_eth_l2_from_gid(struct ibv_context *context,
 					  struct ibv_ah_attr *attr,

@@ -51,6 +51,12 @@ int sr_cq_push(struct sr_fabric *f, struct sr_cq_shm *cq, const struct sr_cqe *e
 	for (;;) {
 		/* A2 pairs with R2 in sr_poll_cq */
 		uint64_t h = atomic_load_explicit(&cq->head, memory_order_acquire);
+		if (SR_UNLIKELY((int64_t)(t - h) < 0)) {
+			/* Our tail is stale: other producers pushed and the
+			 * consumer took it all meanwhile.  Not an overrun. */
+			t = atomic_load_explicit(&cq->tail, memory_order_relaxed);
+			continue;
+		}
 		if (SR_UNLIKELY(t - h >= cq->cqe)) {
 			if (!atomic_exchange(&cq->error, 1))
 				sr_async_post(f, cq->pid, cq->ctx_id, IBV_EVENT_CQ_ERR,

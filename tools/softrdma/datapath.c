@@ -312,12 +312,92 @@ static void responder_error(struct sr_fabric *f, struct sr_qp_shm *peer,
 			      peer->qpn & (SR_MAX_QPS - 1), peer->qpn);
 }
 
+/* The WQE's local buffers as iovecs in this process; -1 on a bad lkey. */
+static int local_iov(struct sr_qp *qp, struct sr_swqe *w, struct iovec *liov,
+		     int *ln)
+{
+	struct sr_fabric *f = qp->ctx->fab;
+	*ln = 0;
+	if (w->flags & IBV_SEND_INLINE) {
+		liov[0].iov_base = wqe_inline(w);
+		liov[0].iov_len = w->length;
+		*ln = 1;
+		return 0;
+	}
+	unsigned need = w->opcode == IBV_WR_RDMA_READ ? IBV_ACCESS_LOCAL_WRITE : 0;
+	for (uint32_t i = 0; i < w->num_sge; i++) {
+		void *p = mr_translate(f, w->sge[i].lkey, f->pid, qp->pd->id, need,
+				       w->sge[i].addr, w->sge[i].length);
+		if (SR_UNLIKELY(!p))
+			return -1;
+		liov[*ln].iov_base = p;
+		liov[(*ln)++].iov_len = w->sge[i].length;
+	}
+	return 0;
+}
+
+/* For ud.c: the receive side of a datagram, with the same checks a SEND
+ * gets.  Returns 1 delivered, 0 dropped (no receive, peer gone), or -1 when
+ * the receive completed in error (the peer QP is now in ERR). */
+int sr_ud_put(struct sr_qp *qp, struct sr_qp_shm *peer, struct iovec *liov,
+	      int ln, uint32_t len, uint32_t imm, int has_imm, int solicited)
+{
+	struct sr_fabric *f = qp->ctx->fab;
+	struct sr_rqe rqe;
+	if (!rq_pop(peer, &rqe))
+		return 0;
+	struct iovec riov[SR_MAX_SGE];
+	int rn = 0;
+	uint64_t room = 0;
+	for (uint32_t i = 0; i < rqe.num_sge; i++) {
+		void *p = mr_translate(f, rqe.sge[i].lkey, peer->pid, peer->pd_id,
+				       IBV_ACCESS_LOCAL_WRITE, rqe.sge[i].addr,
+				       rqe.sge[i].length);
+		if (SR_UNLIKELY(!p)) {
+			responder_error(f, peer, &rqe, IBV_WC_LOC_PROT_ERR, -1,
+					qp->qp.qp_num);
+			return -1;
+		}
+		riov[rn].iov_base = p;
+		riov[rn++].iov_len = rqe.sge[i].length;
+		room += rqe.sge[i].length;
+	}
+	if (SR_UNLIKELY(room < len)) {
+		responder_error(f, peer, &rqe, IBV_WC_LOC_LEN_ERR, -1, qp->qp.qp_num);
+		return -1;
+	}
+	if (xfer(f->pid, peer->pid, 1, liov, ln, riov, rn, len) < 0)
+		return 0; /* the receiver's process went away: lost */
+	struct sr_cq_shm *cq = recv_cq_of(f, peer);
+	struct sr_cqe e = {
+		.wr_id = rqe.wr_id,
+		.status = IBV_WC_SUCCESS,
+		.opcode = IBV_WC_RECV,
+		.byte_len = len,
+		.imm_data = has_imm ? imm : 0,
+		.qp_num = peer->qpn,
+		.src_qp = qp->qp.qp_num,
+		.wc_flags = IBV_WC_GRH | (has_imm ? IBV_WC_WITH_IMM : 0),
+		.flags = solicited ? SR_CQE_SOLICITED : 0,
+	};
+	if (cq)
+		sr_cq_push(f, cq, &e);
+	return 1;
+}
+
 /* Executes one WQE: an ibv_wc_status, or SR_STALL. */
 static int execute(struct sr_qp *qp, struct sr_swqe *w)
 {
 	struct sr_fabric *f = qp->ctx->fab;
 	if (SR_UNLIKELY(sr_fault_delay_ns))
 		sr_fault_delay();
+	if (qp->qp.qp_type == IBV_QPT_UD) {
+		struct iovec liov[SR_MAX_SGE + 1];
+		int ln;
+		if (SR_UNLIKELY(local_iov(qp, w, liov + 1, &ln) < 0))
+			return IBV_WC_LOC_PROT_ERR;
+		return sr_ud_execute(qp, w, liov, ln + 1);
+	}
 
 	/* 1. the peer, connected back to us */
 	uint32_t dq = qp->attr.dest_qp_num;
@@ -330,23 +410,9 @@ static int execute(struct sr_qp *qp, struct sr_swqe *w)
 
 	/* 2. local buffers */
 	struct iovec liov[SR_MAX_SGE];
-	int ln = 0;
-	if (w->flags & IBV_SEND_INLINE) {
-		liov[0].iov_base = wqe_inline(w);
-		liov[0].iov_len = w->length;
-		ln = 1;
-	} else {
-		unsigned need = w->opcode == IBV_WR_RDMA_READ ? IBV_ACCESS_LOCAL_WRITE : 0;
-		for (uint32_t i = 0; i < w->num_sge; i++) {
-			void *p = mr_translate(f, w->sge[i].lkey, f->pid,
-					       qp->pd->id, need, w->sge[i].addr,
-					       w->sge[i].length);
-			if (SR_UNLIKELY(!p))
-				return IBV_WC_LOC_PROT_ERR;
-			liov[ln].iov_base = p;
-			liov[ln++].iov_len = w->sge[i].length;
-		}
-	}
+	int ln;
+	if (SR_UNLIKELY(local_iov(qp, w, liov, &ln) < 0))
+		return IBV_WC_LOC_PROT_ERR;
 
 	/* 3. remote memory for RDMA */
 	struct iovec riov[SR_MAX_SGE];
@@ -497,6 +563,15 @@ int sr_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 		uint64_t len = 0;
 		for (int i = 0; i < wr->num_sge && i < SR_MAX_SGE; i++)
 			len += wr->sg_list[i].length;
+		int ud = qp->qp.qp_type == IBV_QPT_UD;
+		if (SR_UNLIKELY(ud && ((wr->opcode != IBV_WR_SEND &&
+					wr->opcode != IBV_WR_SEND_WITH_IMM) ||
+				       !wr->wr.ud.ah ||
+				       wr->wr.ud.ah->pd != qp->qp.pd))) {
+			*bad = wr;
+			ret = EINVAL;
+			break;
+		}
 		if (SR_UNLIKELY(wr->opcode > IBV_WR_RDMA_READ || wr->num_sge < 0 ||
 				(uint32_t)wr->num_sge > qp->cap.max_send_sge ||
 				(inl && (wr->opcode == IBV_WR_RDMA_READ ||
@@ -522,8 +597,14 @@ int sr_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 			w->flags |= IBV_SEND_SIGNALED;
 		w->imm_data = wr->imm_data;
 		w->num_sge = (uint32_t)wr->num_sge;
-		w->remote_addr = wr->wr.rdma.remote_addr;
-		w->rkey = wr->wr.rdma.rkey;
+		if (ud) {
+			w->ah = wr->wr.ud.ah;
+			w->remote_qpn = wr->wr.ud.remote_qpn;
+			w->remote_qkey = wr->wr.ud.remote_qkey;
+		} else {
+			w->remote_addr = wr->wr.rdma.remote_addr;
+			w->rkey = wr->wr.rdma.rkey;
+		}
 		w->length = (uint32_t)len;
 		if (inl) {
 			/* Inline data is copied now; the buffer is free on
@@ -541,6 +622,8 @@ int sr_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 		qp->sq_post++;
 	}
 	sr_sq_progress_locked(qp);
+	if (SR_UNLIKELY(qp->held != NULL))
+		sr_ud_release_held(qp, 0);
 out:
 	pthread_mutex_unlock(&qp->sq_lock);
 	return ret;

@@ -127,6 +127,10 @@ static void fill_device_attr(struct ibv_device_attr *a)
 	a->max_res_rd_atom = SR_MAX_RD_ATOM * SR_MAX_QPS;
 	a->atomic_cap = IBV_ATOMIC_NONE;
 	a->max_pkeys = SR_PKEY_TBL_LEN;
+	a->max_ah = 65536;
+	a->max_mcast_grp = SR_MAX_MCG;
+	a->max_mcast_qp_attach = SR_MCG_MEMBERS;
+	a->max_total_mcast_qp_attach = SR_MAX_MCG * SR_MCG_MEMBERS;
 	a->local_ca_ack_delay = 8;
 	a->phys_port_cnt = 1;
 }
@@ -310,6 +314,7 @@ SR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->vctx.sz = sizeof(struct verbs_context);
 	c->vctx.query_port = sr_query_port_ex;
 	c->vctx.query_device_ex = sr_query_device_ex;
+	c->vctx.create_qp_ex = sr_create_qp_ex;
 	ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
 	return ctx;
 }

@@ -2,7 +2,8 @@
  * The fabric: one sparse tmpfs file, /dev/shm/softrdma.<SOFTRDMA_FABRIC>,
  * mapped by every process that opens the device under that fabric name.
  *
- * Layout: header | process table | MR table | CQ slots | QP slots.  Slots are
+ * Layout: header | process table | MR table | CQ slots | QP slots |
+ * multicast groups.  Slots are
  * fixed-size, so any process finds any object from its number alone (a QP
  * from the slot bits of its qpn, an MR from the slot bits of its key) with no
  * lookup structure to keep consistent.  Unused slots are holes in the file.
@@ -125,6 +126,29 @@ struct sr_qp_shm *sr_fabric_qp(struct sr_fabric *f, uint32_t slot)
 				    (uint64_t)slot * hdr(f)->qp_slot_size);
 }
 
+struct sr_mcg_shm *sr_fabric_mcg(struct sr_fabric *f, uint32_t slot)
+{
+	return (struct sr_mcg_shm *)(f->base + hdr(f)->off_mcgs) + slot;
+}
+
+/* Takes qpn out of every group; frees groups left empty.  Fabric lock held. */
+void sr_mcg_remove_qpn_locked(struct sr_fabric *f, uint32_t qpn)
+{
+	for (uint32_t g = 0; g < SR_MAX_MCG; g++) {
+		struct sr_mcg_shm *m = sr_fabric_mcg(f, g);
+		if (!atomic_load(&m->in_use))
+			continue;
+		int left = 0;
+		for (uint32_t i = 0; i < SR_MCG_MEMBERS; i++) {
+			if (atomic_load(&m->member[i]) == qpn)
+				atomic_store(&m->member[i], 0);
+			left += atomic_load(&m->member[i]) != 0;
+		}
+		if (!left)
+			atomic_store(&m->in_use, 0);
+	}
+}
+
 static void layout(struct sr_fabric_shm *h)
 {
 	uint64_t off = SR_PAGE;
@@ -144,6 +168,9 @@ static void layout(struct sr_fabric_shm *h)
 	off += (uint64_t)SR_MAX_CQS * h->cq_slot_size;
 	h->off_qps = off;
 	off += (uint64_t)SR_MAX_QPS * h->qp_slot_size;
+	h->off_mcgs = off;
+	h->max_mcgs = SR_MAX_MCG;
+	off = SR_ALIGN_UP(off + SR_MAX_MCG * sizeof(struct sr_mcg_shm), SR_PAGE);
 	h->total_size = off;
 }
 
@@ -164,6 +191,7 @@ static void reclaim_pid(struct sr_fabric *f, pid_t pid)
 		struct sr_qp_shm *q = sr_fabric_qp(f, i);
 		if (atomic_load(&q->in_use) && q->pid == pid) {
 			atomic_store(&q->state, IBV_QPS_ERR);
+			sr_mcg_remove_qpn_locked(f, q->qpn);
 			atomic_store(&q->in_use, 0);
 		}
 	}
@@ -231,7 +259,7 @@ static struct sr_fabric *attach_new(void)
 	} else if (atomic_load(&h->version) != SR_FABRIC_VERSION ||
 		   h->magic != SR_FABRIC_MAGIC ||
 		   h->total_size != want.total_size ||
-		   h->off_qps != want.off_qps) {
+		   h->off_qps != want.off_qps || h->off_mcgs != want.off_mcgs) {
 		errno = EPROTO;
 		goto fail_unmap;
 	}
@@ -378,6 +406,16 @@ void sr_fabric_free_slot(struct sr_fabric *f, int kind, uint32_t slot)
 						: &((struct sr_qp_shm *)s)->in_use,
 			     0);
 	}
+	flock(f->fd, LOCK_UN);
+}
+
+int sr_fabric_lock(struct sr_fabric *f)
+{
+	return lock_file(f->fd);
+}
+
+void sr_fabric_unlock(struct sr_fabric *f)
+{
 	flock(f->fd, LOCK_UN);
 }
 

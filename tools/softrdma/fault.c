@@ -14,6 +14,17 @@
  *   SOFTRDMA_DELAY_JITTER_NS=n   plus a uniform random 0..n, from the seed.
  *   SOFTRDMA_SEED=s           seed of the generator (default 1): the same
  *                             seed gives the same sequence of faults.
+ *   SOFTRDMA_UD_DROP=p        each UD datagram, for each receiver on its
+ *                             own, is lost with probability p;
+ *   SOFTRDMA_UD_DUP=p         delivered twice with probability p;
+ *   SOFTRDMA_UD_REORDER=p     held back with probability p and delivered
+ *                             after the next datagram to that receiver.
+ *   SOFTRDMA_UD_LOG=path      one line appended per injected event:
+ *                             "drop|dup|reorder <dest-qpn> <imm> <byte_len>"
+ *                             (imm in host order, byte_len as the receive
+ *                             would report it, GRH included); datagrams lost
+ *                             for want of a posted receive are logged too,
+ *                             as "norecv".
  *
  * How a verb fails follows its convention: NULL or -1 with errno, or the
  * errno returned (ibv_post_send and ibv_post_recv also set *bad_wr).
@@ -24,10 +35,12 @@
 #include "softrdma.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define SR_FAULT_MAX 16
 
@@ -45,6 +58,11 @@ static int nfaults;
 static double fail_rate = 1.0;
 static uint64_t rng_state = 1;
 static pthread_mutex_t rng_lock = PTHREAD_MUTEX_INITIALIZER;
+
+double sr_ud_drop_p, sr_ud_dup_p, sr_ud_reorder_p;
+int sr_ud_faults;
+static int ud_log_fd = -1;
+static uint64_t ud_rng = 1; /* its own stream: UD draws do not shift others */
 
 static uint64_t rng_next(void)
 {
@@ -86,6 +104,46 @@ static int parse_err(const char *s)
 	return e > 0 ? e : EIO;
 }
 
+static double env_prob(const char *name)
+{
+	const char *s = getenv(name);
+	if (!s || !*s)
+		return 0;
+	char *end;
+	double p = strtod(s, &end);
+	if (*end || !(p >= 0 && p <= 1)) {
+		fprintf(stderr, "softrdma: %s='%s' is not a probability in [0,1]; "
+			"ignored\n", name, s);
+		return 0;
+	}
+	return p;
+}
+
+double sr_ud_rand(void)
+{
+	pthread_mutex_lock(&rng_lock);
+	uint64_t x = ud_rng;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	ud_rng = x;
+	pthread_mutex_unlock(&rng_lock);
+	return (double)((x * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
+}
+
+void sr_ud_log(const char *what, uint32_t qpn, uint32_t imm_host,
+	       uint32_t byte_len)
+{
+	if (ud_log_fd < 0)
+		return;
+	char line[96];
+	int n = snprintf(line, sizeof line, "%s %u %u %u\n", what, qpn, imm_host,
+			 byte_len);
+	/* O_APPEND: one write per line stays whole among several writers */
+	if (write(ud_log_fd, line, (size_t)n) < 0)
+		return;
+}
+
 void sr_fault_init(void)
 {
 	const char *s = getenv("SOFTRDMA_SEED");
@@ -93,6 +151,21 @@ void sr_fault_init(void)
 		rng_state = strtoull(s, NULL, 0) * 0x9e3779b97f4a7c15ull;
 	if (!rng_state)
 		rng_state = 1;
+	ud_rng = rng_state ^ 0xd1b54a32d192ed03ull;
+	if (!ud_rng)
+		ud_rng = 1;
+	sr_ud_drop_p = env_prob("SOFTRDMA_UD_DROP");
+	sr_ud_dup_p = env_prob("SOFTRDMA_UD_DUP");
+	sr_ud_reorder_p = env_prob("SOFTRDMA_UD_REORDER");
+	s = getenv("SOFTRDMA_UD_LOG");
+	if (s && *s) {
+		ud_log_fd = open(s, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (ud_log_fd < 0)
+			fprintf(stderr, "softrdma: SOFTRDMA_UD_LOG=%s: %s\n", s,
+				strerror(errno));
+	}
+	sr_ud_faults = sr_ud_drop_p > 0 || sr_ud_dup_p > 0 ||
+		       sr_ud_reorder_p > 0 || ud_log_fd >= 0;
 	s = getenv("SOFTRDMA_DELAY_NS");
 	if (s)
 		delay_base = strtoull(s, NULL, 0);

@@ -1,5 +1,6 @@
 /*
- * Queue pairs: creation, destruction, query, and the RC state machine.
+ * Queue pairs: creation, destruction, query, and the RC and UD state
+ * machines.
  *
  * ibv_modify_qp accepts exactly the transitions and attribute masks the IB
  * specification (and the kernel's ib_modify_qp_is_ok table) allows for RC:
@@ -16,6 +17,14 @@
  *   RTS   -> RTS   optional CUR_STATE | ACCESS_FLAGS | ALT_PATH |
  *                           PATH_MIG_STATE | MIN_RNR_TIMER
  *   any   -> RESET, any -> ERR   nothing else
+ *
+ * UD (the kernel's table for IB_QPT_UD):
+ *
+ *   RESET -> INIT  requires PKEY_INDEX | PORT | QKEY
+ *   INIT  -> INIT  optional PKEY_INDEX | PORT | QKEY
+ *   INIT  -> RTR   optional PKEY_INDEX | QKEY
+ *   RTR   -> RTS   requires SQ_PSN        optional CUR_STATE | QKEY
+ *   RTS   -> RTS   optional CUR_STATE | QKEY
  *
  * A missing required attribute, an attribute outside required|optional, an
  * out-of-range value, or any other transition (SQD and SQE are not
@@ -35,14 +44,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-SR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd,
-				       struct ibv_qp_init_attr *ia)
+static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *ia,
+				uint32_t create_flags)
 {
-	SR_FAULT_RET("ibv_create_qp", NULL);
 	struct sr_context *c = sr_ctx(pd->context);
 	struct ibv_qp_cap *cap = &ia->cap;
-	if (ia->qp_type != IBV_QPT_RC) {
-		errno = EOPNOTSUPP; /* UC, UD and the rest: not yet */
+	if (ia->qp_type != IBV_QPT_RC && ia->qp_type != IBV_QPT_UD) {
+		errno = EOPNOTSUPP; /* UC, XRC, raw packet: not implemented */
 		return NULL;
 	}
 	if (ia->srq) {
@@ -65,8 +73,12 @@ SR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd,
 	}
 	qp->sq_stride = (sizeof(struct sr_swqe) + cap->max_inline_data + 7) & ~7ul;
 	qp->sq = calloc(cap->max_send_wr ? cap->max_send_wr : 1, qp->sq_stride);
+	if (ia->qp_type == IBV_QPT_UD && sr_ud_reorder_p > 0)
+		qp->held = calloc(SR_UD_HOLD, sizeof *qp->held);
 	uint32_t slot;
-	if (!qp->sq || sr_fabric_alloc_slot(c->fab, SR_SLOT_QP, &slot) < 0) {
+	if (!qp->sq || (ia->qp_type == IBV_QPT_UD && sr_ud_reorder_p > 0 && !qp->held) ||
+	    sr_fabric_alloc_slot(c->fab, SR_SLOT_QP, &slot) < 0) {
+		free(qp->held);
 		free(qp->sq);
 		free(qp);
 		errno = ENOMEM;
@@ -75,7 +87,7 @@ SR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd,
 	struct sr_cq *scq = (struct sr_cq *)ia->send_cq;
 	struct sr_cq *rcq = (struct sr_cq *)ia->recv_cq;
 	struct sr_qp_shm *s = sr_fabric_qp(c->fab, slot);
-	s->gen = (s->gen % 0xffff) + 1;
+	s->gen = (s->gen % 0xfffe) + 1; /* qpn 0xffffff is the multicast QPN */
 	s->qpn = s->gen << SR_QP_SLOT_BITS | slot;
 	s->pid = c->fab->pid;
 	s->ctx_id = c->id;
@@ -84,6 +96,9 @@ SR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd,
 	atomic_store(&s->dest_qpn, 0);
 	atomic_store(&s->access, 0);
 	atomic_store(&s->min_rnr_timer, 0);
+	s->qp_type = ia->qp_type;
+	atomic_store(&s->qkey, 0);
+	s->create_flags = create_flags;
 	s->recv_cq = rcq->slot;
 	s->recv_cq_id = rcq->shm->id;
 	s->rq_max = cap->max_recv_wr;
@@ -117,7 +132,7 @@ SR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd,
 	qp->qp.handle = s->qpn;
 	qp->qp.qp_num = s->qpn;
 	qp->qp.state = IBV_QPS_RESET;
-	qp->qp.qp_type = IBV_QPT_RC;
+	qp->qp.qp_type = ia->qp_type;
 	pthread_mutex_init(&qp->qp.mutex, NULL);
 	pthread_cond_init(&qp->qp.cond, NULL);
 	atomic_fetch_add(&scq->refs, 1);
@@ -128,7 +143,53 @@ SR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd,
 	pthread_mutex_unlock(&sr_registry_lock);
 	return &qp->qp;
 }
+
+SR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd,
+				       struct ibv_qp_init_attr *ia)
+{
+	SR_FAULT_RET("ibv_create_qp", NULL);
+	return create_qp(pd, ia, 0);
+}
 SR_DEFAULT_V11(ibv_create_qp);
+
+/* The extended form, reached through verbs_context.create_qp_ex: only the
+ * PD and create_flags masks, and only the flag that blocks a QP's own
+ * multicast coming back to it (what mlx5 offers as
+ * IBV_QP_CREATE_BLOCK_SELF_MCAST_LB). */
+struct ibv_qp *sr_create_qp_ex(struct ibv_context *ctx,
+			       struct ibv_qp_init_attr_ex *ia)
+{
+	SR_FAULT_RET("ibv_create_qp", NULL);
+	const uint32_t masks = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	if ((ia->comp_mask & ~masks) || !(ia->comp_mask & IBV_QP_INIT_ATTR_PD) ||
+	    !ia->pd || ia->pd->context != ctx) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	uint32_t flags = (ia->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS)
+				 ? ia->create_flags : 0;
+	if (flags & ~(uint32_t)IBV_QP_CREATE_BLOCK_SELF_MCAST_LB) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (flags && ia->qp_type != IBV_QPT_UD) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct ibv_qp_init_attr a = {
+		.qp_context = ia->qp_context,
+		.send_cq = ia->send_cq,
+		.recv_cq = ia->recv_cq,
+		.srq = ia->srq,
+		.cap = ia->cap,
+		.qp_type = ia->qp_type,
+		.sq_sig_all = ia->sq_sig_all,
+	};
+	struct ibv_qp *qp = create_qp(ia->pd, &a, flags);
+	if (qp)
+		ia->cap = a.cap;
+	return qp;
+}
 
 SR_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 {
@@ -141,14 +202,20 @@ SR_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 	atomic_store(&sr_local_qp[qp->slot], NULL);
 	pthread_mutex_unlock(&sr_registry_lock);
 	pthread_mutex_lock(&qp->sq_lock);
+	sr_ud_release_held(qp, 1); /* a held datagram arrives late, not never */
 	atomic_store(&qp->shm->state, IBV_QPS_ERR); /* peers now time out */
 	pthread_mutex_unlock(&qp->sq_lock);
+	if (qp->qp.qp_type == IBV_QPT_UD && sr_fabric_lock(f) == 0) {
+		sr_mcg_remove_qpn_locked(f, qp->qp.qp_num); /* as uverbs does */
+		sr_fabric_unlock(f);
+	}
 	sr_fabric_free_slot(f, SR_SLOT_QP, qp->slot);
 	atomic_fetch_sub(&qp->scq->refs, 1);
 	atomic_fetch_sub(&qp->rcq->refs, 1);
 	atomic_fetch_sub(&qp->pd->refs, 1);
 	pthread_mutex_destroy(&qp->sq_lock);
 	pthread_mutex_destroy(&qp->rq_lock);
+	free(qp->held);
 	free(qp->sq);
 	free(qp);
 	return 0;
@@ -157,12 +224,48 @@ SR_DEFAULT_V11(ibv_destroy_qp);
 
 #define M(x) IBV_QP_##x
 
-static int transition(enum ibv_qp_state cur, enum ibv_qp_state next,
-		      int *req, int *opt)
+static int transition_ud(enum ibv_qp_state cur, enum ibv_qp_state next,
+			 int *req, int *opt)
+{
+	switch (cur) {
+	case IBV_QPS_RESET:
+		if (next != IBV_QPS_INIT)
+			return 0;
+		*req = M(PKEY_INDEX) | M(PORT) | M(QKEY);
+		return 1;
+	case IBV_QPS_INIT:
+		if (next == IBV_QPS_INIT) {
+			*opt = M(PKEY_INDEX) | M(PORT) | M(QKEY);
+			return 1;
+		}
+		if (next != IBV_QPS_RTR)
+			return 0;
+		*opt = M(PKEY_INDEX) | M(QKEY);
+		return 1;
+	case IBV_QPS_RTR:
+		if (next != IBV_QPS_RTS)
+			return 0;
+		*req = M(SQ_PSN);
+		*opt = M(CUR_STATE) | M(QKEY);
+		return 1;
+	case IBV_QPS_RTS:
+		if (next != IBV_QPS_RTS)
+			return 0;
+		*opt = M(CUR_STATE) | M(QKEY);
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+static int transition(enum ibv_qp_type type, enum ibv_qp_state cur,
+		      enum ibv_qp_state next, int *req, int *opt)
 {
 	*req = *opt = 0;
 	if (next == IBV_QPS_RESET || next == IBV_QPS_ERR)
 		return 1;
+	if (type == IBV_QPT_UD)
+		return transition_ud(cur, next, req, opt);
 	switch (cur) {
 	case IBV_QPS_RESET:
 		if (next != IBV_QPS_INIT)
@@ -242,6 +345,9 @@ static void to_reset(struct sr_qp *qp)
 	atomic_store(&qp->sq_free, 0);
 	atomic_store(&qp->stuck, 0);
 	qp->rnr_tries = qp->retry_tries = 0;
+	if (qp->held) /* reset discards held datagrams, as it does the SQ */
+		for (int i = 0; i < SR_UD_HOLD; i++)
+			qp->held[i].used = 0;
 	pthread_mutex_unlock(&qp->sq_lock);
 	pthread_mutex_lock(&qp->rq_lock);
 	sr_spin_lock(&qp->shm->rq_lock);
@@ -252,6 +358,7 @@ static void to_reset(struct sr_qp *qp)
 	atomic_store(&qp->shm->dest_qpn, 0);
 	atomic_store(&qp->shm->access, 0);
 	atomic_store(&qp->shm->min_rnr_timer, 0);
+	atomic_store(&qp->shm->qkey, 0);
 	struct ibv_qp_cap cap = qp->attr.cap;
 	memset(&qp->attr, 0, sizeof qp->attr);
 	qp->attr.cap = cap;
@@ -268,7 +375,7 @@ SR_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a,
 		return errno = EINVAL;
 	enum ibv_qp_state next = (mask & M(STATE)) ? a->qp_state : cur;
 	int req, opt;
-	if (!transition(cur, next, &req, &opt) || (mask & req) != req ||
+	if (!transition(qp->qp.qp_type, cur, next, &req, &opt) || (mask & req) != req ||
 	    (mask & ~(req | opt | M(STATE))) || !values_ok(a, mask))
 		return errno = EINVAL;
 
@@ -281,6 +388,10 @@ SR_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a,
 		}
 		if (mask & M(PKEY_INDEX))
 			qp->attr.pkey_index = a->pkey_index;
+		if (mask & M(QKEY)) {
+			qp->attr.qkey = a->qkey;
+			atomic_store(&s->qkey, a->qkey);
+		}
 		if (mask & M(PORT))
 			qp->attr.port_num = a->port_num;
 		if (mask & M(AV))
@@ -346,7 +457,7 @@ SR_EXPORT int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 		init_attr->send_cq = ibqp->send_cq;
 		init_attr->recv_cq = ibqp->recv_cq;
 		init_attr->cap = qp->cap;
-		init_attr->qp_type = IBV_QPT_RC;
+		init_attr->qp_type = ibqp->qp_type;
 		init_attr->sq_sig_all = qp->sq_sig_all;
 	}
 	return 0;

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #define SR_EXPORT __attribute__((visibility("default")))
 #define SR_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -57,7 +58,7 @@
  * asserts.  The header's version is written last and checked first. */
 
 #define SR_FABRIC_MAGIC 0x534f465452444d41ull /* "SOFTRDMA" */
-#define SR_FABRIC_VERSION 1u
+#define SR_FABRIC_VERSION 2u
 
 struct sr_proc_shm {            /* one attached process */
 	_Atomic int32_t pid;    /* 0 = free */
@@ -161,25 +162,40 @@ struct sr_qp_shm {
 	_Alignas(SR_CACHELINE) _Atomic uint32_t rq_lock; /* consumers: requester or flush */
 	uint32_t pad2;
 	_Atomic uint64_t rq_head;
-	uint8_t pad3[SR_CACHELINE - 16];
+	uint32_t qp_type;              /* IBV_QPT_RC or IBV_QPT_UD */
+	_Atomic uint32_t qkey;         /* UD: datagrams must carry it */
+	uint32_t create_flags;         /* IBV_QP_CREATE_BLOCK_SELF_MCAST_LB */
+	uint8_t pad3[SR_CACHELINE - 28];
 	_Alignas(4096) struct sr_rqe rqe[SR_MAX_QP_WR];
 };
 _Static_assert(offsetof(struct sr_qp_shm, rq_tail) == 64, "rq tail line");
 _Static_assert(offsetof(struct sr_qp_shm, rq_lock) == 128, "rq head line");
 _Static_assert(offsetof(struct sr_qp_shm, rqe) == 4096, "rq ring page");
 
+/* A multicast group: its MGID and the QPs attached to it.  Changed under
+ * the fabric lock (set-up path); read without it by senders. */
+#define SR_MAX_MCG 64
+#define SR_MCG_MEMBERS 58
+struct sr_mcg_shm {
+	_Atomic uint32_t in_use;
+	uint32_t pad;
+	uint8_t gid[16];
+	_Atomic uint32_t member[SR_MCG_MEMBERS]; /* qpn; 0 = empty */
+};
+_Static_assert(sizeof(struct sr_mcg_shm) == 256, "mcg slot size");
+
 struct sr_fabric_shm {
 	uint64_t magic;
 	_Atomic uint32_t version;      /* written last, checked first */
 	uint32_t hdr_size;
 	uint64_t total_size;
-	uint64_t off_procs, off_mrs, off_cqs, off_qps;
+	uint64_t off_procs, off_mrs, off_cqs, off_qps, off_mcgs;
 	uint32_t max_procs, max_mrs, max_cqs, max_qps;
-	uint32_t mr_slot_size, cq_slot_size, qp_slot_size, pad0;
+	uint32_t mr_slot_size, cq_slot_size, qp_slot_size, max_mcgs;
 	_Atomic uint32_t next_id;      /* PD, context and channel ids */
 	uint32_t pad1;
 };
-_Static_assert(sizeof(struct sr_fabric_shm) == 96, "fabric header size");
+_Static_assert(sizeof(struct sr_fabric_shm) == 104, "fabric header size");
 
 /* ---- process-local objects ---- */
 
@@ -233,6 +249,9 @@ struct sr_swqe {                /* a posted send, process-local */
 	uint64_t remote_addr;
 	uint32_t rkey;
 	uint32_t length;        /* total message length */
+	struct ibv_ah *ah;      /* UD: destination */
+	uint32_t remote_qpn;    /* UD */
+	uint32_t remote_qkey;   /* UD */
 	struct ibv_sge sge[SR_MAX_SGE];
 	/* followed by max_inline_data bytes when the WQE is inline */
 };
@@ -263,6 +282,30 @@ struct sr_qp {
 	uint64_t next_try_ns;
 	uint32_t rnr_tries, retry_tries;
 	uint64_t first_try_ns;
+	struct sr_ud_held *held;        /* UD reorder fault: SR_UD_HOLD slots */
+};
+
+struct sr_ah {
+	struct ibv_ah ah;
+	struct ibv_ah_attr attr;
+};
+
+/* A UD datagram the reorder fault holds back until the next one to the same
+ * receiver has gone (or until SR_UD_HOLD_NS passed, or the QP is destroyed). */
+#define SR_UD_HOLD 8
+#define SR_UD_HOLD_NS 20000000ull
+#define SR_UD_MTU 4096u
+#define SR_GRH_LEN 40u
+struct sr_ud_held {
+	uint32_t used;
+	uint32_t dqpn;
+	uint32_t imm_data;      /* network order */
+	uint32_t flags;         /* enum ibv_send_flags + SR_HELD_IMM */
+	uint32_t length;
+	uint32_t ip;            /* destination IPv4 (network order) or 0 */
+	uint8_t dgid[16];
+	uint64_t since_ns;
+	uint8_t data[SR_UD_MTU];
 };
 
 /* ---- fabric.c ---- */
@@ -272,6 +315,10 @@ struct sr_fabric *sr_fabric_get(void);  /* attached fabric of this process */
 struct sr_mr_shm *sr_fabric_mr(struct sr_fabric *f, uint32_t slot);
 struct sr_cq_shm *sr_fabric_cq(struct sr_fabric *f, uint32_t slot);
 struct sr_qp_shm *sr_fabric_qp(struct sr_fabric *f, uint32_t slot);
+struct sr_mcg_shm *sr_fabric_mcg(struct sr_fabric *f, uint32_t slot);
+int sr_fabric_lock(struct sr_fabric *f);
+void sr_fabric_unlock(struct sr_fabric *f);
+void sr_mcg_remove_qpn_locked(struct sr_fabric *f, uint32_t qpn);
 int sr_fabric_alloc_slot(struct sr_fabric *f, int kind, uint32_t *slot);
 void sr_fabric_free_slot(struct sr_fabric *f, int kind, uint32_t slot);
 uint32_t sr_fabric_next_id(struct sr_fabric *f);
@@ -311,6 +358,15 @@ void sr_sq_progress_locked(struct sr_qp *qp);
 void sr_progress_kick(void);
 void sr_progress_atfork_child(void);
 
+/* ---- ud.c ---- */
+int sr_ud_execute(struct sr_qp *qp, struct sr_swqe *w, struct iovec *liov,
+		  int ln);
+void sr_ud_release_held(struct sr_qp *qp, int all);
+int sr_ud_put(struct sr_qp *qp, struct sr_qp_shm *peer, struct iovec *liov,
+	      int ln, uint32_t len, uint32_t imm, int has_imm, int solicited);
+struct ibv_qp *sr_create_qp_ex(struct ibv_context *ctx,
+			       struct ibv_qp_init_attr_ex *ia);
+
 /* ---- async.c ---- */
 struct sr_async_msg {
 	uint32_t type;          /* enum ibv_event_type */
@@ -327,6 +383,11 @@ extern uint64_t sr_fault_delay_ns;
 void sr_fault_init(void);
 int sr_fault_hit(const char *verb); /* errno to fail with, or 0 */
 void sr_fault_delay(void);
+extern double sr_ud_drop_p, sr_ud_dup_p, sr_ud_reorder_p;
+extern int sr_ud_faults;        /* any of the three, or a log */
+double sr_ud_rand(void);        /* uniform [0,1), from SOFTRDMA_SEED */
+void sr_ud_log(const char *what, uint32_t qpn, uint32_t imm_host,
+	       uint32_t byte_len);
 
 /* ---- device.c ---- */
 void sr_device_gid(union ibv_gid *gid);

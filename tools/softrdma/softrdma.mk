@@ -25,7 +25,7 @@ SOFTRDMA_CFLAGS = $(filter-out -fsanitize%,$(CFLAGS)) -fPIC -fvisibility=hidden
 SOFTRDMA_LDFLAGS = -shared -Wl,-soname,libibverbs.so.1 \
 	-Wl,--version-script=$(SOFTRDMA_MAP) -Wl,-z,defs
 
-SOFTRDMA_TEST_NAMES := device qp datapath
+SOFTRDMA_TEST_NAMES := device qp datapath ud
 SOFTRDMA_TESTS = $(patsubst %,$(BUILD)/tests/test_softrdma_%,$(SOFTRDMA_TEST_NAMES)) \
 	$(BUILD)/tests/test_softrdma_tools
 SOFTRDMA_TEST_LIBS = -L$(SOFTRDMA_OUT) -l:libibverbs.so.1 -lcmocka -lpthread \

@@ -184,10 +184,10 @@ static void test_unsupported(void **state)
 	struct ibv_td_init_attr ta = {0};
 	assert_null(ibv_alloc_td(c, &ta));
 	struct ibv_cq *cq = ibv_create_cq(c, 4, NULL, NULL, 0);
-	struct ibv_qp_init_attr ud = {.send_cq = cq, .recv_cq = cq,
-				      .cap = {1, 1, 1, 1, 0}, .qp_type = IBV_QPT_UD};
+	struct ibv_qp_init_attr uc = {.send_cq = cq, .recv_cq = cq,
+				      .cap = {1, 1, 1, 1, 0}, .qp_type = IBV_QPT_UC};
 	errno = 0;
-	assert_null(ibv_create_qp(pd, &ud));
+	assert_null(ibv_create_qp(pd, &uc));
 	assert_int_equal(errno, EOPNOTSUPP);
 	ibv_destroy_cq(cq);
 	ibv_dealloc_pd(pd);

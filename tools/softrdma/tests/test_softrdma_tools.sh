@@ -2,7 +2,8 @@
 # softrdma under rdma-core's own, unmodified tools:
 #   - ibv_devices lists softrdma0;
 #   - ibv_rc_pingpong runs server and client as two processes on softrdma0,
-#     polling and with completion events (-e); both must exit 0.
+#     polling and with completion events (-e); both must exit 0;
+#   - ibv_ud_pingpong likewise, over UD QPs and address handles.
 # Every step has a timeout; whatever this script starts it kills.
 # Exit 77 (skip) when the tools are not installed.
 
@@ -11,7 +12,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 : "${SOFTRDMA_FABRIC:=tools-$$}"
 export LD_LIBRARY_PATH SOFTRDMA_FABRIC
 
-for tool in ibv_devices ibv_rc_pingpong timeout; do
+for tool in ibv_devices ibv_rc_pingpong ibv_ud_pingpong timeout; do
 	if ! command -v "$tool" >/dev/null 2>&1; then
 		echo "SKIP: $tool is not installed (ibverbs-utils, coreutils)"
 		exit 77
@@ -40,14 +41,15 @@ timeout 10 ibv_devices >"$tmp/devices.log" 2>&1 || fail "ibv_devices exited $?"
 grep -q 'softrdma0' "$tmp/devices.log" || fail "ibv_devices does not list softrdma0"
 echo "ok - ibv_devices lists softrdma0"
 
-# 2. ping-pong: $1 = extra options
+# 2. ping-pong: $1 = extra options, $2 = the tool (default ibv_rc_pingpong)
 pingpong() {
+	pp=${2:-ibv_rc_pingpong}
 	tries=0
 	while :; do
 		tries=$((tries + 1))
-		[ $tries -gt 5 ] && fail "no free port for ibv_rc_pingpong"
+		[ $tries -gt 5 ] && fail "no free port for $pp"
 		port=$(( (($$ + tries * 7919) % 20000) + 20000 ))
-		timeout 30 ibv_rc_pingpong -d softrdma0 -g 0 -n 1000 -p "$port" $1 \
+		timeout 30 $pp -d softrdma0 -g 0 -n 1000 -p "$port" $1 \
 			>"$tmp/server.log" 2>&1 &
 		spid=$!
 		# The client retries until the server listens (or has died).
@@ -57,13 +59,13 @@ pingpong() {
 			if ! kill -0 "$spid" 2>/dev/null; then
 				break # server exited: port taken, or a failure
 			fi
-			if timeout 30 ibv_rc_pingpong -d softrdma0 -g 0 -n 1000 \
+			if timeout 30 $pp -d softrdma0 -g 0 -n 1000 \
 				-p "$port" $1 127.0.0.1 >"$tmp/client.log" 2>&1; then
 				ok=1
 				break
 			fi
 			grep -q "Couldn't connect" "$tmp/client.log" ||
-				fail "ibv_rc_pingpong client $1 failed"
+				fail "$pp client $1 failed"
 			sleep 0.1
 			i=$((i + 1))
 		done
@@ -71,22 +73,25 @@ pingpong() {
 			wait "$spid"
 			rc=$?
 			spid=
-			[ $rc -eq 0 ] || fail "ibv_rc_pingpong server $1 exited $rc"
+			[ $rc -eq 0 ] || fail "$pp server $1 exited $rc"
 			break
 		fi
 		wait "$spid" 2>/dev/null
 		spid=
 		grep -q "Couldn't listen" "$tmp/server.log" ||
-			fail "ibv_rc_pingpong server $1 failed"
+			fail "$pp server $1 failed"
 	done
 	grep -q '1000 iters' "$tmp/server.log" || fail "server did not finish 1000 iterations"
 	grep -q '1000 iters' "$tmp/client.log" || fail "client did not finish 1000 iterations"
-	echo "ok - ibv_rc_pingpong $1: $(grep 'iters' "$tmp/client.log")"
+	echo "ok - $pp $1: $(grep 'iters' "$tmp/client.log")"
 }
 
 pingpong ""
 pingpong "-e"
 pingpong "-s 64"
+pingpong "" ibv_ud_pingpong
+pingpong "-e" ibv_ud_pingpong
+pingpong "-s 1024" ibv_ud_pingpong
 
 if [ -e "/dev/shm/softrdma.$SOFTRDMA_FABRIC" ]; then
 	rm -f "/dev/shm/softrdma.$SOFTRDMA_FABRIC"

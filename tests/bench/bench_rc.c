@@ -1,0 +1,394 @@
+/*
+ * bench_rc - the rc publisher's cost per message against its fan-out.
+ *
+ * One process: an rc publisher and N subscribers (1, 2, 4, 8), on whatever
+ * libibverbs is loaded (softrdma here, through LD_LIBRARY_PATH; a NIC's
+ * provider on a machine that has one).  The publishing thread offers 64-byte
+ * messages and, between bursts of 32, polls every subscriber so that none is
+ * ever lapped; only the offers are timed.
+ *
+ * Floor, measured in the same run: one raw ibv_post_send of the same
+ * WRITE_WITH_IMM (96 bytes, inline, unsignalled but one in 64) on a queue
+ * pair of the bench's own, with the completion reaped the same way.  The
+ * expectation is linear: tickbus per message ~ N x (floor + its own work).
+ *
+ * Modes:
+ *   bench_rc                       the fan-out table (median of RUNS runs)
+ *   bench_rc --callgrind N COUNT   N subscribers, COUNT offers, no timing:
+ *                                  run under callgrind with
+ *                                  --toggle-collect=tb_pub_offer (the bench
+ *                                  script subtracts the verbs provider's
+ *                                  instructions to get tickbus's own)
+ */
+#include "tickbus.h"
+
+#include "clock.h"
+
+#include <endian.h>
+#include <infiniband/verbs.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RUNS 5
+#define MSGS 50000
+#define BURST 32
+#define MAX_SUBS 8
+
+static void on_msg(void *clientd, const tb_msg_t *m)
+{
+	(void)m;
+	++*(uint64_t *)clientd;
+}
+
+static void cfg_for(tb_stream_cfg_t *c, int port)
+{
+	tb_stream_cfg_init(c);
+	snprintf(c->name, sizeof(c->name), "bench");
+	c->id = 77;
+	c->transport = TB_TRANSPORT_RC;
+	c->ring_size = 4 << 20;
+	snprintf(c->control.host, sizeof(c->control.host), "127.0.0.1");
+	c->control.port = (uint16_t)port;
+	snprintf(c->token, sizeof(c->token), "bench");
+}
+
+typedef struct rig {
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub[MAX_SUBS];
+	uint64_t got[MAX_SUBS];
+	int n;
+} rig_t;
+
+static void drain(rig_t *r)
+{
+	for (int i = 0; i < r->n; i++)
+		while (tb_sub_poll(r->sub[i], on_msg, &r->got[i], 256) > 0)
+			;
+}
+
+/* Opens a publisher and n subscribers and waits until every one delivers. */
+static int rig_open(rig_t *r, int n, int port)
+{
+	tb_stream_cfg_t c;
+	uint8_t msg[64] = {0};
+	uint64_t until;
+
+	memset(r, 0, sizeof(*r));
+	r->n = n;
+	cfg_for(&c, port);
+	if (tb_publisher_open(&r->pub, &c) < 0)
+		return -1;
+	for (int i = 0; i < n; i++)
+		if (tb_subscriber_open(&r->sub[i], &c) < 0)
+			return -1;
+	until = tb_clock_now_ns() + 20000000000ull;
+	for (;;) {
+		int all = 1;
+
+		tb_pub_offer(r->pub, 1, msg, sizeof(msg));
+		usleep(1000);
+		drain(r);
+		for (int i = 0; i < n; i++)
+			all &= r->got[i] > 0;
+		if (all)
+			return 0;
+		if (tb_clock_now_ns() > until)
+			return -1;
+	}
+}
+
+static void rig_close(rig_t *r)
+{
+	for (int i = 0; i < r->n; i++)
+		tb_subscriber_close(r->sub[i]);
+	tb_publisher_close(r->pub);
+}
+
+/* ns per offer, offers only. */
+static double run_offers(rig_t *r, int count)
+{
+	uint8_t msg[64] = {0};
+	uint64_t spent = 0;
+
+	for (int done = 0; done < count; done += BURST) {
+		uint64_t t0 = tb_clock_now_ns();
+
+		for (int k = 0; k < BURST; k++)
+			if (tb_pub_offer(r->pub, 1, msg, sizeof(msg)) < 0)
+				k--;    /* back-pressured: never, but never lose one */
+		spent += tb_clock_now_ns() - t0;
+		drain(r);
+	}
+	return (double)spent / count;
+}
+
+/* The floor: the same work request posted raw on a queue pair of ours. */
+static double floor_post(int count)
+{
+	struct ibv_device **l = ibv_get_device_list(NULL);
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp[2];
+	struct ibv_mr *mr;
+	static uint8_t buf[1 << 20] __attribute__((aligned(4096)));
+	union ibv_gid gid;
+	uint64_t t0, spent = 0;
+	int posted = 0, done = 0;
+
+	if (!l || !l[0])
+		return -1;
+	ctx = ibv_open_device(l[0]);
+	ibv_free_device_list(l);
+	pd = ibv_alloc_pd(ctx);
+	cq = ibv_create_cq(ctx, 8192, NULL, NULL, 0);
+	mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE |
+			IBV_ACCESS_REMOTE_WRITE);
+	ibv_query_gid(ctx, 1, 0, &gid);
+	for (int i = 0; i < 2; i++) {
+		struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq,
+					      .qp_type = IBV_QPT_RC,
+					      .cap = {.max_send_wr = 1024,
+						      .max_recv_wr = 4096,
+						      .max_send_sge = 1,
+						      .max_recv_sge = 1,
+						      .max_inline_data = 224}};
+		struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+					.qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
+
+		qp[i] = ibv_create_qp(pd, &ia);
+		if (!qp[i])
+			return -1;
+		ibv_modify_qp(qp[i], &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+			      IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	}
+	for (int i = 0; i < 2; i++) {
+		struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR,
+					.path_mtu = IBV_MTU_4096,
+					.dest_qp_num = qp[1 - i]->qp_num,
+					.max_dest_rd_atomic = 1, .min_rnr_timer = 1,
+					.ah_attr = {.is_global = 1, .port_num = 1}};
+
+		a.ah_attr.grh.dgid = gid;
+		a.ah_attr.grh.hop_limit = 1;
+		ibv_modify_qp(qp[i], &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+			      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+			      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+		memset(&a, 0, sizeof(a));
+		a.qp_state = IBV_QPS_RTS;
+		a.timeout = 14;
+		a.retry_cnt = 7;
+		a.rnr_retry = 7;
+		a.max_rd_atomic = 1;
+		ibv_modify_qp(qp[i], &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
+			      IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+			      IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+	}
+	for (int done_msgs = 0; done_msgs < count; done_msgs += BURST) {
+		struct ibv_recv_wr rw = {.num_sge = 0}, *rbad;
+		struct ibv_wc wc[64];
+		int n;
+
+		for (int k = 0; k < BURST; k++)
+			ibv_post_recv(qp[1], &rw, &rbad);
+		t0 = tb_clock_now_ns();
+		for (int k = 0; k < BURST; k++) {
+			struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = 96,
+					      .lkey = mr->lkey};
+			struct ibv_send_wr wr = {
+				.sg_list = &sge, .num_sge = 1,
+				.opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+				.send_flags = IBV_SEND_INLINE,
+				.imm_data = htobe32((uint32_t)posted),
+				.wr.rdma = {.remote_addr = (uintptr_t)buf + 4096,
+					    .rkey = mr->rkey}}, *bad;
+
+			if (++posted % 64 == 0) {
+				wr.send_flags |= IBV_SEND_SIGNALED;
+				wr.wr_id = (uint64_t)posted;
+			}
+			if (ibv_post_send(qp[0], &wr, &bad) != 0) {
+				fprintf(stderr, "bench rc: floor: ibv_post_send failed\n");
+				return -1;
+			}
+		}
+		spent += tb_clock_now_ns() - t0;
+		while ((n = ibv_poll_cq(cq, 64, wc)) > 0)
+			done += n;
+	}
+	if (done < count / 2) {   /* receives and signalled sends */
+		fprintf(stderr, "bench rc: floor: only %d completions\n", done);
+		return -1;
+	}
+	ibv_destroy_qp(qp[0]);
+	ibv_destroy_qp(qp[1]);
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+	return (double)spent / count;
+}
+
+/*
+ * Instructions per offer of tickbus's own code, for n subscribers: this
+ * binary re-run under callgrind (main thread only, collecting inside
+ * tb_pub_offer), minus the inclusive cost of the verbs provider's entry
+ * points (its post_send, post_recv and poll_cq, with everything they call,
+ * libc's locks and copies included).
+ * Returns -1 when valgrind is not there.
+ */
+static double callgrind_per_offer(int n, int count, double *verbs_per_offer)
+{
+	char out[128], cmd[1024], line[512];
+	double total = -1, verbs = 0;
+	FILE *f;
+
+	snprintf(out, sizeof(out), "/tmp/bench_rc.%d.callgrind", (int)getpid());
+	snprintf(cmd, sizeof(cmd),
+		 "valgrind --tool=callgrind --callgrind-out-file=%s "
+		 "--separate-threads=yes --toggle-collect=tb_pub_offer "
+		 "/proc/%d/exe --callgrind %d %d >/dev/null 2>&1",
+		 out, (int)getpid(), n, count);
+	if (system(cmd) != 0)
+		return -1;
+	snprintf(cmd, sizeof(cmd), "callgrind_annotate --inclusive=yes "
+		 "--threshold=100 %s-01 2>/dev/null", out);
+	f = popen(cmd, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		char digits[64];
+		int k = 0;
+
+		for (const char *c = line; *c && k < 63; c++) {
+			if (*c >= '0' && *c <= '9')
+				digits[k++] = *c;
+			else if (*c != ',' && *c != ' ')
+				break;
+		}
+		digits[k] = 0;
+		if (!k)
+			continue;
+		if (strstr(line, "PROGRAM TOTALS"))
+			total = atof(digits);
+		else if (strstr(line, "libibverbs") &&
+			 (strstr(line, "post_send") || strstr(line, "post_recv") ||
+			  strstr(line, "poll_cq")))
+			verbs += atof(digits);
+	}
+	pclose(f);
+	snprintf(cmd, sizeof(cmd), "rm -f %s*", out);
+	if (system(cmd) != 0)
+		(void)0;
+	if (total < 0)
+		return -1;
+	*verbs_per_offer = verbs / count;
+	return (total - verbs) / count;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return v[n / 2];
+}
+
+int main(int argc, char **argv)
+{
+	int port = 24000 + (int)(getpid() % 8000);
+	static const int fan[] = {1, 2, 4, 8};
+	double floor_v[RUNS], fl, base = 0;
+	rig_t r;
+
+	setenv("TICKBUS_QUIET", "1", 0);
+	/* No NIC: run on softrdma, next to this build's bench/ directory. */
+	if (!getenv("TB_BENCH_RC_REEXEC") && access("/sys/class/infiniband", F_OK) != 0) {
+		char self[512], lib[600], *slash;
+		ssize_t k = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+		if (k > 0) {
+			self[k] = 0;
+			slash = strrchr(self, '/');
+			*slash = 0;
+			snprintf(lib, sizeof(lib), "%s/../softrdma%s%s", self,
+				 getenv("LD_LIBRARY_PATH") ? ":" : "",
+				 getenv("LD_LIBRARY_PATH") ? getenv("LD_LIBRARY_PATH") : "");
+			setenv("LD_LIBRARY_PATH", lib, 1);
+			setenv("TB_BENCH_RC_REEXEC", "1", 1);
+			*slash = '/';
+			execv(self, argv);
+		}
+	}
+	if (!getenv("SOFTRDMA_FABRIC")) {
+		char name[64];
+
+		snprintf(name, sizeof(name), "bench-rc-%d", (int)getpid());
+		setenv("SOFTRDMA_FABRIC", name, 1);
+	}
+	if (argc == 4 && strcmp(argv[1], "--callgrind") == 0) {
+		int n = atoi(argv[2]), count = atoi(argv[3]);
+
+		if (n < 1 || n > MAX_SUBS || count < BURST || rig_open(&r, n, port) < 0) {
+			fprintf(stderr, "bench rc: could not set up: %s\n", tb_errmsg());
+			return 1;
+		}
+		run_offers(&r, count);
+		rig_close(&r);
+		return 0;
+	}
+	for (int i = 0; i < RUNS; i++)
+		floor_v[i] = floor_post(MSGS);
+	fl = median(floor_v, RUNS);
+	if (fl < 0) {
+		printf("bench rc: no RDMA device (not even softrdma): skipped\n");
+		return 0;
+	}
+	printf("bench rc: 64-byte messages, %d offers per run, median of %d runs\n",
+	       MSGS, RUNS);
+	printf("bench rc: floor: one raw ibv_post_send (WRITE_WITH_IMM, 96 B inline) "
+	       "%.0f ns\n", fl);
+	printf("%-12s %12s %14s %16s\n", "subscribers", "ns/offer", "vs 1 sub",
+	       "vs N x floor");
+	for (size_t f = 0; f < sizeof(fan) / sizeof(fan[0]); f++) {
+		double v[RUNS], m;
+
+		if (rig_open(&r, fan[f], port + (int)f) < 0) {
+			printf("bench rc: %d subscribers: could not set up: %s\n",
+			       fan[f], tb_errmsg());
+			return 1;
+		}
+		run_offers(&r, MSGS / 5);   /* warm-up */
+		for (int i = 0; i < RUNS; i++)
+			v[i] = run_offers(&r, MSGS);
+		rig_close(&r);
+		m = median(v, RUNS);
+		if (f == 0)
+			base = m;
+		printf("%-12d %12.0f %13.2fx %15.2fx\n", fan[f], m, m / base,
+		       m / (fan[f] * fl));
+	}
+	printf("bench rc: instructions per offer (callgrind, publishing thread, "
+	       "inside tb_pub_offer)\n");
+	printf("%-12s %16s %18s\n", "subscribers", "tickbus Ir/msg",
+	       "verbs provider Ir");
+	for (size_t f = 0; f < sizeof(fan) / sizeof(fan[0]); f++) {
+		double verbs = 0, own = callgrind_per_offer(fan[f], 20000, &verbs);
+
+		if (own < 0) {
+			printf("bench rc: callgrind: not available (valgrind); skipped\n");
+			break;
+		}
+		printf("%-12d %16.0f %18.0f\n", fan[f], own, verbs);
+	}
+	return 0;
+}

@@ -1,0 +1,328 @@
+/*
+ * bench_ud - the ud publisher's cost per message against the number of
+ * subscribers, next to a floor, and frames per datagram against the batch.
+ *
+ * Floor: the same datagrams (a packet header and one 96-byte frame) posted
+ * with raw ibv_post_send, one per message, to the same group with the same
+ * subscribers, in the same run.  The tickbus figure is the ud transport's
+ * send path (pack + post) per message.  Both time only the publishing
+ * calls, in bursts of BURST with a pause between bursts so that the
+ * subscriber processes can drain their receive queues on a shared machine.
+ *
+ * What "against the number of subscribers" shows depends on the device.
+ * On a NIC the replication happens in the HCA and the switch: one post per
+ * datagram whatever the group's size, so the cost is flat.  On softrdma the
+ * sending process itself copies the datagram into every receiver
+ * (process_vm_writev per receiver), so the time per message grows
+ * linearly; the posts per message (printed) stay 1, which is the property
+ * the transport controls.
+ *
+ * Runs on softrdma when there is no RDMA device: it re-executes itself with
+ * LD_LIBRARY_PATH pointing at build/softrdma and a private fabric.  Not a
+ * test: it prints figures and exits 0 unless it could not run.  Lines start
+ * with "bench ud".
+ */
+#include "clock.h"
+#include "error.h"
+#include "transport_ud.h"
+
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STREAM 77
+#define MSGS 20000
+#define BURST 256
+#define PAYLOAD 64
+
+static void cfg_for(tb_stream_cfg_t *cfg, uint32_t batch_us)
+{
+	tb_stream_cfg_init(cfg);
+	snprintf(cfg->name, sizeof(cfg->name), "bench-ud");
+	cfg->id = STREAM;
+	cfg->transport = TB_TRANSPORT_UD;
+	snprintf(cfg->group.host, sizeof(cfg->group.host), "239.77.0.1");
+	cfg->group.port = 5077;
+	cfg->ring_size = 8 << 20;
+	cfg->batch_us = batch_us;
+	cfg->liveness_timeout_ms = 60000;
+}
+
+static void on_msg(void *clientd, const tb_msg_t *m)
+{
+	(void)m;
+	(*(uint64_t *)clientd)++;
+}
+
+/* A subscriber process: polls until SIGTERM. */
+static volatile sig_atomic_t stop;
+static void on_term(int sig) { (void)sig; stop = 1; }
+
+static void subscriber(int ready_fd)
+{
+	tb_stream_cfg_t cfg;
+	tb_rx_t *rx;
+	tb_seq_t seq;
+	tb_seq_range_t loss;
+	tb_idle_t idle;
+	uint64_t got = 0;
+
+	signal(SIGTERM, on_term);
+	cfg_for(&cfg, 0);
+	if (tb_ud_rx_ops.open(&rx, &cfg) < 0)
+		_exit(1);
+	tb_seq_init(&seq, 0);
+	if (write(ready_fd, "r", 1) != 1)
+		_exit(1);
+	tb_idle_init(&idle, TB_IDLE_SPIN_YIELD);
+	while (!stop) {
+		int n = rx->ops->poll(rx, &seq, &loss, on_msg, &got, 256);
+
+		tb_idle_step(&idle, n > 0 ? n : 0);
+	}
+	rx->ops->close(rx);
+	_exit(0);
+}
+
+static int start_subscribers(pid_t *pids, int n)
+{
+	int fd[2];
+	char c;
+
+	if (pipe(fd) != 0)
+		return -1;
+	for (int i = 0; i < n; i++) {
+		pids[i] = fork();
+		if (pids[i] == 0) {
+			close(fd[0]);
+			alarm(120);
+			subscriber(fd[1]);
+		}
+	}
+	close(fd[1]);
+	for (int i = 0; i < n; i++)
+		if (read(fd[0], &c, 1) != 1) {
+			close(fd[0]);
+			return -1;
+		}
+	close(fd[0]);
+	return 0;
+}
+
+static void stop_subscribers(pid_t *pids, int n)
+{
+	for (int i = 0; i < n; i++)
+		kill(pids[i], SIGTERM);
+	for (int i = 0; i < n; i++)
+		waitpid(pids[i], NULL, 0);
+}
+
+static void pause_us(long us)
+{
+	struct timespec ts = {0, us * 1000};
+
+	nanosleep(&ts, NULL);
+}
+
+/* tickbus ud: ns per message of claim + commit + send (pack and post),
+ * flushing every `flush_every` messages when batching. */
+static double run_tickbus(uint32_t batch_us, int flush_every, double *posts,
+			  double *frames_per_dgram)
+{
+	tb_stream_cfg_t cfg;
+	tb_tx_t *tx;
+	tb_ud_tx_t *u;
+	uint64_t seq = 1, ns = 0;
+
+	cfg_for(&cfg, batch_us);
+	if (tb_ud_tx_ops.open(&tx, &cfg, 4242) < 0)
+		return -1;
+	u = (tb_ud_tx_t *)tx;
+	for (int b = 0; b < MSGS / BURST; b++) {
+		uint64_t t0 = tb_clock_now_ns();
+
+		for (int i = 0; i < BURST; i++, seq++) {
+			tb_frame_hdr_t *f = tb_ring_claim(&tx->ring, PAYLOAD, seq);
+			uint64_t from = tx->ring.tail;
+
+			tb_frame_init(f, PAYLOAD, 1, STREAM, seq, t0);
+			memset(tb_frame_payload(f), (int)(uint8_t)seq, PAYLOAD);
+			tb_ring_commit(&tx->ring);
+			tx->ops->send(tx, from, tx->ring.tail);
+			if (flush_every && (i + 1) % flush_every == 0)
+				tx->ops->flush(tx);
+		}
+		ns += tb_clock_now_ns() - t0;
+		pause_us(2000);
+	}
+	tx->ops->flush(tx);
+	*posts = (double)u->posted / (double)(seq - 1);
+	*frames_per_dgram = (double)u->dg.frames / (double)u->datagrams;
+	tx->ops->close(tx, seq - 1);
+	return (double)ns / (double)(seq - 1);
+}
+
+/* The floor: raw ibv_post_send of the same datagram, one per message. */
+static double run_floor(void)
+{
+	struct ibv_device **l = ibv_get_device_list(NULL);
+	struct ibv_context *ctx = l && l[0] ? ibv_open_device(l[0]) : NULL;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_ah *ah;
+	struct ibv_mr *mr;
+	struct ibv_qp_init_attr ia = {.cap = {256, 1, 1, 1, 0}, .qp_type = IBV_QPT_UD};
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+				.qkey = TB_UD_QKEY(STREAM)};
+	struct ibv_ah_attr aa = {.is_global = 1, .port_num = 1};
+	static uint8_t buf[TB_PKT_HDR_LEN + 96] __attribute__((aligned(64)));
+	uint64_t ns = 0, seq = 1;
+	struct ibv_wc wc[16];
+
+	if (l)
+		ibv_free_device_list(l);
+	if (!ctx)
+		return -1;
+	pd = ibv_alloc_pd(ctx);
+	cq = ibv_create_cq(ctx, 256, NULL, NULL, 0);
+	ia.send_cq = ia.recv_cq = cq;
+	qp = ibv_create_qp(pd, &ia);
+	if (!qp || ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+						 IBV_QP_PORT | IBV_QP_QKEY))
+		return -1;
+	a.qp_state = IBV_QPS_RTR;
+	ibv_modify_qp(qp, &a, IBV_QP_STATE);
+	a.qp_state = IBV_QPS_RTS;
+	ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+	tb_ud_mgid("239.77.0.1", &aa.grh.dgid);
+	aa.grh.hop_limit = 1;
+	ah = ibv_create_ah(pd, &aa);
+	mr = ibv_reg_mr(pd, buf, sizeof(buf), 0);
+	if (!ah || !mr)
+		return -1;
+	for (int b = 0; b < MSGS / BURST; b++) {
+		uint64_t t0 = tb_clock_now_ns();
+
+		for (int i = 0; i < BURST; i++, seq++) {
+			struct ibv_sge sge = {(uintptr_t)buf, sizeof(buf), mr->lkey};
+			struct ibv_send_wr wr = {.wr_id = seq, .sg_list = &sge,
+						 .num_sge = 1,
+						 .opcode = IBV_WR_SEND_WITH_IMM,
+						 .imm_data = htonl((uint32_t)seq)}, *bad;
+			tb_frame_hdr_t *f = (tb_frame_hdr_t *)(buf + TB_PKT_HDR_LEN);
+
+			tb_pkt_init((tb_pkt_hdr_t *)buf, 0, STREAM, 99, seq, 1,
+				    sizeof(buf));
+			tb_frame_init(f, PAYLOAD, 1, STREAM, seq, t0);
+			if (i == BURST - 1)
+				wr.send_flags = IBV_SEND_SIGNALED;
+			wr.wr.ud.ah = ah;
+			wr.wr.ud.remote_qpn = TB_UD_MCAST_QPN;
+			wr.wr.ud.remote_qkey = TB_UD_QKEY(STREAM);
+			ibv_post_send(qp, &wr, &bad);
+		}
+		while (ibv_poll_cq(cq, 16, wc) == 0)
+			;
+		ns += tb_clock_now_ns() - t0;
+		pause_us(2000);
+	}
+	ibv_destroy_ah(ah);
+	ibv_destroy_qp(qp);
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+	return (double)ns / (double)(seq - 1);
+}
+
+/* No device and not on softrdma yet: run again on softrdma. */
+static void use_softrdma(char **argv)
+{
+	char exe[PATH_MAX], dir[PATH_MAX + 32], fab[64];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	char *slash;
+
+	if (n <= 0 || getenv("BENCH_UD_REEXEC"))
+		return;
+	exe[n] = '\0';
+	slash = strrchr(exe, '/');
+	if (!slash)
+		return;
+	*slash = '\0';
+	snprintf(dir, sizeof(dir), "%s/../softrdma", exe);
+	snprintf(fab, sizeof(fab), "bench-ud-%d", (int)getpid());
+	setenv("LD_LIBRARY_PATH", dir, 1);
+	setenv("SOFTRDMA_FABRIC", fab, 1);
+	setenv("BENCH_UD_REEXEC", "1", 1);
+	execv("/proc/self/exe", argv);
+}
+
+int main(int argc, char **argv)
+{
+	static const int subs[] = {1, 2, 4, 8};
+	static const int batches[] = {1, 4, 16, 64};
+	struct ibv_device **l;
+	const char *dev;
+	int n = 0;
+	pid_t pids[8];
+
+	(void)argc;
+	setenv("TICKBUS_QUIET", "1", 1);
+	l = ibv_get_device_list(&n);
+	if (!l || n == 0) {
+		if (l)
+			ibv_free_device_list(l);
+		use_softrdma(argv);
+		printf("bench ud: skipped, no RDMA device and no softrdma\n");
+		return 0;
+	}
+	dev = ibv_get_device_name(l[0]);
+	printf("bench ud: device %s; %d messages of %d bytes in bursts of %d, "
+	       "time of the publishing calls only\n", dev, MSGS, PAYLOAD, BURST);
+	if (!strcmp(dev, "softrdma0"))
+		printf("bench ud: softrdma copies every datagram into every "
+		       "subscriber from the sender: time grows with subscribers "
+		       "here, posts per message do not\n");
+	ibv_free_device_list(l);
+
+	printf("bench ud: %-12s %12s %12s %8s %14s\n", "subscribers", "floor ns/msg",
+	       "ud ns/msg", "ratio", "posts/msg");
+	for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
+		double fl, ud, posts, fpd;
+
+		if (start_subscribers(pids, subs[i]) < 0) {
+			printf("bench ud: could not start subscribers\n");
+			return 1;
+		}
+		fl = run_floor();
+		ud = run_tickbus(0, 0, &posts, &fpd);
+		stop_subscribers(pids, subs[i]);
+		if (fl <= 0 || ud <= 0) {
+			printf("bench ud: could not run (%s)\n", tb_errmsg());
+			return 1;
+		}
+		printf("bench ud: %-12d %12.0f %12.0f %8.2f %14.3f\n", subs[i], fl,
+		       ud, ud / fl, posts);
+	}
+
+	printf("bench ud: %-12s %12s %12s %14s\n", "batch (flush", "ud ns/msg",
+	       "frames/dgram", "posts/msg");
+	if (start_subscribers(pids, 1) < 0)
+		return 1;
+	for (size_t i = 0; i < sizeof(batches) / sizeof(batches[0]); i++) {
+		double posts, fpd, ud = run_tickbus(1000000, batches[i], &posts, &fpd);
+
+		printf("bench ud: every %-6d %12.0f %12.2f %14.3f\n", batches[i], ud,
+		       fpd, posts);
+	}
+	stop_subscribers(pids, 1);
+	return 0;
+}

@@ -1,0 +1,382 @@
+/*
+ * bench_udp - udp one-way latency on loopback against a plain UDP socket
+ * ping-pong measured in the same run, and frames per datagram against the
+ * publisher's batch size.
+ *
+ * The floor: two processes on two pinned cores bounce a 64-byte datagram
+ * between two plain UDP sockets on 127.0.0.1, each busy-polling recv with
+ * MSG_DONTWAIT; half the round trip is the least a kernel UDP path takes.
+ * The tickbus figure is the same ping-pong through two udp streams (A
+ * publishes on one group and polls the other, B answers), so the
+ * difference is what tickbus adds: framing, multicast, the packet header,
+ * recvmmsg and the checks.  Each is run RUNS times; the median run (by
+ * p50) is reported with the ratio to the floor.
+ *
+ * Batching: a publisher with batch_us set offers bursts of B 64-byte
+ * messages and flushes; frames per datagram and system calls per message
+ * show what batching buys (no receiver needed: counted at the sender).
+ *
+ * Not a test: it prints figures and exits 0 unless it could not run.
+ */
+#include "tickbus.h"
+
+#include "clock.h"
+#include "hist.h"
+#include "transport_udp.h"
+
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define RUNS 5
+#define WARMUP 5000
+
+static int core_a = 0, core_b = 1;
+static uint64_t rounds = 50000;
+static unsigned base_port;
+
+typedef struct result {
+	int64_t p50, p99, p999, max;
+} result_t;
+
+static void summarise(tb_hist_t *h, result_t *r)
+{
+	r->p50 = tb_hist_value_at_percentile(h, 50);
+	r->p99 = tb_hist_value_at_percentile(h, 99);
+	r->p999 = tb_hist_value_at_percentile(h, 99.9);
+	r->max = tb_hist_max(h);
+}
+
+/* --------------------------------------------------------------- floor */
+
+static int udp_socket(unsigned port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int fd = socket(AF_INET, SOCK_DGRAM, 0);
+
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
+		return -1;
+	a.sin_port = htons(port ^ 1); /* the peer's */
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
+		return -1;
+	return fd;
+}
+
+static int floor_run(result_t *r)
+{
+	char msg[64];
+	tb_hist_t *h;
+	pid_t child;
+	int fd;
+
+	memset(msg, 7, sizeof(msg));
+	child = fork();
+	if (child == 0) {
+		int b = udp_socket(base_port | 1);
+
+		tb_thread_pin(core_b);
+		if (b < 0)
+			_exit(1);
+		for (uint64_t i = 0; i < WARMUP + rounds; i++) {
+			while (recv(b, msg, sizeof(msg), MSG_DONTWAIT) < 0)
+				;
+			if (send(b, msg, sizeof(msg), 0) < 0)
+				_exit(1);
+		}
+		_exit(0);
+	}
+	tb_thread_pin(core_a);
+	fd = udp_socket(base_port & ~1u);
+	if (fd < 0)
+		return -1;
+	usleep(100000); /* the echo side binds */
+	tb_hist_init(&h, 1, 10000000000ll, 3);
+	for (uint64_t i = 0; i < WARMUP + rounds; i++) {
+		uint64_t t0 = tb_clock_now_ns();
+
+		if (send(fd, msg, sizeof(msg), 0) < 0)
+			return -1;
+		while (recv(fd, msg, sizeof(msg), MSG_DONTWAIT) < 0)
+			;
+		if (i >= WARMUP)
+			tb_hist_record(h, (int64_t)(tb_clock_now_ns() - t0) / 2);
+	}
+	waitpid(child, NULL, 0);
+	close(fd);
+	summarise(h, r);
+	tb_hist_free(h);
+	return 0;
+}
+
+/* ------------------------------------------------------------- tickbus */
+
+static void cfg_for(tb_stream_cfg_t *cfg, const char *name, uint32_t id)
+{
+	unsigned p = (unsigned)getpid();
+
+	tb_stream_cfg_init(cfg);
+	snprintf(cfg->name, sizeof(cfg->name), "%s", name);
+	cfg->id = id;
+	cfg->transport = TB_TRANSPORT_UDP;
+	snprintf(cfg->group.host, sizeof(cfg->group.host), "239.195.%u.%u",
+		 (p >> 8) & 0xff, id);
+	cfg->group.port = (uint16_t)(base_port + 2 + id);
+	snprintf(cfg->interface, sizeof(cfg->interface), "127.0.0.1");
+	cfg->idle = TB_IDLE_BUSY_SPIN;
+	cfg->ring_size = 1 << 20;
+}
+
+struct echo {
+	tb_publisher_t *pub;
+	uint64_t got;
+};
+
+static void on_ping(void *clientd, const tb_msg_t *m)
+{
+	struct echo *e = clientd;
+
+	tb_pub_offer(e->pub, m->template_id, m->data, m->len);
+	e->got++;
+}
+
+static void on_pong(void *clientd, const tb_msg_t *m)
+{
+	(void)m;
+	(*(uint64_t *)clientd)++;
+}
+
+static int udp_pingpong_run(result_t *r)
+{
+	tb_stream_cfg_t ping, pong;
+	tb_subscriber_t *sub;
+	tb_publisher_t *pub;
+	uint8_t msg[64];
+	tb_hist_t *h;
+	uint64_t i, got = 0;
+	pid_t child;
+
+	cfg_for(&ping, "ping", 1);
+	cfg_for(&pong, "pong", 2);
+	memset(msg, 7, sizeof(msg));
+	child = fork();
+	if (child == 0) {
+		struct echo e = {0, 0};
+
+		tb_thread_pin(core_b);
+		if (tb_subscriber_open(&sub, &ping) < 0 ||
+		    tb_publisher_open(&e.pub, &pong) < 0)
+			_exit(1);
+		/* Until the pinger closes (END) or goes quiet: it may send
+		 * more than WARMUP + rounds while the two sides meet. */
+		for (;;) {
+			int n = tb_sub_poll(sub, on_ping, &e, 16);
+
+			if (n == TB_CLOSED || n == TB_PUBLISHER_DEAD)
+				break;
+		}
+		tb_publisher_close(e.pub);
+		tb_subscriber_close(sub);
+		_exit(0);
+	}
+	tb_thread_pin(core_a);
+	if (tb_subscriber_open(&sub, &pong) < 0 || tb_publisher_open(&pub, &ping) < 0)
+		return -1;
+	/* Until the echo side has joined and answers. */
+	while (got == 0) {
+		tb_pub_offer(pub, 1, msg, sizeof(msg));
+		for (i = 0; i < 20000 && got == 0; i++)
+			tb_sub_poll(sub, on_pong, &got, 16);
+	}
+	tb_hist_init(&h, 1, 10000000000ll, 3);
+	for (i = got; i < WARMUP + rounds; i++) {
+		uint64_t t0 = tb_clock_now_ns(), want = got + 1, spins = 0;
+
+		tb_pub_offer(pub, 1, msg, sizeof(msg));
+		/* A datagram lost on loopback would stall the round: resend
+		 * after a generous wait (the echo answers every copy). */
+		while (got < want) {
+			tb_sub_poll(sub, on_pong, &got, 16);
+			if (++spins == 10000000) {
+				tb_pub_offer(pub, 1, msg, sizeof(msg));
+				spins = 0;
+			}
+		}
+		if (i >= WARMUP)
+			tb_hist_record(h, (int64_t)(tb_clock_now_ns() - t0) / 2);
+	}
+	tb_publisher_close(pub); /* END lets the echo side stop */
+	waitpid(child, NULL, 0);
+	summarise(h, r);
+	tb_hist_free(h);
+	tb_subscriber_close(sub);
+	return 0;
+}
+
+/* Frames per datagram and system calls per message for bursts of `burst`
+ * 64-byte messages followed by a flush, through the transport's ops as the
+ * publisher drives them (claim, commit, send per message; flush at the end
+ * of the burst). */
+static int batch_run(int burst, int mtu, double *per_dgram, double *calls_per_msg)
+{
+	tb_stream_cfg_t cfg;
+	tb_udp_tx_t *u;
+	tb_tx_t *tx;
+	uint64_t seq = 1;
+	int total = 20000;
+
+	cfg_for(&cfg, "batch", 3);
+	cfg.mtu = (uint32_t)mtu;
+	cfg.batch_us = 1000000;
+	cfg.loopback = 0; /* nobody listens; keep it off the receive path */
+	if (tb_udp_tx_ops.open(&tx, &cfg, 1) < 0)
+		return -1;
+	u = (tb_udp_tx_t *)tx;
+	for (int sent = 0; sent < total; sent += burst) {
+		for (int i = 0; i < burst; i++) {
+			uint64_t from = tx->ring.tail;
+			tb_frame_hdr_t *f = tb_ring_claim(&tx->ring, 64, seq);
+
+			tb_frame_init(f, 64, 1, cfg.id, seq++, tb_clock_now_ns());
+			tb_ring_commit(&tx->ring);
+			tb_udp_tx_ops.send(tx, from, tx->ring.tail);
+		}
+		tb_udp_tx_ops.flush(tx);
+	}
+	*per_dgram = (double)u->dg.frames / (double)u->dg.datagrams;
+	*calls_per_msg = (double)(u->sendmsg_calls + u->sendmmsg_calls) /
+			 (double)u->dg.frames;
+	tb_udp_tx_ops.close(tx, seq - 1);
+	return 0;
+}
+
+/* The datagram core alone, no system call: ns per 64-byte message to pack
+ * it (batch of `burst` then flush) and to check and deliver it at the
+ * receiver.  What tickbus adds on top of the kernel's cost. */
+static void nop_handler(void *clientd, const tb_msg_t *m)
+{
+	(*(uint64_t *)clientd) += m->seq;
+}
+
+static void core_run(int burst, double *pack_ns, double *rx_ns)
+{
+	static uint8_t mem[1 << 20] __attribute__((aligned(64)));
+	static uint8_t dgram[2048] __attribute__((aligned(64)));
+	static tb_dgram_tx_t tx;
+	static tb_dgram_rx_t rx;
+	tb_ring_t ring;
+	tb_seq_t seq;
+	tb_seq_range_t loss;
+	uint64_t s = 1, sink = 0, t_pack = 0, t_rx = 0, total = 2000000;
+
+	tb_ring_init(&ring, mem, sizeof(mem), 1, NULL, NULL);
+	tb_dgram_tx_init(&tx, &ring, 1472, 1, 1, 1000000);
+	tb_dgram_rx_init(&rx, 1, 1000);
+	tb_seq_init(&seq, 0);
+	while (s <= total) {
+		uint64_t t0 = tb_clock_now_ns(), t1;
+		int n = 0;
+
+		for (int i = 0; i < burst; i++) {
+			tb_frame_hdr_t *f = tb_ring_claim(&ring, 64, s);
+
+			tb_frame_init(f, 64, 1, 1, s++, t0);
+			tb_ring_commit(&ring);
+			n = tb_dgram_tx_pack(&tx, ring.tail, t0, i == burst - 1);
+			if (n && i != burst - 1)
+				break; /* a full datagram: deliver it below */
+		}
+		t1 = tb_clock_now_ns();
+		t_pack += t1 - t0;
+		for (int k = 0; k < n; k++) {
+			int done = 0;
+
+			/* The copy stands in for the kernel's; not timed. */
+			memcpy(dgram, tx.out[k].hdr, TB_PKT_HDR_LEN);
+			memcpy(dgram + TB_PKT_HDR_LEN, tx.out[k].frames,
+			       tx.out[k].frames_len);
+			t0 = tb_clock_now_ns();
+			while (!done)
+				tb_dgram_rx_input(&rx, &seq, &loss, dgram,
+						  TB_PKT_HDR_LEN + tx.out[k].frames_len,
+						  t0, nop_handler, &sink, 1 << 20, 0,
+						  &done);
+			t_rx += tb_clock_now_ns() - t0;
+		}
+		tb_dgram_tx_sent(&tx);
+	}
+	*pack_ns = (double)t_pack / (double)(s - 1);
+	*rx_ns = (double)t_rx / (double)seq.delivered;
+	if (sink == 1)
+		printf("\n"); /* keeps the handler's work */
+}
+
+static int cmp_result(const void *a, const void *b)
+{
+	const result_t *x = a, *y = b;
+
+	return (x->p50 > y->p50) - (x->p50 < y->p50);
+}
+
+int main(int argc, char **argv)
+{
+	result_t fl[RUNS], tb[RUNS];
+	static const int bursts[] = {1, 4, 16, 64, 256};
+
+	if (argc > 1 && strcmp(argv[1], "--quick") == 0)
+		rounds = 5000;
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+		printf("bench udp: skipped: needs two cores\n");
+		return 0;
+	}
+	setenv("TICKBUS_QUIET", "1", 0);
+	base_port = 20000 + ((unsigned)getpid() % 5000) * 2; /* < 32768 */
+	for (int i = 0; i < RUNS; i++) {
+		if (floor_run(&fl[i]) < 0 || udp_pingpong_run(&tb[i]) < 0) {
+			fprintf(stderr, "bench udp: %s\n", tb_errmsg());
+			return 1;
+		}
+	}
+	qsort(fl, RUNS, sizeof(fl[0]), cmp_result);
+	qsort(tb, RUNS, sizeof(tb[0]), cmp_result);
+	{
+		result_t f = fl[RUNS / 2], t = tb[RUNS / 2];
+
+		printf("bench udp: one-way latency, ns, median of %d runs of %" PRIu64
+		       " round trips, 64-byte messages, cores %d and %d\n", RUNS,
+		       rounds, core_a, core_b);
+		printf("bench udp: %-24s %8s %8s %8s %8s\n", "", "p50", "p99",
+		       "p99.9", "max");
+		printf("bench udp: %-24s %8" PRId64 " %8" PRId64 " %8" PRId64 " %8"
+		       PRId64 "\n", "floor (plain UDP socket)", f.p50, f.p99,
+		       f.p999, f.max);
+		printf("bench udp: %-24s %8" PRId64 " %8" PRId64 " %8" PRId64 " %8"
+		       PRId64 "\n", "tickbus udp multicast", t.p50, t.p99, t.p999,
+		       t.max);
+		printf("bench udp: %-24s %8.2f %8.2f %8.2f %8.2f\n", "ratio",
+		       (double)t.p50 / f.p50, (double)t.p99 / f.p99,
+		       (double)t.p999 / f.p999, (double)t.max / f.max);
+	}
+	printf("bench udp: batching, 64-byte messages in bursts then tb_pub_flush, "
+	       "mtu 1472; core = packing and receiving alone, no system call\n");
+	printf("bench udp: %8s %16s %14s %16s %16s\n", "burst", "frames/datagram",
+	       "syscalls/msg", "core pack ns/msg", "core rx ns/msg");
+	for (size_t i = 0; i < sizeof(bursts) / sizeof(bursts[0]); i++) {
+		double per, calls, pack_ns, rx_ns;
+
+		if (batch_run(bursts[i], 1472, &per, &calls) < 0) {
+			fprintf(stderr, "bench udp: %s\n", tb_errmsg());
+			return 1;
+		}
+		core_run(bursts[i], &pack_ns, &rx_ns);
+		printf("bench udp: %8d %16.2f %14.3f %16.1f %16.1f\n", bursts[i],
+		       per, calls, pack_ns, rx_ns);
+	}
+	return 0;
+}

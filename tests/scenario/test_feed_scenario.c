@@ -1,0 +1,567 @@
+/*
+ * test_feed_scenario.c - the feed path end to end with the real programs:
+ * tb-feedsim sends a MoldUDP64/ITCH feed over UDP multicast, tb-feedcheck
+ * reads it with the feed-handler core (publisher/feed.c), and the books
+ * must match the simulator's own at the end; with loss injected the gaps
+ * must be re-requested and filled; without a retransmission server they
+ * must be given up and the instruments reported stale; malformed packets
+ * are counted and dropped; the feed is a function of its seed; tb-gateway
+ * acks orders with their arrival time.
+ *
+ * Network: the test moves itself into a network namespace of its own
+ * (unshare), brings its loopback up with multicast and a 224.0.0.0/4 route,
+ * and every program it starts inherits that namespace; nothing outside is
+ * touched, and the namespace goes away with the last process.  Without the
+ * privilege to do so the test skips (exit 77).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../../tools/gateway_proto.h"
+#include "clock.h"
+#include "itch.h"
+#include "proc.h"
+#include "tickbus.h"
+
+#define GROUP "239.194.7.1"
+#define PORT 31001
+#define RPORT 31002
+#define NINST 6
+#define SESSION "TBTEST0001"
+
+static char tmpdir[128];
+
+/* Waits until `text` appears in p's output; 0 or -1 on timeout. */
+static int wait_output(const proc_t *p, const char *text, uint64_t ms)
+{
+	uint64_t until = proc_now_ms() + ms;
+
+	while (proc_now_ms() < until) {
+		char *out = proc_output(p);
+		int hit = strstr(out, text) != NULL;
+
+		free(out);
+		if (hit)
+			return 0;
+		usleep(20000);
+	}
+	return -1;
+}
+
+typedef struct run {
+	char sim_out[256], chk_out[256];
+	char *sim, *chk;
+	int sim_rc, chk_rc;
+} run_t;
+
+/* Runs tb-feedcheck (extra args `cargs`) against tb-feedsim (extra args
+ * `sargs`), both NULL-terminated; ends the simulator's end-of-session phase
+ * with SIGTERM once the checker is done. */
+static void run_feed(run_t *r, const char *name, char *const sargs[],
+		     char *const cargs[])
+{
+	char *sargv[40], *cargv[40];
+	int n = 0, m = 0;
+	proc_t sim, chk;
+
+	snprintf(r->sim_out, sizeof(r->sim_out), "%s/%s.sim", tmpdir, name);
+	snprintf(r->chk_out, sizeof(r->chk_out), "%s/%s.chk", tmpdir, name);
+	cargv[m++] = "tb-feedcheck";
+	cargv[m++] = "--session";
+	cargv[m++] = SESSION;
+	cargv[m++] = "--timeout-ms";
+	cargv[m++] = "120000";
+	for (; cargs && *cargs; cargs++)
+		cargv[m++] = *cargs;
+	cargv[m] = NULL;
+	sargv[n++] = "tb-feedsim";
+	sargv[n++] = "--iface";
+	sargv[n++] = "127.0.0.1";
+	sargv[n++] = "--session";
+	sargv[n++] = SESSION;
+	sargv[n++] = "-N";
+	sargv[n++] = "6";
+	sargv[n++] = "--end-ms";
+	sargv[n++] = "150000";
+	for (; sargs && *sargs; sargs++)
+		sargv[n++] = *sargs;
+	sargv[n] = NULL;
+
+	assert_int_equal(proc_start(&chk, r->chk_out, cargv), 0);
+	assert_int_equal(wait_output(&chk, "ready", 30000), 0);
+	assert_int_equal(proc_start(&sim, r->sim_out, sargv), 0);
+	r->chk_rc = proc_wait(&chk, 180000);
+	kill(sim.pid, SIGTERM);
+	r->sim_rc = proc_wait(&sim, 30000);
+	r->sim = proc_output(&sim);
+	r->chk = proc_output(&chk);
+	fprintf(stderr, "%s: %s%s", name, r->sim, r->chk);
+	assert_int_equal(r->sim_rc, 0);
+}
+
+static void run_free(run_t *r)
+{
+	free(r->sim);
+	free(r->chk);
+}
+
+static uint64_t F(const char *text, const char *key)
+{
+	uint64_t v = proc_field_u64(text, key);
+
+	if (v == UINT64_MAX)
+		fail_msg("no %s= in: %s", key, text);
+	return v;
+}
+
+/* The books match: same order count and order-state checksum. */
+static void assert_books_match(const run_t *r)
+{
+	char a[64], b[64];
+
+	assert_int_equal(F(r->chk, "ended"), 1);
+	assert_int_equal(r->chk_rc, 0);
+	assert_int_equal(F(r->chk, "orders"), F(r->sim, "orders"));
+	assert_int_equal(proc_field(r->sim, "checksum", a, sizeof(a)), 0);
+	assert_int_equal(proc_field(r->chk, "checksum", b, sizeof(b)), 0);
+	assert_string_equal(a, b);
+	assert_true(F(r->sim, "orders") > 0);
+	assert_int_equal(F(r->chk, "top_mismatch"), 0);
+	assert_int_equal(F(r->chk, "recv_zero"), 0);
+	assert_int_equal(F(r->chk, "book_errors"), 0);
+	assert_int_equal(F(r->chk, "instrument_events"), NINST);
+	assert_true(F(r->chk, "book_events") > F(r->sim, "last_seq"));
+	/* Every book event had its receive-to-event time recorded. */
+	assert_int_equal(F(r->chk, "recv_to_event_count"), F(r->chk, "book_events"));
+}
+
+/* ------------------------------------------------------------- tests */
+
+static void test_no_loss(void **state)
+{
+	char *sargs[] = { "-n", "20000", "-r", "20000", "--start-delay-ms", "300",
+			  "-s", "11", NULL };
+	run_t r;
+
+	(void)state;
+	run_feed(&r, "noloss", sargs, NULL);
+	assert_books_match(&r);
+	/* Every sequence arrived once, in order, none re-requested. */
+	assert_int_equal(F(r.chk, "messages"), F(r.sim, "last_seq"));
+	assert_int_equal(F(r.chk, "next_seq"), F(r.sim, "last_seq") + 1);
+	assert_int_equal(F(r.chk, "end_seq"), F(r.sim, "last_seq") + 1);
+	assert_int_equal(F(r.chk, "duplicates"), 0);
+	assert_int_equal(F(r.chk, "gaps"), 0);
+	assert_int_equal(F(r.chk, "requests"), 0);
+	assert_int_equal(F(r.sim, "requests"), 0);
+	assert_int_equal(F(r.chk, "malformed_packets"), 0);
+	assert_int_equal(F(r.chk, "system_events"), 4);
+	/* Heartbeats during the start delay were seen. */
+	assert_true(F(r.chk, "heartbeats") > 0);
+	run_free(&r);
+}
+
+static void test_loss_recovered(void **state)
+{
+	char *sargs[] = { "-n", "30000", "-r", "40000", "--drop", "0.05",
+			  "--burst-every", "5000", "--burst-len", "1000",
+			  "-s", "12", NULL };
+	char *cargs[] = { "--gap-timeout-ms", "100", "--gap-retries", "8", NULL };
+	run_t r;
+
+	(void)state;
+	run_feed(&r, "loss", sargs, cargs);
+	assert_true(F(r.sim, "dropped") > 0);
+	assert_books_match(&r);
+	assert_int_equal(F(r.chk, "messages"), F(r.sim, "last_seq"));
+	assert_true(F(r.chk, "gaps") > 0);
+	assert_true(F(r.chk, "requests") > 0);
+	assert_true(F(r.chk, "retrans_packets") > 0);
+	assert_int_equal(F(r.chk, "gaps_lost"), 0);
+	assert_int_equal(F(r.chk, "lost_messages"), 0);
+	assert_int_equal(F(r.chk, "stale_reports"), 0);
+	assert_int_equal(F(r.sim, "bad_requests"), 0);
+	assert_true(F(r.sim, "retrans_msgs") > 0);
+	run_free(&r);
+}
+
+/* Requests go to a port where nobody answers: each gap is retried, then
+ * given up, every instrument is reported stale, and the reader still
+ * reaches the end of session. */
+static void test_loss_unrecoverable(void **state)
+{
+	char *sargs[] = { "-n", "6000", "-r", "20000", "--drop", "0.02",
+			  "-s", "13", NULL };
+	char *cargs[] = { "-R", "31999", "--gap-timeout-ms", "10",
+			  "--gap-retries", "2", NULL };
+	run_t r;
+
+	(void)state;
+	run_feed(&r, "unrecoverable", sargs, cargs);
+	assert_true(F(r.sim, "dropped") > 0);
+	assert_int_equal(r.chk_rc, 0);
+	assert_int_equal(F(r.chk, "ended"), 1);
+	assert_true(F(r.chk, "gaps_lost") > 0);
+	assert_true(F(r.chk, "lost_messages") > 0);
+	assert_int_equal(F(r.chk, "gaps_filled"), 0);
+	/* One first request and two re-sends per lost gap, at least. */
+	assert_true(F(r.chk, "requests") >= 3 * F(r.chk, "gaps_lost"));
+	assert_int_equal(F(r.chk, "stale_reports"), NINST * F(r.chk, "gaps_lost"));
+	assert_int_equal(F(r.chk, "messages") + F(r.chk, "lost_messages"),
+			 F(r.sim, "last_seq"));
+	assert_int_equal(F(r.sim, "requests"), 0);
+	run_free(&r);
+}
+
+/* --duration ends the feed early: whatever was generated is sent, the
+ * session ends there, and the books still match. */
+static void test_duration(void **state)
+{
+	char *sargs[] = { "-n", "100000000", "-r", "3000", "-d", "1", "-s", "15",
+			  NULL };
+	run_t r;
+
+	(void)state;
+	run_feed(&r, "duration", sargs, NULL);
+	assert_books_match(&r);
+	assert_true(F(r.sim, "last_seq") > 100);
+	assert_true(F(r.sim, "last_seq") < 1000000);
+	assert_int_equal(F(r.chk, "messages"), F(r.sim, "last_seq"));
+	/* Cut short: no end-of-market system events, only the opening two. */
+	assert_int_equal(F(r.chk, "system_events"), 2);
+	run_free(&r);
+}
+
+static int udp_socket(void)
+{
+	int fd = socket(AF_INET, SOCK_DGRAM, 0);
+
+	assert_true(fd >= 0);
+	return fd;
+}
+
+static void send_to(int fd, const char *addr, uint16_t port, const void *b,
+		    size_t n)
+{
+	struct sockaddr_in sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons(port);
+	inet_pton(AF_INET, addr, &sa.sin_addr);
+	assert_int_equal(sendto(fd, b, n, 0, (struct sockaddr *)&sa, sizeof(sa)),
+			 (ssize_t)n);
+}
+
+/* Malformed packets sent to the group while the feed runs are counted by
+ * the reader and dropped; the books still match.  Bad re-requests sent to
+ * the simulator are counted there and answered with nothing. */
+static void test_malformed(void **state)
+{
+	char sim_out[256], chk_out[256], *sim_s, *chk_s;
+	char *cargv[] = { "tb-feedcheck", "--session", SESSION, "--timeout-ms",
+			  "120000", NULL };
+	char *sargv[] = { "tb-feedsim", "--iface", "127.0.0.1", "--session",
+			  SESSION, "-N", "6", "-n", "5000", "-r", "5000",
+			  "--start-delay-ms", "500", "--end-ms", "150000", "-s",
+			  "14", NULL };
+	uint8_t pkt[64], req[32];
+	proc_t sim, chk;
+	int fd = udp_socket(), rc;
+	tb_mold_builder_t b;
+	size_t n;
+	unsigned char one = 1;
+
+	(void)state;
+	setsockopt(fd, IPPROTO_IP, IP_MULTICAST_LOOP, &one, sizeof(one));
+	snprintf(sim_out, sizeof(sim_out), "%s/malformed.sim", tmpdir);
+	snprintf(chk_out, sizeof(chk_out), "%s/malformed.chk", tmpdir);
+	assert_int_equal(proc_start(&chk, chk_out, cargv), 0);
+	assert_int_equal(wait_output(&chk, "ready", 30000), 0);
+	assert_int_equal(proc_start(&sim, sim_out, sargv), 0);
+	usleep(200000);
+
+	/* 1: shorter than a header. */
+	send_to(fd, GROUP, PORT, "junk!", 5);
+	/* 2: count 3, one block. */
+	tb_mold_build_begin(&b, pkt, sizeof(pkt), SESSION, 1);
+	tb_mold_build_add(&b, "abc", 3);
+	n = tb_mold_build_end(&b);
+	pkt[19] = 3;
+	send_to(fd, GROUP, PORT, pkt, n);
+	/* 3: a heartbeat with bytes behind it. */
+	tb_mold_write_ctl(pkt, SESSION, 1, 0);
+	send_to(fd, GROUP, PORT, pkt, 24);
+	/* 4: sequence 0. */
+	tb_mold_write_ctl(pkt, SESSION, 0, 0);
+	send_to(fd, GROUP, PORT, pkt, 20);
+	/* A well-formed packet of another session. */
+	tb_mold_write_ctl(pkt, "OTHERSESS1", 1, 0);
+	send_to(fd, GROUP, PORT, pkt, 20);
+	/* Bad re-requests: wrong length, count 0, another session; and one
+	 * for sequences the simulator does not have yet. */
+	send_to(fd, "127.0.0.1", RPORT, "short", 5);
+	tb_mold_req_encode(req, SESSION, 1, 0);
+	send_to(fd, "127.0.0.1", RPORT, req, 20);
+	tb_mold_req_encode(req, "OTHERSESS1", 1, 5);
+	send_to(fd, "127.0.0.1", RPORT, req, 20);
+	tb_mold_req_encode(req, SESSION, 1000000, 5);
+	send_to(fd, "127.0.0.1", RPORT, req, 20);
+
+	rc = proc_wait(&chk, 180000);
+	kill(sim.pid, SIGTERM);
+	assert_int_equal(proc_wait(&sim, 30000), 0);
+	sim_s = proc_output(&sim);
+	chk_s = proc_output(&chk);
+	fprintf(stderr, "malformed: %s%s", sim_s, chk_s);
+	assert_int_equal(rc, 0);
+	assert_int_equal(F(chk_s, "malformed_packets"), 4);
+	assert_int_equal(F(chk_s, "wrong_session"), 1);
+	assert_int_equal(F(chk_s, "ended"), 1);
+	assert_int_equal(F(chk_s, "book_errors"), 0);
+	assert_int_equal(F(chk_s, "orders"), F(sim_s, "orders"));
+	{
+		char a[64], c[64];
+
+		proc_field(sim_s, "checksum", a, sizeof(a));
+		proc_field(chk_s, "checksum", c, sizeof(c));
+		assert_string_equal(a, c);
+	}
+	assert_int_equal(F(sim_s, "bad_requests"), 3);
+	assert_int_equal(F(sim_s, "unknown_requests"), 1);
+	assert_int_equal(F(sim_s, "retrans_msgs"), 0);
+	free(sim_s);
+	free(chk_s);
+	close(fd);
+}
+
+/* Same seed, same bytes (whatever the loss and rate); another seed, other
+ * bytes.  No reader: the feed goes to the group regardless. */
+static void test_deterministic(void **state)
+{
+	const char *seeds[4] = { "21", "21", "21", "22" };
+	const char *drops[4] = { "0", "0.3", "0", "0" };
+	const char *rates[4] = { "0", "0", "50000", "0" };
+	char crc[4][64], sum[4][64];
+	int i;
+
+	(void)state;
+	for (i = 0; i < 4; i++) {
+		char out[256], *text;
+		char *argv[] = { "tb-feedsim", "--iface", "127.0.0.1", "-n", "5000",
+				 "-r", (char *)rates[i], "-s", (char *)seeds[i],
+				 "--drop", (char *)drops[i], "--end-ms", "0",
+				 "-R", "0", NULL };
+		proc_t p;
+
+		snprintf(out, sizeof(out), "%s/det%d.sim", tmpdir, i);
+		assert_int_equal(proc_start(&p, out, argv), 0);
+		assert_int_equal(proc_wait(&p, 60000), 0);
+		text = proc_output(&p);
+		assert_int_equal(proc_field(text, "bytes_crc", crc[i], sizeof(crc[i])), 0);
+		assert_int_equal(proc_field(text, "checksum", sum[i], sizeof(sum[i])), 0);
+		if (i == 1)
+			assert_true(F(text, "dropped") > 0);
+		free(text);
+	}
+	assert_string_equal(crc[0], crc[1]);
+	assert_string_equal(crc[0], crc[2]);
+	assert_string_equal(sum[0], sum[1]);
+	assert_string_not_equal(crc[0], crc[3]);
+	assert_string_not_equal(sum[0], sum[3]);
+}
+
+/* tb-gateway acks every valid order with its arrival time, and counts and
+ * ignores malformed ones. */
+static void test_gateway(void **state)
+{
+	char out[256], *text, portbuf[16];
+	char *argv[] = { "tb-gateway", "-p", "0", NULL };
+	proc_t gw;
+	int fd = udp_socket(), i, acks = 0;
+	uint16_t port;
+	uint8_t junk[48];
+	tb_gw_order_t o;
+
+	(void)state;
+	snprintf(out, sizeof(out), "%s/gateway.out", tmpdir);
+	assert_int_equal(proc_start(&gw, out, argv), 0);
+	assert_int_equal(wait_output(&gw, "ready", 30000), 0);
+	text = proc_output(&gw);
+	assert_int_equal(proc_field(text, "port", portbuf, sizeof(portbuf)), 0);
+	free(text);
+	port = (uint16_t)atoi(portbuf);
+	assert_true(port > 0);
+
+	/* Malformed first (short, bad magic, bad side): the gateway reads its
+	 * socket in order, so once every order is acked these were counted. */
+	send_to(fd, "127.0.0.1", port, "x", 1);
+	tb_gw_order_init(&o);
+	o.qty = 1;
+	o.side = 'B';
+	memcpy(junk, &o, sizeof(o));
+	junk[0] ^= 0xff;
+	send_to(fd, "127.0.0.1", port, junk, sizeof(junk));
+	o.side = 'Q';
+	send_to(fd, "127.0.0.1", port, &o, sizeof(o));
+
+	for (i = 0; i < 100; i++) {
+		tb_gw_order_init(&o);
+		o.order_id = 1000 + (uint64_t)i;
+		o.sent_ns = tb_clock_now_ns();
+		o.price = 1234500;
+		o.qty = 100;
+		o.instrument = 3;
+		o.side = i % 2 ? 'S' : 'B';
+		send_to(fd, "127.0.0.1", port, &o, sizeof(o));
+	}
+	{
+		uint64_t until = proc_now_ms() + 60000;
+		uint8_t seen[100] = {0};
+
+		while (acks < 100 && proc_now_ms() < until) {
+			struct pollfd p = { fd, POLLIN, 0 };
+			uint8_t buf[128];
+			tb_gw_ack_t a;
+			ssize_t len;
+
+			memset(&a, 0, sizeof(a));
+			if (poll(&p, 1, 100) <= 0)
+				continue;
+			len = recv(fd, buf, sizeof(buf), 0);
+			assert_int_equal(tb_gw_ack_check(buf, (size_t)len, &a), 0);
+			assert_true(a.order_id >= 1000 && a.order_id < 1100);
+			assert_int_equal(seen[a.order_id - 1000], 0);
+			seen[a.order_id - 1000] = 1;
+			assert_int_equal(a.status, 0);
+			/* Same host, same clock calibration: the arrival lies
+			 * between send and now (1 ms slack for cross-core TSC). */
+			assert_true(a.arrival_ns + 1000000 >= a.sent_ns);
+			assert_true(a.arrival_ns <= tb_clock_now_ns() + 1000000);
+			acks++;
+		}
+	}
+	assert_int_equal(acks, 100);
+	kill(gw.pid, SIGTERM);
+	assert_int_equal(proc_wait(&gw, 30000), 0);
+	text = proc_output(&gw);
+	fprintf(stderr, "%s", text);
+	assert_int_equal(F(text, "orders"), 100);
+	assert_int_equal(F(text, "acks"), 100);
+	assert_int_equal(F(text, "bad"), 3);
+	assert_int_equal(F(text, "bad_size"), 1);
+	assert_int_equal(F(text, "bad_magic"), 1);
+	assert_int_equal(F(text, "bad_field"), 1);
+	free(text);
+	close(fd);
+}
+
+/* Every bad command-line value is refused with exit status 2 and a line
+ * that names the option. */
+static void test_bad_arguments(void **state)
+{
+	static const char *cases[][4] = {
+		{ "tb-feedsim", "--port", "0", "--port" },
+		{ "tb-feedsim", "--port", "70000", "--port" },
+		{ "tb-feedsim", "-n", "0", "--count" },
+		{ "tb-feedsim", "--drop", "1.5", "--drop" },
+		{ "tb-feedsim", "--drop", "lots", "--drop" },
+		{ "tb-feedsim", "--session", "ELEVENCHARS", "--session" },
+		{ "tb-feedsim", "--instruments", "0", "--instruments" },
+		{ "tb-feedsim", "--max-per-pkt", "0", "--max-per-pkt" },
+		{ "tb-feedsim", "--req-max", "65535", "--req-max" },
+		{ "tb-feedsim", "--ttl", "256", "--ttl" },
+		{ "tb-feedsim", "-g", "239.1.2", "--group" },
+		{ "tb-feedsim", "--iface", "eth0", "--iface" },
+		{ "tb-feedsim", "--rate", "-5", "--rate" },
+		{ "tb-feedsim", "--heartbeat-ms", "0", "--heartbeat-ms" },
+		{ "tb-feedsim", "stray", NULL, "unexpected argument" },
+		{ "tb-feedsim", "--bogus", NULL, "usage:" },
+		{ "tb-feedcheck", "--port", "0", "--port" },
+		{ "tb-feedcheck", "--gap-timeout-ms", "0", "--gap-timeout-ms" },
+		{ "tb-feedcheck", "--instruments", "5000", "--instruments" },
+		{ "tb-feedcheck", "--session", "", "--session" },
+		{ "tb-feedcheck", "-H", "localhost", "--retrans-host" },
+		{ "tb-feedcheck", "stray", NULL, "unexpected argument" },
+		{ "tb-gateway", "--port", "99999", "--port" },
+		{ "tb-gateway", "--bind", "any", "--bind" },
+		{ "tb-gateway", "--count", "-1", "--count" },
+		{ "tb-gateway", "stray", NULL, "unexpected argument" },
+	};
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char out[256], *text;
+		char *argv[] = { (char *)cases[i][0], (char *)cases[i][1],
+				 (char *)cases[i][2], NULL };
+		proc_t p;
+		int rc;
+
+		snprintf(out, sizeof(out), "%s/badarg%zu.out", tmpdir, i);
+		assert_int_equal(proc_start(&p, out, argv), 0);
+		rc = proc_wait(&p, 30000);
+		text = proc_output(&p);
+		if (rc != 2 || !strstr(text, cases[i][3]))
+			fail_msg("%s %s %s: want exit 2 naming '%s', got: %s",
+				 cases[i][0], cases[i][1], cases[i][2] ? cases[i][2] : "",
+				 cases[i][3], text);
+		free(text);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_no_loss),
+		cmocka_unit_test(test_loss_recovered),
+		cmocka_unit_test(test_loss_unrecoverable),
+		cmocka_unit_test(test_duration),
+		cmocka_unit_test(test_malformed),
+		cmocka_unit_test(test_deterministic),
+		cmocka_unit_test(test_gateway),
+		cmocka_unit_test(test_bad_arguments),
+	};
+	int rc;
+
+	if (unshare(CLONE_NEWNET) != 0) {
+		printf("skip: cannot create a network namespace (needs root)\n");
+		return 77;
+	}
+	if (system("ip link set lo up && ip link set lo multicast on && "
+		   "ip route add 224.0.0.0/4 dev lo") != 0) {
+		printf("skip: cannot set up multicast on loopback in the namespace\n");
+		return 77;
+	}
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/tb-feed-test.XXXXXX");
+	if (!mkdtemp(tmpdir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	tb_clock_init();
+	rc = cmocka_run_group_tests(tests, NULL, NULL);
+	if (rc == 0) {
+		char cmd[256];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "could not remove %s\n", tmpdir);
+	}
+	return rc;
+}

@@ -1,0 +1,735 @@
+/*
+ * The rc transport at the verbs boundary, on softrdma, in one process.
+ *
+ * The test plays the other end itself -- a hand-made subscriber against the
+ * real publisher, and a hand-made publisher against the real subscriber --
+ * speaking the control protocol and verbs directly, and records every work
+ * request tickbus posts by wrapping the device context's post_send (the
+ * test defines ibv_open_device, which the static library binds to, and
+ * calls the real one).  It asserts the exact requests: opcode, big-endian
+ * immediate, rkey, remote address, inline and signalled flags, lkey and
+ * lengths, on the normal, wrap/padding and credit paths; that a subscriber
+ * without credit is skipped and then resumed; that rkeys give no access
+ * outside the ring or the credit slot; that a wrong token gets no rkey; and
+ * how the subscriber reacts to its queue pair failing.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "control.h"
+#include "frame.h"
+#include "tickbus.h"
+#include "transport_rc.h"
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <endian.h>
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ------------------------------------------------ recording work requests */
+
+typedef struct rec_wr {
+	uint32_t qpn;
+	int opcode;
+	unsigned flags;
+	uint32_t imm;          /* host order */
+	uint64_t raddr;
+	uint32_t rkey;
+	uint32_t len;
+	uint32_t lkey;
+	uint64_t wr_id;
+	uint8_t data[64];      /* first bytes of the payload */
+} rec_wr_t;
+
+#define REC_MAX 4096
+static rec_wr_t rec[REC_MAX];
+static int n_rec;
+static int (*real_post_send)(struct ibv_qp *, struct ibv_send_wr *,
+			     struct ibv_send_wr **);
+
+static int recording_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
+			       struct ibv_send_wr **bad)
+{
+	for (struct ibv_send_wr *w = wr; w && n_rec < REC_MAX; w = w->next) {
+		rec_wr_t *r = &rec[n_rec++];
+		uint32_t len = 0;
+
+		for (int i = 0; i < w->num_sge; i++)
+			len += w->sg_list[i].length;
+		*r = (rec_wr_t){.qpn = qp->qp_num, .opcode = w->opcode,
+				.flags = w->send_flags, .imm = be32toh(w->imm_data),
+				.raddr = w->wr.rdma.remote_addr,
+				.rkey = w->wr.rdma.rkey, .len = len,
+				.lkey = w->num_sge ? w->sg_list[0].lkey : 0,
+				.wr_id = w->wr_id};
+		if (w->num_sge)
+			memcpy(r->data, (void *)(uintptr_t)w->sg_list[0].addr,
+			       w->sg_list[0].length < 64 ? w->sg_list[0].length : 64);
+	}
+	return real_post_send(qp, wr, bad);
+}
+
+struct ibv_context *ibv_open_device(struct ibv_device *dev)
+{
+	static struct ibv_context *(*real)(struct ibv_device *);
+	struct ibv_context *ctx;
+
+	if (!real)
+		real = (struct ibv_context * (*)(struct ibv_device *))
+			dlvsym(RTLD_NEXT, "ibv_open_device", "IBVERBS_1.1");
+	ctx = real(dev);
+	if (ctx) {
+		real_post_send = ctx->ops.post_send;
+		ctx->ops.post_send = recording_post_send;
+	}
+	return ctx;
+}
+
+/* ---------------------------------------------------- the hand-made peer */
+
+typedef struct peer {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_mr *mr;
+	uint8_t *buf;
+	size_t len;
+	union ibv_gid gid;
+	int fd;
+	tb_ctl_msg_t reply;
+} peer_t;
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void nap(void)
+{
+	struct timespec ts = {0, 200000};
+
+	nanosleep(&ts, NULL);
+}
+
+static void peer_open(peer_t *p, size_t len, uint32_t recv_depth)
+{
+	struct ibv_device **l = ibv_get_device_list(NULL);
+	struct ibv_qp_init_attr ia = {.qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 64,
+					      .max_recv_wr = recv_depth,
+					      .max_send_sge = 1, .max_recv_sge = 1,
+					      .max_inline_data = 64}};
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
+
+	memset(p, 0, sizeof(*p));
+	assert_non_null(l);
+	assert_non_null(l[0]);
+	p->ctx = ibv_open_device(l[0]);
+	ibv_free_device_list(l);
+	assert_non_null(p->ctx);
+	p->pd = ibv_alloc_pd(p->ctx);
+	p->cq = ibv_create_cq(p->ctx, 4096, NULL, NULL, 0);
+	assert_non_null(p->cq);
+	ia.send_cq = ia.recv_cq = p->cq;
+	p->qp = ibv_create_qp(p->pd, &ia);
+	assert_non_null(p->qp);
+	assert_int_equal(ibv_modify_qp(p->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+				       IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+	assert_int_equal(posix_memalign((void **)&p->buf, 4096, len), 0);
+	memset(p->buf, 0, len);
+	p->len = len;
+	p->mr = ibv_reg_mr(p->pd, p->buf, len,
+			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	assert_non_null(p->mr);
+	assert_int_equal(ibv_query_gid(p->ctx, 1, 0, &p->gid), 0);
+	p->fd = -1;
+}
+
+static void peer_connect_qp(peer_t *p, uint32_t qpn, const uint8_t *gid,
+			    uint32_t psn)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024,
+				.dest_qp_num = qpn, .rq_psn = psn,
+				.max_dest_rd_atomic = 1, .min_rnr_timer = 1,
+				.ah_attr = {.is_global = 1, .port_num = 1}};
+
+	memcpy(a.ah_attr.grh.dgid.raw, gid, 16);
+	a.ah_attr.grh.hop_limit = 1;
+	assert_int_equal(ibv_modify_qp(p->qp, &a, IBV_QP_STATE | IBV_QP_AV |
+				       IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				       IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+				       IBV_QP_MIN_RNR_TIMER), 0);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 10;
+	a.retry_cnt = 2;
+	a.rnr_retry = 7;
+	a.sq_psn = 77;
+	a.max_rd_atomic = 1;
+	assert_int_equal(ibv_modify_qp(p->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
+				       IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				       IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC), 0);
+}
+
+static void peer_close(peer_t *p)
+{
+	if (p->fd >= 0)
+		close(p->fd);
+	ibv_destroy_qp(p->qp);
+	ibv_dereg_mr(p->mr);
+	ibv_destroy_cq(p->cq);
+	ibv_dealloc_pd(p->pd);
+	ibv_close_device(p->ctx);
+	free(p->buf);
+}
+
+static void post_recvs(peer_t *p, int n)
+{
+	struct ibv_recv_wr wr = {.num_sge = 0}, *bad;
+
+	for (int i = 0; i < n; i++)
+		assert_int_equal(ibv_post_recv(p->qp, &wr, &bad), 0);
+}
+
+static void send_buf(int fd, const void *b, int n)
+{
+	assert_true(n > 0);
+	assert_int_equal(send(fd, b, (size_t)n, MSG_NOSIGNAL), n);
+}
+
+/* Reads one control message within 5 s. */
+static int read_ctl(int fd, tb_ctl_msg_t *m)
+{
+	uint8_t buf[TB_CTL_MSG_MAX];
+	size_t have = 0;
+	uint64_t until = now_ms() + 5000;
+
+	while (now_ms() < until) {
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
+		int need = have ? tb_ctl_frame_need(buf, have) : (int)TB_WIRE_HDR_LEN;
+		ssize_t n;
+
+		if (need < 0)
+			return need;
+		if (have && need == 0)
+			return tb_ctl_decode(buf, have, m);
+		if (poll(&pf, 1, 100) <= 0)
+			continue;
+		n = recv(fd, buf + have, (size_t)need, 0);
+		if (n <= 0)
+			return TB_CLOSED;
+		have += (size_t)n;
+	}
+	return TB_ETIMEDOUT;
+}
+
+static int tcp_connect(int port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	uint64_t until = now_ms() + 5000;
+
+	while (now_ms() < until) {
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+			return fd;
+		close(fd);
+		nap();
+	}
+	fail_msg("no control endpoint on port %d", port);
+	return -1;
+}
+
+/* HELLO + SUBSCRIBE from `p` to the publisher on `port`; the answer lands
+ * in p->reply. */
+static void subscribe(peer_t *p, int port, const char *token,
+		      uint32_t recv_depth)
+{
+	tb_ctl_hello_t h = {.stream_id = 9};
+	tb_ctl_subscribe_t s = {.stream_id = 9, .transport = TB_TRANSPORT_RC,
+				.mtu = TB_CTL_MTU_1024,
+				.flags = TB_CTL_SUB_F_CREDIT_SLOT,
+				.ring_addr = (uintptr_t)p->buf, .ring_len = p->len,
+				.rkey = p->mr->rkey, .qpn = p->qp->qp_num, .psn = 5,
+				.recv_depth = recv_depth};
+	uint8_t buf[TB_CTL_MSG_MAX];
+
+	snprintf(h.client_id, sizeof(h.client_id), "test");
+	snprintf(h.token, sizeof(h.token), "%s", token);
+	memcpy(s.gid, p->gid.raw, 16);
+	p->fd = tcp_connect(port);
+	send_buf(p->fd, buf, tb_ctl_encode_hello(buf, sizeof(buf), &h));
+	send_buf(p->fd, buf, tb_ctl_encode_subscribe(buf, sizeof(buf), &s));
+	assert_true(read_ctl(p->fd, &p->reply) > 0);
+}
+
+static int test_port(int k)
+{
+	return 30000 + (int)(getpid() % 10000) * 2 + k;
+}
+
+static void rc_cfg(tb_stream_cfg_t *c, int port, uint64_t ring)
+{
+	tb_stream_cfg_init(c);
+	snprintf(c->name, sizeof(c->name), "rctest");
+	c->id = 9;
+	c->transport = TB_TRANSPORT_RC;
+	c->ring_size = ring;
+	snprintf(c->control.host, sizeof(c->control.host), "127.0.0.1");
+	c->control.port = (uint16_t)port;
+	snprintf(c->token, sizeof(c->token), "right-token");
+	c->heartbeat_ms = 50;
+	c->liveness_timeout_ms = 2000;
+}
+
+/* Waits for `n` receive completions on the peer's CQ. */
+static int wait_recvs(peer_t *p, struct ibv_wc *wc, int n)
+{
+	uint64_t until = now_ms() + 5000;
+	int got = 0;
+
+	while (got < n && now_ms() < until) {
+		int k = ibv_poll_cq(p->cq, n - got, wc + got);
+
+		assert_true(k >= 0);
+		got += k;
+		if (!k)
+			nap();
+	}
+	return got;
+}
+
+/* What a subscriber does as it consumes: one 8-byte WRITE of its consumed
+ * position and re-posted receives into its credit slot. */
+static void give_credit(peer_t *p, uint64_t pos, uint32_t regranted)
+{
+	uint64_t credit = tb_rc_credit(pos, regranted);
+	struct ibv_sge sge = {.addr = (uintptr_t)&credit, .length = 8};
+	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1,
+				 .opcode = IBV_WR_RDMA_WRITE,
+				 .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED,
+				 .wr.rdma = {.remote_addr = p->reply.accept.credit_addr,
+					     .rkey = p->reply.accept.credit_rkey}};
+	struct ibv_send_wr *bad;
+	struct ibv_wc wc;
+
+	assert_int_equal(ibv_post_send(p->qp, &wr, &bad), 0);
+	assert_int_equal(wait_recvs(p, &wc, 1), 1);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+}
+
+static const rec_wr_t *recs_for(uint32_t qpn, int from, int *count)
+{
+	static rec_wr_t out[REC_MAX];
+	int n = 0;
+
+	for (int i = from; i < n_rec; i++)
+		if (rec[i].qpn == qpn)
+			out[n++] = rec[i];
+	*count = n;
+	return out;
+}
+
+/* -------------------------------------------------- publisher-side tests */
+
+static void publisher_posts_exact_work_requests(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint8_t payload[1200];
+	struct ibv_wc wc[64];
+	const rec_wr_t *w;
+	uint32_t pub_qpn;
+	int n, first;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(0), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 64 << 10, 256);
+	post_recvs(&p, 256);
+	subscribe(&p, test_port(0), "right-token", 256);
+	assert_int_equal(p.reply.type, TB_CTL_ACCEPT);
+	assert_true(p.reply.accept.credit_rkey != 0);
+	assert_int_equal(p.reply.accept.ring_offset, 0);
+	pub_qpn = p.reply.accept.qpn;
+	peer_connect_qp(&p, pub_qpn, p.reply.accept.gid, p.reply.accept.psn);
+	/* The publisher adds us to its table as it sends ACCEPT. */
+	usleep(100000);
+
+	/* A small frame: inline, WRITE_WITH_IMM at offset 0. */
+	memset(payload, 0xab, sizeof(payload));
+	first = n_rec;
+	assert_int_equal(tb_pub_offer(pub, 42, payload, 64), 1);
+	assert_int_equal(wait_recvs(&p, wc, 1), 1);
+	assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+	assert_int_equal(wc[0].opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+	assert_int_equal(be32toh(wc[0].imm_data), tb_rc_imm(0, 1));
+	assert_int_equal(wc[0].byte_len, 96);
+	w = recs_for(pub_qpn, first, &n);
+	assert_int_equal(n, 1);
+	assert_int_equal(w[0].opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
+	assert_int_equal(w[0].imm, tb_rc_imm(0, 1));
+	assert_int_equal(w[0].rkey, p.mr->rkey);
+	assert_true(w[0].raddr == (uintptr_t)p.buf);
+	assert_int_equal(w[0].len, 96);
+	assert_true(w[0].flags & IBV_SEND_INLINE);
+	assert_false(w[0].flags & IBV_SEND_SIGNALED);
+	assert_int_equal(((tb_frame_hdr_t *)p.buf)->seq, 1);
+	assert_int_equal(((tb_frame_hdr_t *)p.buf)->template_id, 42);
+	assert_memory_equal(p.buf + 32, payload, 64);
+
+	/* A large frame goes by reference: the publisher ring's lkey. */
+	first = n_rec;
+	assert_int_equal(tb_pub_offer(pub, 43, payload, 1200), 2);
+	assert_int_equal(wait_recvs(&p, wc, 1), 1);
+	w = recs_for(pub_qpn, first, &n);
+	assert_int_equal(n, 1);
+	assert_false(w[0].flags & IBV_SEND_INLINE);
+	assert_true(w[0].lkey != 0);
+	assert_int_equal(w[0].len, 1232);
+	assert_true(w[0].raddr == (uintptr_t)p.buf + 96);
+	assert_int_equal(w[0].imm, tb_rc_imm(96, 2));
+	assert_memory_equal(p.buf + 96 + 32, payload, 1200);
+
+	/* Up to the wrap: 1248-byte slots from 1344; the 52nd would straddle
+	 * 64 KiB, so a padding WRITE (inline, no immediate) fills the tail
+	 * and the frame goes to offset 0. */
+	first = n_rec;
+	for (int i = 0; i < 52; i++) {
+		assert_true(tb_pub_offer(pub, 44, payload, 1200) > 0);
+		assert_int_equal(wait_recvs(&p, wc, 1), 1);
+		give_credit(&p, 1344 + (uint64_t)(i + 1) * 1248, 0);
+	}
+	w = recs_for(pub_qpn, first, &n);
+	assert_int_equal(n, 53);
+	{
+		uint64_t pad_off = 1344 + 51 * 1248;
+		const rec_wr_t *pad = &w[51], *after = &w[52];
+
+		assert_int_equal(pad->opcode, IBV_WR_RDMA_WRITE);
+		assert_true(pad->flags & IBV_SEND_INLINE);
+		assert_int_equal(pad->len, 32);
+		assert_true(pad->raddr == (uintptr_t)p.buf + pad_off);
+		assert_int_equal(((const tb_frame_hdr_t *)pad->data)->type, TB_FRAME_PAD);
+		assert_int_equal(((const tb_frame_hdr_t *)pad->data)->length,
+				 (64 << 10) - pad_off);
+		assert_int_equal(((const tb_frame_hdr_t *)pad->data)->seq, 54);
+		assert_int_equal(after->opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
+		assert_true(after->raddr == (uintptr_t)p.buf);
+		assert_int_equal(after->imm, tb_rc_imm(0, 54));
+		assert_int_equal(((tb_frame_hdr_t *)(p.buf + pad_off))->type, TB_FRAME_PAD);
+	}
+	/* Selective signalling: one signalled request in 64 so far (56 WRs
+	 * posted: 54 frames, 1 pad, ... none yet) -- count them. */
+	{
+		int sig = 0;
+
+		w = recs_for(pub_qpn, 0, &n);
+		for (int i = 0; i < n; i++)
+			sig += !!(w[i].flags & IBV_SEND_SIGNALED);
+		assert_int_equal(n, 55);
+		assert_int_equal(sig, 0);
+	}
+	/* Nine more: the 64th request is the first signalled one, and its
+	 * wr_id counts the requests up to it. */
+	for (int i = 0; i < 9; i++) {
+		assert_true(tb_pub_offer(pub, 45, payload, 64) > 0);
+		assert_int_equal(wait_recvs(&p, wc, 1), 1);
+	}
+	{
+		int sig = 0;
+
+		w = recs_for(pub_qpn, 0, &n);
+		assert_int_equal(n, 64);
+		for (int i = 0; i < n; i++)
+			sig += !!(w[i].flags & IBV_SEND_SIGNALED);
+		assert_int_equal(sig, 1);
+		assert_true(w[63].flags & IBV_SEND_SIGNALED);
+		assert_int_equal(w[63].wr_id, 64);
+	}
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
+static void publisher_skips_a_subscriber_without_credit(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint8_t payload[64] = {0};
+	struct ibv_wc wc[64];
+	uint32_t pub_qpn;
+	int n, first;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(1), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 64 << 10, 64);
+	post_recvs(&p, 8);
+	subscribe(&p, test_port(1), "right-token", 8);  /* 8 receives only */
+	assert_int_equal(p.reply.type, TB_CTL_ACCEPT);
+	pub_qpn = p.reply.accept.qpn;
+	peer_connect_qp(&p, pub_qpn, p.reply.accept.gid, p.reply.accept.psn);
+	usleep(100000);
+
+	first = n_rec;
+	for (int i = 0; i < 20; i++)
+		assert_int_equal(tb_pub_offer(pub, 1, payload, 64), i + 1);
+	/* Eight went out; the rest were skipped, not queued behind RNR. */
+	recs_for(pub_qpn, first, &n);
+	assert_int_equal(n, 8);
+	assert_int_equal(wait_recvs(&p, wc, 8), 8);
+
+	/* Credit: consumed 8 frames (768 bytes), 8 receives re-posted. */
+	post_recvs(&p, 8);
+	give_credit(&p, 8 * 96, 8);
+	first = n_rec;
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(tb_pub_offer(pub, 1, payload, 64), 21 + i);
+	assert_int_equal(wait_recvs(&p, wc, 4), 4);
+	/* It resumes where its ring left off, with the later sequences: the
+	 * subscriber sees the gap 9..20. */
+	assert_int_equal(((tb_frame_hdr_t *)(p.buf + 8 * 96))->seq, 21);
+	assert_int_equal(be32toh(wc[0].imm_data), tb_rc_imm(8 * 96, 21));
+
+	/* The credit slot's rkey reaches the slot alone. */
+	{
+		uint64_t v = 0;
+		struct ibv_sge sge = {.addr = (uintptr_t)&v, .length = 8};
+		struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1,
+					 .opcode = IBV_WR_RDMA_WRITE,
+					 .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED,
+					 .wr.rdma = {.remote_addr = p.reply.accept.credit_addr +
+							      TB_RC_SLOT_SIZE,
+						     .rkey = p.reply.accept.credit_rkey}};
+		struct ibv_send_wr *bad;
+
+		assert_int_equal(ibv_post_send(p.qp, &wr, &bad), 0);
+		assert_int_equal(wait_recvs(&p, wc, 1), 1);
+		assert_int_equal(wc[0].status, IBV_WC_REM_ACCESS_ERR);
+	}
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
+static void wrong_token_gets_no_rkey(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint8_t junk[16] = "not a message!!";
+	tb_ctl_msg_t m;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(0), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 64 << 10, 16);
+	subscribe(&p, test_port(0), "wrong-token", 16);
+	assert_int_equal(p.reply.type, TB_CTL_REJECT);
+	assert_int_equal(p.reply.reject.reason, TB_CTL_REJ_BAD_TOKEN);
+	/* Nothing follows the reject: the publisher hung up. */
+	assert_int_equal(read_ctl(p.fd, &m), TB_CLOSED);
+	close(p.fd);
+
+	/* Garbage instead of HELLO: rejected as malformed, then dropped. */
+	p.fd = tcp_connect(test_port(0));
+	send_buf(p.fd, junk, sizeof(junk));
+	assert_true(read_ctl(p.fd, &m) > 0);
+	assert_int_equal(m.type, TB_CTL_REJECT);
+	assert_int_equal(m.reject.reason, TB_CTL_REJ_MALFORMED);
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
+/* ------------------------------------------------- subscriber-side tests */
+
+typedef struct got {
+	uint64_t seq[128];
+	int n;
+} got_t;
+
+static void on_msg(void *clientd, const tb_msg_t *m)
+{
+	got_t *g = clientd;
+
+	if (g->n < 128)
+		g->seq[g->n++] = m->seq;
+}
+
+static int poll_until(tb_subscriber_t *sub, got_t *g, int want_n, int want_rc)
+{
+	uint64_t until = now_ms() + 5000;
+
+	while (now_ms() < until) {
+		int rc = tb_sub_poll(sub, on_msg, g, 64);
+
+		if (want_rc && rc == want_rc)
+			return rc;
+		if (!want_rc && g->n >= want_n)
+			return 0;
+		if (rc <= 0)
+			nap();
+	}
+	return TB_ETIMEDOUT;
+}
+
+static void write_frame(peer_t *p, uint64_t raddr, uint32_t rkey,
+			uint64_t off, uint64_t seq)
+{
+	union {
+		tb_frame_hdr_t hdr;
+		uint8_t bytes[64];  /* header + 32 bytes of payload */
+	} f = {0};
+	struct ibv_sge sge = {.addr = (uintptr_t)&f, .length = 64};
+	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1,
+				 .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+				 .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED,
+				 .imm_data = htobe32(tb_rc_imm(off, seq)),
+				 .wr.rdma = {.remote_addr = raddr + off, .rkey = rkey}};
+	struct ibv_send_wr *bad;
+	struct ibv_wc wc;
+
+	tb_frame_init(&f.hdr, 32, 7, 9, seq, 1);
+	assert_int_equal(ibv_post_send(p->qp, &wr, &bad), 0);
+	assert_int_equal(wait_recvs(p, &wc, 1), 1);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+}
+
+static void subscriber_credits_and_rkey_bounds(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_subscriber_t *sub;
+	peer_t p;
+	tb_ctl_msg_t hello, subm;
+	tb_ctl_accept_t a = {.stream_id = 9, .epoch = 1234, .psn = 77,
+			     .next_seq = 1};
+	int lfd, one = 1, n, first;
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)test_port(1)),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	uint8_t buf[TB_CTL_MSG_MAX];
+	uint64_t raddr;
+	uint32_t rkey;
+	got_t g = {0};
+	const rec_wr_t *w;
+
+	(void)state;
+	lfd = socket(AF_INET, SOCK_STREAM, 0);
+	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 4), 0);
+	rc_cfg(&cfg, test_port(1), 64 << 10);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	assert_int_equal(tb_sub_poll(sub, on_msg, &g, 64), TB_NOT_CONNECTED);
+
+	peer_open(&p, 64, 16);   /* our "credit slot" */
+	p.fd = accept(lfd, NULL, NULL);
+	assert_true(p.fd >= 0);
+	assert_true(read_ctl(p.fd, &hello) > 0);
+	assert_int_equal(hello.type, TB_CTL_HELLO);
+	assert_string_equal(hello.hello.token, "right-token");
+	assert_true(read_ctl(p.fd, &subm) > 0);
+	assert_int_equal(subm.type, TB_CTL_SUBSCRIBE);
+	assert_int_equal(subm.subscribe.ring_len, 64 << 10);
+	assert_int_equal(subm.subscribe.recv_depth, TB_RC_RECV_DEPTH);
+	raddr = subm.subscribe.ring_addr;
+	rkey = subm.subscribe.rkey;
+	a.qpn = p.qp->qp_num;
+	memcpy(a.gid, p.gid.raw, 16);
+	a.credit_rkey = p.mr->rkey;
+	a.credit_addr = (uintptr_t)p.buf;
+	send_buf(p.fd, buf, tb_ctl_encode_accept(buf, sizeof(buf), &a));
+	peer_connect_qp(&p, subm.subscribe.qpn, subm.subscribe.gid,
+			subm.subscribe.psn);
+
+	/* Frames 1..70 (64 bytes each): delivered in order; after 64 the
+	 * subscriber re-posts and writes its credit into our slot. */
+	first = n_rec;
+	for (uint64_t s = 1; s <= 70; s++)
+		write_frame(&p, raddr, rkey, (s - 1) * 64, s);
+	assert_int_equal(poll_until(sub, &g, 70, 0), 0);
+	assert_int_equal(g.n, 70);
+	for (int i = 0; i < 70; i++)
+		assert_int_equal(g.seq[i], i + 1);
+	w = recs_for(subm.subscribe.qpn, first, &n);
+	assert_true(n >= 1);
+	assert_int_equal(w[0].opcode, IBV_WR_RDMA_WRITE);
+	assert_true(w[0].flags & IBV_SEND_INLINE);
+	assert_int_equal(w[0].len, 8);
+	assert_int_equal(w[0].rkey, p.mr->rkey);
+	assert_true(w[0].raddr == (uintptr_t)p.buf);
+	/* The last credit written says: all 70 frames consumed, 70 receives
+	 * re-posted (idle polls return what a busy one defers). */
+	{
+		uint64_t until = now_ms() + 5000, c;
+
+		do {
+			tb_sub_poll(sub, on_msg, &g, 64);
+			memcpy(&c, p.buf, 8);
+		} while (c != tb_rc_credit(70 * 64, 70) && now_ms() < until && (nap(), 1));
+		assert_true(c == tb_rc_credit(70 * 64, 70));
+	}
+
+	/* The ring's rkey reaches the ring alone: past its end is a remote
+	 * access error, and the subscriber's queue pair fails with it. */
+	{
+		uint64_t v = 0;
+		struct ibv_sge sge = {.addr = (uintptr_t)&v, .length = 8};
+		struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1,
+					 .opcode = IBV_WR_RDMA_WRITE,
+					 .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED,
+					 .wr.rdma = {.remote_addr = raddr + (64 << 10),
+						     .rkey = rkey}};
+		struct ibv_send_wr *bad;
+		struct ibv_wc wc;
+
+		assert_int_equal(ibv_post_send(p.qp, &wr, &bad), 0);
+		assert_int_equal(wait_recvs(&p, &wc, 1), 1);
+		assert_int_equal(wc.status, IBV_WC_REM_ACCESS_ERR);
+	}
+	/* Its receives flush; it reports the publisher lost and goes back to
+	 * connecting, never delivering anything more. */
+	assert_int_equal(poll_until(sub, &g, 0, TB_PUBLISHER_DEAD), TB_PUBLISHER_DEAD);
+	peer_close(&p);
+	close(lfd);
+	tb_subscriber_close(sub);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(publisher_posts_exact_work_requests),
+		cmocka_unit_test(publisher_skips_a_subscriber_without_credit),
+		cmocka_unit_test(wrong_token_gets_no_rkey),
+		cmocka_unit_test(subscriber_credits_and_rkey_bounds),
+	};
+
+	if (!getenv("SOFTRDMA_FABRIC")) {
+		char name[64];
+
+		snprintf(name, sizeof(name), "t-rc-%d", (int)getpid());
+		setenv("SOFTRDMA_FABRIC", name, 1);
+	}
+	setenv("TICKBUS_QUIET", "1", 0);
+	return cmocka_run_group_tests_name("transport_rc", tests, NULL, NULL);
+}

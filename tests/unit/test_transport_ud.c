@@ -1,0 +1,626 @@
+/*
+ * The ud transport on softrdma: a publisher and a subscriber in one process,
+ * at the ops level so the test sees the transport's own counts.
+ *
+ *  - frames arrive in order; one datagram per send without batching, one
+ *    per flush or per full datagram with it, and zero-copy posts with
+ *    selective signalling that never overflow the send queue;
+ *  - messages larger than one datagram are refused at offer (TB_EMSGSIZE);
+ *  - heartbeats (only after a quiet interval), END and silence
+ *    (TB_PUBLISHER_DEAD);
+ *  - datagrams from a raw UD sender (the test's own QP): every malformed
+ *    kind is counted and dropped, a wrong or missing immediate too, a gap
+ *    gives the exact range, a duplicate and a late datagram are counted;
+ *  - set-up errors: no device, unknown device, bad GID index, an mtu above
+ *    the path MTU, a group that is not multicast.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "clock.h"
+#include "error.h"
+#include "transport_ud.h"
+
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STREAM 41
+#define GROUP "239.7.7.41"
+
+static void cfg_for(tb_stream_cfg_t *cfg)
+{
+	tb_stream_cfg_init(cfg);
+	snprintf(cfg->name, sizeof(cfg->name), "udtest");
+	cfg->id = STREAM;
+	cfg->transport = TB_TRANSPORT_UD;
+	snprintf(cfg->group.host, sizeof(cfg->group.host), GROUP);
+	cfg->group.port = 5041;
+	cfg->ring_size = 1 << 20;
+	cfg->liveness_timeout_ms = 300;
+}
+
+/* ------------------------------------------------------------- helpers */
+
+struct got {
+	uint64_t seq[4096];
+	uint32_t len[4096];
+	int n;
+	int bad;
+};
+
+static void on_msg(void *clientd, const tb_msg_t *m)
+{
+	struct got *g = clientd;
+	const uint8_t *p = m->data;
+
+	for (uint32_t i = 0; i < m->len; i++)
+		if (p[i] != (uint8_t)m->seq)
+			g->bad++;
+	if (g->n < 4096) {
+		g->seq[g->n] = m->seq;
+		g->len[g->n] = m->len;
+	}
+	g->n++;
+}
+
+/* Polls until `want` frames arrived, a condition came, or 3 s passed. */
+static int poll_for(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
+		    struct got *g, int want)
+{
+	uint64_t end = tb_clock_now_ns() + 3000000000ull;
+
+	while (g->n < want && tb_clock_now_ns() < end) {
+		int n = rx->ops->poll(rx, seq, loss, on_msg, g, 64);
+
+		if (n < 0 && n != TB_NOT_CONNECTED)
+			return n;
+		if (n <= 0)
+			sched_yield();
+	}
+	return g->n;
+}
+
+/* Polls once more for a little while: expects nothing, returns what came. */
+static int poll_quiet(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
+		      struct got *g, int ms)
+{
+	uint64_t end = tb_clock_now_ns() + (uint64_t)ms * 1000000ull;
+	int rc = 0;
+
+	while (tb_clock_now_ns() < end && rc >= 0) {
+		rc = rx->ops->poll(rx, seq, loss, on_msg, g, 64);
+		if (rc == TB_NOT_CONNECTED)
+			rc = 0;
+		if (rc != 0)
+			return rc;
+		sched_yield();
+	}
+	return rc;
+}
+
+static uint64_t next_seq;
+
+/* Commits one frame of `len` bytes filled with its sequence, and sends. */
+static int publish(tb_tx_t *tx, uint32_t len)
+{
+	tb_frame_hdr_t *f = tb_ring_claim(&tx->ring, len, next_seq);
+	uint64_t from = tx->ring.tail;
+
+	if (!f)
+		return TB_EMSGSIZE;
+	tb_frame_init(f, len, 1, STREAM, next_seq, tb_clock_now_ns());
+	memset(tb_frame_payload(f), (int)(uint8_t)next_seq, len);
+	tb_ring_commit(&tx->ring);
+	next_seq++;
+	return tx->ops->send(tx, from, tx->ring.tail);
+}
+
+struct pair {
+	tb_stream_cfg_t cfg;
+	tb_tx_t *tx;
+	tb_rx_t *rx;
+	tb_seq_t seq;
+	tb_seq_range_t loss;
+	struct got *got;
+};
+
+static void pair_open(struct pair *p, uint32_t batch_us)
+{
+	memset(p, 0, sizeof(*p));
+	cfg_for(&p->cfg);
+	p->cfg.batch_us = batch_us;
+	assert_int_equal(tb_ud_rx_ops.open(&p->rx, &p->cfg), 0);
+	assert_int_equal(tb_ud_tx_ops.open(&p->tx, &p->cfg, 777), 0);
+	tb_seq_init(&p->seq, 0);
+	p->got = calloc(1, sizeof(*p->got));
+	assert_non_null(p->got);
+	next_seq = 1;
+}
+
+static void pair_close(struct pair *p)
+{
+	if (p->tx)
+		p->tx->ops->close(p->tx, next_seq - 1);
+	if (p->rx)
+		p->rx->ops->close(p->rx);
+	free(p->got);
+}
+
+/* --------------------------------------------------------- publishing */
+
+static void in_order_one_datagram_per_send(void **state)
+{
+	struct pair p;
+	tb_ud_tx_t *u;
+
+	(void)state;
+	pair_open(&p, 0);
+	u = (tb_ud_tx_t *)p.tx;
+	/* before anything arrives the subscriber is not connected */
+	assert_int_equal(p.rx->ops->poll(p.rx, &p.seq, &p.loss, on_msg, p.got, 8),
+			 TB_NOT_CONNECTED);
+	for (int i = 0; i < 100; i++)
+		assert_int_equal(publish(p.tx, 24 + (uint32_t)i), 0);
+	assert_int_equal(u->datagrams, 100);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 100), 100);
+	for (int i = 0; i < 100; i++) {
+		assert_int_equal(p.got->seq[i], i + 1);
+		assert_int_equal(p.got->len[i], 24 + i);
+	}
+	assert_int_equal(p.got->bad, 0);
+	assert_int_equal(p.rx->ops->epoch(p.rx), 777);
+	/* small datagrams go inline */
+	assert_int_equal(u->inline_posts, 100);
+	pair_close(&p);
+}
+
+static void zero_copy_and_selective_signalling(void **state)
+{
+	struct pair p;
+	tb_ud_tx_t *u;
+	uint64_t n;
+
+	(void)state;
+	pair_open(&p, 0);
+	u = (tb_ud_tx_t *)p.tx;
+	/* several send queues' worth, and the ring wraps three times */
+	n = 3 * (uint64_t)u->sq_depth + 5;
+	if (n < 3 * p.cfg.ring_size / 1000)
+		n = 3 * p.cfg.ring_size / 1000;
+	assert_true(u->signal_every > 1);
+	for (uint64_t i = 0; i < n; i++) {
+		assert_int_equal(publish(p.tx, 1000), 0); /* too big for inline */
+		if (i % 64 == 63) /* keep the receive ring from running dry */
+			assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got,
+						  (int)i + 1), (int)i + 1);
+	}
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, (int)n), (int)n);
+	assert_int_equal(p.got->bad, 0);
+	assert_int_equal(u->send_errors, 0);
+	assert_int_equal(u->inline_posts, 0);
+	assert_int_equal(u->signalled, n / u->signal_every);
+	/* the queue filled, and was drained by polling, never overflowing */
+	assert_true(u->cq_polls > 0);
+	assert_true(u->posted - u->completed <= u->sq_depth);
+	pair_close(&p);
+}
+
+static void batching_by_size_and_flush(void **state)
+{
+	struct pair p;
+	tb_ud_tx_t *u;
+	uint32_t per;
+
+	(void)state;
+	pair_open(&p, 1000000); /* a datagram may wait up to 1 s */
+	u = (tb_ud_tx_t *)p.tx;
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(publish(p.tx, 64), 0);
+	assert_int_equal(u->datagrams, 0);
+	assert_int_equal(poll_quiet(p.rx, &p.seq, &p.loss, p.got, 50), 0);
+	assert_int_equal(p.got->n, 0);
+	assert_int_equal(p.tx->ops->flush(p.tx), 0);
+	assert_int_equal(u->datagrams, 1);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 10), 10);
+	/* a full datagram leaves by itself: 96-byte frames, 4064 bytes of room */
+	per = (4096 - TB_PKT_HDR_LEN) / 96;
+	for (uint32_t i = 0; i < per; i++)
+		assert_int_equal(publish(p.tx, 64), 0);
+	assert_int_equal(u->datagrams, 1);
+	assert_int_equal(publish(p.tx, 64), 0);
+	assert_int_equal(u->datagrams, 2);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 10 + (int)per),
+			 10 + (int)per);
+	assert_int_equal(((tb_ud_rx_t *)p.rx)->dg.datagrams, 2);
+	assert_int_equal(p.tx->ops->flush(p.tx), 0);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 11 + (int)per),
+			 11 + (int)per);
+	assert_int_equal(p.got->bad, 0);
+	pair_close(&p);
+}
+
+static void batching_by_time(void **state)
+{
+	struct pair p;
+	tb_ud_tx_t *u;
+	struct timespec ts = {0, 3000000};
+
+	(void)state;
+	pair_open(&p, 2000); /* 2 ms */
+	u = (tb_ud_tx_t *)p.tx;
+	assert_int_equal(publish(p.tx, 64), 0);
+	assert_int_equal(u->datagrams, 0);
+	nanosleep(&ts, NULL);
+	/* the next send finds the first frame older than batch_us */
+	assert_int_equal(publish(p.tx, 64), 0);
+	assert_true(u->datagrams >= 1);
+	assert_int_equal(p.tx->ops->flush(p.tx), 0);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 2), 2);
+	pair_close(&p);
+}
+
+static void too_large_for_a_datagram(void **state)
+{
+	struct pair p;
+	uint32_t max = tb_pkt_max_payload(4096);
+
+	(void)state;
+	pair_open(&p, 0);
+	assert_int_equal(p.tx->ring.max_frame, max + TB_FRAME_HDR_LEN);
+	assert_int_equal(publish(p.tx, max + 1), TB_EMSGSIZE);
+	assert_int_equal(publish(p.tx, max), 0);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 1), 1);
+	assert_int_equal(p.got->len[0], max);
+	assert_int_equal(p.got->bad, 0);
+	pair_close(&p);
+}
+
+static void heartbeat_end_and_silence(void **state)
+{
+	struct pair p;
+	int rc;
+
+	(void)state;
+	pair_open(&p, 0);
+	/* a heartbeat alone: connected, next expected is 1 */
+	p.tx->ops->beat(p.tx, tb_clock_now_ns(), 0);
+	assert_int_equal(poll_quiet(p.rx, &p.seq, &p.loss, p.got, 20), 0);
+	assert_int_equal(((tb_ud_rx_t *)p.rx)->dg.heartbeats, 1);
+	assert_int_equal(p.seq.expected, 1);
+	assert_int_equal(publish(p.tx, 40), 0);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 1), 1);
+	/* data since the last beat, then quiet for the settle time: the
+	 * heartbeat goes, naming the next sequence */
+	p.tx->ops->beat(p.tx, tb_clock_now_ns(), 1);
+	assert_int_equal(poll_quiet(p.rx, &p.seq, &p.loss, p.got, 20), 0);
+	assert_int_equal(((tb_ud_rx_t *)p.rx)->dg.heartbeats, 2);
+	assert_int_equal(((tb_ud_tx_t *)p.tx)->beats_skipped, 0);
+	assert_int_equal(p.seq.expected, 2);
+	/* silence longer than liveness_timeout_ms */
+	rc = poll_quiet(p.rx, &p.seq, &p.loss, p.got, 1000);
+	assert_int_equal(rc, TB_PUBLISHER_DEAD);
+	/* it speaks again, then closes: END names the last sequence */
+	assert_int_equal(publish(p.tx, 40), 0);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 2), 2);
+	p.tx->ops->close(p.tx, next_seq - 1);
+	p.tx = NULL;
+	assert_int_equal(poll_quiet(p.rx, &p.seq, &p.loss, p.got, 500), TB_CLOSED);
+	pair_close(&p);
+}
+
+/* ---------------------------------------------------- a raw UD sender */
+
+struct raw {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_ah *ah;
+	struct ibv_mr *mr;
+	uint8_t buf[4096];
+};
+
+static void raw_open(struct raw *r)
+{
+	struct ibv_device **l = ibv_get_device_list(NULL);
+	struct ibv_qp_init_attr ia = {.cap = {8, 1, 1, 1, 0}, .qp_type = IBV_QPT_UD};
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+				.qkey = TB_UD_QKEY(STREAM)};
+	struct ibv_ah_attr ah = {.is_global = 1, .port_num = 1};
+
+	assert_non_null(l);
+	r->ctx = ibv_open_device(l[0]);
+	ibv_free_device_list(l);
+	assert_non_null(r->ctx);
+	r->pd = ibv_alloc_pd(r->ctx);
+	r->cq = ibv_create_cq(r->ctx, 16, NULL, NULL, 0);
+	ia.send_cq = ia.recv_cq = r->cq;
+	r->qp = ibv_create_qp(r->pd, &ia);
+	assert_non_null(r->qp);
+	assert_int_equal(ibv_modify_qp(r->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+					       IBV_QP_PORT | IBV_QP_QKEY), 0);
+	a.qp_state = IBV_QPS_RTR;
+	assert_int_equal(ibv_modify_qp(r->qp, &a, IBV_QP_STATE), 0);
+	a.qp_state = IBV_QPS_RTS;
+	assert_int_equal(ibv_modify_qp(r->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+	assert_int_equal(tb_ud_mgid(GROUP, &ah.grh.dgid), 0);
+	ah.grh.hop_limit = 1;
+	r->ah = ibv_create_ah(r->pd, &ah);
+	assert_non_null(r->ah);
+	r->mr = ibv_reg_mr(r->pd, r->buf, sizeof(r->buf), 0);
+	assert_non_null(r->mr);
+}
+
+static void raw_close(struct raw *r)
+{
+	ibv_destroy_ah(r->ah);
+	ibv_destroy_qp(r->qp);
+	ibv_dereg_mr(r->mr);
+	ibv_destroy_cq(r->cq);
+	ibv_dealloc_pd(r->pd);
+	ibv_close_device(r->ctx);
+}
+
+/* Sends buf[0..len) to the group; imm_mode 0 = first_seq (correct),
+ * 1 = no immediate, 2 = a wrong one. */
+static void raw_send(struct raw *r, uint32_t len, int imm_mode)
+{
+	struct ibv_sge sge = {(uintptr_t)r->buf, len, r->mr->lkey};
+	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1,
+				 .opcode = IBV_WR_SEND_WITH_IMM,
+				 .send_flags = IBV_SEND_SIGNALED}, *bad;
+	const tb_pkt_hdr_t *h = (const tb_pkt_hdr_t *)r->buf;
+	struct ibv_wc wc;
+	uint64_t end = tb_clock_now_ns() + 2000000000ull;
+	int n;
+
+	wr.imm_data = htonl(len >= TB_PKT_HDR_LEN ? (uint32_t)h->first_seq : 0);
+	if (imm_mode == 1)
+		wr.opcode = IBV_WR_SEND;
+	if (imm_mode == 2)
+		wr.imm_data = htonl(ntohl(wr.imm_data) + 1);
+	wr.wr.ud.ah = r->ah;
+	wr.wr.ud.remote_qpn = TB_UD_MCAST_QPN;
+	wr.wr.ud.remote_qkey = TB_UD_QKEY(STREAM);
+	assert_int_equal(ibv_post_send(r->qp, &wr, &bad), 0);
+	while ((n = ibv_poll_cq(r->cq, 1, &wc)) == 0 && tb_clock_now_ns() < end)
+		sched_yield();
+	assert_int_equal(n, 1);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+}
+
+/* Builds a datagram of `count` frames of 8 payload bytes from `first`. */
+static uint32_t raw_build(struct raw *r, uint8_t flags, uint64_t epoch,
+			  uint64_t first, uint16_t count)
+{
+	uint32_t len = TB_PKT_HDR_LEN;
+
+	for (uint16_t i = 0; i < count; i++) {
+		tb_frame_hdr_t *f = (tb_frame_hdr_t *)(r->buf + len);
+
+		tb_frame_init(f, 8, 1, STREAM, first + i, 1);
+		memset(tb_frame_payload(f), (int)(uint8_t)(first + i), 8);
+		len += tb_frame_space(TB_FRAME_HDR_LEN + 8);
+	}
+	tb_pkt_init((tb_pkt_hdr_t *)r->buf, flags, STREAM, epoch, first, count, len);
+	return len;
+}
+
+static void malformed_datagrams_counted_and_dropped(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_rx_t *rx;
+	tb_ud_rx_t *u;
+	tb_seq_t seq;
+	tb_seq_range_t loss;
+	struct raw r;
+	struct got *g = calloc(1, sizeof(*g));
+	tb_pkt_hdr_t *h;
+	tb_frame_hdr_t *f;
+	uint32_t len;
+
+	(void)state;
+	cfg_for(&cfg);
+	assert_int_equal(tb_ud_rx_ops.open(&rx, &cfg), 0);
+	u = (tb_ud_rx_t *)rx;
+	tb_seq_init(&seq, 0);
+	raw_open(&r);
+	h = (tb_pkt_hdr_t *)r.buf;
+	f = (tb_frame_hdr_t *)(r.buf + TB_PKT_HDR_LEN);
+
+	/* a good one first: epoch 9, sequence 1 */
+	raw_send(&r, raw_build(&r, 0, 9, 1, 1), 0);
+	assert_int_equal(poll_for(rx, &seq, &loss, g, 1), 1);
+
+	len = raw_build(&r, 0, 9, 2, 2);
+	raw_send(&r, 10, 0);                                /* short */
+	h->magic = 0x1234;
+	raw_send(&r, len, 0);                               /* magic */
+	raw_build(&r, 0, 9, 2, 2);
+	h->version = 9;
+	raw_send(&r, len, 0);                               /* version */
+	raw_build(&r, 0, 9, 2, 2);
+	raw_send(&r, len - 8, 0);                           /* length */
+	raw_build(&r, 0, 9, 2, 2);
+	h->flags = 0x80;
+	raw_send(&r, len, 0);                               /* flags */
+	raw_build(&r, 0, 9, 2, 2);
+	h->count = 0;
+	raw_send(&r, len, 0);                               /* count */
+	raw_build(&r, 0, 9, 2, 2);
+	f->length = 4000;
+	raw_send(&r, len, 0);                               /* frame */
+	raw_build(&r, 0, 9, 2, 2);
+	h->stream_id = STREAM + 1;
+	raw_send(&r, len, 0);                               /* stream */
+	raw_build(&r, 0, 9, 2, 2);
+	f->seq = 7;
+	raw_send(&r, len, 0);                               /* frame seq */
+	raw_build(&r, 0, 9, 2, 2);
+	raw_send(&r, len, 1);                               /* no immediate */
+	raw_send(&r, len, 2);                               /* wrong immediate */
+	raw_build(&r, 0, 0, 2, 2);
+	raw_send(&r, len, 0);                               /* epoch 0 */
+	assert_int_equal(poll_quiet(rx, &seq, &loss, g, 50), 0);
+	assert_int_equal(g->n, 1);
+	assert_int_equal(u->dg.faults[TB_PKT_SHORT], 1);
+	assert_int_equal(u->dg.faults[TB_PKT_BAD_MAGIC], 1);
+	assert_int_equal(u->dg.faults[TB_PKT_BAD_VERSION], 1);
+	assert_int_equal(u->dg.faults[TB_PKT_BAD_LENGTH], 1);
+	assert_int_equal(u->dg.faults[TB_PKT_BAD_FLAGS], 1);
+	assert_int_equal(u->dg.faults[TB_PKT_BAD_COUNT], 1);
+	assert_int_equal(u->dg.faults[TB_PKT_BAD_FRAME], 1);
+	assert_int_equal(u->dg.faults[TB_PKT_WRONG_STREAM], 1);
+	assert_int_equal(u->dg.faults[TB_PKT_BAD_SEQ], 1);
+	assert_int_equal(u->bad_imm, 2);
+	assert_int_equal(u->dg.stale_epoch, 1);
+
+	/* the stream goes on: 2..3 arrive; 6..7 reveal the gap 4..5 */
+	raw_send(&r, raw_build(&r, 0, 9, 2, 2), 0);
+	assert_int_equal(poll_for(rx, &seq, &loss, g, 3), 3);
+	raw_send(&r, raw_build(&r, 0, 9, 6, 2), 0);
+	assert_int_equal(poll_quiet(rx, &seq, &loss, g, 50), TB_GAP);
+	assert_int_equal(loss.first, 4);
+	assert_int_equal(loss.last, 5);
+	assert_int_equal(poll_for(rx, &seq, &loss, g, 5), 5);
+	/* 4..5 late: counted as reordered; 6..7 again: duplicate */
+	raw_send(&r, raw_build(&r, 0, 9, 4, 2), 0);
+	raw_send(&r, raw_build(&r, 0, 9, 6, 2), 0);
+	assert_int_equal(poll_quiet(rx, &seq, &loss, g, 50), 0);
+	assert_int_equal(u->dg.reordered, 1);
+	assert_int_equal(u->dg.duplicates, 1);
+	/* a heartbeat ahead of what arrived: the lost tail 8..9 */
+	raw_send(&r, raw_build(&r, TB_PKT_F_HEARTBEAT, 9, 10, 0), 0);
+	assert_int_equal(poll_quiet(rx, &seq, &loss, g, 50), TB_GAP);
+	assert_int_equal(loss.first, 8);
+	assert_int_equal(loss.last, 9);
+	/* a new epoch restarts the stream */
+	raw_send(&r, raw_build(&r, 0, 10, 1, 1), 0);
+	assert_int_equal(poll_quiet(rx, &seq, &loss, g, 50), TB_NEW_EPOCH);
+	assert_int_equal(poll_for(rx, &seq, &loss, g, 6), 6);
+	assert_int_equal(rx->ops->epoch(rx), 10);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(g->seq[i], (uint64_t)i + 1 + (i >= 3 ? 2 : 0));
+	assert_int_equal(g->seq[5], 1);
+	assert_int_equal(g->bad, 0);
+	raw_close(&r);
+	rx->ops->close(rx);
+	free(g);
+}
+
+/* ------------------------------------------------------- set-up errors */
+
+static void bad_configurations(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_tx_t *tx;
+	tb_rx_t *rx;
+
+	(void)state;
+	cfg_for(&cfg);
+	snprintf(cfg.rdma_device, sizeof(cfg.rdma_device), "mlx5_9");
+	assert_int_equal(tb_ud_tx_ops.open(&tx, &cfg, 1), TB_ENOENT);
+	assert_non_null(strstr(tb_errmsg(), "mlx5_9"));
+	assert_int_equal(tb_ud_rx_ops.open(&rx, &cfg), TB_ENOENT);
+	cfg_for(&cfg);
+	cfg.rdma_port = 2;
+	assert_int_equal(tb_ud_rx_ops.open(&rx, &cfg), TB_ENOENT);
+	cfg_for(&cfg);
+	cfg.gid_index = 3;
+	assert_int_equal(tb_ud_tx_ops.open(&tx, &cfg, 1), TB_ECONFIG);
+	assert_non_null(strstr(tb_errmsg(), "gid_index 3"));
+	cfg_for(&cfg);
+	cfg.mtu = 8192;
+	assert_int_equal(tb_ud_tx_ops.open(&tx, &cfg, 1), TB_ECONFIG);
+	assert_non_null(strstr(tb_errmsg(), "path MTU"));
+	cfg_for(&cfg);
+	snprintf(cfg.group.host, sizeof(cfg.group.host), "10.1.2.3");
+	assert_int_equal(tb_ud_rx_ops.open(&rx, &cfg), TB_ECONFIG);
+	assert_non_null(strstr(tb_errmsg(), "multicast"));
+	/* a smaller mtu than the path's is honoured */
+	cfg_for(&cfg);
+	cfg.mtu = 1024;
+	assert_int_equal(tb_ud_tx_ops.open(&tx, &cfg, 1), 0);
+	assert_int_equal(tx->ring.max_frame, tb_pkt_max_payload(1024) + TB_FRAME_HDR_LEN);
+	tx->ops->close(tx, 0);
+}
+
+/* Without any RDMA device (the verbs library lists none): a clear error
+ * that names softrdma.  Runs in a child with the device list failing. */
+static void no_device(void **state)
+{
+	pid_t pid;
+	int st;
+
+	(void)state;
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		setenv("SOFTRDMA_FAIL_VERB", "ibv_get_device_list", 1);
+		execl("/proc/self/exe", "test_transport_ud", "--no-device",
+		      (char *)NULL);
+		_exit(127);
+	}
+	assert_true(pid > 0);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+static int no_device_child(void)
+{
+	tb_stream_cfg_t cfg;
+	tb_tx_t *tx;
+
+	cfg_for(&cfg);
+	if (tb_ud_tx_ops.open(&tx, &cfg, 1) != TB_ENOTSUP)
+		return 1;
+	return strstr(tb_errmsg(), "softrdma") ? 0 : 2;
+}
+
+static int on_softrdma(void)
+{
+	int n = 0;
+	struct ibv_device **l = ibv_get_device_list(&n);
+	int ok = l && n > 0 && !strcmp(ibv_get_device_name(l[0]), "softrdma0");
+
+	if (l)
+		ibv_free_device_list(l);
+	return ok;
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(in_order_one_datagram_per_send),
+		cmocka_unit_test(zero_copy_and_selective_signalling),
+		cmocka_unit_test(batching_by_size_and_flush),
+		cmocka_unit_test(batching_by_time),
+		cmocka_unit_test(too_large_for_a_datagram),
+		cmocka_unit_test(heartbeat_end_and_silence),
+		cmocka_unit_test(malformed_datagrams_counted_and_dropped),
+		cmocka_unit_test(bad_configurations),
+		cmocka_unit_test(no_device),
+	};
+
+	if (!getenv("SOFTRDMA_FABRIC")) {
+		char name[64];
+
+		snprintf(name, sizeof(name), "t-ud-%d", (int)getpid());
+		setenv("SOFTRDMA_FABRIC", name, 1);
+	}
+	if (argc == 2 && !strcmp(argv[1], "--no-device"))
+		return no_device_child();
+	if (!on_softrdma()) {
+		fprintf(stderr, "SKIP: needs softrdma (LD_LIBRARY_PATH=build/softrdma)\n");
+		return 77;
+	}
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
