@@ -567,6 +567,10 @@ static inline int sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
 		atomic_store_explicit(&s->dead, 1, memory_order_relaxed);
 		return 1;
 	}
+	/* Reap with every signalled request: completions come back at the
+	 * pace they are asked for, and an error shows within 64 frames. */
+	if (s->wr.send_flags & IBV_SEND_SIGNALED)
+		sub_reap(s);
 	s->posted += nwr;
 	s->wpos += pad + space;
 	s->wframes++;
@@ -1113,7 +1117,6 @@ typedef struct rc_rx {
 	uint64_t seen_gen;
 	uint32_t stream_id;
 	uint64_t dead_ns;
-	tb_counter_slot_t *ctr;
 	struct ibv_wc wc[CQ_BATCH];
 	struct ibv_recv_wr rwr[TB_RC_RECV_BATCH];
 	/* Shared with the control thread. */
@@ -1573,8 +1576,8 @@ static int rx_other_wc(rc_rx_t *r, const struct ibv_wc *wc)
 	if (atomic_load(&r->ctl_state) == CTL_CLOSED)
 		return 0;   /* a credit the closed publisher never took, and
 			     * the receives flushed after it */
-	if (r->ctr)
-		tb_counter_inc(r->ctr, TB_CTR_ERRORS);
+	if (r->base.ctr)
+		tb_counter_inc(r->base.ctr, TB_CTR_ERRORS);
 	atomic_store(&r->ctl_state, CTL_LOST);
 	return -1;
 }
@@ -1679,8 +1682,8 @@ consumed:
 corrupt:
 		/* Never happens with a tickbus publisher; drop the session
 		 * rather than deliver garbage, and let it reconnect. */
-		if (r->ctr)
-			tb_counter_inc(r->ctr, TB_CTR_MALFORMED);
+		if (r->base.ctr)
+			tb_counter_inc(r->base.ctr, TB_CTR_MALFORMED);
 		tb_warn("stream '%s': frame at ring offset %llu does not match its "
 			"completion; reconnecting", r->cfg.name,
 			(unsigned long long)off);
