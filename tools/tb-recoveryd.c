@@ -27,6 +27,7 @@
 #include "counters.h"
 #include "error.h"
 #include "frame.h"
+#include "recovery_client.h"
 #include "recovery_server.h"
 #include "store.h"
 
@@ -50,6 +51,11 @@ struct stream {
 	uint64_t epoch;           /* of the open store */
 	pthread_mutex_t lock;     /* store, epoch */
 	uint64_t stored, holes, lost;
+	/* Where the store must go on from at the first frame: set when the
+	 * epoch was not known at open (datagram transports learn it from the
+	 * first frame), so tb_sub_start_at could not ask for it; 0 once
+	 * the subscription's own recovery is in charge. */
+	int check_first;
 	int ended;
 	tb_counter_slot_t *ctr;
 	uint8_t *frame;           /* scratch for one frame */
@@ -140,7 +146,7 @@ static int restart_store(struct stream *st, uint64_t first_missing)
 	return open_store(st, st->epoch);
 }
 
-static void record_hole(struct stream *st, uint64_t first, uint64_t last)
+static void log_hole(struct stream *st, uint64_t first, uint64_t last)
 {
 	st->holes++;
 	st->lost += last - first + 1;
@@ -149,11 +155,56 @@ static void record_hole(struct stream *st, uint64_t first, uint64_t last)
 		" (%" PRIu64 " messages) could not be recovered; requests "
 		"before %" PRIu64 " will be refused as too old\n", prog,
 		st->cfg.name, first, last, last - first + 1, last + 1);
+}
+
+static void record_hole(struct stream *st, uint64_t first, uint64_t last)
+{
+	log_hole(st, first, last);
 	pthread_mutex_lock(&st->lock);
 	if (st->store && tb_store_last_seq(st->store) != 0 &&
 	    tb_store_last_seq(st->store) < last)
 		restart_store(st, first);
 	pthread_mutex_unlock(&st->lock);
+}
+
+static int append_locked(void *clientd, const tb_frame_hdr_t *f)
+{
+	struct stream *st = clientd;
+	int rc;
+
+	pthread_mutex_lock(&st->lock);
+	rc = tb_store_append(st->store, f);
+	pthread_mutex_unlock(&st->lock);
+	if (rc < 0)
+		return 1;
+	st->stored++;
+	tb_counter_inc(st->ctr, TB_CTR_DELIVERED);
+	return 0;
+}
+
+/* Fills [first, last] of `epoch` from the publisher's retention (the
+ * stream's retention_endpoint) straight into the store.  Returns the first
+ * sequence not filled. */
+static uint64_t fill_from_retention(struct stream *st, uint64_t epoch,
+				    uint64_t first, uint64_t last)
+{
+	tb_rclient_cfg_t c;
+	uint64_t next = first;
+
+	if (!st->cfg.n_recovery)
+		return first;
+	tb_rclient_cfg_init(&c);
+	c.endpoints = st->cfg.recovery; /* the retention endpoint */
+	c.n_endpoints = st->cfg.n_recovery;
+	c.stream_id = st->cfg.id;
+	c.token = st->cfg.token;
+	c.deadline_ms = st->cfg.recovery_timeout_ms;
+	if (tb_rclient_fetch(&c, epoch, first, last, append_locked, NULL, st,
+			     NULL, &next) < 0)
+		fprintf(stderr, "%s: stream %s: filling %" PRIu64 "..%" PRIu64
+			" from retention: %s\n", prog, st->cfg.name, first, last,
+			tb_errmsg());
+	return next;
 }
 
 static void on_msg(void *clientd, const tb_msg_t *m)
@@ -188,12 +239,32 @@ static void on_msg(void *clientd, const tb_msg_t *m)
 			return;
 		}
 	}
+	if (st->check_first) {
+		/* The epoch is known only now: what the store lacks before
+		 * this frame comes from the publisher's retention, or is a
+		 * hole. */
+		uint64_t want = tb_store_last_seq(st->store) + 1, next;
+
+		st->check_first = 0;
+		fprintf(stderr, "%s: stream %s: epoch %" PRIu64 ", store holds "
+			"%" PRIu64 "..%" PRIu64 "; resuming at %" PRIu64
+			" (first frame %" PRIu64 ")\n", prog, st->cfg.name, epoch,
+			tb_store_first_seq(st->store), want - 1, want, m->seq);
+		if (m->seq > want) {
+			pthread_mutex_unlock(&st->lock);
+			next = fill_from_retention(st, epoch, want, m->seq - 1);
+			if (next < m->seq)
+				log_hole(st, next, m->seq - 1);
+			pthread_mutex_lock(&st->lock);
+		}
+	}
 	if (tb_store_last_seq(st->store) != 0 &&
 	    m->seq != tb_store_last_seq(st->store) + 1) {
 		if (m->seq <= tb_store_last_seq(st->store)) {
 			pthread_mutex_unlock(&st->lock);
 			return; /* already stored (a restart's overlap) */
 		}
+		/* Only after a hole already logged: a new store after it. */
 		restart_store(st, tb_store_last_seq(st->store) + 1);
 	}
 	rc = tb_store_append(st->store, f);
@@ -279,6 +350,8 @@ static int open_stream(struct stream *st, const tb_stream_cfg_t *cfg)
 			"%" PRIu64 "..%" PRIu64 "; resuming at %" PRIu64 "\n",
 			prog, cfg->name, epoch, tb_store_first_seq(st->store),
 			last, last + 1);
+	} else {
+		st->check_first = 1;
 	}
 	return 0;
 }
