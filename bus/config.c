@@ -35,6 +35,9 @@
  *   heartbeat_ms           1..60000                             100
  *   liveness_timeout_ms    2*heartbeat_ms..600000               1000
  *   retention              messages kept, 0..100000000          0 = off
+ *   retention_endpoint     host:port the publisher serves them on  none
+ *   recovery_buffer        power of two, 64K..1G bytes          4M
+ *   recovery_timeout_ms    100..600000                          5000
  *   shm_path     (shm)     absolute path                /dev/shm/tickbus.NAME
  *   control      (rc ud udp) publisher host:port        required for rc
  *   rdma_device  (rc ud)   device name                  first active device
@@ -183,6 +186,9 @@ enum key_index {
 	KEY_HEARTBEAT_MS,
 	KEY_LIVENESS_TIMEOUT_MS,
 	KEY_RETENTION,
+	KEY_RETENTION_ENDPOINT,
+	KEY_RECOVERY_BUFFER,
+	KEY_RECOVERY_TIMEOUT_MS,
 	KEY_SHM_PATH,
 	KEY_CONTROL,
 	KEY_RDMA_DEVICE,
@@ -225,6 +231,12 @@ static const struct key_spec keys[N_KEYS] = {
 		FIELD(liveness_timeout_ms), 2, 600000, 0, T_ALL, 0, NULL},
 	[KEY_RETENTION] = {"retention", K_U32, FIELD(retention),
 		0, 100000000, 0, T_ALL, 0, NULL},
+	[KEY_RETENTION_ENDPOINT] = {"retention_endpoint", K_ENDPOINT,
+		FIELD(retention_endpoint), 0, 0, 0, T_ALL, 0, NULL},
+	[KEY_RECOVERY_BUFFER] = {"recovery_buffer", K_SIZE,
+		FIELD(recovery_buffer), RING_MIN, RING_MAX, F_POW2, T_ALL, 0, NULL},
+	[KEY_RECOVERY_TIMEOUT_MS] = {"recovery_timeout_ms", K_U32,
+		FIELD(recovery_timeout_ms), 100, 600000, 0, T_ALL, 0, NULL},
 	[KEY_SHM_PATH] = {"shm_path", K_PATH, FIELD(shm_path),
 		0, 0, 0, T_SHM, 0, NULL},
 	[KEY_CONTROL] = {"control", K_ENDPOINT, FIELD(control),
@@ -825,6 +837,8 @@ void tb_stream_cfg_init(tb_stream_cfg_t *cfg)
 	cfg->slow_consumer = TB_SLOW_LAP;
 	cfg->heartbeat_ms = 100;
 	cfg->liveness_timeout_ms = 1000;
+	cfg->recovery_buffer = 4u << 20;
+	cfg->recovery_timeout_ms = 5000;
 	cfg->gid_index = -1;
 	cfg->ttl = 1;
 	cfg->loopback = 1;
@@ -883,6 +897,17 @@ int tb_stream_cfg_validate(const tb_stream_cfg_t *cfg)
 				  cfg->name, cfg->liveness_timeout_ms,
 				  cfg->heartbeat_ms,
 				  2ULL * cfg->heartbeat_ms);
+	if ((cfg->n_recovery > 0 || cfg->retention_endpoint.host[0]) &&
+	    cfg->token[0] == '\0')
+		return tb_err_set(TB_ECONFIG, "stream '%s': field 'token' is "
+				  "missing; recovery and retention_endpoint "
+				  "need it (the recovery protocol "
+				  "authenticates every request)", cfg->name);
+	if (cfg->retention_endpoint.host[0] && cfg->retention == 0)
+		return tb_err_set(TB_ECONFIG, "stream '%s': field "
+				  "'retention_endpoint' is set but retention "
+				  "is 0; allowed: retention 1..100000000 with "
+				  "it", cfg->name);
 	if (cfg->transport == TB_TRANSPORT_SHM) {
 		char path[TB_PATH_MAX];
 

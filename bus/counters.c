@@ -73,6 +73,8 @@ static const char *const counter_names[TB_CTR_COUNT] = {
 	[TB_CTR_MALFORMED_BAD_SEQ] = "malformed_bad_seq",
 	[TB_CTR_REORDERED] = "reordered",
 	[TB_CTR_STALE_EPOCH] = "stale_epoch",
+	[TB_CTR_REPLAYED] = "replayed",
+	[TB_CTR_DATA_LOSS] = "data_loss",
 };
 
 const char *tb_counter_name(int id)

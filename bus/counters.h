@@ -70,6 +70,8 @@ typedef enum tb_counter_id {
 	TB_CTR_MALFORMED_BAD_SEQ,
 	TB_CTR_REORDERED,   /* datagrams that came after their gap was told */
 	TB_CTR_STALE_EPOCH, /* datagrams of a publisher epoch already left */
+	TB_CTR_REPLAYED,      /* frames delivered by recovery */
+	TB_CTR_DATA_LOSS,     /* TB_DATA_LOSS events: recovery gave up */
 	TB_CTR_COUNT,
 } tb_counter_id_t;
 

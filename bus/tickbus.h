@@ -79,6 +79,12 @@ typedef struct tb_stream_cfg {
 	uint32_t heartbeat_ms;         /* publisher liveness beat; default 100 */
 	uint32_t liveness_timeout_ms;  /* beat older than this = dead; 1000 */
 	uint32_t retention;            /* messages the publisher keeps; 0 = off */
+	tb_endpoint_t retention_endpoint; /* where the publisher serves them
+					     (recovery protocol); "" = not */
+	uint64_t recovery_buffer;      /* live bytes a recovering subscriber
+					  holds; default 4 MiB */
+	uint32_t recovery_timeout_ms;  /* a gap not recovered by then is
+					  TB_DATA_LOSS; default 5000 */
 
 	/* shm */
 	char shm_path[TB_PATH_MAX];    /* default /dev/shm/tickbus.<name> */
@@ -201,6 +207,13 @@ int tb_subscriber_close(tb_subscriber_t *sub);
  * range is in tb_sub_loss), TB_NEW_EPOCH, TB_CLOSED, TB_PUBLISHER_DEAD.  A
  * condition is returned once, at its place in the stream; polling again goes
  * on.  Never blocks.  Hot path.
+ *
+ * With recovery endpoints (cfg.recovery), gaps and laps are not returned:
+ * the missing messages are fetched in the background and delivered in
+ * order (flag TB_MSG_F_REPLAY) before the later live ones; what cannot be
+ * recovered within cfg.recovery_timeout_ms, or is no longer held, is
+ * returned once as TB_DATA_LOSS with its exact range in tb_sub_loss, and
+ * delivery goes on after it.
  */
 int tb_sub_poll(tb_subscriber_t *sub, tb_handler_t handler, void *clientd,
 		int limit);
@@ -208,6 +221,22 @@ int tb_sub_poll(tb_subscriber_t *sub, tb_handler_t handler, void *clientd,
 /* The range of the last TB_LAPPED, TB_GAP or TB_DATA_LOSS; returns 0, or
  * TB_ENOENT when there has been none. */
 int tb_sub_loss(const tb_subscriber_t *sub, uint64_t *first, uint64_t *last);
+/*
+ * Late join: deliver from sequence `seq` of the epoch (1 = its start)
+ * rather than from the live position.  Call after open, before the first
+ * poll.  What lies between `seq` and the live position is a gap: recovered
+ * from cfg.recovery when endpoints are configured (replayed messages carry
+ * TB_MSG_F_REPLAY; on a quiet stream the first idle poll asks the services
+ * up to the latest they hold), else reported as TB_GAP when the next
+ * message arrives.  A subscriber that attaches to a ring before its first
+ * message starts at 1 anyway.  Returns 0, TB_EINVAL (seq 0) or TB_ESTATE
+ * (messages already delivered).
+ */
+int tb_sub_start_at(tb_subscriber_t *sub, uint64_t seq);
+/* 1 while a gap is being recovered (messages come from recovery and the
+ * live buffer), 0 when live. */
+int tb_sub_recovering(const tb_subscriber_t *sub);
+
 /* Epoch of the publisher this subscriber follows (0 before it connects). */
 uint64_t tb_sub_epoch(const tb_subscriber_t *sub);
 /* Next sequence number this subscriber expects (0 before the first). */

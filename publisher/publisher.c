@@ -11,6 +11,12 @@
  *
  * A background thread beats the stream's heartbeat every heartbeat_ms, so
  * subscribers can tell a quiet publisher from a dead one.
+ *
+ * Retention (cfg.retention > 0): the hot path also records where each frame
+ * sits in the ring (retention.h: two stores, no copy), and, when
+ * cfg.retention_endpoint is set, a recovery server (recovery_server.h)
+ * answers recovery-protocol requests for those frames from its own
+ * threads.
  */
 #include "tickbus.h"
 
@@ -18,6 +24,8 @@
 #include "counters.h"
 #include "error.h"
 #include "frame.h"
+#include "recovery_server.h"
+#include "retention.h"
 #include "transport.h"
 
 #include <errno.h>
@@ -38,6 +46,7 @@ struct tb_publisher {
 	int claim_open;
 	uint16_t claim_template;
 	tb_counter_slot_t *ctr;    /* in the counters file, or `own_ctr` */
+	tb_retention_t *ret;       /* &own_ret, or NULL: retention off */
 
 	/* Cold. */
 	tb_counter_slot_t own_ctr; /* when the counters file is unavailable */
@@ -48,6 +57,8 @@ struct tb_publisher {
 	pthread_cond_t beat_cond;
 	int beat_stop;
 	int beat_started;
+	tb_retention_t own_ret;
+	tb_rsrv_t *rsrv;           /* serves the retention buffer, or NULL */
 };
 
 static void *beat_main(void *arg)
@@ -111,6 +122,46 @@ static uint64_t new_epoch(void)
 	       ((uint64_t)getpid() << 48);
 }
 
+static void stop_retention(tb_publisher_t *p)
+{
+	tb_rsrv_close(p->rsrv); /* first: its threads read the ring */
+	p->rsrv = NULL;
+	if (p->ret)
+		tb_retention_free(p->ret);
+	p->ret = NULL;
+}
+
+static int start_retention(tb_publisher_t *p)
+{
+	tb_rsrv_source_t src;
+	tb_rsrv_cfg_t rcfg;
+	int rc;
+
+	if (p->cfg.retention == 0)
+		return 0;
+	rc = tb_retention_init(&p->own_ret, p->cfg.retention, p->ring,
+			       p->stream_id, p->epoch);
+	if (rc < 0)
+		return rc;
+	p->ret = &p->own_ret;
+	if (p->cfg.retention_endpoint.host[0] == '\0')
+		return 0;
+	memset(&src, 0, sizeof(src));
+	src.stream_id = p->stream_id;
+	src.token = p->cfg.token;
+	src.bounds = tb_retention_bounds;
+	src.read = tb_retention_read;
+	src.sd = p->ret;
+	tb_rsrv_cfg_init(&rcfg);
+	rcfg.listen = p->cfg.retention_endpoint;
+	rc = tb_rsrv_open(&p->rsrv, &rcfg, &src, 1);
+	if (rc < 0) {
+		stop_retention(p);
+		return tb_err_prepend(rc, "retention_endpoint");
+	}
+	return 0;
+}
+
 int tb_publisher_open(tb_publisher_t **out, const tb_stream_cfg_t *cfg)
 {
 	const tb_tx_ops_t *ops;
@@ -152,8 +203,14 @@ int tb_publisher_open(tb_publisher_t **out, const tb_stream_cfg_t *cfg)
 	/* The transport may choose its ops per stream (rc: back-pressure). */
 	p->room = p->tx->ops->room;
 	p->send = p->tx->ops->send;
+	rc = start_retention(p);
+	if (rc < 0) {
+		ops->close(p->tx, 0);
+		goto fail;
+	}
 	rc = start_beat(p);
 	if (rc < 0) {
+		stop_retention(p);
 		ops->close(p->tx, 0);
 		goto fail;
 	}
@@ -188,6 +245,7 @@ int tb_publisher_close(tb_publisher_t *p)
 	if (!p)
 		return 0;
 	stop_beat(p);
+	stop_retention(p);
 	if (p->tx->ops->flush)
 		p->tx->ops->flush(p->tx);
 	p->tx->ops->close(p->tx, p->next_seq - 1);
@@ -222,8 +280,11 @@ static inline tb_frame_hdr_t *claim(tb_publisher_t *p, uint32_t len, int *rc)
 static inline int64_t publish(tb_publisher_t *p)
 {
 	uint64_t from = p->ring->tail;
+	uint64_t at = p->ring->claim_pos;
 
 	tb_ring_commit(p->ring);
+	if (p->ret)
+		tb_retention_record(p->ret, p->next_seq, at);
 	if (p->send) {
 		int rc = p->send(p->tx, from, p->ring->tail);
 

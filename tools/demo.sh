@@ -89,4 +89,5 @@ mkdir -p "$BUILD/demo"
 cp "$out"/*.hgrm "$BUILD/demo/" 2>/dev/null || true
 echo "latency distributions: $BUILD/demo/strategy-a.hgrm, $BUILD/demo/strategy-b.hgrm"
 echo "(one-way latency from the publish timestamp to the subscriber's poll, same-host TSC)"
+BUILD=$BUILD tools/demo-recovery.sh || status=1
 exit $status

@@ -27,7 +27,9 @@ static void on_signal(int sig) { (void)sig; stop = 1; }
 struct state {
 	uint64_t delivered, first, last, sum;
 	uint64_t order_errors, bad_payload, lost, laps, gaps, epochs;
+	uint64_t replayed, data_losses;
 	uint64_t slow_ns;
+	uint64_t stall_every, stall_ms;
 	tb_hist_t *lat;
 	FILE *loss_log;
 	char losses[LOSSES_SHOWN * 48];
@@ -41,15 +43,20 @@ static void usage(FILE *out)
 "       tb-subscribe --shm PATH [options]\n"
 "Subscribes, verifies every tb-publish message and prints a summary line:\n"
 "  subscriber NAME: delivered=N first=F last=L order_errors=0 bad_payload=0\n"
-"    checksum=0x... laps=K gaps=G lost=M losses=A-B,... end=count|closed|\n"
-"    dead|timeout|signal\n"
+"    checksum=0x... laps=K gaps=G lost=M losses=A-B,... replayed=R\n"
+"    data_losses=D end=count|closed|dead|timeout|signal\n"
+"With recovery endpoints in the stream's config, gaps are recovered: the\n"
+"replayed messages count in replayed=, what recovery gave up on in\n"
+"data_losses= and lost=.\n"
 "options:\n"
 "  -c, --config FILE     stream configuration file (INI)\n"
 "  -s, --stream NAME     stream to read in that file\n"
 "      --shm PATH        read an shm stream at PATH without a file\n"
 "  -n, --count N         stop after the message with sequence N\n"
+"      --start-at SEQ    late join: deliver from SEQ (1 = start of epoch)\n"
 "      --timeout-ms MS   give up after MS milliseconds (exit 4)\n"
 "      --slow-ns NS      spend NS ns on every message (a slow consumer)\n"
+"      --stall-every N   sleep --stall-ms MS after every N live messages\n"
 "      --latency         print one-way latency percentiles\n"
 "      --hgrm FILE       write the latency distribution (.hgrm, in us)\n"
 "      --name NAME       label for the output (default: the pid)\n"
@@ -80,8 +87,17 @@ static void on_msg(void *clientd, const tb_msg_t *m)
 	s->sum = tb_demo_sum(s->sum, m->data, m->len, m->seq);
 	s->last = m->seq;
 	s->delivered++;
+	if (m->flags & TB_MSG_F_REPLAY)
+		s->replayed++;
 	if (s->lat)
 		tb_hist_record(s->lat, (int64_t)(m->receive_ns - m->publish_ns));
+	if (s->stall_every && s->delivered % s->stall_every == 0 &&
+	    !(m->flags & TB_MSG_F_REPLAY)) {
+		struct timespec ts = {(time_t)(s->stall_ms / 1000),
+				      (long)(s->stall_ms % 1000) * 1000000L};
+
+		nanosleep(&ts, NULL);
+	}
 	if (s->slow_ns) {
 		uint64_t until = mono_ns() + s->slow_ns;
 
@@ -90,6 +106,7 @@ static void on_msg(void *clientd, const tb_msg_t *m)
 	}
 }
 
+/* kind: 0 gap, 1 lap, 2 data loss (recovery gave up) */
 static void note_loss(struct state *s, tb_subscriber_t *sub, int laps)
 {
 	uint64_t a = 0, b = 0;
@@ -98,7 +115,9 @@ static void note_loss(struct state *s, tb_subscriber_t *sub, int laps)
 	if (tb_sub_loss(sub, &a, &b) != 0)
 		return;
 	s->lost += b - a + 1;
-	if (laps)
+	if (laps == 2)
+		s->data_losses++;
+	else if (laps)
 		s->laps++;
 	else
 		s->gaps++;
@@ -137,6 +156,9 @@ int main(int argc, char **argv)
 		{"name", required_argument, 0, 'N'},
 		{"loss-log", required_argument, 0, 'G'},
 		{"report", no_argument, 0, 'P'},
+		{"start-at", required_argument, 0, 'A'},
+		{"stall-every", required_argument, 0, 'E'},
+		{"stall-ms", required_argument, 0, 'M'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
@@ -145,6 +167,7 @@ int main(int argc, char **argv)
 	const char *end = "signal";
 	char name[64];
 	uint64_t count = 0, timeout_ms = 0, start, last_report, last_delivered = 0;
+	uint64_t start_at = 0;
 	struct state s;
 	int latency = 0, report = 0, c, rc, status = 0;
 	tb_subscriber_t *sub;
@@ -165,6 +188,9 @@ int main(int argc, char **argv)
 		case 'N': snprintf(name, sizeof(name), "%s", optarg); break;
 		case 'G': loss_log = optarg; break;
 		case 'P': report = 1; break;
+		case 'E': if (parse_u64(optarg, &s.stall_every)) goto bad; break;
+		case 'M': if (parse_u64(optarg, &s.stall_ms)) goto bad; break;
+		case 'A': if (parse_u64(optarg, &start_at) || !start_at) goto bad; break;
 		case 'h': usage(stdout); return 0;
 		default: goto bad;
 		}
@@ -199,6 +225,11 @@ bad:
 		fprintf(stderr, "tb-subscribe: %s\n  (%s)\n", tb_errmsg(), tb_strerror(rc));
 		return 1;
 	}
+	if (start_at && (rc = tb_sub_start_at(sub, start_at)) < 0) {
+		fprintf(stderr, "tb-subscribe: %s\n", tb_errmsg());
+		tb_subscriber_close(sub);
+		return 1;
+	}
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 
@@ -207,8 +238,8 @@ bad:
 	while (!stop) {
 		int n = tb_sub_poll(sub, on_msg, &s, 256);
 
-		if (n == TB_LAPPED || n == TB_GAP) {
-			note_loss(&s, sub, n == TB_LAPPED);
+		if (n == TB_LAPPED || n == TB_GAP || n == TB_DATA_LOSS) {
+			note_loss(&s, sub, n == TB_DATA_LOSS ? 2 : n == TB_LAPPED);
 		} else if (n == TB_NEW_EPOCH) {
 			s.epochs++;
 			s.first = s.last = 0;
@@ -257,10 +288,11 @@ bad:
 	printf("subscriber %s: delivered=%" PRIu64 " first=%" PRIu64 " last=%" PRIu64
 	       " order_errors=%" PRIu64 " bad_payload=%" PRIu64 " checksum=0x%016"
 	       PRIx64 " laps=%" PRIu64 " gaps=%" PRIu64 " lost=%" PRIu64
-	       " losses=%s epochs=%" PRIu64 " end=%s\n",
+	       " losses=%s replayed=%" PRIu64 " data_losses=%" PRIu64
+	       " epochs=%" PRIu64 " end=%s\n",
 	       name, s.delivered, s.first, s.last, s.order_errors, s.bad_payload,
 	       s.sum, s.laps, s.gaps, s.lost, s.losses[0] ? s.losses : "none",
-	       s.epochs, end);
+	       s.replayed, s.data_losses, s.epochs, end);
 	if (s.lat && tb_hist_count(s.lat) > 0) {
 		printf("subscriber %s: latency_ns count=%" PRId64 " p50=%" PRId64
 		       " p90=%" PRId64 " p99=%" PRId64 " p99.9=%" PRId64

@@ -35,6 +35,7 @@ static void poll_loop(void **state) { (void)state; run_example("poll_loop"); }
 static void config_file(void **state) { (void)state; run_example("config_file"); }
 static void pin_and_idle(void **state) { (void)state; run_example("pin_and_idle"); }
 static void udp_flush(void **state) { (void)state; run_example("udp_flush"); }
+static void late_join(void **state) { (void)state; run_example("late_join"); }
 
 /* A new example must be added here too: this test counts them. */
 static void every_example_is_run(void **state)
@@ -53,7 +54,7 @@ static void every_example_is_run(void **state)
 		if (e->d_name[0] != '.' && !strchr(e->d_name, '.'))
 			n++;
 	closedir(d);
-	assert_int_equal(n, 6);
+	assert_int_equal(n, 7);
 }
 
 int main(void)
@@ -65,6 +66,7 @@ int main(void)
 		cmocka_unit_test(config_file),
 		cmocka_unit_test(pin_and_idle),
 		cmocka_unit_test(udp_flush),
+		cmocka_unit_test(late_join),
 		cmocka_unit_test(every_example_is_run),
 	};
 	return cmocka_run_group_tests_name("examples", tests, NULL, NULL);

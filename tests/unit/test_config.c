@@ -296,7 +296,59 @@ static void test_validate_struct(void **state)
 		       "host; allowed: " A_REC);
 	strcpy(c.recovery[0].host, "127.0.0.1");
 	c.recovery[0].port = 7100;
+	expect_invalid(&c, "stream 's': field 'token' is missing; recovery and "
+		       "retention_endpoint need it (the recovery protocol "
+		       "authenticates every request)");
+	strcpy(c.token, "t0ken");
 	assert_int_equal(tb_stream_cfg_validate(&c), 0);
+}
+
+/* The recovery keys of issue 5: retention_endpoint, recovery_buffer,
+ * recovery_timeout_ms, and the rules that tie them to token and retention. */
+static void test_recovery_keys(void **state)
+{
+	static const struct bad_case bad[] = {
+		{"shm", "recovery_buffer", "100K", "'100K' is not a power of "
+		 "two; allowed: a power of two from 64K to 1G bytes, with an "
+		 "optional K, M or G suffix (x1024)"},
+		{"shm", "recovery_timeout_ms", "99", "'99' is out of range; "
+		 "allowed: an integer from 100 to 600000"},
+		{"udp", "retention_endpoint", "127.0.0.1:0", "'127.0.0.1:0': "
+		 "port 0 is out of range; allowed: host:port with a port from "
+		 "1 to 65535, e.g. 127.0.0.1:7000 or [::1]:7000"},
+	};
+	tb_config_t *cfg;
+	const tb_stream_cfg_t *s;
+	tb_stream_cfg_t c;
+
+	(void)state;
+	init_named(&c, TB_TRANSPORT_SHM);
+	assert_true(c.recovery_buffer == (4u << 20));
+	assert_int_equal(c.recovery_timeout_ms, 5000);
+	cfg = load_ok("[stream s]\nid = 1\ntransport = shm\n"
+		      "token = abc\nretention = 1000\n"
+		      "retention_endpoint = 127.0.0.1:7200\n"
+		      "recovery_buffer = 1M\nrecovery_timeout_ms = 250\n");
+	s = tb_config_stream(cfg, "s");
+	assert_non_null(s);
+	assert_string_equal(s->retention_endpoint.host, "127.0.0.1");
+	assert_int_equal(s->retention_endpoint.port, 7200);
+	assert_true(s->recovery_buffer == (1u << 20));
+	assert_int_equal(s->recovery_timeout_ms, 250);
+	tb_config_free(cfg);
+
+	c.retention = 10;
+	strcpy(c.retention_endpoint.host, "127.0.0.1");
+	c.retention_endpoint.port = 7200;
+	expect_invalid(&c, "stream 's': field 'token' is missing; recovery and "
+		       "retention_endpoint need it (the recovery protocol "
+		       "authenticates every request)");
+	strcpy(c.token, "abc");
+	assert_int_equal(tb_stream_cfg_validate(&c), 0);
+	c.retention = 0;
+	expect_invalid(&c, "stream 's': field 'retention_endpoint' is set but "
+		       "retention is 0; allowed: retention 1..100000000 with it");
+	RUN_BAD(bad);
 }
 
 static void test_validate_core_count(void **state)
@@ -1361,6 +1413,7 @@ int main(void)
 		cmocka_unit_test(test_empty_file),
 		cmocka_unit_test(test_missing_file),
 		cmocka_unit_test(test_example_files),
+		cmocka_unit_test(test_recovery_keys),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

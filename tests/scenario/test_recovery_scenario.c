@@ -1,0 +1,525 @@
+/*
+ * Gap recovery with the real binaries: tb-publish, tb-subscribe and
+ * tb-recoveryd, each scenario ending with proof of what was delivered.
+ *
+ *  - a subscriber lapped again and again (it stalls for a second every
+ *    30,000 messages on a 1 MiB ring) and a late joiner from sequence 1
+ *    both deliver exactly 1..N with the publisher's checksum, while the
+ *    first of their two recovery services is killed with SIGKILL and they
+ *    fail over to the second; that one's store holds 1..N exactly once;
+ *  - tb-recoveryd killed with SIGKILL and restarted fills what it missed
+ *    from the publisher's retention buffer: its store again holds 1..N,
+ *    no hole, and a late joiner served by it alone gets 1..N;
+ *  - a range no one holds any more (the service started late, with no
+ *    retention to fill from) reaches a late joiner as one TB_DATA_LOSS
+ *    with the exact range, and the stream goes on to N;
+ *  - an unauthorised subscriber (wrong token) and a malformed request get
+ *    the right rejects, and the service goes on serving the others;
+ *  - a late joiner a million messages behind catches up to live and
+ *    delivers 1..N.
+ *
+ * The stream's transport lines come from the file named by
+ * $TB_RECOVERY_TRANSPORT_INI when it is set (default: shm on a ring of
+ * the size each scenario asks for), so the same scenarios run over rc,
+ * ud and udp by pointing it at, e.g., a file holding
+ * "transport = udp\ngroup = 239.1.1.1:5000\n".
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "proc.h"
+
+#include "recovery_proto.h"
+
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#define TOKEN "rec-token-1"
+
+static char dir[128];
+static char ring[192];
+static char ini[256];
+
+static int setup(void **state)
+{
+	(void)state;
+	snprintf(dir, sizeof(dir), "/tmp/tb-recovery.XXXXXX");
+	if (!mkdtemp(dir))
+		return -1;
+	snprintf(ring, sizeof(ring), "/dev/shm/tb-recovery.%d", (int)getpid());
+	snprintf(ini, sizeof(ini), "%s/stream.ini", dir);
+	unlink(ring);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[256];
+
+	(void)state;
+	proc_kill_all();
+	unlink(ring);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (getenv("TB_KEEP")) return 0;
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+/* A loopback port nothing listens on now. */
+static unsigned free_port(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	getsockname(fd, (struct sockaddr *)&sa, &sl);
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+/* Writes `path`: stream "q" for everyone (the publisher ignores
+ * `recovery`, tb-recoveryd replaces it with the retention endpoint). */
+static void write_ini(const char *path, const char *ring_size,
+		      unsigned retention_port, const char *recovery,
+		      const char *token)
+{
+	const char *tr = getenv("TB_RECOVERY_TRANSPORT_INI");
+	char transport[512];
+	FILE *f;
+
+	if (tr && *tr) {
+		FILE *t = fopen(tr, "r");
+		size_t n;
+
+		assert_non_null(t);
+		n = fread(transport, 1, sizeof(transport) - 1, t);
+		transport[n] = '\0';
+		fclose(t);
+	} else {
+		snprintf(transport, sizeof(transport), "transport = shm\n"
+			 "shm_path = %s\nring_size = %s\n", ring, ring_size);
+	}
+	f = fopen(path, "w");
+	assert_non_null(f);
+	/* A wrong token cannot succeed: give up on it sooner. */
+	fprintf(f, "[stream q]\nid = 7\n%stoken = %s\nrecovery_timeout_ms = %d\n",
+		transport, token, strcmp(token, TOKEN) ? 2000 : 15000);
+	if (retention_port)
+		fprintf(f, "retention = 1000000\n"
+			"retention_endpoint = 127.0.0.1:%u\n", retention_port);
+	if (recovery && *recovery)
+		fprintf(f, "recovery = %s\n", recovery);
+	fclose(f);
+}
+
+/* Output in <name>.out, store in store-<store>. */
+static void run_recoveryd(proc_t *p, const char *name, const char *store_name,
+			  unsigned port)
+{
+	char out[256], store[256], listen[64];
+	char *argv[] = {"tb-recoveryd", "-c", ini, "-s", "q", "--dir", store,
+			"--listen", listen, NULL};
+
+	snprintf(out, sizeof(out), "%s/%s.out", dir, name);
+	snprintf(store, sizeof(store), "%s/store-%s", dir, store_name);
+	snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
+	assert_int_equal(proc_start(p, out, argv), 0);
+}
+
+static void start_recoveryd(proc_t *p, const char *name, unsigned port)
+{
+	run_recoveryd(p, name, name, port);
+}
+
+static void start_sub(proc_t *p, const char *name, const char *count,
+		      const char *start_at, const char *stall_every)
+{
+	char out[256];
+	char *argv[24];
+	int i = 0;
+
+	snprintf(out, sizeof(out), "%s/%s.out", dir, name);
+	argv[i++] = "tb-subscribe";
+	argv[i++] = "-c";
+	argv[i++] = ini;
+	argv[i++] = "-s";
+	argv[i++] = "q";
+	argv[i++] = "--count";
+	argv[i++] = (char *)count;
+	argv[i++] = "--name";
+	argv[i++] = (char *)name;
+	argv[i++] = "--timeout-ms";
+	argv[i++] = "120000";
+	if (start_at) {
+		argv[i++] = "--start-at";
+		argv[i++] = (char *)start_at;
+	}
+	if (stall_every) {
+		argv[i++] = "--stall-every";
+		argv[i++] = (char *)stall_every;
+		argv[i++] = "--stall-ms";
+		argv[i++] = "1000";
+	}
+	argv[i] = NULL;
+	assert_int_equal(proc_start(p, out, argv), 0);
+}
+
+static void start_pub(proc_t *p, const char *count, const char *rate)
+{
+	char out[256];
+	char *argv[] = {"tb-publish", "-c", ini, "-s", "q", "--count",
+			(char *)count, "--rate", (char *)rate,
+			"--start-delay-ms", "300", "--linger-ms", "3000", NULL};
+
+	snprintf(out, sizeof(out), "%s/pub.out", dir);
+	assert_int_equal(proc_start(p, out, argv), 0);
+}
+
+static void expect_complete(const char *out, uint64_t n, uint64_t checksum)
+{
+	print_message("%s", out);
+	assert_int_equal(proc_field_u64(out, "delivered"), n);
+	assert_int_equal(proc_field_u64(out, "first"), 1);
+	assert_int_equal(proc_field_u64(out, "last"), n);
+	assert_int_equal(proc_field_u64(out, "order_errors"), 0);
+	assert_int_equal(proc_field_u64(out, "bad_payload"), 0);
+	assert_int_equal(proc_field_u64(out, "lost"), 0);
+	assert_int_equal(proc_field_u64(out, "data_losses"), 0);
+	assert_int_equal(proc_field_u64(out, "checksum"), checksum);
+}
+
+/* SIGTERM, then the summary line of the store: 1..n, nothing missing. */
+static char *stop_recoveryd(proc_t *p)
+{
+	char *out;
+
+	assert_int_equal(kill(p->pid, SIGTERM), 0);
+	assert_int_equal(proc_wait(p, 20000), 0);
+	out = proc_output(p);
+	print_message("%s", out);
+	return out;
+}
+
+static uint64_t publish_and_wait(proc_t *pub)
+{
+	char *pout;
+	uint64_t checksum;
+
+	assert_int_equal(proc_wait(pub, 120000), 0);
+	pout = proc_output(pub);
+	print_message("%s", pout);
+	checksum = proc_field_u64(pout, "checksum");
+	free(pout);
+	return checksum;
+}
+
+static void lapped_and_late_subscribers_fail_over(void **state)
+{
+	unsigned pa = free_port(), pb = free_port();
+	/* static: teardown's proc_kill_all looks at them after we return */
+	static proc_t ra, rb, pub, lapped, late;
+	char recovery[64], *out;
+	uint64_t checksum;
+
+	(void)state;
+	snprintf(recovery, sizeof(recovery), "127.0.0.1:%u,127.0.0.1:%u", pa, pb);
+	write_ini(ini, "1M", free_port(), recovery, TOKEN);
+	start_recoveryd(&ra, "ra", pa);
+	start_recoveryd(&rb, "rb", pb);
+	/* The services subscribe before the first message: 1..N from the
+	 * ring.  The lapped subscriber stalls 1 s every 30,000 messages:
+	 * 20,000 published meanwhile, twice what a 1 MiB ring holds. */
+	start_sub(&lapped, "lapped", "100000", NULL, "30000");
+	start_pub(&pub, "100000", "20000");
+	usleep(1000000);
+	assert_int_equal(kill(ra.pid, SIGKILL), 0);
+	assert_int_equal(proc_wait(&ra, 5000), 128 + SIGKILL);
+	usleep(1500000);
+	start_sub(&late, "late", "100000", "1", NULL);
+	checksum = publish_and_wait(&pub);
+	assert_int_equal(proc_wait(&lapped, 120000), 0);
+	out = proc_output(&lapped);
+	expect_complete(out, 100000, checksum);
+	assert_true(proc_field_u64(out, "replayed") > 10000);
+	free(out);
+	assert_int_equal(proc_wait(&late, 120000), 0);
+	out = proc_output(&late);
+	expect_complete(out, 100000, checksum);
+	assert_true(proc_field_u64(out, "replayed") > 20000);
+	free(out);
+	out = stop_recoveryd(&rb);
+	assert_int_equal(proc_field_u64(out, "stored"), 100000);
+	assert_int_equal(proc_field_u64(out, "first"), 1);
+	assert_int_equal(proc_field_u64(out, "last"), 100000);
+	assert_int_equal(proc_field_u64(out, "holes"), 0);
+	assert_true(proc_field_u64(out, "served") >= 2);
+	free(out);
+}
+
+static void restarted_service_fills_from_retention(void **state)
+{
+	unsigned pa = free_port();
+	static proc_t ra, pub, late;
+	char recovery[64], *out;
+	uint64_t checksum;
+
+	(void)state;
+	snprintf(recovery, sizeof(recovery), "127.0.0.1:%u", pa);
+	/* 16 MiB holds 170,000 frames: the whole run stays retained. */
+	write_ini(ini, "16M", free_port(), recovery, TOKEN);
+	start_recoveryd(&ra, "ra", pa);
+	start_pub(&pub, "80000", "20000");
+	usleep(1300000);
+	assert_int_equal(kill(ra.pid, SIGKILL), 0);
+	assert_int_equal(proc_wait(&ra, 5000), 128 + SIGKILL);
+	usleep(1000000); /* 20,000 messages published while it is down */
+	run_recoveryd(&ra, "ra2", "ra", pa); /* same store, new process */
+	usleep(1000000);
+	start_sub(&late, "late", "80000", "1", NULL);
+	checksum = publish_and_wait(&pub);
+	assert_int_equal(proc_wait(&late, 120000), 0);
+	out = proc_output(&late);
+	expect_complete(out, 80000, checksum);
+	free(out);
+	out = stop_recoveryd(&ra);
+	assert_non_null(strstr(out, "resuming at"));
+	assert_int_equal(proc_field_u64(out, "first"), 1);
+	assert_int_equal(proc_field_u64(out, "last"), 80000);
+	assert_int_equal(proc_field_u64(out, "holes"), 0);
+	/* Fewer than all were stored by this run: the rest was already on
+	 * disk from the killed one. */
+	assert_true(proc_field_u64(out, "stored") < 80000);
+	free(out);
+}
+
+static void gone_range_is_data_loss_and_stream_goes_on(void **state)
+{
+	unsigned pa = free_port();
+	static proc_t ra, pub, late;
+	char recovery[64], *out, want[64];
+	uint64_t earliest;
+
+	(void)state;
+	snprintf(recovery, sizeof(recovery), "127.0.0.1:%u", pa);
+	write_ini(ini, "1M", 0, recovery, TOKEN); /* no retention */
+	start_pub(&pub, "60000", "20000");
+	usleep(1000000);
+	/* Starts late with nothing to fill from: its store begins where it
+	 * joined, after a recorded hole. */
+	start_recoveryd(&ra, "ra", pa);
+	usleep(700000);
+	start_sub(&late, "late", "60000", "1", NULL);
+	publish_and_wait(&pub);
+	assert_int_equal(proc_wait(&late, 120000), 0);
+	out = stop_recoveryd(&ra);
+	assert_int_equal(proc_field_u64(out, "holes"), 1);
+	earliest = proc_field_u64(out, "first");
+	assert_true(earliest > 1 && earliest < 60000);
+	assert_int_equal(proc_field_u64(out, "last"), 60000);
+	assert_non_null(strstr(out, "could not be recovered"));
+	free(out);
+	out = proc_output(&late);
+	print_message("%s", out);
+	/* One TB_DATA_LOSS for exactly 1..earliest-1, then everything. */
+	assert_int_equal(proc_field_u64(out, "data_losses"), 1);
+	snprintf(want, sizeof(want), " losses=1-%" PRIu64 " ", earliest - 1);
+	assert_non_null(strstr(out, want));
+	assert_int_equal(proc_field_u64(out, "lost"), earliest - 1);
+	assert_int_equal(proc_field_u64(out, "delivered"), 60000 - (earliest - 1));
+	assert_int_equal(proc_field_u64(out, "last"), 60000);
+	assert_int_equal(proc_field_u64(out, "order_errors"), 0);
+	assert_int_equal(proc_field_u64(out, "bad_payload"), 0);
+	free(out);
+}
+
+/* Sends `len` raw bytes to the service; returns the reject reason. */
+static uint32_t raw_request(unsigned port, const void *bytes, size_t len)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	uint8_t ans[TB_RPROTO_MSG_MAX];
+	tb_rproto_msg_t m;
+	ssize_t n, got = 0;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	sa.sin_port = htons((uint16_t)port);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(send(fd, bytes, len, 0), (ssize_t)len);
+	while ((n = recv(fd, ans + got, sizeof(ans) - (size_t)got, 0)) > 0)
+		got += n;
+	close(fd);
+	assert_true(tb_rproto_decode(ans, (size_t)got, &m) > 0);
+	assert_int_equal(m.type, TB_RPROTO_REJECT);
+	return m.reject.reason;
+}
+
+static void bad_requests_are_rejected_others_served(void **state)
+{
+	unsigned pa = free_port();
+	static proc_t ra, pub, late, intruder;
+	char recovery[64], *out, bad_ini[256];
+	uint8_t junk[200];
+	uint64_t checksum;
+
+	(void)state;
+	snprintf(recovery, sizeof(recovery), "127.0.0.1:%u", pa);
+	write_ini(ini, "1M", free_port(), recovery, TOKEN);
+	start_recoveryd(&ra, "ra", pa);
+	start_pub(&pub, "40000", "20000");
+	usleep(1500000);
+	/* Malformed: garbage, then a header announcing a bad length. */
+	memset(junk, 0x41, sizeof(junk));
+	assert_int_equal(raw_request(pa, junk, sizeof(junk)),
+			 TB_RPROTO_REJ_MALFORMED);
+	/* The intruder's config differs only in its token.  It is told
+	 * "unauthorised" until its deadline, then reports the whole gap
+	 * lost; it never gets a frame from the service. */
+	snprintf(bad_ini, sizeof(bad_ini), "%s", ini);
+	snprintf(ini, sizeof(ini), "%s/intruder.ini", dir);
+	write_ini(ini, "1M", 0, recovery, "wrong-token");
+	start_sub(&intruder, "intruder", "40000", "1", NULL);
+	snprintf(ini, sizeof(ini), "%s", bad_ini);
+	start_sub(&late, "late", "40000", "1", NULL);
+	checksum = publish_and_wait(&pub);
+	assert_int_equal(proc_wait(&late, 120000), 0);
+	out = proc_output(&late);
+	expect_complete(out, 40000, checksum);
+	free(out);
+	assert_int_equal(proc_wait(&intruder, 120000), 0);
+	out = proc_output(&intruder);
+	print_message("%s", out);
+	assert_int_equal(proc_field_u64(out, "replayed"), 0);
+	assert_int_equal(proc_field_u64(out, "data_losses"), 1);
+	assert_int_equal(proc_field_u64(out, "order_errors"), 0);
+	assert_int_equal(proc_field_u64(out, "last"), 40000);
+	assert_int_equal(proc_field_u64(out, "delivered") +
+			 proc_field_u64(out, "lost"), 40000);
+	free(out);
+	out = stop_recoveryd(&ra);
+	assert_int_equal(proc_field_u64(out, "malformed"), 1);
+	assert_true(proc_field_u64(out, "unauthorised") >= 1);
+	assert_true(proc_field_u64(out, "served") >= 1);
+	assert_int_equal(proc_field_u64(out, "holes"), 0);
+	free(out);
+}
+
+static void late_joiner_a_million_behind_catches_up(void **state)
+{
+	unsigned pa = free_port();
+	static proc_t ra, pub, late;
+	char recovery[64], *out;
+	uint64_t checksum;
+
+	(void)state;
+	snprintf(recovery, sizeof(recovery), "127.0.0.1:%u", pa);
+	/* 64 MiB holds 700,000 frames: seconds of slack for the service. */
+	write_ini(ini, "64M", 0, recovery, TOKEN);
+	start_recoveryd(&ra, "ra", pa);
+	start_pub(&pub, "1100000", "100000");
+	/* 10.3 s in: about 1,000,000 published, and still publishing. */
+	usleep(10300000);
+	start_sub(&late, "late", "1100000", "1", NULL);
+	checksum = publish_and_wait(&pub);
+	assert_int_equal(proc_wait(&late, 240000), 0);
+	out = proc_output(&late);
+	expect_complete(out, 1100000, checksum);
+	assert_true(proc_field_u64(out, "replayed") >= 900000);
+	free(out);
+	out = stop_recoveryd(&ra);
+	assert_int_equal(proc_field_u64(out, "last"), 1100000);
+	assert_int_equal(proc_field_u64(out, "holes"), 0);
+	free(out);
+}
+
+/* Runs a program to its end; returns its exit status, output in *out. */
+static int run(const char *name, char *const argv[], char **out)
+{
+	static proc_t p;
+	char path[256];
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/%s.out", dir, name);
+	assert_int_equal(proc_start(&p, path, argv), 0);
+	rc = proc_wait(&p, 20000);
+	*out = proc_output(&p);
+	return rc;
+}
+
+static void bad_arguments_get_clear_errors(void **state)
+{
+	char *out, noauth[256];
+	FILE *f;
+
+	(void)state;
+	write_ini(ini, "1M", 0, NULL, TOKEN);
+	{
+		char *argv[] = {"tb-recoveryd", "-c", ini, "-s", "q", NULL};
+
+		assert_int_equal(run("a1", argv, &out), 2); /* no --dir, --listen */
+		assert_non_null(strstr(out, "usage: tb-recoveryd"));
+		free(out);
+	}
+	{
+		char *argv[] = {"tb-recoveryd", "-c", ini, "-s", "q", "-d", dir,
+				"-l", "127.0.0.1:99999", NULL};
+
+		assert_int_equal(run("a2", argv, &out), 2);
+		assert_non_null(strstr(out, "--listen 127.0.0.1:99999"));
+		free(out);
+	}
+	{
+		char *argv[] = {"tb-recoveryd", "-c", ini, "-s", "q", "-d", dir,
+				"-l", "127.0.0.1:7000", "--max-count", "0", NULL};
+
+		assert_int_equal(run("a3", argv, &out), 2);
+		free(out);
+	}
+	{
+		char *argv[] = {"tb-recoveryd", "-c", ini, "-s", "nosuch", "-d",
+				dir, "-l", "127.0.0.1:7000", NULL};
+
+		assert_int_equal(run("a4", argv, &out), 1);
+		assert_non_null(strstr(out, "nosuch"));
+		free(out);
+	}
+	snprintf(noauth, sizeof(noauth), "%s/noauth.ini", dir);
+	f = fopen(noauth, "w");
+	assert_non_null(f);
+	fprintf(f, "[stream q]\nid = 7\ntransport = shm\nshm_path = %s\n", ring);
+	fclose(f);
+	{
+		char *argv[] = {"tb-recoveryd", "-c", noauth, "-s", "q", "-d", dir,
+				"-l", "127.0.0.1:7000", NULL};
+
+		assert_int_equal(run("a5", argv, &out), 1);
+		assert_non_null(strstr(out, "has no token"));
+		free(out);
+	}
+	{
+		char *argv[] = {"tb-subscribe", "-c", ini, "-s", "q", "--start-at",
+				"0", NULL};
+
+		assert_int_equal(run("a6", argv, &out), 2);
+		assert_non_null(strstr(out, "usage: tb-subscribe"));
+		free(out);
+	}
+}
+
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(bad_arguments_get_clear_errors, setup, teardown),
+		cmocka_unit_test_setup_teardown(lapped_and_late_subscribers_fail_over, setup, teardown),
+		cmocka_unit_test_setup_teardown(restarted_service_fills_from_retention, setup, teardown),
+		cmocka_unit_test_setup_teardown(gone_range_is_data_loss_and_stream_goes_on, setup, teardown),
+		cmocka_unit_test_setup_teardown(bad_requests_are_rejected_others_served, setup, teardown),
+		cmocka_unit_test_setup_teardown(late_joiner_a_million_behind_catches_up, setup, teardown),
+	};
+	return cmocka_run_group_tests_name("recovery_scenario", tests, NULL, NULL);
+}

@@ -1,0 +1,599 @@
+/*
+ * Recovery client and server over loopback TCP: frames of a range in
+ * order; every reject reason reaching the client with its number; answers
+ * that are malformed, cut short or never come; failover between endpoints;
+ * backoff under rate limiting; a range no service holds reported lost
+ * exactly.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "recovery_client.h"
+#include "recovery_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EPOCH 77u
+#define STREAM 9u
+#define TOKEN "s3cret"
+#define NFRAMES 3000u
+
+/* ------------------------------------------------------------ a source */
+
+struct src {
+	uint64_t first, last;  /* held */
+	uint8_t (*frames)[96];
+};
+
+static struct src the_src;
+
+static void make_frame(uint8_t *buf, uint64_t seq)
+{
+	tb_frame_hdr_t *f = (tb_frame_hdr_t *)buf;
+
+	tb_frame_init(f, 40 + (uint32_t)(seq % 17), 3, STREAM, seq, seq * 10);
+	memset(buf + TB_FRAME_HDR_LEN, (int)(seq & 0xff), 40 + seq % 17);
+}
+
+static void src_bounds(void *sd, uint64_t *epoch, uint64_t *first,
+		       uint64_t *last)
+{
+	struct src *s = sd;
+
+	*epoch = EPOCH;
+	*first = s->first;
+	*last = s->last;
+}
+
+static int src_read(void *sd, uint64_t first, int max, tb_store_read_fn fn,
+		    void *cd)
+{
+	struct src *s = sd;
+	int n = 0;
+
+	if (first < s->first)
+		return TB_STORE_TOO_OLD;
+	if (first > s->last)
+		return TB_STORE_NOT_YET;
+	for (uint64_t q = first; q <= s->last && n < max; q++) {
+		n++;
+		if (fn(cd, (const tb_frame_hdr_t *)s->frames[q]))
+			break;
+	}
+	return n;
+}
+
+static tb_rsrv_t *start_server(struct src *s, uint32_t max_count,
+			       uint32_t rate)
+{
+	tb_rsrv_source_t src = {STREAM, TOKEN, src_bounds, src_read, s};
+	tb_rsrv_cfg_t cfg;
+	tb_rsrv_t *srv;
+
+	tb_rsrv_cfg_init(&cfg);
+	cfg.max_count = max_count;
+	cfg.rate = rate;
+	cfg.burst = rate ? 1 : 0;
+	cfg.io_timeout_ms = 2000;
+	assert_int_equal(tb_rsrv_open(&srv, &cfg, &src, 1), 0);
+	return srv;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	the_src.frames = calloc(NFRAMES + 1, sizeof(*the_src.frames));
+	if (!the_src.frames)
+		return -1;
+	for (uint64_t q = 1; q <= NFRAMES; q++)
+		make_frame(the_src.frames[q], q);
+	the_src.first = 1;
+	the_src.last = NFRAMES;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	free(the_src.frames);
+	return 0;
+}
+
+/* -------------------------------------------------------- what arrives */
+
+struct got {
+	uint64_t n, next, bad;
+	uint64_t loss_first, loss_last;
+	int losses;
+};
+
+static int on_frame(void *cd, const tb_frame_hdr_t *f)
+{
+	struct got *g = cd;
+
+	if (g->next && f->seq != g->next)
+		g->bad++;
+	if (memcmp(f, the_src.frames[f->seq], f->length) != 0)
+		g->bad++;
+	g->next = f->seq + 1;
+	g->n++;
+	return 0;
+}
+
+static void on_loss(void *cd, uint64_t first, uint64_t last)
+{
+	struct got *g = cd;
+
+	g->loss_first = first;
+	g->loss_last = last;
+	g->losses++;
+	g->next = last + 1;
+}
+
+static void request(tb_rproto_request_t *q, uint64_t first, uint32_t count)
+{
+	memset(q, 0, sizeof(*q));
+	q->stream_id = STREAM;
+	q->epoch = EPOCH;
+	q->first = first;
+	q->count = count;
+	strcpy(q->token, TOKEN);
+}
+
+static tb_endpoint_t ep_of(uint16_t port)
+{
+	tb_endpoint_t ep;
+
+	memset(&ep, 0, sizeof(ep));
+	strcpy(ep.host, "127.0.0.1");
+	ep.port = port;
+	return ep;
+}
+
+/* A port nothing listens on: bound, then closed. */
+static uint16_t dead_port(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	getsockname(fd, (struct sockaddr *)&sa, &sl);
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+/* --------------------------------------------------------------- tests */
+
+static void test_range_in_order(void **state)
+{
+	tb_rsrv_t *srv = start_server(&the_src, TB_RPROTO_COUNT_MAX, 0);
+	tb_endpoint_t ep = ep_of(tb_rsrv_port(srv));
+	tb_rproto_request_t q;
+	tb_rproto_reject_t rej;
+	struct got g = {0};
+	uint64_t delivered;
+	tb_rsrv_stats_t st;
+
+	(void)state;
+	request(&q, 10, 2000);
+	assert_int_equal(tb_rclient_fetch_one(&ep, &q, 2000, on_frame, &g, &rej,
+					      &delivered), 2000);
+	assert_int_equal(g.n, 2000);
+	assert_int_equal(g.bad, 0);
+	assert_int_equal(g.next, 2010);
+	assert_int_equal(delivered, 2000);
+	/* A range past the latest is served up to the latest. */
+	memset(&g, 0, sizeof(g));
+	request(&q, NFRAMES - 4, 100);
+	assert_int_equal(tb_rclient_fetch_one(&ep, &q, 2000, on_frame, &g, &rej,
+					      NULL), 5);
+	assert_int_equal(g.next, NFRAMES + 1);
+	tb_rsrv_stats(srv, &st);
+	assert_int_equal(st.served, 2);
+	assert_int_equal(st.frames, 2005);
+	tb_rsrv_close(srv);
+}
+
+static void expect_reject(const tb_endpoint_t *ep, const tb_rproto_request_t *q,
+			  uint32_t reason, uint64_t detail)
+{
+	tb_rproto_reject_t rej;
+	struct got g = {0};
+
+	memset(&rej, 0, sizeof(rej));
+	assert_int_equal(tb_rclient_fetch_one(ep, q, 2000, on_frame, &g, &rej,
+					      NULL), TB_RCLIENT_REJECTED);
+	assert_int_equal(rej.reason, reason);
+	assert_int_equal(rej.detail, detail);
+	assert_int_equal(g.n, 0);
+	assert_non_null(strstr(tb_errmsg(), tb_rproto_reject_name(reason)));
+}
+
+static void test_every_reject_reason(void **state)
+{
+	struct src held = the_src;
+	tb_rsrv_t *srv;
+	tb_endpoint_t ep;
+	tb_rproto_request_t q;
+	tb_rsrv_stats_t st;
+
+	(void)state;
+	held.first = 100;
+	held.last = 2000;
+	srv = start_server(&held, 500, 0);
+	ep = ep_of(tb_rsrv_port(srv));
+
+	request(&q, 50, 10);
+	expect_reject(&ep, &q, TB_RPROTO_REJ_TOO_OLD, 100);
+	request(&q, 2001, 10);
+	expect_reject(&ep, &q, TB_RPROTO_REJ_NOT_YET, 2000);
+	request(&q, 100, 501);
+	expect_reject(&ep, &q, TB_RPROTO_REJ_TOO_LARGE, 500);
+	request(&q, 100, 10);
+	strcpy(q.token, "s3creT");
+	expect_reject(&ep, &q, TB_RPROTO_REJ_UNAUTHORISED, 0);
+	request(&q, 100, 10);
+	q.stream_id = STREAM + 1;
+	expect_reject(&ep, &q, TB_RPROTO_REJ_UNKNOWN_STREAM, 0);
+	request(&q, 100, 10);
+	q.epoch = EPOCH + 1;
+	expect_reject(&ep, &q, TB_RPROTO_REJ_EPOCH_MISMATCH, EPOCH);
+	tb_rsrv_stats(srv, &st);
+	assert_int_equal(st.rejects[TB_RPROTO_REJ_TOO_OLD], 1);
+	assert_int_equal(st.rejects[TB_RPROTO_REJ_UNAUTHORISED], 1);
+	assert_int_equal(st.served, 0);
+	tb_rsrv_close(srv);
+
+	/* Rate limit: one request per second, burst 1. */
+	srv = start_server(&held, 500, 1);
+	ep = ep_of(tb_rsrv_port(srv));
+	{
+		tb_rproto_reject_t rej;
+		struct got g = {0};
+
+		request(&q, 100, 10);
+		assert_int_equal(tb_rclient_fetch_one(&ep, &q, 2000, on_frame, &g,
+						      &rej, NULL), 10);
+		memset(&rej, 0, sizeof(rej));
+		assert_int_equal(tb_rclient_fetch_one(&ep, &q, 2000, on_frame, &g,
+						      &rej, NULL),
+				 TB_RCLIENT_REJECTED);
+		assert_int_equal(rej.reason, TB_RPROTO_REJ_RATE_LIMITED);
+		assert_true(rej.retry_after_ms >= 1 && rej.retry_after_ms <= 1001);
+	}
+	tb_rsrv_close(srv);
+}
+
+/* Sends raw bytes to the server, reads its answer; the server must reject
+ * with MALFORMED and keep serving others. */
+static void test_malformed_request(void **state)
+{
+	tb_rsrv_t *srv = start_server(&the_src, 500, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	uint8_t junk[64], ans[TB_RPROTO_MSG_MAX];
+	tb_rproto_msg_t m;
+	tb_rproto_request_t q;
+	tb_rproto_reject_t rej;
+	struct got g = {0};
+	tb_endpoint_t ep = ep_of(tb_rsrv_port(srv));
+	ssize_t n, got = 0;
+	int fd;
+
+	(void)state;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	sa.sin_port = htons(tb_rsrv_port(srv));
+	/* 1: a valid header claiming a REQUEST, with a bad body (count 0). */
+	request(&q, 1, 1);
+	assert_true(tb_rproto_encode_request(junk, sizeof(junk), &q) < 0); /* 64 < 160 */
+	{
+		uint8_t buf[TB_RPROTO_MSG_MAX];
+		int len = tb_rproto_encode_request(buf, sizeof(buf), &q);
+
+		assert_true(len > 0);
+		memset(buf + 12, 0, 4); /* count = 0 */
+		fd = socket(AF_INET, SOCK_STREAM, 0);
+		assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+		assert_int_equal(send(fd, buf, (size_t)len, 0), len);
+		while ((n = recv(fd, ans + got, sizeof(ans) - (size_t)got, 0)) > 0)
+			got += n;
+		close(fd);
+		assert_true(tb_rproto_decode(ans, (size_t)got, &m) > 0);
+		assert_int_equal(m.type, TB_RPROTO_REJECT);
+		assert_int_equal(m.reject.reason, TB_RPROTO_REJ_MALFORMED);
+		assert_non_null(strstr(m.reject.text, "count"));
+	}
+	/* 2: garbage from the first byte (bad magic). */
+	memset(junk, 0xab, sizeof(junk));
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(send(fd, junk, sizeof(junk), 0), (ssize_t)sizeof(junk));
+	got = 0;
+	while ((n = recv(fd, ans + got, sizeof(ans) - (size_t)got, 0)) > 0)
+		got += n;
+	close(fd);
+	assert_true(tb_rproto_decode(ans, (size_t)got, &m) > 0);
+	assert_int_equal(m.reject.reason, TB_RPROTO_REJ_MALFORMED);
+	/* The server goes on serving. */
+	request(&q, 1, 3);
+	assert_int_equal(tb_rclient_fetch_one(&ep, &q, 2000, on_frame, &g, &rej,
+					      NULL), 3);
+	tb_rsrv_close(srv);
+}
+
+/* ------------------------------------------------- a scripted bad server */
+
+struct script {
+	int lfd;
+	uint16_t port;
+	const uint8_t *bytes;  /* sent after reading the request */
+	size_t len;
+	int hold_ms;           /* then wait this long before closing */
+	pthread_t t;
+};
+
+static void *script_main(void *arg)
+{
+	struct script *s = arg;
+	uint8_t req[160];
+	size_t got = 0;
+	int fd = accept(s->lfd, NULL, NULL);
+
+	if (fd < 0)
+		return NULL;
+	while (got < sizeof(req)) {
+		ssize_t n = recv(fd, req + got, sizeof(req) - got, 0);
+
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	if (s->len && send(fd, s->bytes, s->len, MSG_NOSIGNAL) < 0)
+		s->len = 0;
+	if (s->hold_ms)
+		usleep((useconds_t)s->hold_ms * 1000);
+	close(fd);
+	return NULL;
+}
+
+static void script_start(struct script *s, const void *bytes, size_t len,
+			 int hold_ms)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+
+	s->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(s->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(s->lfd, 4), 0);
+	getsockname(s->lfd, (struct sockaddr *)&sa, &sl);
+	s->port = ntohs(sa.sin_port);
+	s->bytes = bytes;
+	s->len = len;
+	s->hold_ms = hold_ms;
+	assert_int_equal(pthread_create(&s->t, NULL, script_main, s), 0);
+}
+
+static void script_stop(struct script *s)
+{
+	pthread_join(s->t, NULL);
+	close(s->lfd);
+}
+
+/* Builds BEGIN(first, count) + frames [f0, f0 + nf) + END(status, last). */
+static size_t build_answer(uint8_t *buf, uint64_t first, uint32_t count,
+			   uint64_t f0, int nf, int with_end, uint32_t status,
+			   uint64_t last)
+{
+	tb_rproto_begin_t b = {STREAM, count, EPOCH, first};
+	tb_rproto_end_t e = {status, last};
+	size_t n = 0;
+
+	n += (size_t)tb_rproto_encode_begin(buf, 64, &b);
+	for (int i = 0; i < nf; i++) {
+		const tb_frame_hdr_t *f = (const tb_frame_hdr_t *)the_src.frames[f0 + (uint64_t)i];
+
+		memcpy(buf + n, f, f->length);
+		n += f->length;
+	}
+	if (with_end)
+		n += (size_t)tb_rproto_encode_end(buf + n, 64, &e);
+	return n;
+}
+
+static int answer_with(const void *bytes, size_t len, int hold_ms,
+		       uint32_t io_ms, struct got *g)
+{
+	struct script s;
+	tb_rproto_request_t q;
+	tb_rproto_reject_t rej;
+	tb_endpoint_t ep;
+	int rc;
+
+	script_start(&s, bytes, len, hold_ms);
+	ep = ep_of(s.port);
+	request(&q, 10, 5);
+	memset(g, 0, sizeof(*g));
+	rc = tb_rclient_fetch_one(&ep, &q, io_ms, on_frame, g, &rej, NULL);
+	script_stop(&s);
+	return rc;
+}
+
+static void test_malformed_answers(void **state)
+{
+	uint8_t buf[4096];
+	struct got g;
+	size_t n;
+
+	(void)state;
+	/* Good, as a control. */
+	n = build_answer(buf, 10, 5, 10, 5, 1, TB_RPROTO_END_COMPLETE, 14);
+	assert_int_equal(answer_with(buf, n, 0, 2000, &g), 5);
+	/* Not our protocol at all. */
+	memset(buf, 0x5a, 64);
+	assert_int_equal(answer_with(buf, 64, 0, 2000, &g), TB_EPROTO);
+	assert_non_null(strstr(tb_errmsg(), "bad magic"));
+	/* BEGIN for another range. */
+	n = build_answer(buf, 11, 5, 11, 5, 1, TB_RPROTO_END_COMPLETE, 15);
+	assert_int_equal(answer_with(buf, n, 0, 2000, &g), TB_EPROTO);
+	assert_non_null(strstr(tb_errmsg(), "RESPONSE_BEGIN announces"));
+	/* A frame out of sequence (12 where 11 belongs). */
+	n = build_answer(buf, 10, 5, 10, 1, 0, 0, 0);
+	memcpy(buf + n, the_src.frames[12], ((tb_frame_hdr_t *)the_src.frames[12])->length);
+	n += ((tb_frame_hdr_t *)the_src.frames[12])->length;
+	assert_int_equal(answer_with(buf, n, 0, 2000, &g), TB_EPROTO);
+	assert_int_equal(g.n, 1);
+	/* A frame header with a length below a header. */
+	n = build_answer(buf, 10, 5, 10, 0, 0, 0, 0);
+	memcpy(buf + n, the_src.frames[10], 32);
+	((tb_frame_hdr_t *)(buf + n))->length = 8;
+	n += 32;
+	assert_int_equal(answer_with(buf, n, 0, 2000, &g), TB_EPROTO);
+	/* END "complete" after 3 of 5 frames. */
+	n = build_answer(buf, 10, 5, 10, 3, 1, TB_RPROTO_END_COMPLETE, 12);
+	assert_int_equal(answer_with(buf, n, 0, 2000, &g), TB_EPROTO);
+	assert_non_null(strstr(tb_errmsg(), "RESPONSE_END"));
+	/* END "truncated" after 3: fine, 3 delivered. */
+	n = build_answer(buf, 10, 5, 10, 3, 1, TB_RPROTO_END_TRUNCATED, 12);
+	assert_int_equal(answer_with(buf, n, 0, 2000, &g), 3);
+	/* Cut in the middle of a frame. */
+	n = build_answer(buf, 10, 5, 10, 2, 0, 0, 0);
+	assert_int_equal(answer_with(buf, n - 7, 0, 2000, &g), TB_EIO);
+	assert_int_equal(g.n, 1);
+	/* No answer at all within the I/O timeout. */
+	assert_int_equal(answer_with(buf, 0, 1500, 200, &g), TB_ETIMEDOUT);
+	/* Half an answer, then silence. */
+	n = build_answer(buf, 10, 5, 10, 2, 0, 0, 0);
+	assert_int_equal(answer_with(buf, n, 1500, 200, &g), TB_ETIMEDOUT);
+	assert_int_equal(g.n, 2);
+}
+
+static void test_failover_and_loss(void **state)
+{
+	struct src older = the_src, newer = the_src;
+	tb_rsrv_t *a, *b;
+	tb_endpoint_t eps[3];
+	tb_rclient_cfg_t cfg;
+	tb_rclient_stats_t st;
+	struct got g = {0};
+	uint64_t next;
+
+	(void)state;
+	older.first = 500;  /* holds 500.. */
+	newer.first = 800;  /* holds 800.. */
+	a = start_server(&newer, 100, 0);
+	b = start_server(&older, 100, 0);
+	eps[0] = ep_of(dead_port());          /* down */
+	eps[1] = ep_of(tb_rsrv_port(a));      /* too old below 800 */
+	eps[2] = ep_of(tb_rsrv_port(b));      /* has 500.. */
+	tb_rclient_cfg_init(&cfg);
+	cfg.endpoints = eps;
+	cfg.n_endpoints = 3;
+	cfg.stream_id = STREAM;
+	cfg.token = TOKEN;
+	cfg.deadline_ms = 20000;
+	/* 600..1500: only b holds 600..799; a and b both 800..; requests of
+	 * at most 100 (TOO_LARGE teaches the client). */
+	assert_int_equal(tb_rclient_fetch(&cfg, EPOCH, 600, 1500, on_frame,
+					  on_loss, &g, &st, &next), 0);
+	assert_int_equal(g.n, 901);
+	assert_int_equal(g.bad, 0);
+	assert_int_equal(next, 1501);
+	assert_int_equal(g.losses, 0);
+	assert_true(st.failures >= 1);
+	assert_true(st.rejects >= 2);
+	assert_int_equal(st.frames, 901);
+
+	/* 100..700: nobody holds 100..499: reported lost exactly, then the
+	 * rest delivered. */
+	memset(&g, 0, sizeof(g));
+	assert_int_equal(tb_rclient_fetch(&cfg, EPOCH, 100, 700, on_frame,
+					  on_loss, &g, &st, &next), 0);
+	assert_int_equal(g.losses, 1);
+	assert_int_equal(g.loss_first, 100);
+	assert_int_equal(g.loss_last, 499);
+	assert_int_equal(g.n, 201);
+	assert_int_equal(g.bad, 0);
+	assert_int_equal(st.lost, 400);
+	tb_rsrv_close(a);
+	tb_rsrv_close(b);
+}
+
+static void test_deadline_and_backoff(void **state)
+{
+	struct src held = the_src;
+	tb_endpoint_t eps[2];
+	tb_rclient_cfg_t cfg;
+	tb_rclient_stats_t st;
+	struct got g = {0};
+	struct timespec t0, t1;
+	uint64_t next;
+	tb_rsrv_t *srv;
+	double secs;
+
+	(void)state;
+	eps[0] = ep_of(dead_port());
+	eps[1] = ep_of(dead_port());
+	tb_rclient_cfg_init(&cfg);
+	cfg.endpoints = eps;
+	cfg.n_endpoints = 2;
+	cfg.stream_id = STREAM;
+	cfg.token = TOKEN;
+	cfg.deadline_ms = 300;
+	cfg.backoff_ms = 10;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(tb_rclient_fetch(&cfg, EPOCH, 5, 9, on_frame, on_loss,
+					  &g, &st, &next), TB_ETIMEDOUT);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	secs = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+	assert_int_equal(next, 5);
+	assert_int_equal(g.n, 0);
+	/* Retried with backoff, not once and not in a tight loop. */
+	assert_true(st.requests >= 4);
+	assert_true(st.requests < 100);
+	assert_true(secs >= 0.29 && secs < 30);
+
+	/* Rate-limited at the only endpoint: the client waits and gets all. */
+	srv = start_server(&held, 10, 20);
+	eps[0] = ep_of(tb_rsrv_port(srv));
+	cfg.n_endpoints = 1;
+	cfg.deadline_ms = 20000;
+	assert_int_equal(tb_rclient_fetch(&cfg, EPOCH, 1, 60, on_frame, on_loss,
+					  &g, &st, &next), 0);
+	assert_int_equal(g.n, 60);
+	assert_int_equal(g.bad, 0);
+	assert_true(st.rejects >= 1); /* too large, then rate limits */
+	tb_rsrv_close(srv);
+
+	/* Bad arguments. */
+	assert_int_equal(tb_rclient_fetch(&cfg, EPOCH, 9, 5, on_frame, on_loss,
+					  &g, &st, &next), TB_EINVAL);
+	cfg.n_endpoints = 0;
+	assert_int_equal(tb_rclient_fetch(&cfg, EPOCH, 1, 5, on_frame, on_loss,
+					  &g, &st, &next), TB_EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_range_in_order),
+		cmocka_unit_test(test_every_reject_reason),
+		cmocka_unit_test(test_malformed_request),
+		cmocka_unit_test(test_malformed_answers),
+		cmocka_unit_test(test_failover_and_loss),
+		cmocka_unit_test(test_deadline_and_backoff),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

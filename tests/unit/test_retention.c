@@ -1,0 +1,270 @@
+/*
+ * The publisher's retention buffer: the last N messages readable by
+ * sequence from the ring they were published into; bounds that follow what
+ * the ring still holds; frames the writer has overwritten (or is about to)
+ * refused as too old, never served torn; and a real publisher answering the
+ * recovery protocol on its retention_endpoint.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "recovery_client.h"
+#include "retention.h"
+#include "tickbus.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define RING (64u << 10)
+
+struct fixture {
+	tb_ring_t ring;
+	tb_retention_t ret;
+	uint8_t *mem;
+	uint64_t next;
+};
+
+static void publish(struct fixture *x, uint32_t len)
+{
+	tb_frame_hdr_t *f = tb_ring_claim(&x->ring, len, x->next);
+	uint64_t at = x->ring.claim_pos;
+
+	assert_non_null(f);
+	tb_frame_init(f, len, 1, 5, x->next, x->next * 3);
+	memset(tb_frame_payload(f), (int)(x->next & 0xff), len);
+	tb_ring_commit(&x->ring);
+	tb_retention_record(&x->ret, x->next, at);
+	x->next++;
+}
+
+static void fixture_init(struct fixture *x, uint64_t n)
+{
+	x->mem = aligned_alloc(64, RING);
+	assert_non_null(x->mem);
+	tb_ring_init(&x->ring, x->mem, RING, 5, NULL, NULL);
+	assert_int_equal(tb_retention_init(&x->ret, n, &x->ring, 5, 99), 0);
+	x->next = 1;
+}
+
+static void fixture_free(struct fixture *x)
+{
+	tb_retention_free(&x->ret);
+	free(x->mem);
+}
+
+struct got {
+	uint64_t n, next, bad;
+};
+
+static int on_frame(void *cd, const tb_frame_hdr_t *f)
+{
+	struct got *g = cd;
+	const uint8_t *p = (const uint8_t *)f + TB_FRAME_HDR_LEN;
+
+	if (g->next && f->seq != g->next)
+		g->bad++;
+	if (!(f->flags & TB_FRAME_F_REPLAY) || f->publish_ns != f->seq * 3)
+		g->bad++;
+	for (uint32_t i = 0; i < f->length - TB_FRAME_HDR_LEN; i++)
+		if (p[i] != (uint8_t)(f->seq & 0xff))
+			g->bad++;
+	g->next = f->seq + 1;
+	g->n++;
+	return 0;
+}
+
+static void test_empty_and_last_n(void **state)
+{
+	struct fixture x;
+	uint64_t epoch, first, last;
+	struct got g = {0};
+
+	(void)state;
+	fixture_init(&x, 100);
+	tb_retention_bounds(&x.ret, &epoch, &first, &last);
+	assert_int_equal(epoch, 99);
+	assert_int_equal(first, 0);
+	assert_int_equal(last, 0);
+	assert_int_equal(tb_retention_read(&x.ret, 1, 10, on_frame, &g),
+			 TB_STORE_NOT_YET);
+	for (int i = 0; i < 150; i++)
+		publish(&x, 48);
+	tb_retention_bounds(&x.ret, &epoch, &first, &last);
+	assert_int_equal(first, 51); /* the last 100 */
+	assert_int_equal(last, 150);
+	assert_int_equal(tb_retention_read(&x.ret, 50, 10, on_frame, &g),
+			 TB_STORE_TOO_OLD);
+	assert_int_equal(tb_retention_read(&x.ret, 151, 10, on_frame, &g),
+			 TB_STORE_NOT_YET);
+	assert_int_equal(tb_retention_read(&x.ret, 51, 1000, on_frame, &g), 100);
+	assert_int_equal(g.n, 100);
+	assert_int_equal(g.bad, 0);
+	assert_int_equal(g.next, 151);
+	fixture_free(&x);
+}
+
+static void test_ring_bounds_retention(void **state)
+{
+	struct fixture x;
+	uint64_t epoch, first, last, held;
+	struct got g = {0};
+
+	(void)state;
+	/* Retention asks for 100,000 but a 64 KiB ring of 160-byte frames
+	 * holds 409: only what the ring still holds is served. */
+	fixture_init(&x, 100000);
+	for (int i = 0; i < 5000; i++)
+		publish(&x, 100 + (uint32_t)(i % 7) * 8);
+	tb_retention_bounds(&x.ret, &epoch, &first, &last);
+	assert_int_equal(last, 5000);
+	held = last - first + 1;
+	assert_true(held > 300 && held < 700);
+	assert_int_equal(tb_retention_read(&x.ret, first - 1, 10, on_frame, &g),
+			 TB_STORE_TOO_OLD);
+	assert_int_equal(tb_retention_read(&x.ret, first, 100000, on_frame, &g),
+			 (int)held);
+	assert_int_equal(g.bad, 0);
+	fixture_free(&x);
+}
+
+static void test_frame_being_overwritten_is_refused(void **state)
+{
+	struct fixture x;
+	uint64_t epoch, first, last;
+	struct got g = {0};
+	tb_frame_hdr_t *f;
+
+	(void)state;
+	fixture_init(&x, 1000);
+	for (int i = 0; i < 600; i++) /* 600 128-byte frames: 512 fit */
+		publish(&x, 96);
+	tb_retention_bounds(&x.ret, &epoch, &first, &last);
+	/* The writer announces its next frame (intent) over the oldest: that
+	 * frame is gone even before a byte of it changes. */
+	f = tb_ring_claim(&x.ring, 96, x.next);
+	assert_non_null(f);
+	assert_int_equal(tb_retention_read(&x.ret, first, 1, on_frame, &g),
+			 TB_STORE_TOO_OLD);
+	assert_int_equal(g.n, 0);
+	tb_ring_abort(&x.ring);
+	assert_int_equal(tb_retention_read(&x.ret, first, 1, on_frame, &g), 1);
+	/* A frame whose bytes were scribbled over (a sequence that does not
+	 * match its slot) is refused, not served. */
+	memset(x.ring.base + (tb_load_relaxed(&x.ret.pos[(first + 5) & x.ret.mask]) &
+			      x.ring.mask) + 16, 0x7f, 8);
+	g.n = 0;
+	g.next = 0;
+	assert_int_equal(tb_retention_read(&x.ret, first + 1, 100, on_frame, &g), 4);
+	assert_int_equal(g.bad, 0);
+	fixture_free(&x);
+}
+
+/* As on_frame, without publish_ns (the publisher stamps its clock). */
+static int on_frame_seq_only(void *cd, const tb_frame_hdr_t *f)
+{
+	struct got *g = cd;
+	const uint8_t *p = (const uint8_t *)f + TB_FRAME_HDR_LEN;
+
+	if (g->next && f->seq != g->next)
+		g->bad++;
+	if (f->stream_id != 5 || f->length != TB_FRAME_HDR_LEN + 40)
+		g->bad++;
+	for (uint32_t i = 0; i < f->length - TB_FRAME_HDR_LEN; i++)
+		if (p[i] != (uint8_t)(f->seq & 0xff))
+			g->bad++;
+	g->next = f->seq + 1;
+	g->n++;
+	return 0;
+}
+
+static uint16_t free_port(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	getsockname(fd, (struct sockaddr *)&sa, &sl);
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+static void test_publisher_serves_retention(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	tb_rproto_request_t q;
+	tb_rproto_reject_t rej;
+	struct got g = {0};
+	uint8_t payload[40];
+
+	(void)state;
+	tb_stream_cfg_init(&cfg);
+	strcpy(cfg.name, "ret");
+	cfg.id = 5;
+	cfg.transport = TB_TRANSPORT_SHM;
+	cfg.ring_size = 1u << 20;
+	snprintf(cfg.shm_path, sizeof(cfg.shm_path), "/dev/shm/tb-test-ret.%d",
+		 (int)getpid());
+	strcpy(cfg.token, "pubtok");
+	cfg.retention = 1000;
+	strcpy(cfg.retention_endpoint.host, "127.0.0.1");
+	cfg.retention_endpoint.port = free_port();
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	for (uint64_t s = 1; s <= 3000; s++) {
+		memset(payload, (int)(s & 0xff), sizeof(payload));
+		assert_int_equal(tb_pub_offer(pub, 1, payload, sizeof(payload)),
+				 (int64_t)s);
+	}
+	memset(&q, 0, sizeof(q));
+	q.stream_id = 5;
+	q.epoch = tb_pub_epoch(pub);
+	q.first = 2001;
+	q.count = 1000;
+	strcpy(q.token, "pubtok");
+	{
+		struct got h = {0};
+		uint64_t n = 0;
+
+		assert_int_equal(tb_rclient_fetch_one(&cfg.retention_endpoint, &q,
+						      2000, on_frame_seq_only, &h,
+						      &rej, &n), 1000);
+		assert_int_equal(h.n, 1000);
+		assert_int_equal(h.bad, 0);
+		assert_int_equal(h.next, 3001);
+	}
+	q.first = 2000;
+	assert_int_equal(tb_rclient_fetch_one(&cfg.retention_endpoint, &q, 2000,
+					      on_frame_seq_only, &g, &rej, NULL),
+			 TB_RCLIENT_REJECTED);
+	assert_int_equal(rej.reason, TB_RPROTO_REJ_TOO_OLD);
+	assert_int_equal(rej.earliest_seq, 2001);
+	q.first = 2001;
+	strcpy(q.token, "pubtoK");
+	assert_int_equal(tb_rclient_fetch_one(&cfg.retention_endpoint, &q, 2000,
+					      on_frame_seq_only, &g, &rej, NULL),
+			 TB_RCLIENT_REJECTED);
+	assert_int_equal(rej.reason, TB_RPROTO_REJ_UNAUTHORISED);
+	assert_int_equal(tb_publisher_close(pub), 0);
+	unlink(cfg.shm_path);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_empty_and_last_n),
+		cmocka_unit_test(test_ring_bounds_retention),
+		cmocka_unit_test(test_frame_being_overwritten_is_refused),
+		cmocka_unit_test(test_publisher_serves_retention),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,249 @@
+/*
+ * Subscriber-side recovery in one process, over shm, served by the
+ * publisher's retention endpoint:
+ *  - a late joiner from sequence 1 gets 1..N exactly once, in order, the
+ *    missed ones flagged TB_MSG_F_REPLAY, even with the smallest live
+ *    buffer (64 KiB), which fills while the replay runs and pauses the
+ *    live side instead of dropping anything;
+ *  - with no service answering, the gap comes back once as TB_DATA_LOSS
+ *    with its exact range after recovery_timeout_ms, and live delivery
+ *    goes on after it;
+ *  - tb_sub_start_at refuses sequence 0 and a subscriber that has already
+ *    delivered.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "tickbus.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint16_t free_port(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	getsockname(fd, (struct sockaddr *)&sa, &sl);
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void stream_cfg(tb_stream_cfg_t *c, int retention)
+{
+	tb_stream_cfg_init(c);
+	strcpy(c->name, "subrec");
+	c->id = 11;
+	c->transport = TB_TRANSPORT_SHM;
+	c->ring_size = 1u << 20;
+	snprintf(c->shm_path, sizeof(c->shm_path), "/dev/shm/tb-test-subrec.%d",
+		 (int)getpid());
+	strcpy(c->token, "tok");
+	if (retention) {
+		c->retention = 200000;
+		strcpy(c->retention_endpoint.host, "127.0.0.1");
+		c->retention_endpoint.port = free_port();
+		c->recovery[0] = c->retention_endpoint;
+	} else {
+		strcpy(c->recovery[0].host, "127.0.0.1");
+		c->recovery[0].port = free_port(); /* nobody there */
+	}
+	c->n_recovery = 1;
+}
+
+struct got {
+	uint64_t next, n, replayed, bad;
+};
+
+static void on_msg(void *cd, const tb_msg_t *m)
+{
+	struct got *g = cd;
+	const uint8_t *p = m->data;
+
+	if (m->seq != g->next)
+		g->bad++;
+	if (m->len != 24 || p[0] != (uint8_t)m->seq)
+		g->bad++;
+	if (m->flags & TB_MSG_F_REPLAY)
+		g->replayed++;
+	g->next = m->seq + 1;
+	g->n++;
+}
+
+static void offer(tb_publisher_t *pub, uint64_t seq)
+{
+	uint8_t payload[24];
+
+	memset(payload, (int)(seq & 0xff), sizeof(payload));
+	assert_int_equal(tb_pub_offer(pub, 1, payload, sizeof(payload)),
+			 (int64_t)seq);
+}
+
+static void test_late_join_small_buffer(void **state)
+{
+	tb_stream_cfg_t c;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	struct got g = {1, 0, 0, 0};
+	uint64_t seq = 1, until;
+
+	(void)state;
+	stream_cfg(&c, 1);
+	c.recovery_buffer = 64u << 10;
+	assert_int_equal(tb_publisher_open(&pub, &c), 0);
+	for (; seq <= 5000; seq++)
+		offer(pub, seq);
+	assert_int_equal(tb_subscriber_open(&sub, &c), 0);
+	assert_int_equal(tb_sub_start_at(sub, 1), 0);
+	until = mono_ms() + 30000;
+	/* The first poll finds the gap and starts the replay; a burst of
+	 * 1,500 live frames (190 KiB of entries) then overflows the 64 KiB
+	 * live buffer while it runs. */
+	assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
+	for (; seq <= 6500; seq++)
+		offer(pub, seq);
+	while (g.next <= 25000 && mono_ms() < until) {
+		int n;
+
+		/* Keep publishing while it recovers: 64 KiB holds about 700
+		 * live frames, so the buffer fills and the live side waits. */
+		if (seq <= 25000) {
+			/* 20 us apart: the 1 MiB ring holds 16,384 of these
+			 * frames, a third of a second, far more than a
+			 * recovery round trip */
+			struct timespec ts = {0, 20000};
+
+			offer(pub, seq++);
+			nanosleep(&ts, NULL);
+		}
+		n = tb_sub_poll(sub, on_msg, &g, 64);
+		if (n < 0 && n != TB_NOT_CONNECTED)
+			fail_msg("poll: %s at %llu", tb_strerror(n), (unsigned long long)g.next);
+	}
+	assert_int_equal(g.next, 25001);
+	assert_int_equal(g.n, 25000);
+	assert_int_equal(g.bad, 0);
+	print_message("replayed %llu of 25000\n", (unsigned long long)g.replayed);
+	assert_true(g.replayed > 5000); /* the overflow was replayed too */
+	assert_int_equal(tb_sub_recovering(sub), 0);
+	assert_int_equal(tb_sub_start_at(sub, 1), TB_ESTATE);
+	tb_subscriber_close(sub);
+	tb_publisher_close(pub);
+	unlink(c.shm_path);
+}
+
+static void test_no_service_is_exact_data_loss(void **state)
+{
+	tb_stream_cfg_t c;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	struct got g = {101, 0, 0, 0};
+	uint64_t first = 0, last = 0, until, t0;
+	int losses = 0;
+
+	(void)state;
+	stream_cfg(&c, 0);
+	c.recovery_timeout_ms = 300;
+	assert_int_equal(tb_publisher_open(&pub, &c), 0);
+	for (uint64_t s = 1; s <= 100; s++)
+		offer(pub, s);
+	assert_int_equal(tb_subscriber_open(&sub, &c), 0);
+	assert_int_equal(tb_sub_start_at(sub, 0), TB_EINVAL);
+	assert_int_equal(tb_sub_start_at(sub, 1), 0);
+	assert_int_equal(tb_sub_loss(sub, &first, &last), TB_ENOENT);
+	for (uint64_t s = 101; s <= 200; s++)
+		offer(pub, s);
+	t0 = mono_ms();
+	until = t0 + 30000;
+	while (g.next <= 200 && mono_ms() < until) {
+		int n = tb_sub_poll(sub, on_msg, &g, 64);
+
+		if (n == TB_DATA_LOSS) {
+			losses++;
+			assert_int_equal(g.n, 0); /* nothing before the loss */
+			assert_int_equal(tb_sub_loss(sub, &first, &last), 0);
+		} else {
+			assert_true(n >= 0);
+		}
+	}
+	assert_int_equal(losses, 1);
+	assert_int_equal(first, 1);
+	assert_int_equal(last, 100);
+	assert_true(mono_ms() - t0 >= 250); /* it did try for its time */
+	assert_int_equal(g.n, 100);
+	assert_int_equal(g.next, 201);
+	assert_int_equal(g.bad, 0);
+	assert_int_equal(g.replayed, 0);
+	tb_subscriber_close(sub);
+	tb_publisher_close(pub);
+	unlink(c.shm_path);
+}
+
+/* A late joiner on a quiet stream: nothing new is published after it
+ * joins, yet it catches up (its first idle poll asks the service up to the
+ * latest), and later live messages follow exactly once. */
+static void test_late_join_quiet_stream(void **state)
+{
+	tb_stream_cfg_t c;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	struct got g = {1, 0, 0, 0};
+	uint64_t until;
+
+	(void)state;
+	stream_cfg(&c, 1);
+	assert_int_equal(tb_publisher_open(&pub, &c), 0);
+	for (uint64_t s = 1; s <= 3000; s++)
+		offer(pub, s);
+	assert_int_equal(tb_subscriber_open(&sub, &c), 0);
+	assert_int_equal(tb_sub_start_at(sub, 1), 0);
+	until = mono_ms() + 20000;
+	while (g.next <= 3000 && mono_ms() < until)
+		assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
+	assert_int_equal(g.n, 3000);
+	assert_int_equal(g.replayed, 3000);
+	assert_int_equal(g.bad, 0);
+	for (uint64_t s = 3001; s <= 3100; s++)
+		offer(pub, s);
+	until = mono_ms() + 20000;
+	while ((g.next <= 3100 || tb_sub_recovering(sub)) && mono_ms() < until)
+		assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
+	assert_int_equal(g.n, 3100);
+	assert_int_equal(g.next, 3101);
+	assert_int_equal(g.bad, 0);
+	assert_int_equal(g.replayed, 3000);
+	tb_subscriber_close(sub);
+	tb_publisher_close(pub);
+	unlink(c.shm_path);
+}
+
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_late_join_small_buffer),
+		cmocka_unit_test(test_no_service_is_exact_data_loss),
+		cmocka_unit_test(test_late_join_quiet_stream),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

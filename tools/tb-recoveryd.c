@@ -1,0 +1,560 @@
+/*
+ * tb-recoveryd - the gap-recovery service.  For each stream named on the
+ * command line it subscribes through the public API, writes every message
+ * to the retransmit store (store.h), and answers recovery-protocol
+ * requests for them (recovery_server.h) on one TCP endpoint.
+ *
+ * Restart: the store of the stream's current epoch is opened again and the
+ * subscription starts at its last sequence + 1 (tb_sub_start_at), so what
+ * was published while the service was down is recovered from the
+ * publisher's retention buffer (the stream's retention_endpoint) before
+ * live frames are stored.  What cannot be had is a hole: logged, counted
+ * (holes=, and the data_loss counter), and, because the store holds
+ * contiguous sequences only, the old store is moved aside to
+ * <dir>/hole-<stream>-<epoch>-<first missing> and a new one begins after
+ * the hole; requests for older sequences then get "too old".
+ *
+ * Two instances may serve one stream (each with its own --dir and
+ * --listen); subscribers list both in `recovery` and fail over.
+ *
+ * Threads: the main thread polls every subscription and appends to the
+ * stores; the server's threads read the stores; one mutex per stream
+ * orders the two.
+ */
+#include "tickbus.h"
+
+#include "config.h"
+#include "counters.h"
+#include "error.h"
+#include "frame.h"
+#include "recovery_client.h"
+#include "recovery_server.h"
+#include "store.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_STREAMS 16
+
+struct stream {
+	tb_stream_cfg_t cfg;      /* as subscribed: recovery = retention */
+	tb_subscriber_t *sub;
+	tb_store_t *store;
+	uint64_t epoch;           /* of the open store */
+	pthread_mutex_t lock;     /* store, epoch */
+	uint64_t stored, holes, lost;
+	/* Where the store must go on from at the first frame: set when the
+	 * epoch was not known at open (datagram transports learn it from the
+	 * first frame), so tb_sub_start_at could not ask for it; 0 once
+	 * the subscription's own recovery is in charge. */
+	int check_first;
+	int ended;
+	tb_counter_slot_t *ctr;
+	uint8_t *frame;           /* scratch for one frame */
+	uint32_t frame_cap;
+};
+
+static volatile sig_atomic_t stop;
+static const char *prog = "tb-recoveryd";
+static char store_dir[TB_PATH_MAX];
+static tb_store_sync_t sync_mode = TB_STORE_SYNC_NONE;
+static uint64_t segment_bytes;
+
+static void on_signal(int sig) { (void)sig; stop = 1; }
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+"usage: tb-recoveryd -c FILE -s STREAM [-s STREAM]... --dir DIR --listen HOST:PORT\n"
+"                    [options]\n"
+"Subscribes to the streams, stores every message, and replays ranges to\n"
+"subscribers over the recovery protocol.  SIGTERM or SIGINT stop it\n"
+"cleanly; it then prints one line per stream:\n"
+"  tb-recoveryd: stream NAME: stored=N first=F last=L holes=H lost=M\n"
+"    requests=R served=S rejects=J\n"
+"options:\n"
+"  -c, --config FILE      stream configuration file (INI)\n"
+"  -s, --stream NAME      a stream of that file (repeat for more, up to 16)\n"
+"  -d, --dir DIR          store directory (created if missing)\n"
+"  -l, --listen HOST:PORT where to answer requests\n"
+"      --max-count N      frames per request, 1..65536 (default 65536)\n"
+"      --rate R           requests per second per client address (default 0:\n"
+"                         unlimited); --burst B of them at once (default 2R)\n"
+"      --sync MODE        none | interval | batch (default none)\n"
+"      --segment-bytes N  store segment size (default 64 MiB)\n"
+"  -h, --help             this text\n"
+"exit status: 0 stopped by a signal, 1 error, 2 usage\n");
+}
+
+static int parse_u64(const char *str, uint64_t *out)
+{
+	char *end;
+
+	if (!str || !*str || *str == '-')
+		return -1;
+	errno = 0;
+	*out = strtoull(str, &end, 10);
+	return *end || errno ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------- store */
+
+static int open_store(struct stream *st, uint64_t epoch)
+{
+	tb_store_cfg_t sc;
+	int rc;
+
+	tb_store_cfg_init(&sc);
+	snprintf(sc.dir, sizeof(sc.dir), "%s", store_dir);
+	sc.stream_id = st->cfg.id;
+	sc.epoch = epoch;
+	sc.sync = sync_mode;
+	if (segment_bytes)
+		sc.segment_bytes = segment_bytes;
+	rc = tb_store_open(&st->store, &sc);
+	if (rc < 0) {
+		fprintf(stderr, "%s: stream %s: store: %s\n", prog, st->cfg.name,
+			tb_errmsg());
+		return rc;
+	}
+	st->epoch = epoch;
+	return 0;
+}
+
+/* Moves the current store aside and starts an empty one (after a hole). */
+static int restart_store(struct stream *st, uint64_t first_missing)
+{
+	char from[TB_PATH_MAX + 64], to[TB_PATH_MAX + 96];
+
+	tb_store_close(st->store);
+	st->store = NULL;
+	snprintf(from, sizeof(from), "%s/%" PRIu32 "-%016" PRIx64, store_dir,
+		 st->cfg.id, st->epoch);
+	snprintf(to, sizeof(to), "%s/hole-%" PRIu32 "-%016" PRIx64 "-%" PRIu64,
+		 store_dir, st->cfg.id, st->epoch, first_missing);
+	if (rename(from, to) < 0 && errno != ENOENT)
+		fprintf(stderr, "%s: stream %s: move %s aside: %s\n", prog,
+			st->cfg.name, from, strerror(errno));
+	return open_store(st, st->epoch);
+}
+
+static void log_hole(struct stream *st, uint64_t first, uint64_t last)
+{
+	st->holes++;
+	st->lost += last - first + 1;
+	tb_counter_inc(st->ctr, TB_CTR_DATA_LOSS);
+	fprintf(stderr, "%s: stream %s: hole %" PRIu64 "..%" PRIu64
+		" (%" PRIu64 " messages) could not be recovered; requests "
+		"before %" PRIu64 " will be refused as too old\n", prog,
+		st->cfg.name, first, last, last - first + 1, last + 1);
+}
+
+static void record_hole(struct stream *st, uint64_t first, uint64_t last)
+{
+	log_hole(st, first, last);
+	pthread_mutex_lock(&st->lock);
+	if (st->store && tb_store_last_seq(st->store) != 0 &&
+	    tb_store_last_seq(st->store) < last)
+		restart_store(st, first);
+	pthread_mutex_unlock(&st->lock);
+}
+
+static int append_locked(void *clientd, const tb_frame_hdr_t *f)
+{
+	struct stream *st = clientd;
+	int rc;
+
+	pthread_mutex_lock(&st->lock);
+	rc = tb_store_append(st->store, f);
+	pthread_mutex_unlock(&st->lock);
+	if (rc < 0)
+		return 1;
+	st->stored++;
+	tb_counter_inc(st->ctr, TB_CTR_DELIVERED);
+	return 0;
+}
+
+/* Fills [first, last] of `epoch` from the publisher's retention (the
+ * stream's retention_endpoint) straight into the store.  Returns the first
+ * sequence not filled. */
+static uint64_t fill_from_retention(struct stream *st, uint64_t epoch,
+				    uint64_t first, uint64_t last)
+{
+	tb_rclient_cfg_t c;
+	uint64_t next = first;
+
+	if (!st->cfg.n_recovery)
+		return first;
+	tb_rclient_cfg_init(&c);
+	c.endpoints = st->cfg.recovery; /* the retention endpoint */
+	c.n_endpoints = st->cfg.n_recovery;
+	c.stream_id = st->cfg.id;
+	c.token = st->cfg.token;
+	c.deadline_ms = st->cfg.recovery_timeout_ms;
+	if (tb_rclient_fetch(&c, epoch, first, last, append_locked, NULL, st,
+			     NULL, &next) < 0)
+		fprintf(stderr, "%s: stream %s: filling %" PRIu64 "..%" PRIu64
+			" from retention: %s\n", prog, st->cfg.name, first, last,
+			tb_errmsg());
+	return next;
+}
+
+static void on_msg(void *clientd, const tb_msg_t *m)
+{
+	struct stream *st = clientd;
+	uint64_t epoch = tb_sub_epoch(st->sub);
+	tb_frame_hdr_t *f;
+	int rc;
+
+	if (m->len + TB_FRAME_HDR_LEN > st->frame_cap) {
+		uint8_t *p = realloc(st->frame, m->len + TB_FRAME_HDR_LEN);
+
+		if (!p) {
+			fprintf(stderr, "%s: out of memory\n", prog);
+			stop = 1;
+			return;
+		}
+		st->frame = p;
+		st->frame_cap = m->len + TB_FRAME_HDR_LEN;
+	}
+	f = (tb_frame_hdr_t *)st->frame;
+	tb_frame_init(f, m->len, m->template_id, m->stream_id, m->seq,
+		      m->publish_ns);
+	memcpy(tb_frame_payload(f), m->data, m->len);
+	pthread_mutex_lock(&st->lock);
+	if (!st->store || st->epoch != epoch) {
+		tb_store_close(st->store);
+		st->store = NULL;
+		if (open_store(st, epoch) < 0) {
+			pthread_mutex_unlock(&st->lock);
+			stop = 1;
+			return;
+		}
+	}
+	if (st->check_first) {
+		/* The epoch is known only now: what the store lacks before
+		 * this frame comes from the publisher's retention, or is a
+		 * hole. */
+		uint64_t want = tb_store_last_seq(st->store) + 1, next;
+
+		st->check_first = 0;
+		fprintf(stderr, "%s: stream %s: epoch %" PRIu64 ", store holds "
+			"%" PRIu64 "..%" PRIu64 "; resuming at %" PRIu64
+			" (first frame %" PRIu64 ")\n", prog, st->cfg.name, epoch,
+			tb_store_first_seq(st->store), want - 1, want, m->seq);
+		if (m->seq > want) {
+			pthread_mutex_unlock(&st->lock);
+			next = fill_from_retention(st, epoch, want, m->seq - 1);
+			if (next < m->seq)
+				log_hole(st, next, m->seq - 1);
+			pthread_mutex_lock(&st->lock);
+		}
+	}
+	if (tb_store_last_seq(st->store) != 0 &&
+	    m->seq != tb_store_last_seq(st->store) + 1) {
+		if (m->seq <= tb_store_last_seq(st->store)) {
+			pthread_mutex_unlock(&st->lock);
+			return; /* already stored (a restart's overlap) */
+		}
+		/* Only after a hole already logged: a new store after it. */
+		restart_store(st, tb_store_last_seq(st->store) + 1);
+	}
+	rc = tb_store_append(st->store, f);
+	pthread_mutex_unlock(&st->lock);
+	if (rc < 0) {
+		fprintf(stderr, "%s: stream %s: append %" PRIu64 ": %s\n", prog,
+			st->cfg.name, m->seq, tb_errmsg());
+		stop = 1;
+		return;
+	}
+	st->stored++;
+	tb_counter_inc(st->ctr, TB_CTR_DELIVERED);
+}
+
+/* ------------------------------------------------------- serving sources */
+
+static void src_bounds(void *sd, uint64_t *epoch, uint64_t *first,
+		       uint64_t *last)
+{
+	struct stream *st = sd;
+
+	pthread_mutex_lock(&st->lock);
+	*epoch = st->store ? st->epoch : 0;
+	*first = st->store ? tb_store_first_seq(st->store) : 0;
+	*last = st->store ? tb_store_last_seq(st->store) : 0;
+	pthread_mutex_unlock(&st->lock);
+}
+
+static int src_read(void *sd, uint64_t first, int max, tb_store_read_fn fn,
+		    void *clientd)
+{
+	struct stream *st = sd;
+	int rc;
+
+	pthread_mutex_lock(&st->lock);
+	rc = st->store ? tb_store_read(st->store, first, max, fn, clientd) :
+	     TB_STORE_NOT_YET;
+	pthread_mutex_unlock(&st->lock);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ main */
+
+static int open_stream(struct stream *st, const tb_stream_cfg_t *cfg)
+{
+	uint64_t epoch, last = 0;
+	int rc;
+
+	st->cfg = *cfg;
+	/* The service's own gaps are filled from the publisher's retention,
+	 * never from another recovery service (which may be this one). */
+	memset(st->cfg.recovery, 0, sizeof(st->cfg.recovery));
+	st->cfg.n_recovery = 0;
+	if (cfg->retention_endpoint.host[0]) {
+		st->cfg.recovery[0] = cfg->retention_endpoint;
+		st->cfg.n_recovery = 1;
+	}
+	pthread_mutex_init(&st->lock, NULL);
+	st->ctr = tb_counters_add_stream(cfg->id, cfg->name, TB_ROLE_RECOVERY,
+					 "store");
+	if (!st->ctr) {
+		fprintf(stderr, "%s: %s\n", prog, tb_errmsg());
+		return -1;
+	}
+	rc = tb_subscriber_open(&st->sub, &st->cfg);
+	if (rc < 0) {
+		fprintf(stderr, "%s: %s\n", prog, tb_errmsg());
+		return rc;
+	}
+	epoch = tb_sub_epoch(st->sub);
+	if (epoch != 0) {
+		/* Attached to a live epoch: resume its store, or take the
+		 * epoch from its start. */
+		if (open_store(st, epoch) < 0)
+			return -1;
+		last = tb_store_last_seq(st->store);
+		rc = tb_sub_start_at(st->sub, last + 1);
+		if (rc < 0) {
+			fprintf(stderr, "%s: %s\n", prog, tb_errmsg());
+			return rc;
+		}
+		fprintf(stderr, "%s: stream %s: epoch %" PRIu64 ", store holds "
+			"%" PRIu64 "..%" PRIu64 "; resuming at %" PRIu64 "\n",
+			prog, cfg->name, epoch, tb_store_first_seq(st->store),
+			last, last + 1);
+	} else {
+		st->check_first = 1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"config", required_argument, 0, 'c'},
+		{"stream", required_argument, 0, 's'},
+		{"dir", required_argument, 0, 'd'},
+		{"listen", required_argument, 0, 'l'},
+		{"max-count", required_argument, 0, 'M'},
+		{"rate", required_argument, 0, 'R'},
+		{"burst", required_argument, 0, 'B'},
+		{"sync", required_argument, 0, 'Y'},
+		{"segment-bytes", required_argument, 0, 'G'},
+		{"help", no_argument, 0, 'h'},
+		{0, 0, 0, 0},
+	};
+	const char *config = NULL, *names[MAX_STREAMS], *listen = NULL;
+	static struct stream streams[MAX_STREAMS];
+	tb_rsrv_source_t src[MAX_STREAMS];
+	tb_rsrv_cfg_t rcfg;
+	tb_rsrv_t *srv = NULL;
+	tb_config_t *file = NULL;
+	uint64_t v, last_flush = 0;
+	int n = 0, c, rc, status = 0;
+	tb_idle_t idle;
+
+	tb_rsrv_cfg_init(&rcfg);
+	while ((c = getopt_long(argc, argv, "c:s:d:l:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': config = optarg; break;
+		case 's':
+			if (n == MAX_STREAMS)
+				goto bad;
+			names[n++] = optarg;
+			break;
+		case 'd':
+			if (strlen(optarg) >= sizeof(store_dir) - 64)
+				goto bad;
+			snprintf(store_dir, sizeof(store_dir), "%s", optarg);
+			break;
+		case 'l': listen = optarg; break;
+		case 'M':
+			if (parse_u64(optarg, &v) || v < 1 || v > TB_RPROTO_COUNT_MAX)
+				goto bad;
+			rcfg.max_count = (uint32_t)v;
+			break;
+		case 'R':
+			if (parse_u64(optarg, &v) || v > 1000000)
+				goto bad;
+			rcfg.rate = (uint32_t)v;
+			break;
+		case 'B':
+			if (parse_u64(optarg, &v) || v < 1 || v > 1000000)
+				goto bad;
+			rcfg.burst = (uint32_t)v;
+			break;
+		case 'Y':
+			if (!strcmp(optarg, "none"))
+				sync_mode = TB_STORE_SYNC_NONE;
+			else if (!strcmp(optarg, "interval"))
+				sync_mode = TB_STORE_SYNC_INTERVAL;
+			else if (!strcmp(optarg, "batch"))
+				sync_mode = TB_STORE_SYNC_BATCH;
+			else
+				goto bad;
+			break;
+		case 'G':
+			if (parse_u64(optarg, &segment_bytes) ||
+			    segment_bytes < TB_STORE_SEGMENT_MIN ||
+			    segment_bytes > TB_STORE_SEGMENT_MAX)
+				goto bad;
+			break;
+		case 'h': usage(stdout); return 0;
+		default: goto bad;
+		}
+	}
+	if (optind != argc || !config || n == 0 || !store_dir[0] || !listen) {
+bad:
+		usage(stderr);
+		return 2;
+	}
+	if (tb_config_endpoint_parse(&rcfg.listen, listen) < 0) {
+		fprintf(stderr, "%s: --listen %s: %s\n", prog, listen, tb_errmsg());
+		return 2;
+	}
+	if (tb_config_load(&file, config) < 0) {
+		fprintf(stderr, "%s: %s\n", prog, tb_errmsg());
+		return 1;
+	}
+	for (int i = 0; i < n; i++) {
+		const tb_stream_cfg_t *cfg = tb_config_stream(file, names[i]);
+
+		if (!cfg) {
+			fprintf(stderr, "%s: %s\n", prog, tb_errmsg());
+			status = 1;
+			goto out;
+		}
+		if (!cfg->token[0]) {
+			fprintf(stderr, "%s: stream %s has no token; requests are "
+				"authenticated with it\n", prog, cfg->name);
+			status = 1;
+			goto out;
+		}
+		if (open_stream(&streams[i], cfg) < 0) {
+			status = 1;
+			goto out;
+		}
+		src[i].stream_id = cfg->id;
+		src[i].token = streams[i].cfg.token;
+		src[i].bounds = src_bounds;
+		src[i].read = src_read;
+		src[i].sd = &streams[i];
+	}
+	if (tb_rsrv_open(&srv, &rcfg, src, n) < 0) {
+		fprintf(stderr, "%s: %s\n", prog, tb_errmsg());
+		status = 1;
+		goto out;
+	}
+	fprintf(stderr, "%s: listening on %s:%u\n", prog, rcfg.listen.host,
+		tb_rsrv_port(srv));
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+
+	tb_idle_init(&idle, TB_IDLE_SPIN_YIELD);
+	while (!stop) {
+		int work = 0;
+
+		for (int i = 0; i < n && !stop; i++) {
+			struct stream *st = &streams[i];
+			uint64_t a, b;
+
+			rc = tb_sub_poll(st->sub, on_msg, st, 1024);
+			if (rc > 0) {
+				work += rc;
+			} else if ((rc == TB_DATA_LOSS || rc == TB_GAP ||
+				    rc == TB_LAPPED) &&
+				   tb_sub_loss(st->sub, &a, &b) == 0) {
+				record_hole(st, a, b);
+			} else if (rc == TB_NEW_EPOCH) {
+				fprintf(stderr, "%s: stream %s: new epoch %" PRIu64
+					"\n", prog, st->cfg.name,
+					tb_sub_epoch(st->sub));
+			}
+		}
+		if (work == 0) {
+			struct timespec ts;
+			uint64_t now;
+
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+			if (now - last_flush >= 10) {
+				for (int i = 0; i < n; i++) {
+					pthread_mutex_lock(&streams[i].lock);
+					if (streams[i].store)
+						tb_store_flush(streams[i].store);
+					pthread_mutex_unlock(&streams[i].lock);
+				}
+				tb_counters_heartbeat();
+				last_flush = now;
+			}
+		}
+		tb_idle_step(&idle, work);
+	}
+
+out:
+	if (srv) {
+		tb_rsrv_stats_t rs;
+		uint64_t rejects = 0;
+
+		tb_rsrv_stats(srv, &rs);
+		for (int r = 0; r <= TB_RPROTO_REJ_MAX; r++)
+			rejects += rs.rejects[r];
+		tb_rsrv_close(srv);
+		for (int i = 0; i < n; i++) {
+			struct stream *st = &streams[i];
+
+			printf("%s: stream %s: stored=%" PRIu64 " first=%" PRIu64
+			       " last=%" PRIu64 " holes=%" PRIu64 " lost=%" PRIu64
+			       " requests=%" PRIu64 " served=%" PRIu64
+			       " rejects=%" PRIu64 " malformed=%" PRIu64
+			       " unauthorised=%" PRIu64 "\n", prog, st->cfg.name,
+			       st->stored,
+			       st->store ? tb_store_first_seq(st->store) : 0,
+			       st->store ? tb_store_last_seq(st->store) : 0,
+			       st->holes, st->lost, rs.requests, rs.served,
+			       rejects, rs.rejects[TB_RPROTO_REJ_MALFORMED],
+			       rs.rejects[TB_RPROTO_REJ_UNAUTHORISED]);
+		}
+		fflush(stdout);
+	}
+	for (int i = 0; i < n; i++) {
+		struct stream *st = &streams[i];
+
+		tb_subscriber_close(st->sub);
+		tb_store_close(st->store);
+		if (st->ctr)
+			tb_counters_remove_stream(st->ctr);
+		free(st->frame);
+		pthread_mutex_destroy(&st->lock);
+	}
+	tb_config_free(file);
+	return status;
+}
