@@ -567,6 +567,10 @@ static inline int sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
 		atomic_store_explicit(&s->dead, 1, memory_order_relaxed);
 		return 1;
 	}
+	/* Reap with every signalled request: completions come back at the
+	 * pace they are asked for, and an error shows within 64 frames. */
+	if (s->wr.send_flags & IBV_SEND_SIGNALED)
+		sub_reap(s);
 	s->posted += nwr;
 	s->wpos += pad + space;
 	s->wframes++;

@@ -14,11 +14,15 @@
  *
  * Modes:
  *   bench_rc                       the fan-out table (median of RUNS runs)
- *   bench_rc --callgrind N COUNT   N subscribers, COUNT offers, no timing:
+ *   bench_rc --callgrind N COUNT [ud]
+ *                                  N subscribers, COUNT offers, no timing:
  *                                  run under callgrind with
  *                                  --toggle-collect=tb_pub_offer (the bench
  *                                  script subtracts the verbs provider's
- *                                  instructions to get tickbus's own)
+ *                                  instructions to get tickbus's own);
+ *                                  with "ud", the same over ud multicast, so
+ *                                  the two fan-outs sit side by side: rc
+ *                                  posts once per subscriber, ud once
  */
 #include "tickbus.h"
 
@@ -44,16 +48,25 @@ static void on_msg(void *clientd, const tb_msg_t *m)
 	++*(uint64_t *)clientd;
 }
 
+static int use_ud;
+
 static void cfg_for(tb_stream_cfg_t *c, int port)
 {
 	tb_stream_cfg_init(c);
 	snprintf(c->name, sizeof(c->name), "bench");
 	c->id = 77;
-	c->transport = TB_TRANSPORT_RC;
 	c->ring_size = 4 << 20;
+	snprintf(c->token, sizeof(c->token), "bench");
+	if (use_ud) {
+		c->transport = TB_TRANSPORT_UD;
+		snprintf(c->group.host, sizeof(c->group.host), "239.192.7.%d",
+			 1 + port % 250);
+		c->group.port = (uint16_t)port;
+		return;
+	}
+	c->transport = TB_TRANSPORT_RC;
 	snprintf(c->control.host, sizeof(c->control.host), "127.0.0.1");
 	c->control.port = (uint16_t)port;
-	snprintf(c->token, sizeof(c->token), "bench");
 }
 
 typedef struct rig {
@@ -241,7 +254,8 @@ static double floor_post(int count)
  * libc's locks and copies included).
  * Returns -1 when valgrind is not there.
  */
-static double callgrind_per_offer(int n, int count, double *verbs_per_offer)
+static double callgrind_per_offer(int n, int count, double *verbs_per_offer,
+				  const char *kind)
 {
 	char out[128], cmd[1024], line[512];
 	double total = -1, verbs = 0;
@@ -251,8 +265,8 @@ static double callgrind_per_offer(int n, int count, double *verbs_per_offer)
 	snprintf(cmd, sizeof(cmd),
 		 "valgrind --tool=callgrind --callgrind-out-file=%s "
 		 "--separate-threads=yes --toggle-collect=tb_pub_offer "
-		 "/proc/%d/exe --callgrind %d %d >/dev/null 2>&1",
-		 out, (int)getpid(), n, count);
+		 "/proc/%d/exe --callgrind %d %d %s >/dev/null 2>&1",
+		 out, (int)getpid(), n, count, kind);
 	if (system(cmd) != 0)
 		return -1;
 	snprintf(cmd, sizeof(cmd), "callgrind_annotate --inclusive=yes "
@@ -335,8 +349,10 @@ int main(int argc, char **argv)
 		snprintf(name, sizeof(name), "bench-rc-%d", (int)getpid());
 		setenv("SOFTRDMA_FABRIC", name, 1);
 	}
-	if (argc == 4 && strcmp(argv[1], "--callgrind") == 0) {
+	if (argc >= 4 && strcmp(argv[1], "--callgrind") == 0) {
 		int n = atoi(argv[2]), count = atoi(argv[3]);
+
+		use_ud = argc == 5 && strcmp(argv[4], "ud") == 0;
 
 		if (n < 1 || n > MAX_SUBS || count < BURST || rig_open(&r, n, port) < 0) {
 			fprintf(stderr, "bench rc: could not set up: %s\n", tb_errmsg());
@@ -379,16 +395,21 @@ int main(int argc, char **argv)
 	}
 	printf("bench rc: instructions per offer (callgrind, publishing thread, "
 	       "inside tb_pub_offer)\n");
-	printf("%-12s %16s %18s\n", "subscribers", "tickbus Ir/msg",
-	       "verbs provider Ir");
+	printf("%-12s %14s %14s %14s %14s\n", "subscribers", "rc tickbus Ir",
+	       "rc verbs Ir", "ud tickbus Ir", "ud verbs Ir");
 	for (size_t f = 0; f < sizeof(fan) / sizeof(fan[0]); f++) {
-		double verbs = 0, own = callgrind_per_offer(fan[f], 20000, &verbs);
+		double rv = 0, uv = 0;
+		double rown = callgrind_per_offer(fan[f], 20000, &rv, "rc");
+		double uown = callgrind_per_offer(fan[f], 20000, &uv, "ud");
 
-		if (own < 0) {
+		if (rown < 0) {
 			printf("bench rc: callgrind: not available (valgrind); skipped\n");
 			break;
 		}
-		printf("%-12d %16.0f %18.0f\n", fan[f], own, verbs);
+		printf("%-12d %14.0f %14.0f %14.0f %14.0f\n", fan[f], rown, rv,
+		       uown, uv);
 	}
+	printf("bench rc: rc posts once per subscriber (linear); ud posts once "
+	       "(flat: the fabric copies)\n");
 	return 0;
 }

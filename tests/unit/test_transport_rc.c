@@ -194,7 +194,8 @@ static void peer_close(peer_t *p)
 	if (p->fd >= 0)
 		close(p->fd);
 	ibv_destroy_qp(p->qp);
-	ibv_dereg_mr(p->mr);
+	if (p->mr)
+		ibv_dereg_mr(p->mr);
 	ibv_destroy_cq(p->cq);
 	ibv_dealloc_pd(p->pd);
 	ibv_close_device(p->ctx);
@@ -532,6 +533,57 @@ static void publisher_skips_a_subscriber_without_credit(void **state)
 	tb_publisher_close(pub);
 }
 
+static void publisher_drops_a_failed_subscriber(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t a, b;
+	uint8_t payload[64] = {0};
+	struct ibv_wc wc[128];
+	tb_ctl_msg_t m;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(0), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&a, 64 << 10, 256);
+	peer_open(&b, 64 << 10, 256);
+	post_recvs(&a, 256);
+	post_recvs(&b, 256);
+	subscribe(&a, test_port(0), "right-token", 256);
+	subscribe(&b, test_port(0), "right-token", 256);
+	assert_int_equal(a.reply.type, TB_CTL_ACCEPT);
+	assert_int_equal(b.reply.type, TB_CTL_ACCEPT);
+	peer_connect_qp(&a, a.reply.accept.qpn, a.reply.accept.gid, a.reply.accept.psn);
+	peer_connect_qp(&b, b.reply.accept.qpn, b.reply.accept.gid, b.reply.accept.psn);
+	usleep(100000);
+
+	/* B's ring goes away: the publisher's next write to it is a remote
+	 * access error and its queue pair to B fails. */
+	assert_int_equal(ibv_dereg_mr(b.mr), 0);
+	b.mr = NULL;
+	for (int i = 0; i < 100; i++)
+		assert_int_equal(tb_pub_offer(pub, 1, payload, 64), i + 1);
+	/* A got all of them, in order, unaffected. */
+	assert_int_equal(wait_recvs(&a, wc, 100), 100);
+	for (int i = 0; i < 100; i++) {
+		assert_int_equal(wc[i].status, IBV_WC_SUCCESS);
+		assert_int_equal(((tb_frame_hdr_t *)(a.buf + i * 96))->seq, i + 1);
+	}
+	/* B is told why it was dropped, and the connection ends. */
+	assert_true(read_ctl(b.fd, &m) > 0);
+	while (m.type == TB_CTL_HEARTBEAT)
+		assert_true(read_ctl(b.fd, &m) > 0);
+	assert_int_equal(m.type, TB_CTL_BYE);
+	assert_int_equal(m.bye.reason, TB_CTL_BYE_ERROR);
+	assert_int_equal(read_ctl(b.fd, &m), TB_CLOSED);
+	/* And the stream goes on for A. */
+	assert_int_equal(tb_pub_offer(pub, 1, payload, 64), 101);
+	assert_int_equal(wait_recvs(&a, wc, 1), 1);
+	peer_close(&a);
+	peer_close(&b);
+	tb_publisher_close(pub);
+}
+
 static void wrong_token_gets_no_rkey(void **state)
 {
 	tb_stream_cfg_t cfg;
@@ -720,6 +772,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(publisher_posts_exact_work_requests),
 		cmocka_unit_test(publisher_skips_a_subscriber_without_credit),
+		cmocka_unit_test(publisher_drops_a_failed_subscriber),
 		cmocka_unit_test(wrong_token_gets_no_rkey),
 		cmocka_unit_test(subscriber_credits_and_rkey_bounds),
 	};
