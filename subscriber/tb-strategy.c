@@ -558,7 +558,8 @@ int main(int argc, char **argv)
 				lost += last - first + 1;
 			if (printed++ < 16)
 				printf("%s: loss kind=%s first=%" PRIu64 " last=%" PRIu64 "\n",
-				       name, tb_strerror(n), first, last);
+				       name, n == TB_GAP ? "gap" : n == TB_LAPPED ?
+				       "lapped" : "data_loss", first, last);
 		}
 	}
 	t0 = mono_ms();
