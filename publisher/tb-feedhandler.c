@@ -27,6 +27,10 @@
  * (ns since midnight) plus midnight UTC of the day the handler started; the
  * publish time is the frame's publish_ns, stamped by tb_pub_commit.
  *
+ * Streams: -s may be given up to four times; every message then goes to
+ * each stream in turn (claimed, encoded in place and committed on each:
+ * encoding a message costs what copying it would).
+ *
  * Flow control: TB_BACK_PRESSURED is retried (spin then yield) until the
  * stream takes the message or a signal stops the handler; TB_NOT_CONNECTED
  * (rc with no subscriber yet) drops the message and counts it as unsent.
@@ -61,6 +65,7 @@
 
 #define MAX_INSTR 1024
 #define MAX_PENDING_LEVELS 32 /* one ITCH message touches at most a few */
+#define MAX_STREAMS 4
 
 static volatile sig_atomic_t stop;
 
@@ -73,9 +78,10 @@ static void on_signal(int sig)
 static void usage(FILE *out)
 {
 	fprintf(out,
-"usage: tb-feedhandler -c CONFIG -s STREAM [options]\n"
+"usage: tb-feedhandler -c CONFIG -s STREAM [-s STREAM2 ...] [options]\n"
 "Reads a MoldUDP64/ITCH feed and publishes Quote, Trade, BookLevelUpdate,\n"
-"InstrumentDefinition and TradingStatus on tickbus stream STREAM.\n"
+"InstrumentDefinition and TradingStatus on tickbus stream STREAM (and on\n"
+"each further -s STREAM, up to 4).\n"
 "options:\n"
 "  -c, --config FILE        tickbus config file (required)\n"
 "  -s, --stream NAME        stream to publish (required)\n"
@@ -101,7 +107,9 @@ static void usage(FILE *out)
 }
 
 typedef struct handler {
-	tb_publisher_t *pub;
+	tb_publisher_t *pubs[MAX_STREAMS];
+	int npub;
+	uint64_t published[MAX_STREAMS];
 	uint64_t midnight_ns;
 	tb_idle_t idle;
 	/* level events waiting to go out as one BookLevelUpdate */
@@ -110,7 +118,7 @@ typedef struct handler {
 	uint16_t nlv;
 	uint64_t blu_seq;
 	/* counters */
-	uint64_t published, quotes, trades, level_updates, levels, instruments;
+	uint64_t quotes, trades, level_updates, levels, instruments;
 	uint64_t statuses, book_events, unsent, backpressured, deep_levels;
 	uint64_t errors;
 	int failed;
@@ -120,12 +128,13 @@ typedef struct handler {
 
 /* Claims `len` bytes, retrying while back-pressured.  Returns 0 with the
  * claim, or a negative code (TB_NOT_CONNECTED counted as unsent). */
-static int claim(handler_t *h, uint16_t tid, uint32_t len, tb_claim_t *c)
+static int claim(handler_t *h, tb_publisher_t *pub, uint16_t tid,
+		 uint32_t len, tb_claim_t *c)
 {
 	int bp = 0;
 
 	for (;;) {
-		int rc = tb_pub_claim(h->pub, tid, len, c);
+		int rc = tb_pub_claim(pub, tid, len, c);
 
 		if (rc == 0) {
 			h->idle.spins = 0;
@@ -148,41 +157,62 @@ static int claim(handler_t *h, uint16_t tid, uint32_t len, tb_claim_t *c)
 	}
 }
 
-static void commit(handler_t *h, tb_claim_t *c, int64_t enc)
+/* Encodes message `m` of template `tid` in place, for each stream. */
+static void emit(handler_t *h, uint16_t tid, uint32_t len, const void *m)
 {
-	int64_t r;
+	int i;
 
-	if (enc < 0 || (uint64_t)enc != c->len) {
-		/* Cannot happen: the claim was sized by the same encoder. */
-		tb_pub_abort(h->pub, c);
-		h->errors++;
-		h->failed = 1;
-		return;
+	for (i = 0; i < h->npub; i++) {
+		tb_claim_t c;
+		int64_t enc, r;
+
+		if (claim(h, h->pubs[i], tid, len, &c) != 0)
+			continue;
+		switch (tid) {
+		case TB_MD_QUOTE_TEMPLATE_ID:
+			enc = tb_md_quote_encode(c.data, c.len, m);
+			break;
+		case TB_MD_TRADE_TEMPLATE_ID:
+			enc = tb_md_trade_encode(c.data, c.len, m);
+			break;
+		case TB_MD_BOOK_LEVEL_UPDATE_TEMPLATE_ID:
+			enc = tb_md_book_level_update_encode(c.data, c.len, m, h->lv,
+							     h->nlv);
+			break;
+		case TB_MD_INSTRUMENT_DEFINITION_TEMPLATE_ID:
+			enc = tb_md_instrument_definition_encode(c.data, c.len, m);
+			break;
+		default:
+			enc = tb_md_trading_status_encode(c.data, c.len, m);
+			break;
+		}
+		if (enc < 0 || (uint64_t)enc != c.len) {
+			/* Cannot happen: the claim was sized by the same encoder. */
+			tb_pub_abort(h->pubs[i], &c);
+			h->errors++;
+			h->failed = 1;
+			continue;
+		}
+		r = tb_pub_commit(h->pubs[i], &c);
+		if (r < 0) {
+			fprintf(stderr, "tb-feedhandler: commit: %s\n",
+				tb_strerror((int)r));
+			h->errors++;
+			h->failed = 1;
+			continue;
+		}
+		h->published[i]++;
 	}
-	r = tb_pub_commit(h->pub, c);
-	if (r < 0) {
-		fprintf(stderr, "tb-feedhandler: commit: %s\n", tb_strerror((int)r));
-		h->errors++;
-		h->failed = 1;
-		return;
-	}
-	h->published++;
 }
 
 static void flush_levels(handler_t *h)
 {
-	tb_claim_t c;
-	uint32_t len;
-
 	if (!h->nlv)
 		return;
-	len = (uint32_t)tb_md_book_level_update_encoded_len(h->nlv);
-	if (claim(h, TB_MD_BOOK_LEVEL_UPDATE_TEMPLATE_ID, len, &c) == 0) {
-		commit(h, &c, tb_md_book_level_update_encode(c.data, c.len, &h->blu,
-							     h->lv, h->nlv));
-		h->level_updates++;
-		h->levels += h->nlv;
-	}
+	emit(h, TB_MD_BOOK_LEVEL_UPDATE_TEMPLATE_ID,
+	     (uint32_t)tb_md_book_level_update_encoded_len(h->nlv), &h->blu);
+	h->level_updates++;
+	h->levels += h->nlv;
 	h->nlv = 0;
 }
 
@@ -200,7 +230,6 @@ static void publish_quote(handler_t *h, const tb_feed_event_t *ev)
 {
 	const tb_book_event_t *b = &ev->book;
 	tb_md_quote_t q;
-	tb_claim_t c;
 
 	tb_md_quote_init(&q);
 	q.instrument_id = ev->instrument;
@@ -214,10 +243,7 @@ static void publish_quote(handler_t *h, const tb_feed_event_t *ev)
 	}
 	q.exchange_ts = exch_ts(h, ev);
 	q.feed_recv_ts = ev->feed_receive_ns;
-	if (claim(h, TB_MD_QUOTE_TEMPLATE_ID,
-		  (uint32_t)tb_md_quote_encoded_len(), &c) != 0)
-		return;
-	commit(h, &c, tb_md_quote_encode(c.data, c.len, &q));
+	emit(h, TB_MD_QUOTE_TEMPLATE_ID, (uint32_t)tb_md_quote_encoded_len(), &q);
 	h->quotes++;
 	if (ev->instrument < MAX_INSTR)
 		h->top_hash[ev->instrument] =
@@ -229,7 +255,6 @@ static void publish_trade(handler_t *h, const tb_feed_event_t *ev)
 {
 	const tb_book_event_t *b = &ev->book;
 	tb_md_trade_t t;
-	tb_claim_t c;
 
 	tb_md_trade_init(&t);
 	t.instrument_id = ev->instrument;
@@ -239,10 +264,7 @@ static void publish_trade(handler_t *h, const tb_feed_event_t *ev)
 	t.exchange_ts = exch_ts(h, ev);
 	t.feed_recv_ts = ev->feed_receive_ns;
 	t.aggressor_side = b->side == TB_BOOK_BID ? 2 : 1;
-	if (claim(h, TB_MD_TRADE_TEMPLATE_ID, (uint32_t)tb_md_trade_encoded_len(),
-		  &c) != 0)
-		return;
-	commit(h, &c, tb_md_trade_encode(c.data, c.len, &t));
+	emit(h, TB_MD_TRADE_TEMPLATE_ID, (uint32_t)tb_md_trade_encoded_len(), &t);
 	h->trades++;
 }
 
@@ -279,7 +301,6 @@ static void add_level(handler_t *h, const tb_feed_event_t *ev)
 static void publish_definition(handler_t *h, const tb_feed_event_t *ev)
 {
 	tb_md_instrument_definition_t d;
-	tb_claim_t c;
 	size_t n = sizeof(ev->symbol);
 
 	tb_md_instrument_definition_init(&d);
@@ -289,17 +310,14 @@ static void publish_definition(handler_t *h, const tb_feed_event_t *ev)
 	memcpy(d.symbol, ev->symbol, n);
 	memcpy(d.currency, "USD", 3);
 	d.tick_size.mantissa = px(1);
-	if (claim(h, TB_MD_INSTRUMENT_DEFINITION_TEMPLATE_ID,
-		  (uint32_t)tb_md_instrument_definition_encoded_len(), &c) != 0)
-		return;
-	commit(h, &c, tb_md_instrument_definition_encode(c.data, c.len, &d));
+	emit(h, TB_MD_INSTRUMENT_DEFINITION_TEMPLATE_ID,
+	     (uint32_t)tb_md_instrument_definition_encoded_len(), &d);
 	h->instruments++;
 }
 
 static void publish_status(handler_t *h, const tb_feed_event_t *ev)
 {
 	tb_md_trading_status_t s;
-	tb_claim_t c;
 
 	tb_md_trading_status_init(&s);
 	s.exchange_ts = exch_ts(h, ev);
@@ -315,10 +333,8 @@ static void publish_status(handler_t *h, const tb_feed_event_t *ev)
 		default: return;                        /* not a state change */
 		}
 	}
-	if (claim(h, TB_MD_TRADING_STATUS_TEMPLATE_ID,
-		  (uint32_t)tb_md_trading_status_encoded_len(), &c) != 0)
-		return;
-	commit(h, &c, tb_md_trading_status_encode(c.data, c.len, &s));
+	emit(h, TB_MD_TRADING_STATUS_TEMPLATE_ID,
+	     (uint32_t)tb_md_trading_status_encoded_len(), &s);
 	h->statuses++;
 }
 
@@ -353,6 +369,19 @@ static void on_event(void *ctx, const tb_feed_event_t *ev)
 	default:
 		break;
 	}
+}
+
+static void flush_all(handler_t *h)
+{
+	for (int i = 0; i < h->npub; i++)
+		tb_pub_flush(h->pubs[i]);
+}
+
+static void close_all(handler_t *h)
+{
+	for (int i = 0; i < h->npub; i++)
+		tb_publisher_close(h->pubs[i]);
+	h->npub = 0;
 }
 
 static int parse_u64(const char *s, uint64_t *out)
@@ -410,7 +439,8 @@ int main(int argc, char **argv)
 		{0, 0, 0, 0},
 	};
 	static handler_t h;
-	const char *config = NULL, *stream = NULL;
+	const char *config = NULL, *streams[MAX_STREAMS];
+	int nstreams = 0;
 	tb_feed_cfg_t cfg;
 	tb_feed_t *f;
 	tb_feed_stats_t st;
@@ -429,7 +459,12 @@ int main(int argc, char **argv)
 
 		switch (c) {
 		case 'c': config = optarg; break;
-		case 's': if (!*optarg) bad = "--stream"; else stream = optarg; break;
+		case 's':
+			if (!*optarg || nstreams == MAX_STREAMS)
+				bad = "--stream (1 to 4 streams)";
+			else
+				streams[nstreams++] = optarg;
+			break;
 		case 'g': if (!is_ipv4(optarg)) bad = "--group"; else cfg.group = optarg; break;
 		case 'i': if (!is_ipv4(optarg)) bad = "--iface"; else cfg.iface = optarg; break;
 		case 'H': if (!is_ipv4(optarg)) bad = "--retrans-host"; else cfg.retrans_host = optarg; break;
@@ -455,7 +490,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "tb-feedhandler: unexpected argument '%s'\n", argv[optind]);
 		return 2;
 	}
-	if (!config || !stream) {
+	if (!config || !nstreams) {
 		fprintf(stderr, "tb-feedhandler: --config and --stream are required\n");
 		usage(stderr);
 		return 2;
@@ -474,22 +509,26 @@ int main(int argc, char **argv)
 			core, tb_errmsg());
 		return 1;
 	}
-	rc = tb_publisher_open_file(&h.pub, config, stream);
-	if (rc) {
-		fprintf(stderr, "tb-feedhandler: stream '%s' of %s: %s\n", stream,
-			config, tb_errmsg());
-		return 1;
+	for (i = 0; i < (uint64_t)nstreams; i++) {
+		rc = tb_publisher_open_file(&h.pubs[i], config, streams[i]);
+		if (rc) {
+			fprintf(stderr, "tb-feedhandler: stream '%s' of %s: %s\n",
+				streams[i], config, tb_errmsg());
+			close_all(&h);
+			return 1;
+		}
+		h.npub++;
 	}
 	rc = tb_feed_open(&f, &cfg);
 	if (rc) {
 		fprintf(stderr, "tb-feedhandler: feed %s:%" PRIu64 ": %s\n",
 			cfg.group, port, tb_errmsg());
-		tb_publisher_close(h.pub);
+		close_all(&h);
 		return 1;
 	}
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
-	printf("feedhandler: ready port=%u stream=%s\n", tb_feed_port(f), stream);
+	printf("feedhandler: ready port=%u streams=%d\n", tb_feed_port(f), h.npub);
 	fflush(stdout);
 	tb_idle_init(&idle, TB_IDLE_SPIN_YIELD);
 	t0 = mono_ms();
@@ -505,11 +544,11 @@ int main(int argc, char **argv)
 		 * waiting: they go out before the handler idles. */
 		flush_levels(&h);
 		if (rc > 0)
-			tb_pub_flush(h.pub);
+			flush_all(&h);
 		tb_idle_step(&idle, rc);
 	}
 	flush_levels(&h);
-	tb_pub_flush(h.pub);
+	flush_all(&h);
 	ended = tb_feed_ended(f);
 	tb_feed_stats(f, &st);
 	for (i = 0; i < MAX_INSTR; i++)
@@ -520,9 +559,12 @@ int main(int argc, char **argv)
 	while (mono_ms() - t0 < linger_ms) {
 		struct timespec ts = { 0, 1000000 };
 
-		tb_pub_flush(h.pub);
+		flush_all(&h);
 		nanosleep(&ts, NULL);
 	}
+	for (i = 1; i < (uint64_t)h.npub; i++)
+		printf("feedhandler: stream=%s published_%d=%" PRIu64 "\n",
+		       streams[i], (int)i, h.published[i]);
 	printf("feedhandler: ended=%d published=%" PRIu64 " quotes=%" PRIu64
 	       " trades=%" PRIu64 " level_updates=%" PRIu64 " levels=%" PRIu64
 	       " instruments=%" PRIu64 " statuses=%" PRIu64
@@ -533,14 +575,14 @@ int main(int argc, char **argv)
 	       " malformed_messages=%" PRIu64 " messages=%" PRIu64
 	       " book_errors=%" PRIu64 " errors=%" PRIu64
 	       " top_checksum=0x%016" PRIx64 "\n",
-	       ended, h.published, h.quotes, h.trades, h.level_updates, h.levels,
+	       ended, h.published[0], h.quotes, h.trades, h.level_updates, h.levels,
 	       h.instruments, h.statuses, h.book_events, h.unsent,
 	       h.backpressured, h.deep_levels, st.gaps, st.gaps_filled,
 	       st.gaps_lost, st.stale_reports, st.malformed_packets,
 	       st.malformed_messages, st.messages, st.book_errors, h.errors, sum);
 	fflush(stdout);
 	tb_feed_close(f);
-	tb_publisher_close(h.pub);
+	close_all(&h);
 	if (h.failed)
 		return 1;
 	return ended || stop ? 0 : 1;
