@@ -39,7 +39,10 @@
  *   strategy: name=S closed=0|1 messages=N quotes=N trades=N
  *     level_updates=N levels=N instruments=N statuses=N malformed=N
  *     unknown=N orders=N acks=N bad_acks=N unmatched_acks=N disorder=N
- *     gaps=N laps=N data_loss=N lost=N top_checksum=0x...
+ *     gaps=N gapped=N laps=N data_loss=N lost=N top_checksum=0x...
+ * (gapped: messages in TB_GAP ranges - being recovered where the stream has
+ * recovery, missing where it has none; lost: in TB_LAPPED and TB_DATA_LOSS
+ * ranges, gone for good)
  * and one line of hop figures in ns:
  *   hops: feed_to_publish_count=N feed_to_publish_p50=N ... tick_to_trade_max=N
  */
@@ -387,7 +390,7 @@ static int write_hgrms(strat_t *s, const char *dir, const char *name)
 }
 
 static void report(strat_t *s, const char *name, int closed, uint64_t gaps,
-		   uint64_t laps, uint64_t data_loss, uint64_t lost)
+		   uint64_t gapped, uint64_t laps, uint64_t data_loss, uint64_t lost)
 {
 	uint64_t sum = 0;
 	int i;
@@ -420,12 +423,12 @@ static void report(strat_t *s, const char *name, int closed, uint64_t gaps,
 	       " unknown=%" PRIu64 " out_of_range=%" PRIu64 " orders=%" PRIu64
 	       " send_errors=%" PRIu64 " acks=%" PRIu64 " bad_acks=%" PRIu64
 	       " unmatched_acks=%" PRIu64 " disorder=%" PRIu64 " gaps=%" PRIu64
-	       " laps=%" PRIu64 " data_loss=%" PRIu64 " lost=%" PRIu64
+	       " gapped=%" PRIu64 " laps=%" PRIu64 " data_loss=%" PRIu64 " lost=%" PRIu64
 	       " top_checksum=0x%016" PRIx64 "\n",
 	       name, closed, s->messages, s->quotes, s->trades, s->level_updates,
 	       s->levels, s->instruments, s->statuses, s->malformed, s->unknown,
 	       s->out_of_range, s->orders, s->send_errors, s->acks, s->bad_acks,
-	       s->unmatched_acks, s->disorder, gaps, laps, data_loss, lost, sum);
+	       s->unmatched_acks, s->disorder, gaps, gapped, laps, data_loss, lost, sum);
 	fflush(stdout);
 }
 
@@ -451,7 +454,8 @@ int main(int argc, char **argv)
 	const char *config = NULL, *stream = NULL, *name = "strategy";
 	const char *hgrm_dir = NULL, *gateway = "127.0.0.1:31010";
 	uint64_t core = UINT64_MAX, timeout_ms = 0, ack_wait_ms = 500, v, t0;
-	uint64_t gaps = 0, laps = 0, data_loss = 0, lost = 0, printed = 0;
+	uint64_t gaps = 0, laps = 0, data_loss = 0, lost = 0, gapped = 0;
+	uint64_t printed = 0;
 	struct sockaddr_in gw;
 	tb_subscriber_t *sub;
 	tb_idle_t idle;
@@ -556,6 +560,8 @@ int main(int argc, char **argv)
 		if (tb_sub_loss(sub, &first, &last) == 0) {
 			if (n != TB_GAP)
 				lost += last - first + 1;
+			else
+				gapped += last - first + 1;
 			if (printed++ < 16)
 				printf("%s: loss kind=%s first=%" PRIu64 " last=%" PRIu64 "\n",
 				       name, n == TB_GAP ? "gap" : n == TB_LAPPED ?
@@ -569,7 +575,7 @@ int main(int argc, char **argv)
 		if (read_acks(&s) == 0)
 			nanosleep(&ts, NULL);
 	}
-	report(&s, name, closed, gaps, laps, data_loss, lost);
+	report(&s, name, closed, gaps, gapped, laps, data_loss, lost);
 	if (hgrm_dir && write_hgrms(&s, hgrm_dir, name) != 0)
 		failed = 1;
 	tb_subscriber_close(sub);
