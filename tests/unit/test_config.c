@@ -1298,7 +1298,15 @@ static void test_example_files(void **state)
 			const tb_stream_cfg_t *r = tb_config_stream(cfg,
 								    "quotes_rc");
 
-			assert_int_equal(tb_config_stream_count(cfg), 3);
+			/* quotes, trades, quotes_rc, and the whole story's
+			 * md_rc and md_ud (tools/demo.sh). */
+			assert_int_equal(tb_config_stream_count(cfg), 5);
+			assert_non_null(tb_config_stream(cfg, "md_rc"));
+			assert_int_equal(tb_config_stream(cfg, "md_rc")->transport,
+					 TB_TRANSPORT_RC);
+			assert_non_null(tb_config_stream(cfg, "md_ud"));
+			assert_int_equal(tb_config_stream(cfg, "md_ud")->transport,
+					 TB_TRANSPORT_UD);
 			assert_non_null(r);
 			assert_int_equal(r->transport, TB_TRANSPORT_RC);
 			assert_int_equal(r->slow_consumer, TB_SLOW_BACKPRESSURE);
