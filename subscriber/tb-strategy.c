@@ -25,7 +25,10 @@
  * Each hop and the whole (feed receive -> gateway receive) goes into an
  * HDR histogram (bus/hist.h) when the ack comes back; an order whose stamps
  * are not in that order is counted as `disorder` (and still recorded, a
- * negative hop as 0).  At the end: a table of p50/p99/p99.9/max per hop,
+ * negative hop as 0), and per hop as <hop>_negative with the most negative
+ * value seen (<hop>_most_negative, ns): stamps taken in two processes on
+ * two cores can read a little out of order where the cores' TSCs are not
+ * in step (some virtual machines).  At the end: a table of p50/p99/p99.9/max per hop,
  * one .hgrm file per hop (--hgrm-dir), and what the stream lost.
  *
  * Loss.  TB_GAP, TB_LAPPED and TB_DATA_LOSS from tb_sub_poll are counted,
@@ -132,6 +135,8 @@ typedef struct strat {
 	uint64_t messages, quotes, trades, level_updates, levels, instruments;
 	uint64_t statuses, malformed, unknown, out_of_range, orders, send_errors;
 	uint64_t acks, bad_acks, unmatched_acks, disorder, outstanding;
+	uint64_t hop_disorder[NHOPS - 1]; /* orders whose hop i was negative */
+	int64_t hop_min[NHOPS - 1];      /* most negative hop i seen */
 } strat_t;
 
 static void send_order(strat_t *s, const tb_msg_t *m, const tb_md_quote_t *q,
@@ -306,8 +311,14 @@ static int read_acks(strat_t *s)
 		ts[5] = a.arrival_ns;
 		p->id = 0;
 		for (i = 0; i < 5; i++) {
-			if (ts[i + 1] < ts[i])
+			if (ts[i + 1] < ts[i]) {
+				int64_t d = (int64_t)(ts[i + 1] - ts[i]);
+
 				bad = 1;
+				s->hop_disorder[i]++;
+				if (d < s->hop_min[i])
+					s->hop_min[i] = d;
+			}
 			tb_hist_record(s->hop[i], (int64_t)(ts[i + 1] - ts[i]));
 		}
 		tb_hist_record(s->hop[5], (int64_t)(ts[5] - ts[0]));
@@ -416,6 +427,9 @@ static void report(strat_t *s, const char *name, int closed, uint64_t gaps,
 		       tb_hist_value_at_percentile(s->hop[i], 99.0), hop_name[i],
 		       tb_hist_value_at_percentile(s->hop[i], 99.9), hop_name[i],
 		       tb_hist_max(s->hop[i]));
+	for (i = 0; i < NHOPS - 1; i++)
+		printf(" %s_negative=%" PRIu64 " %s_most_negative=%" PRId64,
+		       hop_name[i], s->hop_disorder[i], hop_name[i], s->hop_min[i]);
 	printf("\n");
 	printf("strategy: name=%s closed=%d messages=%" PRIu64 " quotes=%" PRIu64
 	       " trades=%" PRIu64 " level_updates=%" PRIu64 " levels=%" PRIu64
