@@ -7,7 +7,9 @@
  * Top of book.  A Quote sets both sides of its instrument; a
  * BookLevelUpdate entry at level 0 (Add or Modify) sets that side, and a
  * level-0 Delete leaves the side unknown until the next Quote (the handler
- * sends one whenever the top changes).
+ * sends one whenever the top changes).  Each Quote is checked against the
+ * best levels the BookLevelUpdates before it left (level_checks,
+ * level_mismatch): the two message kinds must tell the same book.
  *
  * The rule.  On a Quote with both sides present whose spread (ask - bid) is
  * at most --max-spread, buy at the ask, min(ask qty, --qty) shares, IOC -
@@ -41,8 +43,8 @@
  * Summary line (stdout), parsed by the scenario tests and tools/demo.sh:
  *   strategy: name=S closed=0|1 messages=N quotes=N trades=N
  *     level_updates=N levels=N instruments=N statuses=N malformed=N
- *     unknown=N orders=N acks=N bad_acks=N unmatched_acks=N disorder=N
- *     gaps=N gapped=N laps=N data_loss=N lost=N top_checksum=0x...
+ *     unknown=N out_of_range=N orders=N send_errors=N acks=N bad_acks=N
+ *     unmatched_acks=N disorder=N level_checks=N level_mismatch=N gaps=N gapped=N laps=N data_loss=N lost=N top_checksum=0x...
  * (gapped: messages in TB_GAP ranges - being recovered where the stream has
  * recovery, missing where it has none; lost: in TB_LAPPED and TB_DATA_LOSS
  * ranges, gone for good)
@@ -118,6 +120,13 @@ typedef struct top {
 	uint64_t bid_qty, ask_qty;
 } top_t;
 
+/* One side's best level as the BookLevelUpdates tell it. */
+typedef struct side_top {
+	int64_t px;
+	uint64_t qty;
+	int known; /* 0 after a level-0 Delete, until the next Quote */
+} side_top_t;
+
 typedef struct pending {
 	uint64_t id;
 	uint64_t ts[5]; /* feed receive, publish, receive, decision, sent */
@@ -129,12 +138,14 @@ typedef struct strat {
 	uint64_t qty, min_interval_ns, max_orders;
 	uint64_t last_order_ns, next_id;
 	top_t top[MAX_INSTR];
+	side_top_t lvl[MAX_INSTR][2]; /* bid, ask from BookLevelUpdate */
 	uint64_t top_hash[MAX_INSTR];
 	pending_t pend[PENDING];
 	tb_hist_t *hop[NHOPS];
 	uint64_t messages, quotes, trades, level_updates, levels, instruments;
 	uint64_t statuses, malformed, unknown, out_of_range, orders, send_errors;
 	uint64_t acks, bad_acks, unmatched_acks, disorder, outstanding;
+	uint64_t level_checks, level_mismatch;
 	uint64_t hop_disorder[NHOPS - 1]; /* orders whose hop i was negative */
 	int64_t hop_min[NHOPS - 1];      /* most negative hop i seen */
 } strat_t;
@@ -182,6 +193,25 @@ static void on_quote(strat_t *s, const tb_msg_t *m)
 		s->out_of_range++;
 		return;
 	}
+	/* Cross-check: the best levels the BookLevelUpdates since the last
+	 * Quote left must be this Quote's (the handler sends level events
+	 * before the Quote of the same feed message). */
+	{
+		side_top_t *l = s->lvl[q.instrument_id];
+
+		if (l[0].known) {
+			s->level_checks++;
+			if (l[0].px != q.bid_px.mantissa || l[0].qty != q.bid_qty)
+				s->level_mismatch++;
+		}
+		if (l[1].known) {
+			s->level_checks++;
+			if (l[1].px != q.ask_px.mantissa || l[1].qty != q.ask_qty)
+				s->level_mismatch++;
+		}
+		l[0] = (side_top_t){ q.bid_px.mantissa, q.bid_qty, 1 };
+		l[1] = (side_top_t){ q.ask_px.mantissa, q.ask_qty, 1 };
+	}
 	t = &s->top[q.instrument_id];
 	t->bid_px = q.bid_px.mantissa;
 	t->bid_qty = q.bid_qty;
@@ -225,6 +255,13 @@ static void on_levels(strat_t *s, const tb_msg_t *m)
 		s->levels++;
 		if (e.level != 0)
 			continue;
+		if (e.side == 1 || e.side == 2) {
+			side_top_t *l = &s->lvl[u.instrument_id][e.side - 1];
+
+			l->px = e.price.mantissa;
+			l->qty = e.qty;
+			l->known = !del;
+		}
 		if (e.side == 1) {
 			t->bid_px = del ? TB_MD_PRICE_MANTISSA_NULL : e.price.mantissa;
 			t->bid_qty = del ? TB_MD_QUANTITY_NULL : e.qty;
@@ -436,13 +473,16 @@ static void report(strat_t *s, const char *name, int closed, uint64_t gaps,
 	       " instruments=%" PRIu64 " statuses=%" PRIu64 " malformed=%" PRIu64
 	       " unknown=%" PRIu64 " out_of_range=%" PRIu64 " orders=%" PRIu64
 	       " send_errors=%" PRIu64 " acks=%" PRIu64 " bad_acks=%" PRIu64
-	       " unmatched_acks=%" PRIu64 " disorder=%" PRIu64 " gaps=%" PRIu64
+	       " unmatched_acks=%" PRIu64 " disorder=%" PRIu64
+	       " level_checks=%" PRIu64 " level_mismatch=%" PRIu64
+	       " gaps=%" PRIu64
 	       " gapped=%" PRIu64 " laps=%" PRIu64 " data_loss=%" PRIu64 " lost=%" PRIu64
 	       " top_checksum=0x%016" PRIx64 "\n",
 	       name, closed, s->messages, s->quotes, s->trades, s->level_updates,
 	       s->levels, s->instruments, s->statuses, s->malformed, s->unknown,
 	       s->out_of_range, s->orders, s->send_errors, s->acks, s->bad_acks,
-	       s->unmatched_acks, s->disorder, gaps, gapped, laps, data_loss, lost, sum);
+	       s->unmatched_acks, s->disorder, s->level_checks,
+	       s->level_mismatch, gaps, gapped, laps, data_loss, lost, sum);
 	fflush(stdout);
 }
 

@@ -8,7 +8,7 @@
  *  - every feed book event became a message (quotes + trades + level
  *    entries = book events), and the strategy received exactly what the
  *    handler published, per message type, with the same top-of-book
- *    checksum;
+ *    checksum, and its BookLevelUpdates agree with its Quotes;
  *  - the feed's gaps were re-requested and filled (no sequence lost);
  *  - orders were sent and every one acked; each per-hop histogram holds
  *    one sample per acked order, the six stamps were in order for every
@@ -291,6 +291,9 @@ static void assert_t2t(const run_t *r, const char *name)
 	assert_int_equal(proc_field(r->fh, "top_checksum", a, sizeof(a)), 0);
 	assert_int_equal(proc_field(r->st, "top_checksum", b, sizeof(b)), 0);
 	assert_string_equal(a, b);
+	/* Quotes and BookLevelUpdates tell the same book. */
+	assert_true(F(r->st, "level_checks") > 0);
+	assert_int_equal(F(r->st, "level_mismatch"), 0);
 	/* Orders sent, all acked, the gateway saw each one once. */
 	acks = F(r->st, "acks");
 	assert_true(F(r->st, "orders") > 0);
