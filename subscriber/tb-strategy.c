@@ -44,12 +44,14 @@
  *   strategy: name=S closed=0|1 messages=N quotes=N trades=N
  *     level_updates=N levels=N instruments=N statuses=N malformed=N
  *     unknown=N out_of_range=N orders=N send_errors=N acks=N bad_acks=N
- *     unmatched_acks=N disorder=N level_checks=N level_mismatch=N gaps=N gapped=N laps=N data_loss=N lost=N top_checksum=0x...
+ *     unmatched_acks=N disorder=N level_checks=N level_mismatch=N gaps=N
+ *     gapped=N laps=N data_loss=N lost=N top_checksum=0x...
  * (gapped: messages in TB_GAP ranges - being recovered where the stream has
  * recovery, missing where it has none; lost: in TB_LAPPED and TB_DATA_LOSS
  * ranges, gone for good)
  * and one line of hop figures in ns:
  *   hops: feed_to_publish_count=N feed_to_publish_p50=N ... tick_to_trade_max=N
+ *     feed_to_publish_negative=N feed_to_publish_most_negative=N ...
  */
 #include "../tools/gateway_proto.h"
 #include "clock.h"
