@@ -63,7 +63,7 @@ CFLAGS := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -pthread -fPIC \
 LDFLAGS := -pthread $(SANFLAGS)
 LDLIBS := $(PKG_LIBS) -lm -lrt
 
-LIB_SRCS := $(filter-out %/tb-%.c,$(wildcard bus/*.c publisher/*.c subscriber/*.c))
+LIB_SRCS := $(filter-out $(wildcard */tb-*.c),$(wildcard bus/*.c publisher/*.c subscriber/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 PROG_SRCS := $(wildcard tools/tb-*.c publisher/tb-*.c subscriber/tb-*.c)
 PROGS := $(addprefix $(BUILD)/bin/,$(notdir $(PROG_SRCS:.c=)))

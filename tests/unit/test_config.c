@@ -1350,7 +1350,22 @@ static void test_example_files(void **state)
 			const tb_stream_cfg_t *r = tb_config_stream(cfg,
 								    "quotes_rc");
 
-			assert_int_equal(tb_config_stream_count(cfg), 3);
+			/* quotes, trades, quotes_rc, and the whole story's
+			 * md_rc and md_ud (tools/demo.sh). */
+			assert_int_equal(tb_config_stream_count(cfg), 5);
+			assert_non_null(tb_config_stream(cfg, "md_rc"));
+			assert_int_equal(tb_config_stream(cfg, "md_rc")->transport,
+					 TB_TRANSPORT_RC);
+			assert_non_null(tb_config_stream(cfg, "md_ud"));
+			assert_int_equal(tb_config_stream(cfg, "md_ud")->transport,
+					 TB_TRANSPORT_UD);
+			/* strategy-b recovers from tb-recoveryd, which fills
+			 * its own gaps from the feed handler's retention */
+			assert_int_equal(tb_config_stream(cfg, "md_ud")->n_recovery, 1);
+			assert_int_equal(tb_config_stream(cfg, "md_ud")->recovery[0].port,
+					 17520);
+			assert_int_equal(tb_config_stream(cfg, "md_ud")
+						 ->retention_endpoint.port, 17521);
 			assert_non_null(r);
 			assert_int_equal(r->transport, TB_TRANSPORT_RC);
 			assert_int_equal(r->slow_consumer, TB_SLOW_BACKPRESSURE);
