@@ -181,7 +181,7 @@ echo "(gaps, laps: reported to the strategy, none where recovery filled them fir
 	"replayed: messages recovered, no order is sent on them; lost: given up)"
 rd_line=$(grep -o 'stream md_ud: .*' "$out/recoveryd.out" | tail -n 1)
 echo "tb-recoveryd: ${rd_line:-no summary (see $BUILD/demo/recoveryd.out)}"
-grep -m 3 'from retention\|hole' "$out/recoveryd.out" | sed 's/^/  /' || true
+grep -m 3 'from retention\|: hole ' "$out/recoveryd.out" | sed 's/^/  /' || true
 
 mkdir -p "$BUILD/demo"
 rm -f "$BUILD/demo"/*.hgrm

@@ -32,19 +32,6 @@ static tb_hist_t *make(int64_t step)
 	return h;
 }
 
-/* Takes an exited process out of proc.h's list, so that the list never
- * outgrows PROC_MAX however many commands a test runs. */
-static void proc_forget(const proc_t *p)
-{
-	for (int i = 0; i < proc_n; i++)
-		if (proc_all[i] == p) {
-			memmove(&proc_all[i], &proc_all[i + 1],
-				(size_t)(proc_n - i - 1) * sizeof(proc_all[0]));
-			proc_n--;
-			return;
-		}
-}
-
 static int setup(void **state)
 {
 	tb_hist_t *a, *b;
@@ -90,7 +77,7 @@ static int teardown(void **state)
 static int run(char **out, char *const args[])
 {
 	char *argv[40], path[256];
-	static proc_t p; /* proc.h keeps a pointer until proc_forget */
+	proc_t p; /* proc_wait takes it out of proc.h's list */
 	int i = 0, rc;
 
 	argv[i++] = "tb-hist";
@@ -101,7 +88,6 @@ static int run(char **out, char *const args[])
 	assert_int_equal(proc_start(&p, path, argv), 0);
 	rc = proc_wait(&p, 60000);
 	*out = proc_output(&p);
-	proc_forget(&p);
 	return rc;
 }
 

@@ -22,19 +22,6 @@
 
 static char dir[128];
 
-/* Takes an exited process out of proc.h's list, so that the list never
- * outgrows PROC_MAX however many commands a test runs. */
-static void proc_forget(const proc_t *p)
-{
-	for (int i = 0; i < proc_n; i++)
-		if (proc_all[i] == p) {
-			memmove(&proc_all[i], &proc_all[i + 1],
-				(size_t)(proc_n - i - 1) * sizeof(proc_all[0]));
-			proc_n--;
-			return;
-		}
-}
-
 static int setup(void **state)
 {
 	(void)state;
@@ -58,7 +45,7 @@ static int teardown(void **state)
 static int run(char **out, const char *name, char *const args[])
 {
 	char *argv[40], path[256];
-	static proc_t p; /* proc.h keeps a pointer until proc_forget */
+	proc_t p; /* proc_wait takes it out of proc.h's list */
 	int i = 0, rc;
 
 	argv[i++] = "tb-latency";
@@ -69,7 +56,6 @@ static int run(char **out, const char *name, char *const args[])
 	assert_int_equal(proc_start(&p, path, argv), 0);
 	rc = proc_wait(&p, 120000);
 	*out = proc_output(&p);
-	proc_forget(&p);
 	return rc;
 }
 
@@ -227,7 +213,7 @@ static void write_config(const char *path, const char *ping, const char *pong)
 static void test_roles_from_config(void **state)
 {
 	char cfg[256], pub_out[256], sub_out[256], *text;
-	static proc_t pub, sub; /* static: proc.h keeps pointers to them */
+	proc_t pub, sub;
 	(void)state;
 
 	snprintf(cfg, sizeof(cfg), "%s/lat.ini", dir);
@@ -264,7 +250,7 @@ static void test_roles_from_config(void **state)
 static void test_coordinated_omission(void **state)
 {
 	char cfg[256], pub_out[256], sub_out[256], *text, line[512];
-	static proc_t pub, sub; /* static: proc.h keeps pointers to them */
+	proc_t pub, sub;
 	uint64_t until, p90, raw_p99, max;
 	(void)state;
 

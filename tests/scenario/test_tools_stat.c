@@ -19,19 +19,6 @@
 
 static char dir[128], ctrdir[160], ring[192];
 
-/* Takes an exited process out of proc.h's list, so that the list never
- * outgrows PROC_MAX however many commands a test runs. */
-static void proc_forget(const proc_t *p)
-{
-	for (int i = 0; i < proc_n; i++)
-		if (proc_all[i] == p) {
-			memmove(&proc_all[i], &proc_all[i + 1],
-				(size_t)(proc_n - i - 1) * sizeof(proc_all[0]));
-			proc_n--;
-			return;
-		}
-}
-
 static int setup(void **state)
 {
 	(void)state;
@@ -82,7 +69,7 @@ static void start_sub(proc_t *p, const char *name)
 static int run(char **out, char *const args[])
 {
 	char *argv[20], path[256];
-	static proc_t p; /* proc.h keeps a pointer until proc_forget */
+	proc_t p; /* proc_wait takes it out of proc.h's list */
 	int i = 0, rc;
 
 	argv[i++] = "tb-stat";
@@ -93,7 +80,6 @@ static int run(char **out, char *const args[])
 	assert_int_equal(proc_start(&p, path, argv), 0);
 	rc = proc_wait(&p, 60000);
 	*out = proc_output(&p);
-	proc_forget(&p);
 	return rc;
 }
 
@@ -144,7 +130,7 @@ static double json_num(const char *from, const char *key)
 
 static void test_once_table_and_json(void **state)
 {
-	static proc_t pub, sub; /* static: proc.h keeps pointers to them */
+	proc_t pub, sub;
 	char *out, pid[32];
 	const char *p;
 	(void)state;
@@ -197,7 +183,7 @@ static void test_once_table_and_json(void **state)
 /* A subscriber killed and another started while tb-stat runs live. */
 static void test_processes_come_and_go(void **state)
 {
-	static proc_t pub, sub1, sub2, stat; /* proc.h keeps pointers */
+	proc_t pub, sub1, sub2, stat;
 	char out_path[256], *out, gone[64], key[48];
 	const char *a;
 	(void)state;
