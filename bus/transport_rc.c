@@ -382,6 +382,7 @@ typedef struct rc_sub {
 	uint64_t laps;             /* frames it was skipped for */
 	int skipping;
 	_Atomic int dead;          /* its queue pair failed; control removes it */
+	const char *why_dead;      /* set before dead, read after it */
 	/* Cold: control thread. */
 	struct ibv_mr *credit_mr;
 	int slot;
@@ -482,7 +483,8 @@ static int sub_reap(rc_sub_t *s)
 
 	for (int i = 0; i < n; i++) {
 		if (tb_unlikely(wc[i].status != IBV_WC_SUCCESS)) {
-			atomic_store_explicit(&s->dead, 1, memory_order_relaxed);
+			s->why_dead = ibv_wc_status_str(wc[i].status);
+			atomic_store_explicit(&s->dead, 1, memory_order_release);
 			return -1;
 		}
 		s->completed = wc[i].wr_id;
@@ -491,10 +493,39 @@ static int sub_reap(rc_sub_t *s)
 			s->pin = s->sig[s->sig_tail++ & 31].pos_end;
 	}
 	if (tb_unlikely(n < 0)) {
-		atomic_store_explicit(&s->dead, 1, memory_order_relaxed);
+		s->why_dead = "polling its completion queue failed";
+		atomic_store_explicit(&s->dead, 1, memory_order_release);
 		return -1;
 	}
 	return 0;
+}
+
+/*
+ * `s` is about to be skipped with unsignalled writes outstanding: nothing
+ * would ever report them complete, and its pin would hold until our ring
+ * laps it (and `s` is failed for it).  One signalled zero-length WRITE,
+ * which consumes no receive, reports them all.  `pos`: where the writes
+ * before it end in our ring.  Cold.
+ */
+static void sub_fence(rc_sub_t *s, uint64_t pos)
+{
+	struct ibv_send_wr w = {.wr_id = s->posted + 1, .opcode = IBV_WR_RDMA_WRITE,
+				.send_flags = IBV_SEND_SIGNALED,
+				.wr.rdma = {.remote_addr = s->raddr, .rkey = s->rkey}};
+	struct ibv_send_wr *bad;
+
+	if (s->posted - s->completed + 1 > TB_RC_SQ_DEPTH ||
+	    s->sig_head - s->sig_tail >= 32)
+		return; /* signalled requests are outstanding: they will do */
+	if (ibv_post_send(s->qp, &w, &bad) != 0) {
+		s->why_dead = "ibv_post_send failed";
+		atomic_store_explicit(&s->dead, 1, memory_order_release);
+		return;
+	}
+	s->posted++;
+	s->last_signal = s->posted;
+	s->sig[s->sig_head & 31].wr_id = s->posted;
+	s->sig[s->sig_head++ & 31].pos_end = pos;
 }
 
 /* Frames and bytes `s` has not yet given back credit for. */
@@ -534,7 +565,9 @@ static inline int sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
 			struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
 
 			ibv_modify_qp(s->qp, &a, IBV_QP_STATE);
-			atomic_store_explicit(&s->dead, 1, memory_order_relaxed);
+			s->why_dead = "its writes did not complete before the "
+				      "frames they read were overwritten";
+			atomic_store_explicit(&s->dead, 1, memory_order_release);
 			return 1;
 		}
 	}
@@ -564,7 +597,8 @@ static inline int sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
 	if (s->posted == s->completed)
 		s->pin = pos;
 	if (tb_unlikely(ibv_post_send(s->qp, w, &bad) != 0)) {
-		atomic_store_explicit(&s->dead, 1, memory_order_relaxed);
+		s->why_dead = "ibv_post_send failed";
+		atomic_store_explicit(&s->dead, 1, memory_order_release);
 		return 1;
 	}
 	/* Reap with every signalled request: completions come back at the
@@ -577,6 +611,8 @@ static inline int sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
 	s->skipping = 0;
 	return 0;
 skip:
+	if (!s->skipping && s->posted != s->last_signal)
+		sub_fence(s, pos);
 	s->laps++;
 	s->skipping = 1;
 	return 1;
@@ -691,7 +727,9 @@ static void reject(rc_tx_t *t, rc_client_t *c, uint32_t reason,
 		c->id[0] ? c->id : "?", text);
 }
 
-static void client_drop(rc_tx_t *t, int i, uint32_t bye_reason)
+/* Drops client `i`: BYE `bye_reason` first (0 = none: it is gone), and
+ * says `why` when it was a subscriber. */
+static void client_drop(rc_tx_t *t, int i, uint32_t bye_reason, const char *why)
 {
 	rc_client_t *c = &t->clients[i];
 
@@ -701,10 +739,9 @@ static void client_drop(rc_tx_t *t, int i, uint32_t bye_reason)
 		SEND(c->fd, bye, &b);
 	}
 	if (c->sub) {
-		if (c->sub->laps)
-			tb_info("stream '%s': subscriber '%s' left; it was lapped "
-				"for %llu frames", t->cfg.name, c->id,
-				(unsigned long long)c->sub->laps);
+		tb_info("stream '%s': subscriber '%s' left: %s; it was lapped "
+			"for %llu frames", t->cfg.name, c->id, why,
+			(unsigned long long)c->sub->laps);
 		table_change(t, NULL, c->sub);
 		sub_free(t, c->sub);
 	}
@@ -901,11 +938,14 @@ static void *ctl_main(void *arg)
 			    rc != -1)
 				reject(t, c, TB_CTL_REJ_MALFORMED, tb_errmsg());
 			if (rc < 0)
-				client_drop(t, i, 0);
+				client_drop(t, i, 0, "its control connection ended");
 			else if (c->sub && atomic_load(&c->sub->dead))
-				client_drop(t, i, TB_CTL_BYE_ERROR);
+				client_drop(t, i, TB_CTL_BYE_ERROR,
+					    c->sub->why_dead ? c->sub->why_dead
+							     : "a write failed");
 			else if (now - c->last_rx_ns > dead_ns)
-				client_drop(t, i, TB_CTL_BYE_TIMEOUT);
+				client_drop(t, i, TB_CTL_BYE_TIMEOUT,
+					    "silent for longer than liveness_timeout_ms");
 		}
 		if (now >= next_beat) {
 			heartbeat_all(t, now, atomic_load(&t->last_seq));
@@ -1058,7 +1098,8 @@ static void rc_tx_close(tb_tx_t *tx, uint64_t final_seq)
 	/* The end: the last sequence, then BYE, to everyone still here. */
 	heartbeat_all(t, tb_clock_now_ns(), final_seq);
 	while (t->n_clients)
-		client_drop(t, t->n_clients - 1, TB_CTL_BYE_CLOSED);
+		client_drop(t, t->n_clients - 1, TB_CTL_BYE_CLOSED,
+			    "the stream closed");
 	rc_tx_free(t);
 }
 
