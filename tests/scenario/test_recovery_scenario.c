@@ -16,7 +16,13 @@
  *  - an unauthorised subscriber (wrong token) and a malformed request get
  *    the right rejects, and the service goes on serving the others;
  *  - a late joiner a million messages behind catches up to live and
- *    delivers 1..N.
+ *    delivers 1..N;
+ *  - loss on the wire: ud with 1% and 5% of datagrams dropped by softrdma
+ *    (plus duplicates and reordering), udp with 2% dropped by the
+ *    transport's test hook, and rc with a stalling subscriber skipped by
+ *    the publisher: three subscribers each deliver exactly 1..N with the
+ *    publisher's checksum, recovering from tb-recoveryd, whose store
+ *    ends with 1..N and no hole.
  *
  * The stream's transport lines come from the file named by
  * $TB_RECOVERY_TRANSPORT_INI when it is set (default: shm on a ring of
@@ -43,6 +49,8 @@
 static char dir[128];
 static char ring[192];
 static char ini[256];
+/* The stream's transport lines for the loss scenarios; "" = the default. */
+static char transport_lines[512];
 
 static int setup(void **state)
 {
@@ -53,6 +61,7 @@ static int setup(void **state)
 	snprintf(ring, sizeof(ring), "/dev/shm/tb-recovery.%d", (int)getpid());
 	snprintf(ini, sizeof(ini), "%s/stream.ini", dir);
 	unlink(ring);
+	transport_lines[0] = '\0';
 	return 0;
 }
 
@@ -92,7 +101,9 @@ static void write_ini(const char *path, const char *ring_size,
 	char transport[512];
 	FILE *f;
 
-	if (tr && *tr) {
+	if (transport_lines[0]) {
+		snprintf(transport, sizeof(transport), "%s", transport_lines);
+	} else if (tr && *tr) {
 		FILE *t = fopen(tr, "r");
 		size_t n;
 
@@ -169,15 +180,22 @@ static void start_sub(proc_t *p, const char *name, const char *count,
 	assert_int_equal(proc_start(p, out, argv), 0);
 }
 
-static void start_pub(proc_t *p, const char *count, const char *rate)
+static void start_pub_after(proc_t *p, const char *count, const char *rate,
+			    const char *delay_ms)
 {
 	char out[256];
 	char *argv[] = {"tb-publish", "-c", ini, "-s", "q", "--count",
 			(char *)count, "--rate", (char *)rate,
-			"--start-delay-ms", "300", "--linger-ms", "3000", NULL};
+			"--start-delay-ms", (char *)delay_ms, "--linger-ms", "3000",
+			NULL};
 
 	snprintf(out, sizeof(out), "%s/pub.out", dir);
 	assert_int_equal(proc_start(p, out, argv), 0);
+}
+
+static void start_pub(proc_t *p, const char *count, const char *rate)
+{
+	start_pub_after(p, count, rate, "300");
 }
 
 static void expect_complete(const char *out, uint64_t n, uint64_t checksum)
@@ -511,6 +529,148 @@ static void bad_arguments_get_clear_errors(void **state)
 }
 
 
+/* Counts the lines of `path` that start with `word` (0 if no file). */
+static uint64_t count_lines(const char *path, const char *word)
+{
+	char line[256];
+	uint64_t n = 0;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		n += strncmp(line, word, strlen(word)) == 0;
+	fclose(f);
+	return n;
+}
+
+enum loss_at { LOSS_AT_PUBLISHER, LOSS_AT_SUBSCRIBERS };
+
+/* Three subscribers and tb-recoveryd on the transport in transport_lines,
+ * with `env`=`rate` (a loss hook; NULL = none) injected where `at` says,
+ * and the first subscriber stalling 1 s every `stall_every` messages.
+ * Every subscriber delivers exactly 1..N in order with the publisher's
+ * checksum, having recovered from the service (replayed > 0, for those
+ * that lost any), and the service's store holds 1..N with no hole (its
+ * own gaps filled from the publisher's retention). */
+static void lossy_run(const char *env, const char *rate, enum loss_at at,
+		      const char *stall_every)
+{
+	static const char *const names[] = {"s1", "s2", "s3"};
+	static proc_t ra, pub, sub[3];
+	unsigned pa = free_port();
+	char recovery[64], *out;
+	uint64_t checksum;
+	int i;
+
+	snprintf(recovery, sizeof(recovery), "127.0.0.1:%u", pa);
+	write_ini(ini, "4M", free_port(), recovery, TOKEN);
+	if (env && at == LOSS_AT_SUBSCRIBERS)
+		setenv(env, rate, 1);
+	start_recoveryd(&ra, "ra", pa);
+	for (i = 0; i < 3; i++)
+		start_sub(&sub[i], names[i], "40000", NULL,
+			  i == 0 ? stall_every : NULL);
+	if (env) {
+		unsetenv(env);
+		if (at == LOSS_AT_PUBLISHER)
+			setenv(env, rate, 1);
+	}
+	/* A second for everyone to join before sequence 1. */
+	start_pub_after(&pub, "40000", "20000", "1000");
+	if (env)
+		unsetenv(env);
+	checksum = publish_and_wait(&pub);
+	for (i = 0; i < 3; i++) {
+		assert_int_equal(proc_wait(&sub[i], 120000), 0);
+		out = proc_output(&sub[i]);
+		expect_complete(out, 40000, checksum);
+		/* every one lost something and got it back */
+		if (env || (i == 0 && stall_every))
+			assert_true(proc_field_u64(out, "replayed") > 0);
+		free(out);
+	}
+	out = stop_recoveryd(&ra);
+	assert_int_equal(proc_field_u64(out, "first"), 1);
+	assert_int_equal(proc_field_u64(out, "last"), 40000);
+	assert_int_equal(proc_field_u64(out, "stored"), 40000);
+	assert_int_equal(proc_field_u64(out, "holes"), 0);
+	assert_true(proc_field_u64(out, "served") > 0);
+	free(out);
+}
+
+/* softrdma drops (and duplicates, and reorders) UD datagrams for each
+ * receiver on its own, at the publisher's side; every event is logged. */
+static void ud_lossy(const char *rate)
+{
+	char log[256];
+
+	snprintf(transport_lines, sizeof(transport_lines),
+		 "transport = ud\ngroup = 239.192.9.%u:%u\nring_size = 4M\n"
+		 "idle = spin-then-yield\n", (unsigned)getpid() % 250 + 1,
+		 free_port());
+	snprintf(log, sizeof(log), "%s/ud-events.log", dir);
+	setenv("SOFTRDMA_UD_LOG", log, 1);
+	setenv("SOFTRDMA_UD_DUP", "0.005", 1);
+	setenv("SOFTRDMA_UD_REORDER", "0.005", 1);
+	setenv("SOFTRDMA_SEED", "20261203", 1);
+	lossy_run("SOFTRDMA_UD_DROP", rate, LOSS_AT_PUBLISHER, NULL);
+	unsetenv("SOFTRDMA_UD_LOG");
+	unsetenv("SOFTRDMA_UD_DUP");
+	unsetenv("SOFTRDMA_UD_REORDER");
+	unsetenv("SOFTRDMA_SEED");
+	/* the loss was real: about rate x 40,000 x 4 receivers */
+	print_message("softrdma dropped %" PRIu64 " datagrams\n",
+		      count_lines(log, "drop"));
+	assert_true(count_lines(log, "drop") > 0);
+	assert_true(count_lines(log, "dup") > 0);
+}
+
+static void ud_one_percent_loss_recovered(void **state)
+{
+	(void)state;
+	ud_lossy("0.01");
+}
+
+static void ud_five_percent_loss_recovered(void **state)
+{
+	(void)state;
+	ud_lossy("0.05");
+}
+
+/* The udp transport's test hook drops received datagrams (seeded). */
+static void udp_loss_recovered(void **state)
+{
+	char log[256];
+
+	(void)state;
+	snprintf(transport_lines, sizeof(transport_lines),
+		 "transport = udp\ngroup = 239.192.9.%u:%u\ninterface = 127.0.0.1\n"
+		 "loopback = yes\nrcvbuf = 4M\nring_size = 4M\n"
+		 "idle = spin-then-yield\n", (unsigned)getpid() % 250 + 1,
+		 free_port());
+	snprintf(log, sizeof(log), "%s/udp-drops.log", dir);
+	setenv("TICKBUS_UDP_DROP_LOG", log, 1);
+	setenv("TICKBUS_UDP_SEED", "20261203", 1);
+	lossy_run("TICKBUS_UDP_DROP", "0.02", LOSS_AT_SUBSCRIBERS, NULL);
+	unsetenv("TICKBUS_UDP_DROP_LOG");
+	unsetenv("TICKBUS_UDP_SEED");
+	print_message("the udp hook dropped %" PRIu64 " datagrams\n",
+		      count_lines(log, "drop"));
+	assert_true(count_lines(log, "drop") > 0);
+}
+
+/* rc with slow_consumer = lap: the publisher skips a subscriber that has
+ * no room, which the subscriber sees as a gap and recovers. */
+static void rc_lapped_subscriber_recovers(void **state)
+{
+	(void)state;
+	snprintf(transport_lines, sizeof(transport_lines),
+		 "transport = rc\ncontrol = 127.0.0.1:%u\nring_size = 1M\n"
+		 "slow_consumer = lap\nidle = spin-then-yield\n", free_port());
+	lossy_run(NULL, NULL, LOSS_AT_PUBLISHER, "15000");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -520,6 +680,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(gone_range_is_data_loss_and_stream_goes_on, setup, teardown),
 		cmocka_unit_test_setup_teardown(bad_requests_are_rejected_others_served, setup, teardown),
 		cmocka_unit_test_setup_teardown(late_joiner_a_million_behind_catches_up, setup, teardown),
+		cmocka_unit_test_setup_teardown(ud_one_percent_loss_recovered, setup, teardown),
+		cmocka_unit_test_setup_teardown(ud_five_percent_loss_recovered, setup, teardown),
+		cmocka_unit_test_setup_teardown(udp_loss_recovered, setup, teardown),
+		cmocka_unit_test_setup_teardown(rc_lapped_subscriber_recovers, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("recovery_scenario", tests, NULL, NULL);
 }
