@@ -548,13 +548,14 @@ enum loss_at { LOSS_AT_PUBLISHER, LOSS_AT_SUBSCRIBERS };
 
 /* Three subscribers and tb-recoveryd on the transport in transport_lines,
  * with `env`=`rate` (a loss hook; NULL = none) injected where `at` says,
- * and the first subscriber stalling 1 s every `stall_every` messages.
+ * and the first subscriber stalling 1 s every `stall_every` messages;
+ * `seed_env`, when not NULL, seeds each process's hook differently.
  * Every subscriber delivers exactly 1..N in order with the publisher's
  * checksum, having recovered from the service (replayed > 0, for those
  * that lost any), and the service's store holds 1..N with no hole (its
  * own gaps filled from the publisher's retention). */
 static void lossy_run(const char *env, const char *rate, enum loss_at at,
-		      const char *stall_every)
+		      const char *stall_every, const char *seed_env)
 {
 	static const char *const names[] = {"s1", "s2", "s3"};
 	static proc_t ra, pub, sub[3];
@@ -567,10 +568,21 @@ static void lossy_run(const char *env, const char *rate, enum loss_at at,
 	write_ini(ini, "4M", free_port(), recovery, TOKEN);
 	if (env && at == LOSS_AT_SUBSCRIBERS)
 		setenv(env, rate, 1);
+	if (seed_env)
+		setenv(seed_env, "100", 1);
 	start_recoveryd(&ra, "ra", pa);
-	for (i = 0; i < 3; i++)
+	for (i = 0; i < 3; i++) {
+		char seed[16];
+
+		/* each its own losses */
+		snprintf(seed, sizeof(seed), "%d", 101 + i);
+		if (seed_env)
+			setenv(seed_env, seed, 1);
 		start_sub(&sub[i], names[i], "40000", NULL,
 			  i == 0 ? stall_every : NULL);
+	}
+	if (seed_env)
+		unsetenv(seed_env);
 	if (env) {
 		unsetenv(env);
 		if (at == LOSS_AT_PUBLISHER)
@@ -614,7 +626,7 @@ static void ud_lossy(const char *rate)
 	setenv("SOFTRDMA_UD_DUP", "0.005", 1);
 	setenv("SOFTRDMA_UD_REORDER", "0.005", 1);
 	setenv("SOFTRDMA_SEED", "20261203", 1);
-	lossy_run("SOFTRDMA_UD_DROP", rate, LOSS_AT_PUBLISHER, NULL);
+	lossy_run("SOFTRDMA_UD_DROP", rate, LOSS_AT_PUBLISHER, NULL, NULL);
 	unsetenv("SOFTRDMA_UD_LOG");
 	unsetenv("SOFTRDMA_UD_DUP");
 	unsetenv("SOFTRDMA_UD_REORDER");
@@ -651,10 +663,9 @@ static void udp_loss_recovered(void **state)
 		 free_port());
 	snprintf(log, sizeof(log), "%s/udp-drops.log", dir);
 	setenv("TICKBUS_UDP_DROP_LOG", log, 1);
-	setenv("TICKBUS_UDP_SEED", "20261203", 1);
-	lossy_run("TICKBUS_UDP_DROP", "0.02", LOSS_AT_SUBSCRIBERS, NULL);
+	lossy_run("TICKBUS_UDP_DROP", "0.02", LOSS_AT_SUBSCRIBERS, NULL,
+		  "TICKBUS_UDP_SEED");
 	unsetenv("TICKBUS_UDP_DROP_LOG");
-	unsetenv("TICKBUS_UDP_SEED");
 	print_message("the udp hook dropped %" PRIu64 " datagrams\n",
 		      count_lines(log, "drop"));
 	assert_true(count_lines(log, "drop") > 0);
@@ -668,7 +679,7 @@ static void rc_lapped_subscriber_recovers(void **state)
 	snprintf(transport_lines, sizeof(transport_lines),
 		 "transport = rc\ncontrol = 127.0.0.1:%u\nring_size = 1M\n"
 		 "slow_consumer = lap\nidle = spin-then-yield\n", free_port());
-	lossy_run(NULL, NULL, LOSS_AT_PUBLISHER, "15000");
+	lossy_run(NULL, NULL, LOSS_AT_PUBLISHER, "15000", NULL);
 }
 
 int main(void)
