@@ -1,6 +1,6 @@
 /*
- * tb-latency, run as the real binary: ping-pong and one-way over shm, a size
- * sweep, the two ends as one forked command or as two commands from a
+ * tb-latency, run as the real binary: ping-pong and one-way over shm (and
+ * over rc, ud and udp), a size sweep, the two ends as one forked command or as two commands from a
  * config file, the .hgrm and interval-log outputs (decoded here with the
  * library), coordinated-omission correction proved by stopping the echo end
  * for a known time, and every option and error message.
@@ -17,8 +17,11 @@
 
 #include "hist.h"
 
+#include <arpa/inet.h>
 #include <inttypes.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 static char dir[128];
 
@@ -194,6 +197,74 @@ static void test_oneway_fixed_rate(void **state)
 	assert_non_null(strstr(out, "uncorrected size=100 "));
 	free(out);
 	check_log(log, tags, 1, 4000);
+}
+
+/* A loopback port nothing listens on now. */
+static unsigned free_port(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	getsockname(fd, (struct sockaddr *)&sa, &sl);
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+/* Ping-pong and one-way over rc and ud (on softrdma, as make test runs)
+ * and udp on loopback: every message measured, none lost, the .hgrm
+ * holding them all. */
+static void test_every_network_transport(void **state)
+{
+	static const char *const transports[] = {"rc", "ud", "udp"};
+	(void)state;
+
+	for (int t = 0; t < 3; t++) {
+		char cfg[256], hgrm[256], name[32], *out;
+		unsigned port[2] = {free_port(), free_port()};
+		FILE *f;
+
+		snprintf(cfg, sizeof(cfg), "%s/%s.ini", dir, transports[t]);
+		f = fopen(cfg, "w");
+		assert_non_null(f);
+		for (int k = 0; k < 2; k++) {
+			fprintf(f, "[stream %s]\nid = %d\ntransport = %s\n"
+				"ring_size = 1M\nidle = spin-then-yield\n",
+				k ? "pong" : "ping", 21 + k, transports[t]);
+			if (t == 0)
+				fprintf(f, "control = 127.0.0.1:%u\ntoken = lat\n",
+					port[k]);
+			else
+				fprintf(f, "group = 239.192.%d.%d:%u\n", 40 + t,
+					(int)getpid() % 250 + k, port[k]);
+			if (t == 2)
+				fprintf(f, "interface = 127.0.0.1\nloopback = yes\n");
+		}
+		fclose(f);
+		snprintf(hgrm, sizeof(hgrm), "%s/%s.hgrm", dir, transports[t]);
+		snprintf(name, sizeof(name), "pp-%s", transports[t]);
+		{
+			char *a[] = {"-c", cfg, "-n", "2000", "-w", "200",
+				     "--hgrm", hgrm, NULL};
+
+			assert_int_equal(run(&out, name, a), 0);
+		}
+		print_message("%s: %s", transports[t], strstr(out, "mode="));
+		check_result(out, 64, 2000, "pingpong");
+		free(out);
+		assert_int_equal(hgrm_total(hgrm), 2000);
+		snprintf(name, sizeof(name), "ow-%s", transports[t]);
+		{
+			char *a[] = {"-c", cfg, "-m", "oneway", "--rate", "20000",
+				     "-n", "2000", "-w", "200", "-s", "200", NULL};
+
+			assert_int_equal(run(&out, name, a), 0);
+		}
+		check_result(out, 200, 2000, "oneway");
+		free(out);
+	}
 }
 
 static void write_config(const char *path, const char *ping, const char *pong)
@@ -403,6 +474,7 @@ int main(void)
 		cmocka_unit_test(test_pingpong_sweep_fork),
 		cmocka_unit_test(test_oneway_fixed_rate),
 		cmocka_unit_test(test_roles_from_config),
+		cmocka_unit_test(test_every_network_transport),
 		cmocka_unit_test(test_coordinated_omission),
 		cmocka_unit_test(test_bad_arguments),
 		cmocka_unit_test(test_peer_missing),
