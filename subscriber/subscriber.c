@@ -30,7 +30,11 @@
  *   LOSS entry for anything that could not be had within
  *   cfg.recovery_timeout_ms (or that no service holds), then DONE.  The poll
  *   thread wakes it with one eventfd write per gap: a loss event, not the
- *   per-message path.
+ *   per-message path.  A job also covers the gaps already queued behind
+ *   its own (up to COALESCE_MAX sequences on), so that heavy loss costs a
+ *   round trip per round trip, not one per gap; what it fetches twice,
+ *   deliver drops, and a loss it meets past its own gap is left to the
+ *   live buffer and the later gaps' jobs (rec_loss).
  * - The poll thread delivers the replayed frames (TB_MSG_F_REPLAY), returns
  *   TB_DATA_LOSS once for a lost range (tb_sub_loss gives it exactly), then
  *   drains the live buffer, starting the next job at the next GAP marker,
@@ -72,6 +76,9 @@
 /* How long the recovery thread waits for room in a full replay queue
  * before it looks at its stop flag again. */
 #define PUSH_WAIT_NS 50000L
+/* A recovery job covers the gaps queued behind its own up to this many
+ * sequences past it (see post_job). */
+#define COALESCE_MAX 4096u
 
 struct recovery {
 	/* Poll thread only. */
@@ -82,10 +89,16 @@ struct recovery {
 	uint64_t dropped;    /* first frame the live buffer had no room
 				for (0: none); see buffer_frame */
 	tb_fifo_t replay;    /* consumer side */
+	uint64_t tail_gap_last, tail_gap_epoch; /* the newest GAP marker */
 
 	/* The job, handed over by job_gen (R4 / A4). */
 	uint64_t job_epoch, job_first, job_last;
+	uint64_t job_gap_last; /* the gap's own end; job_last may go on to
+				  cover the gaps queued after it */
 	int job_open;        /* fetch up to the latest (a late join's probe) */
+	int job_cut;         /* recovery thread: the fetch went past a loss
+				beyond the gap; the rest is left to live */
+	uint64_t job_lost;   /* recovery thread: sequences reported lost */
 	_Atomic uint64_t job_gen;
 	int efd;
 	_Atomic int stop;
@@ -158,6 +171,8 @@ static int rec_frame(void *arg, const tb_frame_hdr_t *f)
 	uint32_t len = f->length - TB_FRAME_HDR_LEN;
 	tb_fifo_ent_t *e;
 
+	if (r->job_cut)
+		return 1; /* stops the fetch */
 	if (len > tb_fifo_max_payload(&r->replay)) {
 		/* Cannot happen with frames of this stream's ring; if a
 		 * server sends one anyway, it is reported, not dropped. */
@@ -178,9 +193,27 @@ static int rec_frame(void *arg, const tb_frame_hdr_t *f)
 	return 0;
 }
 
+/*
+ * A coalesced job (job_last > job_gap_last) fetches the frames between
+ * the gaps too, which the live buffer also holds.  A loss past the first
+ * gap must then not be reported whole: some of it may be in the live
+ * buffer.  The job reports the loss up to the gap's end and stops there
+ * (job_cut); the live buffer and the later gaps' own jobs do the rest.
+ */
 static void rec_loss(void *arg, uint64_t first, uint64_t last)
 {
-	replay_marker(arg, TB_FIFO_LOSS, first, last, 0, 0);
+	struct recovery *r = arg;
+
+	if (r->job_cut)
+		return;
+	if (first <= r->job_gap_last) {
+		uint64_t end = last < r->job_gap_last ? last : r->job_gap_last;
+
+		replay_marker(r, TB_FIFO_LOSS, first, end, 0, 0);
+		r->job_lost += end - first + 1;
+	}
+	if (last > r->job_gap_last)
+		r->job_cut = 1;
 }
 
 static void *rec_main(void *arg)
@@ -201,6 +234,8 @@ static void *rec_main(void *arg)
 		if (gen == done_gen)
 			continue;
 		r->ccfg.until_latest = r->job_open;
+		r->job_cut = 0;
+		r->job_lost = 0;
 		rc = tb_rclient_fetch(&r->ccfg, r->job_epoch, r->job_first,
 				      r->job_last, rec_frame, rec_loss, r, &st,
 				      &next);
@@ -208,14 +243,17 @@ static void *rec_main(void *arg)
 			break;
 		/* A probe that finds no service says nothing about loss: the
 		 * next live frame names the gap, recovered then. */
-		if (rc < 0 && next <= r->job_last && !r->job_open) {
-			/* Nobody answered in time: the rest is lost. */
-			replay_marker(r, TB_FIFO_LOSS, next, r->job_last, 0, 0);
-			st.lost += r->job_last - next + 1;
+		if (rc < 0 && !r->job_cut && next <= r->job_gap_last &&
+		    !r->job_open) {
+			/* Nobody answered in time: the rest of the gap is
+			 * lost (what lies past it is left to live). */
+			replay_marker(r, TB_FIFO_LOSS, next, r->job_gap_last, 0, 0);
+			r->job_lost += r->job_gap_last - next + 1;
 		}
 		/* DONE carries the job's figures for the owner's counters. */
-		replay_marker(r, TB_FIFO_DONE, st.requests, st.lost,
-			      rc < 0 || st.lost ? 1 : 0, st.frames);
+		replay_marker(r, TB_FIFO_DONE, st.requests, r->job_lost,
+			      (rc < 0 && !r->job_cut) || r->job_lost ? 1 : 0,
+			      st.frames);
 		done_gen = gen;
 	}
 	return NULL;
@@ -407,6 +445,10 @@ static int live_marker(struct recovery *r, int kind, uint64_t first,
 	e->code = code;
 	e->aux = aux;
 	tb_fifo_commit(&r->live);
+	if (kind == TB_FIFO_GAP) {
+		r->tail_gap_last = last;
+		r->tail_gap_epoch = aux;
+	}
 	return 0;
 }
 
@@ -485,8 +527,15 @@ static void post_job(tb_subscriber_t *s, const tb_fifo_ent_t *gap)
 
 	r->job_epoch = gap->aux;
 	r->job_first = gap->seq;
-	r->job_last = gap->last;
+	r->job_last = r->job_gap_last = gap->last;
 	r->job_open = gap->code;
+	/* Gaps queued behind this one go in the same request: one round
+	 * trip for all the loss of the last round trip, not one each.
+	 * The frames between them come twice and are dropped by deliver. */
+	if (!gap->code && r->tail_gap_epoch == gap->aux &&
+	    r->tail_gap_last > gap->last)
+		r->job_last = r->tail_gap_last - gap->last > COALESCE_MAX ?
+			      gap->last + COALESCE_MAX : r->tail_gap_last;
 	tb_store_release(&r->job_gen, tb_load_relaxed(&r->job_gen) + 1); /* R4 */
 	/* One system call per gap, to wake the recovery thread at once;
 	 * if it fails, the thread's 100 ms poll finds the job anyway. */

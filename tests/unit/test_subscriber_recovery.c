@@ -9,7 +9,9 @@
  *    with its exact range after recovery_timeout_ms, and live delivery
  *    goes on after it;
  *  - tb_sub_start_at refuses sequence 0 and a subscriber that has already
- *    delivered.
+ *    delivered;
+ *  - gaps queued behind the one being recovered go in one request, and
+ *    the frames between them, which come twice, are delivered once.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +19,9 @@
 #include <cmocka.h>
 
 #include "tickbus.h"
+
+#include "frame.h"
+#include "recovery_server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -237,12 +242,179 @@ static void test_late_join_quiet_stream(void **state)
 }
 
 
+/* A recovery service in this process, holding 1..last of one epoch, whose
+ * first answer takes 300 ms: long enough for more gaps to queue behind. */
+struct slow_src {
+	uint64_t epoch, last;
+	uint32_t stream_id;
+	int reads;
+};
+
+static void slow_bounds(void *sd, uint64_t *epoch, uint64_t *first,
+			uint64_t *last)
+{
+	struct slow_src *x = sd;
+
+	*epoch = x->epoch;
+	*first = 1;
+	*last = x->last;
+}
+
+static int slow_read(void *sd, uint64_t first, int max, tb_store_read_fn fn,
+		     void *cd)
+{
+	struct slow_src *x = sd;
+	uint8_t buf[TB_FRAME_HDR_LEN + 24];
+	tb_frame_hdr_t *f = (tb_frame_hdr_t *)buf;
+	int n = 0;
+
+	if (x->reads++ == 0) {
+		struct timespec ts = {0, 300000000};
+
+		nanosleep(&ts, NULL);
+	}
+	if (first > x->last)
+		return TB_STORE_NOT_YET;
+	for (uint64_t q = first; q <= x->last && n < max; q++) {
+		tb_frame_init(f, 24, 1, x->stream_id, q, 1);
+		memset(buf + TB_FRAME_HDR_LEN, (int)(q & 0xff), 24);
+		n++;
+		if (fn(cd, f))
+			break;
+	}
+	return n;
+}
+
+/*
+ * Gap 1..100 is recovered slowly while the ring laps the reader twice, so
+ * two more gaps queue behind it, with ten live frames after each.  The
+ * service holds 1..`held`.  Returns the requests it answered; checks
+ * that every sequence came once, in order, and that what the service
+ * lacks (held+1 up to the end of the last gap) is one exact TB_DATA_LOSS.
+ */
+static uint64_t queued_gaps(uint64_t held)
+{
+	tb_stream_cfg_t c;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	tb_rsrv_cfg_t rc;
+	tb_rsrv_t *srv;
+	tb_rsrv_stats_t st;
+	struct slow_src x = {0};
+	tb_rsrv_source_t src = {0, "tok", slow_bounds, slow_read, &x};
+	struct got g = {1, 0, 0, 0};
+	uint64_t seq = 1, until, last = 4000, gap3_first = 0, gap3_last = 0;
+	uint64_t lost_first = 0, lost_last = 0;
+	int laps = 0, losses = 0;
+
+	stream_cfg(&c, 0);
+	c.recovery_timeout_ms = 1000;
+	c.ring_size = 64u << 10; /* 1,024 frames: easy to lap */
+	assert_int_equal(tb_publisher_open(&pub, &c), 0);
+	x.epoch = tb_pub_epoch(pub);
+	x.last = held;
+	x.stream_id = c.id;
+	src.stream_id = c.id;
+	tb_rsrv_cfg_init(&rc);
+	strcpy(rc.listen.host, "127.0.0.1");
+	rc.listen.port = 0;
+	assert_int_equal(tb_rsrv_open(&srv, &rc, &src, 1), 0);
+	c.recovery[0].port = tb_rsrv_port(srv);
+
+	for (; seq <= 100; seq++)
+		offer(pub, seq);
+	assert_int_equal(tb_subscriber_open(&sub, &c), 0);
+	assert_int_equal(tb_sub_start_at(sub, 1), 0);
+	for (; seq <= 110; seq++)
+		offer(pub, seq);
+	/* Gap 1..100: the first job, whose answer is slow. */
+	assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
+	assert_int_equal(tb_sub_recovering(sub), 1);
+	/* Meanwhile the ring laps the reader twice: two more gaps queue in
+	 * the live buffer behind the first, each followed by ten live
+	 * frames.  (A lapped shm reader jumps to the tail; the next frame
+	 * closes the range, on its own poll, and is read on the next.) */
+	for (int lap = 0; lap < 2; lap++) {
+		uint64_t end = seq + 1500;
+
+		gap3_first = seq;
+		for (; seq < end; seq++)
+			offer(pub, seq);
+		assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
+		gap3_last = seq - 1;
+		for (end = seq + 10; seq < end; seq++)
+			offer(pub, seq);
+		assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
+		assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
+	}
+	for (; seq <= last; seq++)
+		offer(pub, seq);
+	until = mono_ms() + 20000;
+	while ((g.next <= last || tb_sub_recovering(sub)) && mono_ms() < until) {
+		int n = tb_sub_poll(sub, on_msg, &g, 64);
+
+		if (n == TB_LAPPED) {
+			laps++;
+		} else if (n == TB_DATA_LOSS) {
+			losses++;
+			assert_int_equal(tb_sub_loss(sub, &lost_first, &lost_last), 0);
+			g.next = lost_last + 1;
+		} else {
+			assert_true(n >= 0);
+		}
+	}
+	assert_int_equal(laps, 0); /* recovered, never returned */
+	assert_int_equal(g.next, last + 1);
+	assert_int_equal(g.bad, 0);
+	if (held >= gap3_last) {
+		assert_int_equal(losses, 0);
+		assert_int_equal(g.n, last);
+	} else {
+		/* Exactly what no one holds and the live buffer lacks:
+		 * the live frames before and after it were delivered. */
+		uint64_t from = held + 1 > gap3_first ? held + 1 : gap3_first;
+
+		assert_int_equal(losses, 1);
+		assert_int_equal(lost_first, from);
+		assert_int_equal(lost_last, gap3_last);
+		assert_int_equal(g.n, last - (gap3_last - from + 1));
+	}
+	tb_rsrv_stats(srv, &st);
+	print_message("requests %llu, frames served %llu, replayed %llu\n",
+		      (unsigned long long)st.requests,
+		      (unsigned long long)st.frames,
+		      (unsigned long long)g.replayed);
+	tb_subscriber_close(sub);
+	tb_rsrv_close(srv);
+	tb_publisher_close(pub);
+	unlink(c.shm_path);
+	return st.requests;
+}
+
+static void test_queued_gaps_share_a_request(void **state)
+{
+	(void)state;
+	/* One for 1..100; one for both laps (three without coalescing). */
+	assert_int_equal(queued_gaps(4000), 2);
+}
+
+/* The shared request runs into what the service lacks from among the
+ * live frames between the gaps (1611..1620; it holds up to 1615): only
+ * the last gap is lost, not those live frames. */
+static void test_shared_request_loses_only_the_gap(void **state)
+{
+	(void)state;
+	queued_gaps(1615);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_late_join_small_buffer),
 		cmocka_unit_test(test_no_service_is_exact_data_loss),
 		cmocka_unit_test(test_late_join_quiet_stream),
+		cmocka_unit_test(test_queued_gaps_share_a_request),
+		cmocka_unit_test(test_shared_request_loses_only_the_gap),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
