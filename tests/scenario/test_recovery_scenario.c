@@ -72,6 +72,15 @@ static int teardown(void **state)
 	(void)state;
 	proc_kill_all();
 	unlink(ring);
+	/* a failed scenario returns before it unsets its hooks */
+	unsetenv("SOFTRDMA_UD_LOG");
+	unsetenv("SOFTRDMA_UD_DUP");
+	unsetenv("SOFTRDMA_UD_REORDER");
+	unsetenv("SOFTRDMA_UD_DROP");
+	unsetenv("SOFTRDMA_SEED");
+	unsetenv("TICKBUS_UDP_DROP");
+	unsetenv("TICKBUS_UDP_DROP_LOG");
+	unsetenv("TICKBUS_UDP_SEED");
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	if (getenv("TB_KEEP")) return 0;
 	return system(cmd) == 0 ? 0 : -1;
