@@ -82,5 +82,55 @@ if [ -x "$lat" ] && [ -s "$b/shm-floor-rtt.hgrm" ]; then
 		status=1
 	fi
 fi
+# tb-latency over every transport: 64-byte round trips, beside the floor's
+# round trip and shm's.  rc and ud run on softrdma when there is no RDMA NIC
+# (a software device: its figures are the cost of the emulation, not of a
+# NIC); udp on loopback.
+if [ -x "$lat" ] && [ -s "$b/shm-floor-rtt.hgrm" ] && [ -s "$b/tb-latency-64.hgrm" ]; then
+	echo "== tb-latency by transport"
+	cfgdir=$(mktemp -d /tmp/tickbus-bench.XXXXXX)
+	if [ -z "$(ls /sys/class/infiniband 2>/dev/null)" ]; then
+		export LD_LIBRARY_PATH="$PWD/$BUILD/softrdma${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+		export SOFTRDMA_FABRIC="bench-$$"
+		dev="softrdma (software RDMA device)"
+	else
+		dev="$(ls /sys/class/infiniband | head -n 1)"
+	fi
+	base=$((20000 + ($$ % 4000) * 4))
+	labels=(-l "floor RTT" -l "shm")
+	files=("$b/shm-floor-rtt.hgrm" "$b/tb-latency-64.hgrm")
+	for t in rc ud udp; do
+		for k in 0 1; do
+			port=$((base + k)); base=$((base + 2))
+			printf '[stream %s]\nid = %d\ntransport = %s\nring_size = 1M\n' \
+				"$([ $k = 0 ] && echo ping || echo pong)" $((70 + k)) "$t"
+			case $t in
+			rc) printf 'control = 127.0.0.1:%d\ntoken = bench\n' "$port" ;;
+			ud) printf 'group = 239.192.77.%d:%d\n' $((k + 1)) "$port" ;;
+			udp) printf 'group = 239.192.78.%d:%d\ninterface = 127.0.0.1\nloopback = yes\n' \
+				$((k + 1)) "$port" ;;
+			esac
+		done >"$cfgdir/$t.ini"
+		if "$lat" -c "$cfgdir/$t.ini" -n "${TB_BENCH_LAT_COUNT:-100000}" -w 10000 \
+			--cores 0,1 --idle busy-spin --timeout-ms 60000 \
+			--hgrm "$b/tb-latency-$t.hgrm" >"$b/tb-latency-$t.out" 2>&1; then
+			labels+=(-l "$t")
+			files+=("$b/tb-latency-$t.hgrm")
+		else
+			echo "tb-latency over $t failed:"; cat "$b/tb-latency-$t.out"
+			status=1
+		fi
+	done
+	rm -rf "$cfgdir"
+	{
+		echo "## tb-latency: 64-byte round trip by transport (rc, ud on $dev)"
+		echo
+		"$hist" compare --markdown "${labels[@]}" "${files[@]}"
+		echo
+	} >>"$report"
+	"$hist" plot -o "$b/transports.svg" --title "tb-latency round trip by transport" \
+		"${labels[@]}" "${files[@]}" >/dev/null &&
+		printf '![round trip by transport](transports.svg)\n\n' >>"$report"
+fi
 echo "report: $report"
 exit $status
