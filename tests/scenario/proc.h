@@ -8,14 +8,17 @@
 #ifndef TB_TEST_PROC_H
 #define TB_TEST_PROC_H
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,6 +54,24 @@ static inline void proc_kill_all(void)
 			waitpid(proc_live[i], NULL, 0);
 			proc_live[i] = 0;
 		}
+}
+
+/* A loopback TCP port nothing listens on now (0 if none could be had). */
+static inline unsigned proc_free_port(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	unsigned port = 0;
+
+	if (fd < 0)
+		return 0;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
+		port = ntohs(sa.sin_port);
+	close(fd);
+	return port;
 }
 
 /* The directory of the built programs ($TB_BIN, set by tests/run-tests.sh). */

@@ -86,20 +86,6 @@ static int teardown(void **state)
 	return system(cmd) == 0 ? 0 : -1;
 }
 
-/* A loopback port nothing listens on now. */
-static unsigned free_port(void)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET};
-	socklen_t sl = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	getsockname(fd, (struct sockaddr *)&sa, &sl);
-	close(fd);
-	return ntohs(sa.sin_port);
-}
-
 /* Writes `path`: stream "q" for everyone (the publisher ignores
  * `recovery`, tb-recoveryd replaces it with the retention endpoint). */
 static void write_ini(const char *path, const char *ring_size,
@@ -247,7 +233,7 @@ static uint64_t publish_and_wait(proc_t *pub)
 
 static void lapped_and_late_subscribers_fail_over(void **state)
 {
-	unsigned pa = free_port(), pb = free_port();
+	unsigned pa = proc_free_port(), pb = proc_free_port();
 	/* static: teardown's proc_kill_all looks at them after we return */
 	static proc_t ra, rb, pub, lapped, late;
 	char recovery[64], *out;
@@ -255,7 +241,7 @@ static void lapped_and_late_subscribers_fail_over(void **state)
 
 	(void)state;
 	snprintf(recovery, sizeof(recovery), "127.0.0.1:%u,127.0.0.1:%u", pa, pb);
-	write_ini(ini, "1M", free_port(), recovery, TOKEN);
+	write_ini(ini, "1M", proc_free_port(), recovery, TOKEN);
 	start_recoveryd(&ra, "ra", pa);
 	start_recoveryd(&rb, "rb", pb);
 	/* The services subscribe before the first message: 1..N from the
@@ -290,7 +276,7 @@ static void lapped_and_late_subscribers_fail_over(void **state)
 
 static void restarted_service_fills_from_retention(void **state)
 {
-	unsigned pa = free_port();
+	unsigned pa = proc_free_port();
 	static proc_t ra, pub, late;
 	char recovery[64], *out;
 	uint64_t checksum;
@@ -298,7 +284,7 @@ static void restarted_service_fills_from_retention(void **state)
 	(void)state;
 	snprintf(recovery, sizeof(recovery), "127.0.0.1:%u", pa);
 	/* 16 MiB holds 170,000 frames: the whole run stays retained. */
-	write_ini(ini, "16M", free_port(), recovery, TOKEN);
+	write_ini(ini, "16M", proc_free_port(), recovery, TOKEN);
 	start_recoveryd(&ra, "ra", pa);
 	start_pub(&pub, "80000", "20000");
 	usleep(1300000);
@@ -326,7 +312,7 @@ static void restarted_service_fills_from_retention(void **state)
 
 static void gone_range_is_data_loss_and_stream_goes_on(void **state)
 {
-	unsigned pa = free_port();
+	unsigned pa = proc_free_port();
 	static proc_t ra, pub, late;
 	char recovery[64], *out, want[64];
 	uint64_t earliest;
@@ -387,7 +373,7 @@ static uint32_t raw_request(unsigned port, const void *bytes, size_t len)
 
 static void bad_requests_are_rejected_others_served(void **state)
 {
-	unsigned pa = free_port();
+	unsigned pa = proc_free_port();
 	static proc_t ra, pub, late, intruder;
 	char recovery[64], *out, bad_ini[256];
 	uint8_t junk[200];
@@ -395,7 +381,7 @@ static void bad_requests_are_rejected_others_served(void **state)
 
 	(void)state;
 	snprintf(recovery, sizeof(recovery), "127.0.0.1:%u", pa);
-	write_ini(ini, "1M", free_port(), recovery, TOKEN);
+	write_ini(ini, "1M", proc_free_port(), recovery, TOKEN);
 	start_recoveryd(&ra, "ra", pa);
 	start_pub(&pub, "40000", "20000");
 	usleep(1500000);
@@ -437,7 +423,7 @@ static void bad_requests_are_rejected_others_served(void **state)
 
 static void late_joiner_a_million_behind_catches_up(void **state)
 {
-	unsigned pa = free_port();
+	unsigned pa = proc_free_port();
 	static proc_t ra, pub, late;
 	char recovery[64], *out;
 	uint64_t checksum;
@@ -568,13 +554,13 @@ static void lossy_run(const char *env, const char *rate, enum loss_at at,
 {
 	static const char *const names[] = {"s1", "s2", "s3"};
 	static proc_t ra, pub, sub[3];
-	unsigned pa = free_port();
+	unsigned pa = proc_free_port();
 	char recovery[64], *out;
 	uint64_t checksum;
 	int i;
 
 	snprintf(recovery, sizeof(recovery), "127.0.0.1:%u", pa);
-	write_ini(ini, "4M", free_port(), recovery, TOKEN);
+	write_ini(ini, "4M", proc_free_port(), recovery, TOKEN);
 	if (env && at == LOSS_AT_SUBSCRIBERS)
 		setenv(env, rate, 1);
 	if (seed_env)
@@ -629,7 +615,7 @@ static void ud_lossy(const char *rate)
 	snprintf(transport_lines, sizeof(transport_lines),
 		 "transport = ud\ngroup = 239.192.9.%u:%u\nring_size = 4M\n"
 		 "idle = spin-then-yield\n", (unsigned)getpid() % 250 + 1,
-		 free_port());
+		 proc_free_port());
 	snprintf(log, sizeof(log), "%s/ud-events.log", dir);
 	setenv("SOFTRDMA_UD_LOG", log, 1);
 	setenv("SOFTRDMA_UD_DUP", "0.005", 1);
@@ -669,7 +655,7 @@ static void udp_loss_recovered(void **state)
 		 "transport = udp\ngroup = 239.192.9.%u:%u\ninterface = 127.0.0.1\n"
 		 "loopback = yes\nrcvbuf = 4M\nring_size = 4M\n"
 		 "idle = spin-then-yield\n", (unsigned)getpid() % 250 + 1,
-		 free_port());
+		 proc_free_port());
 	snprintf(log, sizeof(log), "%s/udp-drops.log", dir);
 	setenv("TICKBUS_UDP_DROP_LOG", log, 1);
 	lossy_run("TICKBUS_UDP_DROP", "0.02", LOSS_AT_SUBSCRIBERS, NULL,
@@ -687,7 +673,7 @@ static void rc_lapped_subscriber_recovers(void **state)
 	(void)state;
 	snprintf(transport_lines, sizeof(transport_lines),
 		 "transport = rc\ncontrol = 127.0.0.1:%u\nring_size = 1M\n"
-		 "slow_consumer = lap\nidle = spin-then-yield\n", free_port());
+		 "slow_consumer = lap\nidle = spin-then-yield\n", proc_free_port());
 	lossy_run(NULL, NULL, LOSS_AT_PUBLISHER, "15000", NULL);
 }
 

@@ -17,11 +17,8 @@
 
 #include "hist.h"
 
-#include <arpa/inet.h>
 #include <inttypes.h>
 #include <math.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 static char dir[128];
 
@@ -199,20 +196,6 @@ static void test_oneway_fixed_rate(void **state)
 	check_log(log, tags, 1, 4000);
 }
 
-/* A loopback port nothing listens on now. */
-static unsigned free_port(void)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET};
-	socklen_t sl = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	getsockname(fd, (struct sockaddr *)&sa, &sl);
-	close(fd);
-	return ntohs(sa.sin_port);
-}
-
 /* Ping-pong and one-way over rc and ud (on softrdma, as make test runs)
  * and udp on loopback: every message measured, none lost, the .hgrm
  * holding them all. */
@@ -223,7 +206,7 @@ static void test_every_network_transport(void **state)
 
 	for (int t = 0; t < 3; t++) {
 		char cfg[256], hgrm[256], name[32], *out;
-		unsigned port[2] = {free_port(), free_port()};
+		unsigned port[2] = {proc_free_port(), proc_free_port()};
 		FILE *f;
 
 		snprintf(cfg, sizeof(cfg), "%s/%s.ini", dir, transports[t]);
