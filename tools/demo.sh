@@ -34,6 +34,9 @@ COUNT=$((RATE * SECONDS_))
 FEED_PORT=$((32000 + ($$ % 15000) * 2))
 RETRANS_PORT=$((FEED_PORT + 1))
 out=$(mktemp -d /tmp/tickbus-demo.XXXXXX)
+# The demo's processes keep their counters files apart, for tb-stat.
+export TICKBUS_COUNTERS_DIR=$out/counters
+mkdir -p "$TICKBUS_COUNTERS_DIR"
 pids=()
 
 cleanup() {
@@ -119,9 +122,32 @@ wait_for "$out/feedhandler.out" ready 10
 pids+=($!)
 sim=$!
 
+# A line a second while the feed runs, from tb-stat: each process's
+# messages per second on each stream (> publishes, < receives), and the
+# recovery requests of those that have made any.
+progress() {
+	local t=0 line
+	while kill -0 "$fh" 2>/dev/null; do
+		line=$("$BIN/tb-stat" --once -d "$TICKBUS_COUNTERS_DIR" 2>/dev/null | awk '
+			NR > 2 && $5 != "recovery" {
+				p = $2; sub(/^tb-/, "", p)
+				s = s sprintf("  %s%s%s %d/s", p,
+					      $5 == "publisher" ? ">" : "<", $3, $7)
+				if ($12 > 0) s = s sprintf(" (%d recovery requests)", $12)
+			}
+			END { print s }')
+		t=$((t + 1))
+		kill -0 "$fh" 2>/dev/null && echo "t=${t}s${line}"
+	done
+}
 echo "running: feed for ${SECONDS_}s, then end of session ..."
+progress &
+prog=$!
+pids+=($prog)
 status=0
 wait "$fh" || status=$?
+kill "$prog" 2>/dev/null || true
+wait "$prog" 2>/dev/null || true
 for p in "${st_pids[@]}"; do wait "$p" || status=$?; done
 kill -TERM "$sim" "$gw" "$rd" 2>/dev/null || true
 wait "$sim" 2>/dev/null || true
