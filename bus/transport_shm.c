@@ -236,7 +236,10 @@ int tb_shm_reader_attach(tb_shm_reader_t *r, int from_start)
 		close(fd);
 		return 0; /* being created */
 	}
-	base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	/* Populated now, at attach: otherwise the reader takes a page fault
+	 * on the first read of every page of the ring, on the hot path. */
+	base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED | MAP_POPULATE,
+		    fd, 0);
 	close(fd);
 	if (base == MAP_FAILED)
 		return tb_err_sys(errno, "shm: map %s", r->path);
