@@ -251,8 +251,11 @@ static void *rec_main(void *arg)
 			r->job_lost += r->job_gap_last - next + 1;
 		}
 		/* DONE carries the job's figures for the owner's counters. */
+		/* Failed: something was lost, or a probe found no service;
+		 * not a shared request that only missed what lies past its
+		 * own gap. */
 		replay_marker(r, TB_FIFO_DONE, st.requests, r->job_lost,
-			      (rc < 0 && !r->job_cut) || r->job_lost ? 1 : 0,
+			      r->job_lost || (rc < 0 && r->job_open) ? 1 : 0,
 			      st.frames);
 		done_gen = gen;
 	}
