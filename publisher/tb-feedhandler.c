@@ -46,6 +46,7 @@
  *     malformed_messages=N messages=N book_errors=N top_checksum=0x...
  * top_checksum is md_top.h's sum over the last Quote of every instrument.
  */
+#include "../tools/cli.h"
 #include "clock.h"
 #include "error.h"
 #include "feed.h"
@@ -384,31 +385,6 @@ static void close_all(handler_t *h)
 	h->npub = 0;
 }
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-
-	if (!s || !*s || *s == '-')
-		return -1;
-	*out = strtoull(s, &end, 0);
-	return *end ? -1 : 0;
-}
-
-static int is_ipv4(const char *s)
-{
-	struct in_addr a;
-
-	return inet_pton(AF_INET, s, &a) == 1;
-}
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static uint64_t midnight_utc_ns(void)
 {
 	struct timespec ts;
@@ -465,19 +441,19 @@ int main(int argc, char **argv)
 			else
 				streams[nstreams++] = optarg;
 			break;
-		case 'g': if (!is_ipv4(optarg)) bad = "--group"; else cfg.group = optarg; break;
-		case 'i': if (!is_ipv4(optarg)) bad = "--iface"; else cfg.iface = optarg; break;
-		case 'H': if (!is_ipv4(optarg)) bad = "--retrans-host"; else cfg.retrans_host = optarg; break;
+		case 'g': if (!tb_cli_is_ipv4(optarg)) bad = "--group"; else cfg.group = optarg; break;
+		case 'i': if (!tb_cli_is_ipv4(optarg)) bad = "--iface"; else cfg.iface = optarg; break;
+		case 'H': if (!tb_cli_is_ipv4(optarg)) bad = "--retrans-host"; else cfg.retrans_host = optarg; break;
 		case 'S': if (!*optarg || strlen(optarg) > TB_MOLD_SESSION_LEN) bad = "--session"; else cfg.session = optarg; break;
-		case 'p': if (parse_u64(optarg, &port) || port == 0 || port > 65535) bad = "--port"; break;
-		case 'R': if (parse_u64(optarg, &rport) || rport > 65535) bad = "--retrans-port"; break;
-		case 'F': if (parse_u64(optarg, &cfg.first_seq)) bad = "--first-seq"; break;
-		case 'G': if (parse_u64(optarg, &v) || v == 0 || v > 60000) bad = "--gap-timeout-ms"; else cfg.gap_timeout_ns = v * 1000000ull; break;
-		case 'Y': if (parse_u64(optarg, &v) || v > 100) bad = "--gap-retries"; else cfg.gap_retries = (uint32_t)v; break;
-		case 'N': if (parse_u64(optarg, &v) || v == 0 || v > MAX_INSTR) bad = "--instruments"; else cfg.max_instruments = (uint32_t)v; break;
-		case 'T': if (parse_u64(optarg, &timeout_ms)) bad = "--timeout-ms"; break;
-		case 'L': if (parse_u64(optarg, &linger_ms) || linger_ms > 60000) bad = "--linger-ms"; break;
-		case 'C': if (parse_u64(optarg, &core) || core > 4095) bad = "--core"; break;
+		case 'p': if (tb_cli_u64_c(optarg, &port) || port == 0 || port > 65535) bad = "--port"; break;
+		case 'R': if (tb_cli_u64_c(optarg, &rport) || rport > 65535) bad = "--retrans-port"; break;
+		case 'F': if (tb_cli_u64_c(optarg, &cfg.first_seq)) bad = "--first-seq"; break;
+		case 'G': if (tb_cli_u64_c(optarg, &v) || v == 0 || v > 60000) bad = "--gap-timeout-ms"; else cfg.gap_timeout_ns = v * 1000000ull; break;
+		case 'Y': if (tb_cli_u64_c(optarg, &v) || v > 100) bad = "--gap-retries"; else cfg.gap_retries = (uint32_t)v; break;
+		case 'N': if (tb_cli_u64_c(optarg, &v) || v == 0 || v > MAX_INSTR) bad = "--instruments"; else cfg.max_instruments = (uint32_t)v; break;
+		case 'T': if (tb_cli_u64_c(optarg, &timeout_ms)) bad = "--timeout-ms"; break;
+		case 'L': if (tb_cli_u64_c(optarg, &linger_ms) || linger_ms > 60000) bad = "--linger-ms"; break;
+		case 'C': if (tb_cli_u64_c(optarg, &core) || core > 4095) bad = "--core"; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -531,9 +507,9 @@ int main(int argc, char **argv)
 	printf("feedhandler: ready port=%u streams=%d\n", tb_feed_port(f), h.npub);
 	fflush(stdout);
 	tb_idle_init(&idle, TB_IDLE_SPIN_YIELD);
-	t0 = mono_ms();
+	t0 = tb_cli_mono_ms();
 	while (!stop && !h.failed && !tb_feed_ended(f) &&
-	       (!timeout_ms || mono_ms() - t0 < timeout_ms)) {
+	       (!timeout_ms || tb_cli_mono_ms() - t0 < timeout_ms)) {
 		rc = tb_feed_poll(f);
 		if (rc < 0) {
 			fprintf(stderr, "tb-feedhandler: feed: %s\n", tb_errmsg());
@@ -555,8 +531,8 @@ int main(int argc, char **argv)
 		sum += h.top_hash[i];
 	/* Let subscribers drain before the stream says closed; the idle loop
 	 * keeps heartbeats going where the transport needs polls. */
-	t0 = mono_ms();
-	while (mono_ms() - t0 < linger_ms) {
+	t0 = tb_cli_mono_ms();
+	while (tb_cli_mono_ms() - t0 < linger_ms) {
 		struct timespec ts = { 0, 1000000 };
 
 		flush_all(&h);

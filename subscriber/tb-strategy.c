@@ -58,6 +58,7 @@
  *   hops: feed_to_publish_count=N feed_to_publish_p50=N ... tick_to_trade_max=N
  *     feed_to_publish_negative=N feed_to_publish_most_negative=N ...
  */
+#include "../tools/cli.h"
 #include "../tools/gateway_proto.h"
 #include "clock.h"
 #include "error.h"
@@ -377,17 +378,6 @@ static int read_acks(strat_t *s)
 	}
 }
 
-static int parse_u64(const char *str, uint64_t *out)
-{
-	char *end;
-
-	if (!str || !*str || *str == '-')
-		return -1;
-	errno = 0;
-	*out = strtoull(str, &end, 0);
-	return *end || errno ? -1 : 0;
-}
-
 /* "0.02" -> 20000000 (exponent -9); -1 if not a price >= 0. */
 static int parse_price(const char *str, int64_t *out)
 {
@@ -409,7 +399,7 @@ static int parse_endpoint(const char *str, struct sockaddr_in *sa)
 	uint64_t port;
 
 	if (!colon || (size_t)(colon - str) >= sizeof(host) ||
-	    parse_u64(colon + 1, &port) || port == 0 || port > 65535)
+	    tb_cli_u64_c(colon + 1, &port) || port == 0 || port > 65535)
 		return -1;
 	memcpy(host, str, (size_t)(colon - str));
 	host[colon - str] = '\0';
@@ -417,14 +407,6 @@ static int parse_endpoint(const char *str, struct sockaddr_in *sa)
 	sa->sin_family = AF_INET;
 	sa->sin_port = htons((uint16_t)port);
 	return inet_pton(AF_INET, host, &sa->sin_addr) == 1 ? 0 : -1;
-}
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 static int write_hgrms(strat_t *s, const char *dir, const char *name)
@@ -542,14 +524,14 @@ int main(int argc, char **argv)
 		case 's': if (!*optarg) bad = "--stream"; else stream = optarg; break;
 		case 'g': if (parse_endpoint(optarg, &gw)) bad = "--gateway (want ADDR:PORT)"; else gateway = optarg; break;
 		case 'n': if (!*optarg || strlen(optarg) > 64 || strchr(optarg, '/') || strchr(optarg, ' ')) bad = "--name"; else name = optarg; break;
-		case 'C': if (parse_u64(optarg, &core) || core > 4095) bad = "--core"; break;
+		case 'C': if (tb_cli_u64_c(optarg, &core) || core > 4095) bad = "--core"; break;
 		case 'M': if (parse_price(optarg, &s.max_spread)) bad = "--max-spread"; break;
-		case 'Q': if (parse_u64(optarg, &s.qty) || s.qty == 0 || s.qty > UINT32_MAX) bad = "--qty"; break;
-		case 'I': if (parse_u64(optarg, &v) || v > 60000000) bad = "--min-interval-us"; else s.min_interval_ns = v * 1000; break;
-		case 'O': if (parse_u64(optarg, &s.max_orders)) bad = "--max-orders"; break;
+		case 'Q': if (tb_cli_u64_c(optarg, &s.qty) || s.qty == 0 || s.qty > UINT32_MAX) bad = "--qty"; break;
+		case 'I': if (tb_cli_u64_c(optarg, &v) || v > 60000000) bad = "--min-interval-us"; else s.min_interval_ns = v * 1000; break;
+		case 'O': if (tb_cli_u64_c(optarg, &s.max_orders)) bad = "--max-orders"; break;
 		case 'D': if (!*optarg) bad = "--hgrm-dir"; else hgrm_dir = optarg; break;
-		case 'T': if (parse_u64(optarg, &timeout_ms)) bad = "--timeout-ms"; break;
-		case 'A': if (parse_u64(optarg, &ack_wait_ms) || ack_wait_ms > 60000) bad = "--ack-wait-ms"; break;
+		case 'T': if (tb_cli_u64_c(optarg, &timeout_ms)) bad = "--timeout-ms"; break;
+		case 'A': if (tb_cli_u64_c(optarg, &ack_wait_ms) || ack_wait_ms > 60000) bad = "--ack-wait-ms"; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -598,8 +580,8 @@ int main(int argc, char **argv)
 	printf("%s: ready stream=%s gateway=%s\n", name, stream, gateway);
 	fflush(stdout);
 	tb_idle_init(&idle, TB_IDLE_SPIN_YIELD);
-	t0 = mono_ms();
-	while (!stop && !closed && (!timeout_ms || mono_ms() - t0 < timeout_ms)) {
+	t0 = tb_cli_mono_ms();
+	while (!stop && !closed && (!timeout_ms || tb_cli_mono_ms() - t0 < timeout_ms)) {
 		int n = tb_sub_poll(sub, on_msg, &s, 64);
 		uint64_t first = 0, last = 0;
 		/* Acks are read between polls, only while orders are out (a
@@ -640,8 +622,8 @@ int main(int argc, char **argv)
 				       "lapped" : "data_loss", first, last);
 		}
 	}
-	t0 = mono_ms();
-	while (s.outstanding && mono_ms() - t0 < ack_wait_ms) {
+	t0 = tb_cli_mono_ms();
+	while (s.outstanding && tb_cli_mono_ms() - t0 < ack_wait_ms) {
 		struct timespec ts = { 0, 1000000 };
 
 		if (read_acks(&s) == 0)

@@ -9,6 +9,7 @@
  * the decoder's reason and counted; the dump goes on.  Losses reported by
  * the subscriber (gaps, laps) are printed in line, where they happened.
  */
+#include "cli.h"
 #include "tickbus.h"
 
 #include "frame.h"
@@ -64,24 +65,6 @@ static void usage(FILE *out)
 "  -h, --help            this text\n"
 "exit status: 0 done (count reached, stream closed, end of the store),\n"
 "1 error, 2 usage, 3 publisher died, 4 timeout\n");
-}
-
-static int parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-
-	if (!s || !*s || *s == '-')
-		return -1;
-	*out = strtoull(s, &end, 10);
-	return *end ? -1 : 0;
-}
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* Prints one message; the payload is untrusted. */
@@ -154,7 +137,7 @@ static void on_msg(void *clientd, const tb_msg_t *m)
 static int dump_live(struct dump *d, const char *config, const char *stream,
 		     uint64_t timeout_ms, const char **end)
 {
-	uint64_t start = mono_ms();
+	uint64_t start = tb_cli_mono_ms();
 	tb_subscriber_t *sub;
 	tb_idle_t idle;
 	int rc, status = 0;
@@ -197,7 +180,7 @@ static int dump_live(struct dump *d, const char *config, const char *stream,
 			break;
 		}
 		tb_idle_step(&idle, n > 0 ? n : 0);
-		if (n <= 0 && timeout_ms && mono_ms() - start > timeout_ms) {
+		if (n <= 0 && timeout_ms && tb_cli_mono_ms() - start > timeout_ms) {
 			*end = "timeout";
 			status = 4;
 			break;
@@ -340,7 +323,7 @@ int main(int argc, char **argv)
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
-		if (v && parse_u64(optarg, v) != 0) {
+		if (v && tb_cli_u64(optarg, v) != 0) {
 			fprintf(stderr, "tb-dump: --%s '%s': expected a "
 				"non-negative integer\n",
 				c == 'I' ? "stream-id" : c == 'E' ? "epoch" :

@@ -12,6 +12,7 @@
  * Summary line (stdout), parsed by the scenario tests:
  *   feedcheck: ended=0|1 messages=N packets=P ... orders=O checksum=0x...
  */
+#include "cli.h"
 #include "clock.h"
 #include "error.h"
 #include "feed.h"
@@ -88,31 +89,6 @@ static void on_event(void *ctx, const tb_feed_event_t *ev)
 	}
 }
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-
-	if (!s || !*s || *s == '-')
-		return -1;
-	*out = strtoull(s, &end, 0);
-	return *end ? -1 : 0;
-}
-
-static int is_ipv4(const char *s)
-{
-	struct in_addr a;
-
-	return inet_pton(AF_INET, s, &a) == 1;
-}
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -146,17 +122,17 @@ int main(int argc, char **argv)
 		const char *bad = NULL;
 
 		switch (c) {
-		case 'g': if (!is_ipv4(optarg)) bad = "--group"; else cfg.group = optarg; break;
-		case 'i': if (!is_ipv4(optarg)) bad = "--iface"; else cfg.iface = optarg; break;
+		case 'g': if (!tb_cli_is_ipv4(optarg)) bad = "--group"; else cfg.group = optarg; break;
+		case 'i': if (!tb_cli_is_ipv4(optarg)) bad = "--iface"; else cfg.iface = optarg; break;
 		case 'S': if (!*optarg || strlen(optarg) > TB_MOLD_SESSION_LEN) bad = "--session"; else cfg.session = optarg; break;
-		case 'H': if (!is_ipv4(optarg)) bad = "--retrans-host"; else cfg.retrans_host = optarg; break;
-		case 'p': if (parse_u64(optarg, &port) || port == 0 || port > 65535) bad = "--port"; break;
-		case 'R': if (parse_u64(optarg, &rport) || rport > 65535) bad = "--retrans-port"; break;
-		case 'F': if (parse_u64(optarg, &cfg.first_seq)) bad = "--first-seq"; break;
-		case 'G': if (parse_u64(optarg, &v) || v == 0) bad = "--gap-timeout-ms"; else cfg.gap_timeout_ns = v * 1000000ull; break;
-		case 'Y': if (parse_u64(optarg, &v) || v > 100) bad = "--gap-retries"; else cfg.gap_retries = (uint32_t)v; break;
-		case 'T': if (parse_u64(optarg, &timeout_ms) || timeout_ms == 0) bad = "--timeout-ms"; break;
-		case 'N': if (parse_u64(optarg, &v) || v == 0 || v > 1024) bad = "--instruments"; else cfg.max_instruments = (uint32_t)v; break;
+		case 'H': if (!tb_cli_is_ipv4(optarg)) bad = "--retrans-host"; else cfg.retrans_host = optarg; break;
+		case 'p': if (tb_cli_u64_c(optarg, &port) || port == 0 || port > 65535) bad = "--port"; break;
+		case 'R': if (tb_cli_u64_c(optarg, &rport) || rport > 65535) bad = "--retrans-port"; break;
+		case 'F': if (tb_cli_u64_c(optarg, &cfg.first_seq)) bad = "--first-seq"; break;
+		case 'G': if (tb_cli_u64_c(optarg, &v) || v == 0) bad = "--gap-timeout-ms"; else cfg.gap_timeout_ns = v * 1000000ull; break;
+		case 'Y': if (tb_cli_u64_c(optarg, &v) || v > 100) bad = "--gap-retries"; else cfg.gap_retries = (uint32_t)v; break;
+		case 'T': if (tb_cli_u64_c(optarg, &timeout_ms) || timeout_ms == 0) bad = "--timeout-ms"; break;
+		case 'N': if (tb_cli_u64_c(optarg, &v) || v == 0 || v > 1024) bad = "--instruments"; else cfg.max_instruments = (uint32_t)v; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -191,8 +167,8 @@ int main(int argc, char **argv)
 	signal(SIGTERM, on_signal);
 	printf("feedcheck: ready port=%u\n", tb_feed_port(f));
 	fflush(stdout);
-	t0 = mono_ms();
-	while (!stop && !tb_feed_ended(f) && mono_ms() - t0 < timeout_ms) {
+	t0 = tb_cli_mono_ms();
+	while (!stop && !tb_feed_ended(f) && tb_cli_mono_ms() - t0 < timeout_ms) {
 		rc = tb_feed_poll(f);
 		if (rc < 0) {
 			fprintf(stderr, "tb-feedcheck: %s\n", tb_errmsg());

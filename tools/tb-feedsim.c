@@ -25,6 +25,7 @@
  *     bad_requests=B unknown_requests=U retrans_msgs=M last_seq=S
  *     orders=O checksum=0x... bytes_crc=0x...
  */
+#include "cli.h"
 #include "book.h"
 #include "itch.h"
 
@@ -93,32 +94,6 @@ static void usage(FILE *out)
 }
 
 /* ------------------------------------------------------------ helpers */
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-
-	if (!s || !*s || *s == '-')
-		return -1;
-	errno = 0;
-	*out = strtoull(s, &end, 0);
-	return *end || errno ? -1 : 0;
-}
-
-static int is_ipv4(const char *s)
-{
-	struct in_addr a;
-
-	return inet_pton(AF_INET, s, &a) == 1;
-}
 
 static uint64_t xorshift(uint64_t *s)
 {
@@ -578,23 +553,23 @@ int main(int argc, char **argv)
 		const char *bad = NULL;
 
 		switch (c) {
-		case 'g': if (!is_ipv4(optarg)) bad = "--group"; else group = optarg; break;
-		case 'i': if (!is_ipv4(optarg)) bad = "--iface"; else iface = optarg; break;
-		case 'B': if (!is_ipv4(optarg)) bad = "--retrans-bind"; else rbind = optarg; break;
-		case 'p': if (parse_u64(optarg, &port) || port == 0 || port > 65535) bad = "--port"; break;
-		case 'R': if (parse_u64(optarg, &rport) || rport > 65535) bad = "--retrans-port"; break;
-		case 'T': if (parse_u64(optarg, &ttl) || ttl > 255) bad = "--ttl"; break;
-		case 'Q': if (parse_u64(optarg, &v) || v == 0 || v > 65534) bad = "--req-max"; else s.req_max = (uint32_t)v; break;
-		case 'N': if (parse_u64(optarg, &v) || v == 0 || v > 65534) bad = "--instruments"; else s.instruments = (uint32_t)v; break;
-		case 'n': if (parse_u64(optarg, &s.count) || s.count == 0 || s.count > 100000000) bad = "--count"; break;
-		case 'd': if (parse_u64(optarg, &duration)) bad = "--duration"; break;
-		case 'r': if (parse_u64(optarg, &s.rate)) bad = "--rate"; break;
-		case 'E': if (parse_u64(optarg, &s.burst_every)) bad = "--burst-every"; break;
-		case 'L': if (parse_u64(optarg, &s.burst_len)) bad = "--burst-len"; break;
-		case 'k': if (parse_u64(optarg, &v) || v == 0 || v > 1000) bad = "--max-per-pkt"; else s.max_per_pkt = (uint32_t)v; break;
-		case 'O': if (parse_u64(optarg, &v) || v < 16 || v > 10000000) bad = "--max-orders"; else s.max_orders = (uint32_t)v; break;
-		case 's': if (parse_u64(optarg, &seed)) bad = "--seed"; break;
-		case 'X': if (parse_u64(optarg, &drop_seed)) bad = "--drop-seed"; else have_drop_seed = 1; break;
+		case 'g': if (!tb_cli_is_ipv4(optarg)) bad = "--group"; else group = optarg; break;
+		case 'i': if (!tb_cli_is_ipv4(optarg)) bad = "--iface"; else iface = optarg; break;
+		case 'B': if (!tb_cli_is_ipv4(optarg)) bad = "--retrans-bind"; else rbind = optarg; break;
+		case 'p': if (tb_cli_u64_c(optarg, &port) || port == 0 || port > 65535) bad = "--port"; break;
+		case 'R': if (tb_cli_u64_c(optarg, &rport) || rport > 65535) bad = "--retrans-port"; break;
+		case 'T': if (tb_cli_u64_c(optarg, &ttl) || ttl > 255) bad = "--ttl"; break;
+		case 'Q': if (tb_cli_u64_c(optarg, &v) || v == 0 || v > 65534) bad = "--req-max"; else s.req_max = (uint32_t)v; break;
+		case 'N': if (tb_cli_u64_c(optarg, &v) || v == 0 || v > 65534) bad = "--instruments"; else s.instruments = (uint32_t)v; break;
+		case 'n': if (tb_cli_u64_c(optarg, &s.count) || s.count == 0 || s.count > 100000000) bad = "--count"; break;
+		case 'd': if (tb_cli_u64_c(optarg, &duration)) bad = "--duration"; break;
+		case 'r': if (tb_cli_u64_c(optarg, &s.rate)) bad = "--rate"; break;
+		case 'E': if (tb_cli_u64_c(optarg, &s.burst_every)) bad = "--burst-every"; break;
+		case 'L': if (tb_cli_u64_c(optarg, &s.burst_len)) bad = "--burst-len"; break;
+		case 'k': if (tb_cli_u64_c(optarg, &v) || v == 0 || v > 1000) bad = "--max-per-pkt"; else s.max_per_pkt = (uint32_t)v; break;
+		case 'O': if (tb_cli_u64_c(optarg, &v) || v < 16 || v > 10000000) bad = "--max-orders"; else s.max_orders = (uint32_t)v; break;
+		case 's': if (tb_cli_u64_c(optarg, &seed)) bad = "--seed"; break;
+		case 'X': if (tb_cli_u64_c(optarg, &drop_seed)) bad = "--drop-seed"; else have_drop_seed = 1; break;
 		case 'x': {
 			char *end;
 
@@ -611,9 +586,9 @@ int main(int argc, char **argv)
 				memcpy(s.session, optarg, strlen(optarg));
 			}
 			break;
-		case 'H': if (parse_u64(optarg, &hb_ms) || hb_ms == 0) bad = "--heartbeat-ms"; break;
-		case 'D': if (parse_u64(optarg, &start_ms)) bad = "--start-delay-ms"; break;
-		case 'Z': if (parse_u64(optarg, &end_ms)) bad = "--end-ms"; break;
+		case 'H': if (tb_cli_u64_c(optarg, &hb_ms) || hb_ms == 0) bad = "--heartbeat-ms"; break;
+		case 'D': if (tb_cli_u64_c(optarg, &start_ms)) bad = "--start-delay-ms"; break;
+		case 'Z': if (tb_cli_u64_c(optarg, &end_ms)) bad = "--end-ms"; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -658,19 +633,19 @@ int main(int argc, char **argv)
 	gen_system(&s, TB_ITCH_EV_START_MARKET);
 
 	s.bytes_crc = 0xcbf29ce484222325ull;
-	t0 = mono_ns();
+	t0 = tb_cli_mono_ns();
 	last_send = 0;
-	while (!stop && mono_ns() - t0 < start_ms * 1000000ull) {
-		if (mono_ns() - last_send >= hb_ms * 1000000ull) {
+	while (!stop && tb_cli_mono_ns() - t0 < start_ms * 1000000ull) {
+		if (tb_cli_mono_ns() - last_send >= hb_ms * 1000000ull) {
 			send_ctl(&s, TB_MOLD_COUNT_HEARTBEAT);
-			last_send = mono_ns();
+			last_send = tb_cli_mono_ns();
 		}
 		serve_requests(&s);
 		nap(&s, 1000000);
 	}
-	t0 = next_due = last_send = mono_ns();
+	t0 = next_due = last_send = tb_cli_mono_ns();
 	for (;;) {
-		uint64_t now = mono_ns(), want, seq;
+		uint64_t now = tb_cli_mono_ns(), want, seq;
 		uint16_t n;
 		size_t len;
 
@@ -727,13 +702,13 @@ int main(int argc, char **argv)
 	}
 	/* A stopped feed still ends its session at what was sent. */
 	s.have = s.sent;
-	t0 = mono_ns();
+	t0 = tb_cli_mono_ns();
 	last_send = 0;
 	stop = 0; /* a signal now ends the end-of-session phase early */
-	while (!stop && mono_ns() - t0 < end_ms * 1000000ull) {
-		if (mono_ns() - last_send >= 20000000ull) {
+	while (!stop && tb_cli_mono_ns() - t0 < end_ms * 1000000ull) {
+		if (tb_cli_mono_ns() - last_send >= 20000000ull) {
 			send_ctl(&s, TB_MOLD_COUNT_END);
-			last_send = mono_ns();
+			last_send = tb_cli_mono_ns();
 		}
 		serve_requests(&s);
 		nap(&s, 500000);

@@ -13,6 +13,7 @@
  *   gateway: orders=N acks=N bad=N bad_size=N bad_magic=N bad_version=N
  *            bad_type=N bad_field=N
  */
+#include "cli.h"
 #include "clock.h"
 #include "gateway_proto.h"
 
@@ -56,25 +57,6 @@ static void usage(FILE *out)
 "SIGINT/SIGTERM: print the counts and exit 0.\n");
 }
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-
-	if (!s || !*s || *s == '-')
-		return -1;
-	errno = 0;
-	*out = strtoull(s, &end, 0);
-	return *end || errno ? -1 : 0;
-}
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -101,9 +83,9 @@ int main(int argc, char **argv)
 
 		switch (c) {
 		case 'b': bind_addr = optarg; break;
-		case 'p': if (parse_u64(optarg, &port) || port > 65535) badopt = "--port"; break;
-		case 'n': if (parse_u64(optarg, &count)) badopt = "--count"; break;
-		case 'd': if (parse_u64(optarg, &duration)) badopt = "--duration"; break;
+		case 'p': if (tb_cli_u64_c(optarg, &port) || port > 65535) badopt = "--port"; break;
+		case 'n': if (tb_cli_u64_c(optarg, &count)) badopt = "--count"; break;
+		case 'd': if (tb_cli_u64_c(optarg, &duration)) badopt = "--duration"; break;
 		case 'S': spin = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
@@ -137,9 +119,9 @@ int main(int argc, char **argv)
 	printf("gateway: ready port=%u\n", ntohs(sa.sin_port));
 	fflush(stdout);
 
-	t0 = mono_ns();
+	t0 = tb_cli_mono_ns();
 	while (!stop && (!count || orders < count) &&
-	       (!duration || mono_ns() - t0 < duration * 1000000000ull)) {
+	       (!duration || tb_cli_mono_ns() - t0 < duration * 1000000000ull)) {
 		uint64_t arrival;
 		int n;
 

@@ -30,6 +30,7 @@
  *   magic u32, kind u16, pad u16, size u32, pad u32, id u64,
  *   intended_ns u64, sent_ns u64
  */
+#include "cli.h"
 #include "tickbus.h"
 
 #include "hist.h"
@@ -143,17 +144,6 @@ static uint64_t now_ns(void)
 
 /* ------------------------------------------------------------- options */
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-
-	if (!s || !*s || *s == '-')
-		return -1;
-	errno = 0;
-	*out = strtoull(s, &end, 10);
-	return *end || errno ? -1 : 0;
-}
-
 static int parse_sizes(const char *s, opts_t *o)
 {
 	char buf[256], *tok, *save = NULL;
@@ -166,7 +156,7 @@ static int parse_sizes(const char *s, opts_t *o)
 	     tok = strtok_r(NULL, ",", &save)) {
 		uint64_t v;
 
-		if (o->n_sizes == SIZES_MAX || parse_u64(tok, &v) ||
+		if (o->n_sizes == SIZES_MAX || tb_cli_u64(tok, &v) ||
 		    v < SIZE_MIN || v > SIZE_MAX_BYTES)
 			return -1;
 		o->sizes[o->n_sizes++] = (uint32_t)v;
@@ -888,11 +878,11 @@ int main(int argc, char **argv)
 			o.role = optarg;
 			break;
 		case 'n':
-			if (parse_u64(optarg, &o.count) || o.count == 0)
+			if (tb_cli_u64(optarg, &o.count) || o.count == 0)
 				what = "--count: a number above 0";
 			break;
 		case 'w':
-			if (parse_u64(optarg, &o.warmup))
+			if (tb_cli_u64(optarg, &o.warmup))
 				what = "--warmup: a number";
 			break;
 		case 's':
@@ -900,7 +890,7 @@ int main(int argc, char **argv)
 				what = "--size: up to 32 sizes, each in range";
 			break;
 		case 'R':
-			if (parse_u64(optarg, &o.rate) || o.rate > 1000000000)
+			if (tb_cli_u64(optarg, &o.rate) || o.rate > 1000000000)
 				what = "--rate: 0..1000000000 per second";
 			rate_set = 1;
 			break;
@@ -917,17 +907,17 @@ int main(int argc, char **argv)
 		case 'H': o.hgrm = optarg; break;
 		case 'L': o.log = optarg; break;
 		case 'i':
-			if (parse_u64(optarg, &o.interval_ms) ||
+			if (tb_cli_u64(optarg, &o.interval_ms) ||
 			    o.interval_ms == 0 || o.interval_ms > 3600000)
 				what = "--interval-ms: 1..3600000";
 			break;
 		case 'T':
-			if (parse_u64(optarg, &o.timeout_ms) ||
+			if (tb_cli_u64(optarg, &o.timeout_ms) ||
 			    o.timeout_ms == 0 || o.timeout_ms > 86400000)
 				what = "--timeout-ms: 1..86400000";
 			break;
 		case 'M':
-			if (parse_u64(optarg, &o.msg_timeout_ms) ||
+			if (tb_cli_u64(optarg, &o.msg_timeout_ms) ||
 			    o.msg_timeout_ms == 0 ||
 			    o.msg_timeout_ms > 86400000)
 				what = "--msg-timeout-ms: 1..86400000";

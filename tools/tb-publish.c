@@ -4,6 +4,7 @@
  * the subscribers' must match.  Used by `make demo`, the scenario tests and
  * the benchmarks.
  */
+#include "cli.h"
 #include "tickbus.h"
 
 #include "demo_msg.h"
@@ -43,28 +44,6 @@ static void usage(FILE *out)
 "  -h, --help            this text\n");
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	if (!s || !*s || *s == '-')
-		return -1;
-	v = strtoull(s, &end, 10);
-	if (*end)
-		return -1;
-	*out = v;
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -95,12 +74,12 @@ int main(int argc, char **argv)
 		case 'c': config = optarg; break;
 		case 's': stream = optarg; break;
 		case 'S': shm = optarg; break;
-		case 'R': if (parse_u64(optarg, &ring)) goto bad; break;
-		case 'n': if (parse_u64(optarg, &count)) goto bad; break;
-		case 'r': if (parse_u64(optarg, &rate)) goto bad; break;
-		case 'z': if (parse_u64(optarg, &size)) goto bad; break;
-		case 'L': if (parse_u64(optarg, &linger)) goto bad; break;
-		case 'D': if (parse_u64(optarg, &delay)) goto bad; break;
+		case 'R': if (tb_cli_u64(optarg, &ring)) goto bad; break;
+		case 'n': if (tb_cli_u64(optarg, &count)) goto bad; break;
+		case 'r': if (tb_cli_u64(optarg, &rate)) goto bad; break;
+		case 'z': if (tb_cli_u64(optarg, &size)) goto bad; break;
+		case 'L': if (tb_cli_u64(optarg, &linger)) goto bad; break;
+		case 'D': if (tb_cli_u64(optarg, &delay)) goto bad; break;
 		case 'P': report = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: goto bad;
@@ -143,13 +122,13 @@ bad:
 	tb_idle_init(&idle, TB_IDLE_SPIN_YIELD);
 	if (rate)
 		interval = 1000000000ull / rate;
-	start = last_report = now_ns();
+	start = last_report = tb_cli_mono_ns();
 	next_due = start;
 	for (seq = 1; seq <= count && !stop; seq++) {
 		int64_t r;
 
 		if (interval) {
-			while (now_ns() < next_due)
+			while (tb_cli_mono_ns() < next_due)
 				tb_idle_step(&idle, 0);
 			next_due += interval;
 		}
@@ -166,8 +145,8 @@ bad:
 			return 1;
 		}
 		sum = tb_demo_sum(sum, buf, (uint32_t)size, seq);
-		if (report && (seq & 1023) == 0 && now_ns() - last_report >= 1000000000ull) {
-			uint64_t t = now_ns();
+		if (report && (seq & 1023) == 0 && tb_cli_mono_ns() - last_report >= 1000000000ull) {
+			uint64_t t = tb_cli_mono_ns();
 
 			printf("publisher: t=%.0fs published=%" PRIu64 " rate=%.0f/s\n",
 			       (t - start) / 1e9, seq,
@@ -179,7 +158,7 @@ bad:
 	}
 	seq--;
 	{
-		double secs = (now_ns() - start) / 1e9;
+		double secs = (tb_cli_mono_ns() - start) / 1e9;
 
 		printf("publisher: published=%" PRIu64 " checksum=0x%016" PRIx64
 		       " epoch=%" PRIu64 " seconds=%.3f rate=%.0f\n",

@@ -21,6 +21,7 @@
  * stores; the server's threads read the stores; one mutex per stream
  * orders the two.
  */
+#include "cli.h"
 #include "tickbus.h"
 
 #include "config.h"
@@ -92,17 +93,6 @@ static void usage(FILE *out)
 "      --segment-bytes N  store segment size (default 64 MiB)\n"
 "  -h, --help             this text\n"
 "exit status: 0 stopped by a signal, 1 error, 2 usage\n");
-}
-
-static int parse_u64(const char *str, uint64_t *out)
-{
-	char *end;
-
-	if (!str || !*str || *str == '-')
-		return -1;
-	errno = 0;
-	*out = strtoull(str, &end, 10);
-	return *end || errno ? -1 : 0;
 }
 
 /* ---------------------------------------------------------------- store */
@@ -397,17 +387,17 @@ int main(int argc, char **argv)
 			break;
 		case 'l': listen = optarg; break;
 		case 'M':
-			if (parse_u64(optarg, &v) || v < 1 || v > TB_RPROTO_COUNT_MAX)
+			if (tb_cli_u64(optarg, &v) || v < 1 || v > TB_RPROTO_COUNT_MAX)
 				goto bad;
 			rcfg.max_count = (uint32_t)v;
 			break;
 		case 'R':
-			if (parse_u64(optarg, &v) || v > 1000000)
+			if (tb_cli_u64(optarg, &v) || v > 1000000)
 				goto bad;
 			rcfg.rate = (uint32_t)v;
 			break;
 		case 'B':
-			if (parse_u64(optarg, &v) || v < 1 || v > 1000000)
+			if (tb_cli_u64(optarg, &v) || v < 1 || v > 1000000)
 				goto bad;
 			rcfg.burst = (uint32_t)v;
 			break;
@@ -422,7 +412,7 @@ int main(int argc, char **argv)
 				goto bad;
 			break;
 		case 'G':
-			if (parse_u64(optarg, &segment_bytes) ||
+			if (tb_cli_u64(optarg, &segment_bytes) ||
 			    segment_bytes < TB_STORE_SEGMENT_MIN ||
 			    segment_bytes > TB_STORE_SEGMENT_MAX)
 				goto bad;

@@ -4,6 +4,7 @@
  * ranges it was told about, the running checksum, and the one-way latency
  * distribution.  Used by `make demo`, the scenario tests and the benchmarks.
  */
+#include "cli.h"
 #include "tickbus.h"
 
 #include "demo_msg.h"
@@ -66,14 +67,6 @@ static void usage(FILE *out)
 "exit status: 0 complete, 1 error, 2 usage, 3 publisher died, 4 timeout\n");
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void on_msg(void *clientd, const tb_msg_t *m)
 {
 	struct state *s = clientd;
@@ -99,9 +92,9 @@ static void on_msg(void *clientd, const tb_msg_t *m)
 		nanosleep(&ts, NULL);
 	}
 	if (s->slow_ns) {
-		uint64_t until = mono_ns() + s->slow_ns;
+		uint64_t until = tb_cli_mono_ns() + s->slow_ns;
 
-		while (mono_ns() < until)
+		while (tb_cli_mono_ns() < until)
 			;
 	}
 }
@@ -130,16 +123,6 @@ static void note_loss(struct state *s, tb_subscriber_t *sub, int laps)
 	if (s->losses_shown++ < LOSSES_SHOWN)
 		snprintf(s->losses + n, sizeof(s->losses) - n, "%s%" PRIu64 "-%" PRIu64,
 			 n ? "," : "", a, b);
-}
-
-static int parse_u64(const char *str, uint64_t *out)
-{
-	char *end;
-
-	if (!str || !*str || *str == '-')
-		return -1;
-	*out = strtoull(str, &end, 10);
-	return *end ? -1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -180,17 +163,17 @@ int main(int argc, char **argv)
 		case 'c': config = optarg; break;
 		case 's': stream = optarg; break;
 		case 'S': shm = optarg; break;
-		case 'n': if (parse_u64(optarg, &count)) goto bad; break;
-		case 'T': if (parse_u64(optarg, &timeout_ms)) goto bad; break;
-		case 'W': if (parse_u64(optarg, &s.slow_ns)) goto bad; break;
+		case 'n': if (tb_cli_u64(optarg, &count)) goto bad; break;
+		case 'T': if (tb_cli_u64(optarg, &timeout_ms)) goto bad; break;
+		case 'W': if (tb_cli_u64(optarg, &s.slow_ns)) goto bad; break;
 		case 'l': latency = 1; break;
 		case 'H': hgrm = optarg; latency = 1; break;
 		case 'N': snprintf(name, sizeof(name), "%s", optarg); break;
 		case 'G': loss_log = optarg; break;
 		case 'P': report = 1; break;
-		case 'E': if (parse_u64(optarg, &s.stall_every)) goto bad; break;
-		case 'M': if (parse_u64(optarg, &s.stall_ms)) goto bad; break;
-		case 'A': if (parse_u64(optarg, &start_at) || !start_at) goto bad; break;
+		case 'E': if (tb_cli_u64(optarg, &s.stall_every)) goto bad; break;
+		case 'M': if (tb_cli_u64(optarg, &s.stall_ms)) goto bad; break;
+		case 'A': if (tb_cli_u64(optarg, &start_at) || !start_at) goto bad; break;
 		case 'h': usage(stdout); return 0;
 		default: goto bad;
 		}
@@ -234,7 +217,7 @@ bad:
 	signal(SIGTERM, on_signal);
 
 	tb_idle_init(&idle, TB_IDLE_SPIN_YIELD);
-	start = last_report = mono_ns();
+	start = last_report = tb_cli_mono_ns();
 	while (!stop) {
 		int n = tb_sub_poll(sub, on_msg, &s, 256);
 
@@ -265,7 +248,7 @@ bad:
 		}
 		tb_idle_step(&idle, n > 0 ? n : 0);
 		if (n <= 0 && (timeout_ms || report)) {
-			uint64_t t = mono_ns();
+			uint64_t t = tb_cli_mono_ns();
 
 			if (timeout_ms && t - start > timeout_ms * 1000000ull) {
 				end = "timeout";
