@@ -79,6 +79,7 @@
 #define TB_DGRAM_H
 
 #include "barrier.h"
+#include "clock.h"
 #include "counters.h"
 #include "frame.h"
 #include "packet.h"
@@ -213,6 +214,27 @@ static inline int tb_dgram_tx_pack(tb_dgram_tx_t *tx, uint64_t to,
 	     now_ns - tx->open_ns >= tx->batch_ns))
 		tb_dgram_tx_close_open_(tx);
 	return tx->n_ready;
+}
+
+/*
+ * The transport's send and flush: packs up to `to` and hands each batch of
+ * ready datagrams to `emit(ctx, n)`, which sends tx->out[0..n) and calls
+ * tb_dgram_tx_sent(), until no batch is left.  The clock is read only when
+ * a time bound is set.  Returns 0, or TB_EIO when an emit failed (what it
+ * could not send is gone: receivers see a gap).  Hot path.
+ */
+static inline int tb_dgram_tx_drain(tb_dgram_tx_t *tx, uint64_t to, int flush,
+				    int (*emit)(void *ctx, int n), void *ctx)
+{
+	uint64_t now = tx->batch_ns ? tb_clock_now_ns_inline() : 0;
+	int n, rc = 0;
+
+	do {
+		n = tb_dgram_tx_pack(tx, to, now, flush);
+		if (n > 0 && emit(ctx, n) < 0)
+			rc = TB_EIO;
+	} while (n == TB_DGRAM_READY_MAX);
+	return rc;
 }
 
 /* The transport sent every ready datagram: empties the list and publishes

@@ -355,8 +355,9 @@ static inline int post_one(tb_ud_tx_t *u, const tb_pkt_hdr_t *hdr,
 	return 0;
 }
 
-static int post_ready(tb_ud_tx_t *u, int n)
+static int post_ready(void *ctx, int n)
 {
+	tb_ud_tx_t *u = ctx;
 	int rc = 0;
 
 	for (int i = 0; i < n; i++) {
@@ -372,30 +373,19 @@ static int post_ready(tb_ud_tx_t *u, int n)
 	return rc;
 }
 
-static int pack_and_post(tb_ud_tx_t *u, int flush)
-{
-	uint64_t now = u->dg.batch_ns ? tb_clock_now_ns_inline() : 0;
-	int n, rc = 0;
-
-	do {
-		n = tb_dgram_tx_pack(&u->dg, u->tx.ring.tail, now, flush);
-		if (n > 0 && post_ready(u, n) < 0)
-			rc = TB_EIO;
-	} while (n == TB_DGRAM_READY_MAX);
-	return rc;
-}
-
 static int ud_tx_send(tb_tx_t *tx, uint64_t from, uint64_t to)
 {
 	/* Hot path: no allocation, lock or system call. */
 	(void)from;
 	(void)to; /* == the ring's tail, which pack reads */
-	return pack_and_post((tb_ud_tx_t *)tx, 0);
+	return tb_dgram_tx_drain(&((tb_ud_tx_t *)tx)->dg, tx->ring.tail, 0,
+				 post_ready, tx);
 }
 
 static int ud_tx_flush(tb_tx_t *tx)
 {
-	return pack_and_post((tb_ud_tx_t *)tx, 1);
+	return tb_dgram_tx_drain(&((tb_ud_tx_t *)tx)->dg, tx->ring.tail, 1,
+				 post_ready, tx);
 }
 
 /* Heartbeat thread: its own QP, so the data QP stays the publishing

@@ -68,8 +68,9 @@ static uint32_t udp_mtu(const tb_stream_cfg_t *cfg)
 
 /* ---------------------------------------------------------- publishing */
 
-static int send_ready(tb_udp_tx_t *u, int n)
+static int send_ready(void *ctx, int n)
 {
+	tb_udp_tx_t *u = ctx;
 	int sent = 0, rc = 0;
 
 	for (int i = 0; i < n; i++) {
@@ -105,30 +106,19 @@ static int send_ready(tb_udp_tx_t *u, int n)
 	return rc;
 }
 
-static int pack_and_send(tb_udp_tx_t *u, int flush)
-{
-	uint64_t now = u->dg.batch_ns ? tb_clock_now_ns_inline() : 0;
-	int n, rc = 0;
-
-	do {
-		n = tb_dgram_tx_pack(&u->dg, u->tx.ring.tail, now, flush);
-		if (n > 0 && send_ready(u, n) < 0)
-			rc = TB_EIO;
-	} while (n == TB_DGRAM_READY_MAX);
-	return rc;
-}
-
 static int udp_tx_send(tb_tx_t *tx, uint64_t from, uint64_t to)
 {
 	/* Hot path: the system call is the send itself. */
 	(void)from;
 	(void)to; /* == the ring's tail, which pack reads */
-	return pack_and_send((tb_udp_tx_t *)tx, 0);
+	return tb_dgram_tx_drain(&((tb_udp_tx_t *)tx)->dg, tx->ring.tail, 0,
+				 send_ready, tx);
 }
 
 static int udp_tx_flush(tb_tx_t *tx)
 {
-	return pack_and_send((tb_udp_tx_t *)tx, 1);
+	return tb_dgram_tx_drain(&((tb_udp_tx_t *)tx)->dg, tx->ring.tail, 1,
+				 send_ready, tx);
 }
 
 static void send_control(tb_udp_tx_t *u, uint8_t flag, uint64_t next)
