@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
@@ -176,6 +177,40 @@ static inline char *proc_output(const proc_t *p)
 	buf[n] = '\0';
 	fclose(f);
 	return buf;
+}
+
+/* Waits up to `ms` until `text` appears in p's output; 0, or -1. */
+static inline int proc_wait_output(const proc_t *p, const char *text, uint64_t ms)
+{
+	uint64_t until = proc_now_ms() + ms;
+
+	while (proc_now_ms() < until) {
+		char *out = proc_output(p);
+		int hit = strstr(out, text) != NULL;
+
+		free(out);
+		if (hit)
+			return 0;
+		usleep(20000);
+	}
+	return -1;
+}
+
+/* Moves this process into a network namespace of its own, with loopback
+ * up and a multicast route on it, so that multicast tests meet nothing
+ * else.  Returns 0, or 77 (skip) without the privilege, saying why. */
+static inline int proc_private_multicast_netns(void)
+{
+	if (unshare(CLONE_NEWNET) != 0) {
+		printf("skip: cannot create a network namespace (needs root)\n");
+		return 77;
+	}
+	if (system("ip link set lo up && ip link set lo multicast on && "
+		   "ip route add 224.0.0.0/4 dev lo") != 0) {
+		printf("skip: cannot set up multicast on loopback in the namespace\n");
+		return 77;
+	}
+	return 0;
 }
 
 /* Copies the value of the last " key=" in `text` into `val`; returns 0 or -1. */

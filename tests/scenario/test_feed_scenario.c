@@ -47,23 +47,6 @@
 
 static char tmpdir[128];
 
-/* Waits until `text` appears in p's output; 0 or -1 on timeout. */
-static int wait_output(const proc_t *p, const char *text, uint64_t ms)
-{
-	uint64_t until = proc_now_ms() + ms;
-
-	while (proc_now_ms() < until) {
-		char *out = proc_output(p);
-		int hit = strstr(out, text) != NULL;
-
-		free(out);
-		if (hit)
-			return 0;
-		usleep(20000);
-	}
-	return -1;
-}
-
 typedef struct run {
 	char sim_out[256], chk_out[256];
 	char *sim, *chk;
@@ -104,7 +87,7 @@ static void run_feed(run_t *r, const char *name, char *const sargs[],
 	sargv[n] = NULL;
 
 	assert_int_equal(proc_start(&chk, r->chk_out, cargv), 0);
-	assert_int_equal(wait_output(&chk, "ready", 30000), 0);
+	assert_int_equal(proc_wait_output(&chk, "ready", 30000), 0);
 	assert_int_equal(proc_start(&sim, r->sim_out, sargv), 0);
 	r->chk_rc = proc_wait(&chk, 180000);
 	kill(sim.pid, SIGTERM);
@@ -293,7 +276,7 @@ static void test_malformed(void **state)
 	snprintf(sim_out, sizeof(sim_out), "%s/malformed.sim", tmpdir);
 	snprintf(chk_out, sizeof(chk_out), "%s/malformed.chk", tmpdir);
 	assert_int_equal(proc_start(&chk, chk_out, cargv), 0);
-	assert_int_equal(wait_output(&chk, "ready", 30000), 0);
+	assert_int_equal(proc_wait_output(&chk, "ready", 30000), 0);
 	assert_int_equal(proc_start(&sim, sim_out, sargv), 0);
 	usleep(200000);
 
@@ -402,7 +385,7 @@ static void test_gateway(void **state)
 	(void)state;
 	snprintf(out, sizeof(out), "%s/gateway.out", tmpdir);
 	assert_int_equal(proc_start(&gw, out, argv), 0);
-	assert_int_equal(wait_output(&gw, "ready", 30000), 0);
+	assert_int_equal(proc_wait_output(&gw, "ready", 30000), 0);
 	text = proc_output(&gw);
 	assert_int_equal(proc_field(text, "port", portbuf, sizeof(portbuf)), 0);
 	free(text);
@@ -540,15 +523,8 @@ int main(void)
 	};
 	int rc;
 
-	if (unshare(CLONE_NEWNET) != 0) {
-		printf("skip: cannot create a network namespace (needs root)\n");
-		return 77;
-	}
-	if (system("ip link set lo up && ip link set lo multicast on && "
-		   "ip route add 224.0.0.0/4 dev lo") != 0) {
-		printf("skip: cannot set up multicast on loopback in the namespace\n");
-		return 77;
-	}
+	if ((rc = proc_private_multicast_netns()) != 0)
+		return rc;
 	snprintf(tmpdir, sizeof(tmpdir), "/tmp/tb-feed-test.XXXXXX");
 	if (!mkdtemp(tmpdir)) {
 		perror("mkdtemp");

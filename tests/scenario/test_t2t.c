@@ -54,22 +54,6 @@
 static char tmpdir[128];
 static char conf[192];
 
-static int wait_output(const proc_t *p, const char *text, uint64_t ms)
-{
-	uint64_t until = proc_now_ms() + ms;
-
-	while (proc_now_ms() < until) {
-		char *out = proc_output(p);
-		int hit = strstr(out, text) != NULL;
-
-		free(out);
-		if (hit)
-			return 0;
-		usleep(20000);
-	}
-	return -1;
-}
-
 static uint64_t F(const char *text, const char *key)
 {
 	uint64_t v = proc_field_u64(text, key);
@@ -159,7 +143,7 @@ static void run_t2t(run_t *r, const char *name, const char *stream,
 		char *g;
 
 		assert_int_equal(proc_start(&gw, out[0], gargv), 0);
-		assert_int_equal(wait_output(&gw, "ready", 30000), 0);
+		assert_int_equal(proc_wait_output(&gw, "ready", 30000), 0);
 		g = proc_output(&gw);
 		snprintf(gwport, sizeof(gwport), "%" PRIu64, F(g, "port"));
 		free(g);
@@ -174,7 +158,7 @@ static void run_t2t(run_t *r, const char *name, const char *stream,
 				   "180000", "--ack-wait-ms", "5000", NULL };
 
 		assert_int_equal(proc_start(&st, out[1], stargv), 0);
-		assert_int_equal(wait_output(&st, "ready", 30000), 0);
+		assert_int_equal(proc_wait_output(&st, "ready", 30000), 0);
 	}
 	{
 		char *fhargv[] = { "tb-feedhandler", "-c", conf, "-s", (char *)stream,
@@ -183,7 +167,7 @@ static void run_t2t(run_t *r, const char *name, const char *stream,
 				   "--linger-ms", "300", NULL };
 
 		assert_int_equal(proc_start(&fh, out[2], fhargv), 0);
-		assert_int_equal(wait_output(&fh, "ready", 30000), 0);
+		assert_int_equal(proc_wait_output(&fh, "ready", 30000), 0);
 	}
 	sargv[n++] = "tb-feedsim";
 	sargv[n++] = "--iface";
@@ -382,9 +366,9 @@ static void test_strategy_lapped(void **state)
 	/* The strategy first, so that it follows the handler's epoch from its
 	 * first message; stopped before the feed starts. */
 	assert_int_equal(proc_start(&st, out[0], stargv), 0);
-	assert_int_equal(wait_output(&st, "ready", 30000), 0);
+	assert_int_equal(proc_wait_output(&st, "ready", 30000), 0);
 	assert_int_equal(proc_start(&fh, out[1], fhargv), 0);
-	assert_int_equal(wait_output(&fh, "ready", 30000), 0);
+	assert_int_equal(proc_wait_output(&fh, "ready", 30000), 0);
 	usleep(300000);
 	kill(st.pid, SIGSTOP);
 	assert_int_equal(proc_start(&sim, out[2], sargv), 0);
@@ -421,9 +405,9 @@ static void test_signal_stops(void **state)
 	snprintf(out[0], sizeof(out[0]), "%s/sig.st", tmpdir);
 	snprintf(out[1], sizeof(out[1]), "%s/sig.fh", tmpdir);
 	assert_int_equal(proc_start(&st, out[0], stargv), 0);
-	assert_int_equal(wait_output(&st, "ready", 30000), 0);
+	assert_int_equal(proc_wait_output(&st, "ready", 30000), 0);
 	assert_int_equal(proc_start(&fh, out[1], fhargv), 0);
-	assert_int_equal(wait_output(&fh, "ready", 30000), 0);
+	assert_int_equal(proc_wait_output(&fh, "ready", 30000), 0);
 	kill(fh.pid, SIGTERM);
 	assert_int_equal(proc_wait(&fh, 30000), 0);
 	kill(st.pid, SIGTERM);
@@ -519,15 +503,8 @@ int main(void)
 	};
 	int rc;
 
-	if (unshare(CLONE_NEWNET) != 0) {
-		printf("skip: cannot create a network namespace (needs root)\n");
-		return 77;
-	}
-	if (system("ip link set lo up && ip link set lo multicast on && "
-		   "ip route add 224.0.0.0/4 dev lo") != 0) {
-		printf("skip: cannot set up multicast on loopback in the namespace\n");
-		return 77;
-	}
+	if ((rc = proc_private_multicast_netns()) != 0)
+		return rc;
 	snprintf(tmpdir, sizeof(tmpdir), "/tmp/tb-t2t-test.XXXXXX");
 	if (!mkdtemp(tmpdir)) {
 		perror("mkdtemp");
