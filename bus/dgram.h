@@ -364,13 +364,7 @@ static inline int tb_dgram_rx_input(tb_dgram_rx_t *rx, tb_seq_t *seq,
 		}
 		seq->expected++;
 		seq->delivered++;
-		msg.data = (const uint8_t *)f + TB_FRAME_HDR_LEN;
-		msg.len = f->length - TB_FRAME_HDR_LEN;
-		msg.template_id = f->template_id;
-		msg.flags = f->flags & TB_FRAME_F_REPLAY ? TB_MSG_F_REPLAY : 0;
-		msg.stream_id = f->stream_id;
-		msg.seq = f->seq;
-		msg.publish_ns = f->publish_ns;
+		tb_frame_to_msg(f, &msg);
 		handler(clientd, &msg);
 		n++;
 	}

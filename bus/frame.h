@@ -27,6 +27,7 @@
 #define TB_FRAME_H
 
 #include "barrier.h"
+#include "tickbus.h"
 #include "tickbus_err.h"
 
 #include <stddef.h>
@@ -90,6 +91,19 @@ static inline void *tb_frame_payload(tb_frame_hdr_t *f)
 static inline uint32_t tb_frame_payload_len(const tb_frame_hdr_t *f)
 {
 	return f->length - TB_FRAME_HDR_LEN;
+}
+
+/* What a handler sees of data frame `f`: everything but receive_ns, which
+ * the transport stamps.  Hot path. */
+static inline void tb_frame_to_msg(const tb_frame_hdr_t *f, tb_msg_t *m)
+{
+	m->data = (const uint8_t *)f + TB_FRAME_HDR_LEN;
+	m->len = f->length - TB_FRAME_HDR_LEN;
+	m->template_id = f->template_id;
+	m->flags = f->flags & TB_FRAME_F_REPLAY ? TB_MSG_F_REPLAY : 0;
+	m->stream_id = f->stream_id;
+	m->seq = f->seq;
+	m->publish_ns = f->publish_ns;
 }
 
 /* Fills the header of a data frame.  Hot path: no allocation, lock or

@@ -1705,13 +1705,7 @@ static int rc_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 		}
 		seq->expected++;
 		seq->delivered++;
-		msg.data = (const uint8_t *)f + TB_FRAME_HDR_LEN;
-		msg.len = f->length - TB_FRAME_HDR_LEN;
-		msg.template_id = f->template_id;
-		msg.flags = f->flags & TB_FRAME_F_REPLAY ? TB_MSG_F_REPLAY : 0;
-		msg.stream_id = f->stream_id;
-		msg.seq = f->seq;
-		msg.publish_ns = f->publish_ns;
+		tb_frame_to_msg(f, &msg);
 		msg.receive_ns = now_ns;
 		handler(clientd, &msg);
 		n++;

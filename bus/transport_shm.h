@@ -251,13 +251,7 @@ static inline int tb_shm_reader_poll(tb_shm_reader_t *r, tb_seq_t *seq,
 		seq->expected++;
 		seq->delivered++;
 		r->pos += tb_frame_space(c->length);
-		msg.data = (const uint8_t *)c + TB_FRAME_HDR_LEN;
-		msg.len = c->length - TB_FRAME_HDR_LEN;
-		msg.template_id = c->template_id;
-		msg.flags = c->flags & TB_FRAME_F_REPLAY ? TB_MSG_F_REPLAY : 0;
-		msg.stream_id = c->stream_id;
-		msg.seq = c->seq;
-		msg.publish_ns = c->publish_ns;
+		tb_frame_to_msg(c, &msg);
 		msg.receive_ns = now_ns;
 		handler(clientd, &msg);
 		n++;
