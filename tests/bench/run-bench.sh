@@ -101,7 +101,7 @@ if [ -x "$lat" ] && [ -s "$b/shm-floor-rtt.hgrm" ] && [ -s "$b/tb-latency-64.hgr
 	files=("$b/shm-floor-rtt.hgrm" "$b/tb-latency-64.hgrm")
 	for t in rc ud udp; do
 		for k in 0 1; do
-			port=$((base + k)); base=$((base + 2))
+			port=$base; base=$((base + 1))
 			printf '[stream %s]\nid = %d\ntransport = %s\nring_size = 1M\n' \
 				"$([ $k = 0 ] && echo ping || echo pong)" $((70 + k)) "$t"
 			case $t in
