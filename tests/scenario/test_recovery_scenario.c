@@ -36,6 +36,7 @@
 #include <cmocka.h>
 
 #include "proc.h"
+#include "expect.h"
 
 #include "recovery_proto.h"
 
@@ -191,19 +192,6 @@ static void start_pub_after(proc_t *p, const char *count, const char *rate,
 static void start_pub(proc_t *p, const char *count, const char *rate)
 {
 	start_pub_after(p, count, rate, "300");
-}
-
-static void expect_complete(const char *out, uint64_t n, uint64_t checksum)
-{
-	print_message("%s", out);
-	assert_int_equal(proc_field_u64(out, "delivered"), n);
-	assert_int_equal(proc_field_u64(out, "first"), 1);
-	assert_int_equal(proc_field_u64(out, "last"), n);
-	assert_int_equal(proc_field_u64(out, "order_errors"), 0);
-	assert_int_equal(proc_field_u64(out, "bad_payload"), 0);
-	assert_int_equal(proc_field_u64(out, "lost"), 0);
-	assert_int_equal(proc_field_u64(out, "data_losses"), 0);
-	assert_int_equal(proc_field_u64(out, "checksum"), checksum);
 }
 
 /* SIGTERM, then the summary line of the store: 1..n, nothing missing. */

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "proc.h"
+#include "expect.h"
 
 #include <inttypes.h>
 
@@ -81,18 +82,6 @@ static void start_pub(proc_t *p, const char *count, const char *rate,
 
 	snprintf(out, sizeof(out), "%s/pub.out", dir);
 	assert_int_equal(proc_start(p, out, argv), 0);
-}
-
-static void expect_complete(const char *out, uint64_t n, uint64_t checksum)
-{
-	print_message("%s", out);
-	assert_int_equal(proc_field_u64(out, "delivered"), n);
-	assert_int_equal(proc_field_u64(out, "first"), 1);
-	assert_int_equal(proc_field_u64(out, "last"), n);
-	assert_int_equal(proc_field_u64(out, "order_errors"), 0);
-	assert_int_equal(proc_field_u64(out, "bad_payload"), 0);
-	assert_int_equal(proc_field_u64(out, "lost"), 0);
-	assert_int_equal(proc_field_u64(out, "checksum"), checksum);
 }
 
 static void three_subscribers_get_a_million_in_order(void **state)
