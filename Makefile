@@ -22,8 +22,13 @@
 #   V=1             show every compiler command
 #
 # Conventions (so that adding a file never needs an edit here)
-#   bus/*.c publisher/*.c subscriber/*.c   the library (except tb-*.c)
-#   */tb-*.c                               a program, $(BUILD)/bin/tb-*
+#   bus/*.c bus/*/*.c publisher/*.c subscriber/*.c
+#                                          the library, libtickbus
+#   bus/include/tickbus/*.h                its public headers, installed as
+#                                          <tickbus/*.h>
+#   tools/md/*.c (except tb-*.c)           the market-data applications' core,
+#                                          $(BUILD)/lib/libtbmd.a
+#   tools/tb-*.c tools/md/tb-*.c           a program, $(BUILD)/bin/tb-*
 #   tests/unit/test_*.c tests/scenario/test_*.c   $(BUILD)/tests/test_*
 #   tests/bench/bench_*.c                  $(BUILD)/bench/bench_*
 #   examples/*.c                           $(BUILD)/examples/*
@@ -57,15 +62,19 @@ PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs libibverbs numa liburcu-qsbr inih zlib 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 
-INCLUDES := -Ibus -Ipublisher -Isubscriber -I$(BUILD)/gen
+# Every include carries its folder from the top of the tree ("bus/frame.h",
+# "bus/transport/shm.h"); public headers are <tickbus/...> as installed.
+INCLUDES := -I. -Ibus/include -I$(BUILD)/gen
 CFLAGS := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -pthread -fPIC \
 	-D_GNU_SOURCE $(INCLUDES) $(PKG_CFLAGS) $(SANFLAGS)
 LDFLAGS := -pthread $(SANFLAGS)
 LDLIBS := $(PKG_LIBS) -lm -lrt
 
-LIB_SRCS := $(filter-out $(wildcard */tb-*.c),$(wildcard bus/*.c publisher/*.c subscriber/*.c))
+LIB_SRCS := $(wildcard bus/*.c bus/*/*.c publisher/*.c subscriber/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
-PROG_SRCS := $(wildcard tools/tb-*.c publisher/tb-*.c subscriber/tb-*.c)
+MD_SRCS := $(filter-out tools/md/tb-%.c,$(wildcard tools/md/*.c))
+MD_OBJS := $(MD_SRCS:%.c=$(BUILD)/obj/%.o)
+PROG_SRCS := $(wildcard tools/tb-*.c tools/md/tb-*.c)
 PROGS := $(addprefix $(BUILD)/bin/,$(notdir $(PROG_SRCS:.c=)))
 TEST_SRCS := $(wildcard tests/unit/test_*.c tests/scenario/test_*.c)
 TESTS := $(addprefix $(BUILD)/tests/,$(notdir $(TEST_SRCS:.c=)))
@@ -76,7 +85,8 @@ EXAMPLES := $(addprefix $(BUILD)/examples/,$(notdir $(EXAMPLE_SRCS:.c=)))
 
 STATIC_LIB := $(BUILD)/lib/libtickbus.a
 SHARED_LIB := $(BUILD)/lib/libtickbus.so.$(VERSION)
-PUBLIC_HEADERS := bus/tickbus.h bus/tickbus_err.h bus/hist.h bus/hop.h
+MD_LIB := $(BUILD)/lib/libtbmd.a
+PUBLIC_HEADERS := $(wildcard bus/include/tickbus/*.h)
 
 ALL_TARGETS := $(STATIC_LIB) $(SHARED_LIB) $(PROGS) $(TESTS) $(BENCHES) \
 	$(EXAMPLES) $(BUILD)/cxx_header_check
@@ -99,6 +109,10 @@ $(STATIC_LIB): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+$(MD_LIB): $(MD_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
 $(SHARED_LIB): $(LIB_OBJS) bus/tickbus.map
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,libtickbus.so.$(SOVERSION) \
@@ -107,25 +121,25 @@ $(SHARED_LIB): $(LIB_OBJS) bus/tickbus.map
 	ln -sf libtickbus.so.$(SOVERSION) $(BUILD)/lib/libtickbus.so
 
 # Programs, tests, benchmarks and examples link the static library, so they
-# run from the build tree without LD_LIBRARY_PATH.
+# run from the build tree without LD_LIBRARY_PATH.  The market-data
+# applications (and the tests of their core) also link libtbmd.
 define link_rule
-$(1)/%: $(BUILD)/obj/$(2)/%.o $(STATIC_LIB)
+$(1)/%: $(BUILD)/obj/$(2)/%.o $(3) $(STATIC_LIB)
 	@mkdir -p $$(dir $$@)
 	@echo "  LINK    $$@"
-	$$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$< $(STATIC_LIB) $$(LDLIBS) $(3)
+	$$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$< $(3) $(STATIC_LIB) $$(LDLIBS) $(4)
 endef
-$(eval $(call link_rule,$(BUILD)/bin,tools,))
-$(eval $(call link_rule,$(BUILD)/bin,publisher,))
-$(eval $(call link_rule,$(BUILD)/bin,subscriber,))
-$(eval $(call link_rule,$(BUILD)/tests,tests/unit,$(CMOCKA_LIBS)))
-$(eval $(call link_rule,$(BUILD)/tests,tests/scenario,$(CMOCKA_LIBS)))
-$(eval $(call link_rule,$(BUILD)/bench,tests/bench,))
-$(eval $(call link_rule,$(BUILD)/examples,examples,))
+$(eval $(call link_rule,$(BUILD)/bin,tools,,))
+$(eval $(call link_rule,$(BUILD)/bin,tools/md,$(MD_LIB),))
+$(eval $(call link_rule,$(BUILD)/tests,tests/unit,$(MD_LIB),$(CMOCKA_LIBS)))
+$(eval $(call link_rule,$(BUILD)/tests,tests/scenario,$(MD_LIB),$(CMOCKA_LIBS)))
+$(eval $(call link_rule,$(BUILD)/bench,tests/bench,$(MD_LIB),))
+$(eval $(call link_rule,$(BUILD)/examples,examples,,))
 
 # The public headers must compile as C++ too.
 $(BUILD)/cxx_header_check: tests/cxx_header_check.cpp $(PUBLIC_HEADERS)
 	@mkdir -p $(dir $@)
-	g++ -std=c++11 -Wall -Wextra -Werror -Ibus -c $< -o $@.o && touch $@
+	g++ -std=c++11 -Wall -Wextra -Werror -Ibus/include -c $< -o $@.o && touch $@
 
 deps:
 	@tests/deps.sh
@@ -169,4 +183,5 @@ clean:
 	rm -rf build build-san
 
 -include $(LIB_OBJS:.o=.d)
--include $(wildcard $(BUILD)/obj/*/*.d $(BUILD)/obj/*/*/*.d)
+-include $(MD_OBJS:.o=.d)
+-include $(wildcard $(BUILD)/obj/*/*.d $(BUILD)/obj/*/*/*.d $(BUILD)/obj/*/*/*/*.d)

@@ -41,9 +41,9 @@
  * latency.  Timestamps that must match another host use clock_gettime
  * (DESIGN.md section 7); deleting the file recalibrates on the next start.
  */
-#include "clock.h"
+#include "bus/clock.h"
 
-#include "error.h"
+#include "bus/error.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -188,9 +188,9 @@ int tb_clock_calibrate(tb_clock_calib_t *cal, uint64_t window_ns)
 	unsigned __int128 m;
 
 	if (!TB_CLOCK_HAVE_TSC)
-		return tb_err_set(TB_ENOTSUP, "clock: this CPU has no TSC");
+		return tb_error_set(TB_ENOTSUP, "clock: this CPU has no TSC");
 	if (!cal)
-		return tb_err_set(TB_EINVAL, "clock: calibrate: cal is NULL");
+		return tb_error_set(TB_EINVAL, "clock: calibrate: cal is NULL");
 	if (window_ns == 0)
 		window_ns = CLOCK_WINDOW_NS;
 
@@ -212,7 +212,7 @@ int tb_clock_calibrate(tb_clock_calib_t *cal, uint64_t window_ns)
 	dt = t1 - t0;
 	dn = n1 - n0;
 	if (t1 <= t0 || dn < window_ns / 2)
-		return tb_err_set(TB_ESYS, "clock: calibration failed: TSC "
+		return tb_error_set(TB_ESYS, "clock: calibration failed: TSC "
 				  "advanced %llu ticks in %llu ns",
 				  (unsigned long long)dt,
 				  (unsigned long long)dn);
@@ -222,7 +222,7 @@ int tb_clock_calibrate(tb_clock_calib_t *cal, uint64_t window_ns)
 	cal->pad_ = 0;
 	cal->tsc_hz = (uint64_t)((unsigned __int128)dt * 1000000000u / dn);
 	if (cal->tsc_hz < 1000000 || cal->tsc_hz > 100000000000ull)
-		return tb_err_set(TB_ESYS, "clock: calibration gave an "
+		return tb_error_set(TB_ESYS, "clock: calibration gave an "
 				  "implausible TSC rate of %llu Hz",
 				  (unsigned long long)cal->tsc_hz);
 
@@ -316,17 +316,17 @@ static int file_write(const char *path, const char *boot_id,
 	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
-		return tb_err_sys(errno, "clock: create %s", tmp);
+		return tb_error_sys(errno, "clock: create %s", tmp);
 	/* The version goes in last, so a reader never trusts a half file. */
 	errno = 0;
 	if (pwrite(fd, &cf, sizeof(cf), 0) != (ssize_t)sizeof(cf) ||
 	    pwrite(fd, &version, sizeof(version),
 		   offsetof(struct clock_file, version)) != sizeof(version))
-		rc = tb_err_sys(errno ? errno : EIO, "clock: write %s", tmp);
+		rc = tb_error_sys(errno ? errno : EIO, "clock: write %s", tmp);
 	if (close(fd) != 0 && rc == 0)
-		rc = tb_err_sys(errno, "clock: close %s", tmp);
+		rc = tb_error_sys(errno, "clock: close %s", tmp);
 	if (rc == 0 && rename(tmp, path) != 0)
-		rc = tb_err_sys(errno, "clock: rename %s to %s", tmp, path);
+		rc = tb_error_sys(errno, "clock: rename %s to %s", tmp, path);
 	if (rc != 0)
 		unlink(tmp);
 	return rc;
@@ -340,7 +340,7 @@ int tb_clock_load_or_create(const char *path, tb_clock_calib_t *cal,
 
 	if (!path || !cal || !created || !path[0] ||
 	    strlen(path) >= TB_PATH_MAX)
-		return tb_err_set(TB_EINVAL, "clock: load_or_create: bad "
+		return tb_error_set(TB_EINVAL, "clock: load_or_create: bad "
 				  "arguments (path empty, NULL or too long)");
 	read_boot_id(boot_id);
 
@@ -351,9 +351,9 @@ int tb_clock_load_or_create(const char *path, tb_clock_calib_t *cal,
 
 		fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
 		if (fd < 0)
-			return tb_err_sys(errno, "clock: open %s", path);
+			return tb_error_sys(errno, "clock: open %s", path);
 		if (flock(fd, LOCK_EX) != 0) {
-			rc = tb_err_sys(errno, "clock: lock %s", path);
+			rc = tb_error_sys(errno, "clock: lock %s", path);
 			close(fd);
 			return rc;
 		}
@@ -388,7 +388,7 @@ int tb_clock_load_or_create(const char *path, tb_clock_calib_t *cal,
 			*created = 1;
 		return rc;
 	}
-	return tb_err_set(TB_EBUSY, "clock: %s keeps being replaced", path);
+	return tb_error_set(TB_EBUSY, "clock: %s keeps being replaced", path);
 }
 
 /* ---------------------------------------------------------------- setup */
@@ -443,7 +443,7 @@ static void clock_setup(void)
 	}
 	tb_clock_state_.cal = cal;
 	/* R1: publishes cal; pairs with A1 in tb_clock_now_ns_inline. */
-	tb_store_release(&tb_clock_state_.mode, mode);
+	tb_atomic_store_release(&tb_clock_state_.mode, mode);
 }
 
 int tb_clock_init(void)
@@ -455,11 +455,11 @@ int tb_clock_init(void)
 uint64_t tb_clock_now_ns_slow(void)
 {
 	struct timespec ts;
-	uint32_t mode = tb_load_acquire(&tb_clock_state_.mode); /* A1 */
+	uint32_t mode = tb_atomic_load_acquire(&tb_clock_state_.mode); /* A1 */
 
 	if (mode == TB_CLOCK_MODE_UNINIT) {
 		tb_clock_init();
-		mode = tb_load_acquire(&tb_clock_state_.mode); /* A1 */
+		mode = tb_atomic_load_acquire(&tb_clock_state_.mode); /* A1 */
 	}
 	if (mode == TB_CLOCK_MODE_TSC)
 		return tb_clock_tsc_to_ns(tb_clock_tsc());
@@ -472,10 +472,23 @@ uint64_t tb_clock_now_ns(void)
 	return tb_clock_now_ns_inline();
 }
 
+uint64_t tb_clock_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts_ns(&ts);
+}
+
+uint64_t tb_clock_mono_ms(void)
+{
+	return tb_clock_mono_ns() / 1000000u;
+}
+
 const char *tb_clock_source(void)
 {
 	tb_clock_init();
-	return tb_load_acquire(&tb_clock_state_.mode) == TB_CLOCK_MODE_TSC
+	return tb_atomic_load_acquire(&tb_clock_state_.mode) == TB_CLOCK_MODE_TSC
 		       ? "tsc"
 		       : "gettime";
 }
@@ -487,5 +500,5 @@ int tb_clock_get(tb_clock_calib_t *cal, int *from_file)
 		*cal = tb_clock_state_.cal;
 	if (from_file)
 		*from_file = tb_clock_state_.from_file;
-	return (int)tb_load_acquire(&tb_clock_state_.mode);
+	return (int)tb_atomic_load_acquire(&tb_clock_state_.mode);
 }

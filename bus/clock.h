@@ -18,8 +18,8 @@
 #ifndef TB_CLOCK_H
 #define TB_CLOCK_H
 
-#include "barrier.h"
-#include "tickbus.h"
+#include "bus/barrier.h"
+#include <tickbus/tickbus.h>
 
 #include <stdint.h>
 
@@ -102,7 +102,7 @@ uint64_t tb_clock_now_ns_slow(void);
 static inline uint64_t tb_clock_now_ns_inline(void)
 {
 	/* A1 pairs with R1 in clock_setup: cal is complete once mode is TSC. */
-	if (tb_likely(tb_load_acquire(&tb_clock_state_.mode) ==
+	if (tb_likely(tb_atomic_load_acquire(&tb_clock_state_.mode) ==
 		      TB_CLOCK_MODE_TSC))
 		return tb_clock_tsc_to_ns(tb_clock_tsc());
 	return tb_clock_now_ns_slow();

@@ -81,8 +81,8 @@
  * inih still splits "key = value", strips blanks and inline comments, and
  * reports lines that are neither (it returns the first such line number).
  */
-#include "config.h"
-#include "error.h"
+#include "bus/config.h"
+#include "bus/error.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -856,15 +856,15 @@ int tb_stream_cfg_validate(const tb_stream_cfg_t *cfg)
 	unsigned tbit;
 
 	if (!cfg)
-		return tb_err_set(TB_EINVAL, "tb_stream_cfg_validate: cfg is "
+		return tb_error_set(TB_EINVAL, "tb_stream_cfg_validate: cfg is "
 				  "NULL");
 	if (!memchr(cfg->name, '\0', sizeof(cfg->name)) ||
 	    !valid_stream_name(cfg->name, strlen(cfg->name)))
-		return tb_err_set(TB_ECONFIG, "stream name '%.*s' is invalid; "
+		return tb_error_set(TB_ECONFIG, "stream name '%.*s' is invalid; "
 				  "allowed: 1 to %d of A-Z a-z 0-9 _ . -",
 				  TB_NAME_MAX - 1, cfg->name, TB_NAME_MAX - 1);
 	if ((unsigned)cfg->transport >= 4)
-		return tb_err_set(TB_ECONFIG, "stream '%s': field 'transport': "
+		return tb_error_set(TB_ECONFIG, "stream '%s': field 'transport': "
 				  "%d is not a valid transport; allowed: shm, "
 				  "rc, ud or udp", cfg->name,
 				  (int)cfg->transport);
@@ -875,7 +875,7 @@ int tb_stream_cfg_validate(const tb_stream_cfg_t *cfg)
 		if (!value_given(k, cfg)) {
 			if (!(k->required & tbit))
 				continue;
-			return tb_err_set(TB_ECONFIG, "stream '%s': missing "
+			return tb_error_set(TB_ECONFIG, "stream '%s': missing "
 					  "required field '%s'%s%s", cfg->name,
 					  k->name,
 					  k->required == T_ALL ? "" :
@@ -885,13 +885,13 @@ int tb_stream_cfg_validate(const tb_stream_cfg_t *cfg)
 		}
 		if (check_value(k, cfg, ncpu, why)) {
 			describe(k, ncpu, allowed, sizeof(allowed));
-			return tb_err_set(TB_ECONFIG, "stream '%s': field "
+			return tb_error_set(TB_ECONFIG, "stream '%s': field "
 					  "'%s': %s; allowed: %s", cfg->name,
 					  k->name, why, allowed);
 		}
 	}
 	if ((uint64_t)cfg->liveness_timeout_ms < 2 * (uint64_t)cfg->heartbeat_ms)
-		return tb_err_set(TB_ECONFIG, "stream '%s': field "
+		return tb_error_set(TB_ECONFIG, "stream '%s': field "
 				  "'liveness_timeout_ms': %u is less than twice "
 				  "heartbeat_ms (%u); allowed: at least %llu",
 				  cfg->name, cfg->liveness_timeout_ms,
@@ -899,12 +899,12 @@ int tb_stream_cfg_validate(const tb_stream_cfg_t *cfg)
 				  2ULL * cfg->heartbeat_ms);
 	if ((cfg->n_recovery > 0 || cfg->retention_endpoint.host[0]) &&
 	    cfg->token[0] == '\0')
-		return tb_err_set(TB_ECONFIG, "stream '%s': field 'token' is "
+		return tb_error_set(TB_ECONFIG, "stream '%s': field 'token' is "
 				  "missing; recovery and retention_endpoint "
 				  "need it (the recovery protocol "
 				  "authenticates every request)", cfg->name);
 	if (cfg->retention_endpoint.host[0] && cfg->retention == 0)
-		return tb_err_set(TB_ECONFIG, "stream '%s': field "
+		return tb_error_set(TB_ECONFIG, "stream '%s': field "
 				  "'retention_endpoint' is set but retention "
 				  "is 0; allowed: retention 1..100000000 with "
 				  "it", cfg->name);
@@ -925,7 +925,7 @@ int tb_stream_cfg_shm_path(const tb_stream_cfg_t *cfg, char *buf, size_t len)
 	else
 		n = snprintf(buf, len, "%s%s", TB_SHM_PATH_PREFIX, cfg->name);
 	if (n < 0 || (size_t)n >= len)
-		return tb_err_set(TB_ECONFIG, "stream '%s': shm path is longer "
+		return tb_error_set(TB_ECONFIG, "stream '%s': shm path is longer "
 				  "than %zu characters", cfg->name, len - 1);
 	return 0;
 }
@@ -936,12 +936,12 @@ int tb_config_endpoint_parse(tb_endpoint_t *ep, const char *text)
 	tb_endpoint_t tmp;
 
 	if (!ep || !text)
-		return tb_err_set(TB_EINVAL, "tb_config_endpoint_parse: NULL "
+		return tb_error_set(TB_EINVAL, "tb_config_endpoint_parse: NULL "
 				  "argument");
 	memset(&tmp, 0, sizeof(tmp));
 	if (parse_endpoint(text, &tmp, why)) {
 		describe(&keys[KEY_CONTROL], 0, allowed, sizeof(allowed));
-		return tb_err_set(TB_ECONFIG, "%s; allowed: %s", why, allowed);
+		return tb_error_set(TB_ECONFIG, "%s; allowed: %s", why, allowed);
 	}
 	*ep = tmp;
 	return 0;
@@ -996,7 +996,7 @@ static int key_fail(struct loader *ld, int line, const char *key,
 	va_start(ap, fmt);
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
-	tb_err_set(TB_ECONFIG, "%s:%d: key '%s': %s", ld->path, line, key,
+	tb_error_set(TB_ECONFIG, "%s:%d: key '%s': %s", ld->path, line, key,
 		   what);
 	return fail(ld, TB_ECONFIG);
 }
@@ -1013,7 +1013,7 @@ static int stream_fail(struct loader *ld, const struct entry *e,
 	va_start(ap, fmt);
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
-	tb_err_set(TB_ECONFIG, "%s: stream '%s': %s", ld->path, e->cfg.name,
+	tb_error_set(TB_ECONFIG, "%s: stream '%s': %s", ld->path, e->cfg.name,
 		   what);
 	return fail(ld, TB_ECONFIG);
 }
@@ -1117,14 +1117,14 @@ static int finish_stream(struct loader *ld, struct entry *e)
 	if (c->transport == TB_TRANSPORT_SHM && c->shm_path[0] == '\0') {
 		rc = tb_stream_cfg_shm_path(c, path, sizeof(path));
 		if (rc)
-			return tb_err_prepend(fail(ld, rc), "%s", ld->path);
+			return tb_error_prepend(fail(ld, rc), "%s", ld->path);
 		memcpy(c->shm_path, path, strlen(path) + 1);
 	}
 	/* The checks above and in the key handler cover every rule; this
 	 * catches a rule added to validate and forgotten here. */
 	rc = tb_stream_cfg_validate(c);
 	if (rc)
-		return tb_err_prepend(fail(ld, rc), "%s", ld->path);
+		return tb_error_prepend(fail(ld, rc), "%s", ld->path);
 	return 0;
 }
 
@@ -1141,7 +1141,7 @@ static int section_header(struct loader *ld, const char *p)
 	if (ld->cur >= 0 && finish_stream(ld, &ld->cfg->v[ld->cur]))
 		return ld->err;
 	if (!close) {
-		tb_err_set(TB_ECONFIG, "%s:%d: section '%s': missing ']'",
+		tb_error_set(TB_ECONFIG, "%s:%d: section '%s': missing ']'",
 			   ld->path, ld->lineno, p);
 		return fail(ld, TB_ECONFIG);
 	}
@@ -1149,7 +1149,7 @@ static int section_header(struct loader *ld, const char *p)
 	for (q = close + 1; isspace((unsigned char)*q); q++)
 		;
 	if (*q && *q != ';' && *q != '#') {
-		tb_err_set(TB_ECONFIG, "%s:%d: section '%.*s': unexpected text "
+		tb_error_set(TB_ECONFIG, "%s:%d: section '%.*s': unexpected text "
 			   "after ']'", ld->path, ld->lineno, shown_len, p);
 		return fail(ld, TB_ECONFIG);
 	}
@@ -1166,19 +1166,19 @@ static int section_header(struct loader *ld, const char *p)
 	while (q < close && isspace((unsigned char)*q))
 		q++;
 	if (word_len != 6 || strncmp(word, "stream", 6) != 0) {
-		tb_err_set(TB_ECONFIG, "%s:%d: section '%.*s': unknown section; "
+		tb_error_set(TB_ECONFIG, "%s:%d: section '%.*s': unknown section; "
 			   "only [stream NAME] sections are allowed", ld->path,
 			   ld->lineno, shown_len, p);
 		return fail(ld, TB_ECONFIG);
 	}
 	if (name_len == 0 || q != close) {
-		tb_err_set(TB_ECONFIG, "%s:%d: section '%.*s': expected "
+		tb_error_set(TB_ECONFIG, "%s:%d: section '%.*s': expected "
 			   "[stream NAME] with exactly one name", ld->path,
 			   ld->lineno, shown_len, p);
 		return fail(ld, TB_ECONFIG);
 	}
 	if (!valid_stream_name(name, name_len)) {
-		tb_err_set(TB_ECONFIG, "%s:%d: section '%.*s': invalid stream "
+		tb_error_set(TB_ECONFIG, "%s:%d: section '%.*s': invalid stream "
 			   "name; allowed: 1 to %d of A-Z a-z 0-9 _ . -",
 			   ld->path, ld->lineno, shown_len, p, TB_NAME_MAX - 1);
 		return fail(ld, TB_ECONFIG);
@@ -1187,7 +1187,7 @@ static int section_header(struct loader *ld, const char *p)
 		e = &ld->cfg->v[i];
 		if (strlen(e->cfg.name) == name_len &&
 		    memcmp(e->cfg.name, name, name_len) == 0) {
-			tb_err_set(TB_ECONFIG, "%s:%d: section '%.*s': stream "
+			tb_error_set(TB_ECONFIG, "%s:%d: section '%.*s': stream "
 				   "'%s' is already defined at line %d",
 				   ld->path, ld->lineno, shown_len, p,
 				   e->cfg.name, e->line);
@@ -1199,7 +1199,7 @@ static int section_header(struct loader *ld, const char *p)
 		struct entry *v = realloc(ld->cfg->v, (size_t)cap * sizeof(*v));
 
 		if (!v) {
-			tb_err_set(TB_ENOMEM, "%s:%d: out of memory", ld->path,
+			tb_error_set(TB_ENOMEM, "%s:%d: out of memory", ld->path,
 				   ld->lineno);
 			return fail(ld, TB_ENOMEM);
 		}
@@ -1231,14 +1231,14 @@ static char *next_line(char *str, int num, void *stream)
 	if (n < 0) {
 		if (ferror(ld->f)) {
 			ld->lineno++;
-			fail(ld, tb_err_sys(errno ? errno : EIO, "%s: cannot "
+			fail(ld, tb_error_sys(errno ? errno : EIO, "%s: cannot "
 					    "read config file", ld->path));
 		}
 		return NULL;
 	}
 	ld->lineno++;
 	if (memchr(ld->buf, '\0', (size_t)n)) {
-		tb_err_set(TB_ECONFIG, "%s:%d: line contains a NUL byte; a "
+		tb_error_set(TB_ECONFIG, "%s:%d: line contains a NUL byte; a "
 			   "config file is text", ld->path, ld->lineno);
 		fail(ld, TB_ECONFIG);
 		return NULL;
@@ -1252,7 +1252,7 @@ static char *next_line(char *str, int num, void *stream)
 		p++;
 	len = strlen(p);
 	if (len + 1 > (size_t)num) {
-		tb_err_set(TB_ECONFIG, "%s:%d: line is %zu characters long; "
+		tb_error_set(TB_ECONFIG, "%s:%d: line is %zu characters long; "
 			   "at most %d are allowed", ld->path, ld->lineno, len,
 			   num - 1);
 		fail(ld, TB_ECONFIG);
@@ -1328,7 +1328,7 @@ int tb_config_load(tb_config_t **out, const char *path)
 	int r, rc = 0;
 
 	if (!out || !path)
-		return tb_err_set(TB_EINVAL, "tb_config_load: NULL argument");
+		return tb_error_set(TB_EINVAL, "tb_config_load: NULL argument");
 	*out = NULL;
 	memset(&ld, 0, sizeof(ld));
 	ld.path = path;
@@ -1336,30 +1336,30 @@ int tb_config_load(tb_config_t **out, const char *path)
 	ld.ncpu = cpu_count();
 	ld.f = fopen(path, "re");
 	if (!ld.f)
-		return tb_err_sys(errno, "%s: cannot open config file", path);
+		return tb_error_sys(errno, "%s: cannot open config file", path);
 	ld.cfg = calloc(1, sizeof(*ld.cfg));
 	if (ld.cfg)
 		ld.cfg->path = strdup(path);
 	if (!ld.cfg || !ld.cfg->path) {
-		rc = tb_err_set(TB_ENOMEM, "%s: out of memory", path);
+		rc = tb_error_set(TB_ENOMEM, "%s: out of memory", path);
 		goto out;
 	}
 
 	r = ini_parse_stream(next_line, &ld, on_key, &ld);
 	if (r > 0 && (!ld.err || r < ld.err_line)) {
 		/* a line inih could not split, before any error of ours */
-		rc = tb_err_set(TB_ECONFIG, "%s:%d: expected 'key = value', "
+		rc = tb_error_set(TB_ECONFIG, "%s:%d: expected 'key = value', "
 				"'[stream NAME]' or a comment", path, r);
 	} else if (ld.err) {
 		rc = ld.err;
 	} else if (r == -2) {
-		rc = tb_err_set(TB_ENOMEM, "%s: out of memory", path);
+		rc = tb_error_set(TB_ENOMEM, "%s: out of memory", path);
 	} else if (r != 0) {
-		rc = tb_err_set(TB_EIO, "%s: inih failed (%d)", path, r);
+		rc = tb_error_set(TB_EIO, "%s: inih failed (%d)", path, r);
 	} else if (ld.cur >= 0) {
 		rc = finish_stream(&ld, &ld.cfg->v[ld.cur]);
 	} else {
-		rc = tb_err_set(TB_ECONFIG, "%s: no [stream NAME] section; a "
+		rc = tb_error_set(TB_ECONFIG, "%s: no [stream NAME] section; a "
 				"config file describes at least one stream",
 				path);
 	}
@@ -1391,7 +1391,7 @@ int tb_config_stream_count(const tb_config_t *cfg)
 const tb_stream_cfg_t *tb_config_stream_at(const tb_config_t *cfg, int i)
 {
 	if (!cfg || i < 0 || i >= cfg->n) {
-		tb_err_set(TB_EINVAL, "tb_config_stream_at: index %d is out of "
+		tb_error_set(TB_EINVAL, "tb_config_stream_at: index %d is out of "
 			   "range (%d streams)", i, cfg ? cfg->n : 0);
 		return NULL;
 	}
@@ -1404,7 +1404,7 @@ const tb_stream_cfg_t *tb_config_stream(const tb_config_t *cfg,
 	char names[WHY_MAX];
 
 	if (!cfg || !name) {
-		tb_err_set(TB_EINVAL, "tb_config_stream: NULL argument");
+		tb_error_set(TB_EINVAL, "tb_config_stream: NULL argument");
 		return NULL;
 	}
 	names[0] = '\0';
@@ -1416,7 +1416,7 @@ const tb_stream_cfg_t *tb_config_stream(const tb_config_t *cfg,
 		snprintf(names + len, sizeof(names) - len, "%s%s",
 			 i ? ", " : "", cfg->v[i].cfg.name);
 	}
-	tb_err_set(TB_ENOENT, "%s: no stream '%s'; the file has: %s", cfg->path,
+	tb_error_set(TB_ENOENT, "%s: no stream '%s'; the file has: %s", cfg->path,
 		   name, names);
 	return NULL;
 }

@@ -9,7 +9,7 @@
 #ifndef TB_CONFIG_H
 #define TB_CONFIG_H
 
-#include "tickbus.h"
+#include <tickbus/tickbus.h>
 
 #include <stddef.h>
 

@@ -28,9 +28,9 @@
  * makes its own on first use; slots inherited from the parent still point
  * into the parent's file and must not be used by the child.
  */
-#include "counters.h"
+#include "bus/counters.h"
 
-#include "error.h"
+#include "bus/error.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -187,23 +187,23 @@ static int open_locked(void)
 		     dir, (int)pid);
 	if (n < 0 || (size_t)n >= sizeof(W.path)) {
 		W.path[0] = '\0';
-		return tb_err_set(TB_EINVAL, "counters: directory name too "
+		return tb_error_set(TB_EINVAL, "counters: directory name too "
 				  "long: %s", dir);
 	}
 	fd = open(W.path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
 		  0644);
 	if (fd < 0) {
-		rc = tb_err_sys(errno, "counters: create %s", W.path);
+		rc = tb_error_sys(errno, "counters: create %s", W.path);
 		W.path[0] = '\0';
 		return rc;
 	}
 	if (ftruncate(fd, (off_t)size) != 0) {
-		rc = tb_err_sys(errno, "counters: size %s", W.path);
+		rc = tb_error_sys(errno, "counters: size %s", W.path);
 		goto fail;
 	}
 	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
-		rc = tb_err_sys(errno, "counters: mmap %s", W.path);
+		rc = tb_error_sys(errno, "counters: mmap %s", W.path);
 		goto fail;
 	}
 	close(fd);
@@ -219,7 +219,7 @@ static int open_locked(void)
 	h->start_ns = realtime_ns();
 	snprintf(h->name, sizeof(h->name), "%s", program_invocation_short_name);
 	/* R1: the header is complete; pairs with A1 in read_mapped. */
-	tb_store_release(&h->version, TB_COUNTERS_VERSION);
+	tb_atomic_store_release(&h->version, TB_COUNTERS_VERSION);
 
 	W.hdr = h;
 	W.slots = (tb_counter_slot_t *)(h + 1);
@@ -253,17 +253,17 @@ int tb_counters_open(void)
 /* Opens the sequence lock of a slot (W1): readers now see it changing. */
 static uint32_t slot_write_begin(tb_counter_slot_t *s)
 {
-	uint32_t seq = tb_load_relaxed(&s->seq) + 1;
+	uint32_t seq = tb_atomic_load_relaxed(&s->seq) + 1;
 
-	tb_store_relaxed(&s->seq, seq);
-	tb_fence_release();
+	tb_atomic_store_relaxed(&s->seq, seq);
+	tb_atomic_fence_release();
 	return seq;
 }
 
 static void slot_write_end(tb_counter_slot_t *s, uint32_t seq)
 {
 	/* R2: pairs with A2 in copy_slot. */
-	tb_store_release(&s->seq, seq + 1);
+	tb_atomic_store_release(&s->seq, seq + 1);
 }
 
 tb_counter_slot_t *tb_counters_add_stream(uint32_t stream_id, const char *name,
@@ -275,7 +275,7 @@ tb_counter_slot_t *tb_counters_add_stream(uint32_t stream_id, const char *name,
 
 	if (role != TB_ROLE_PUBLISHER && role != TB_ROLE_SUBSCRIBER &&
 	    role != TB_ROLE_RECOVERY) {
-		tb_err_set(TB_EINVAL, "counters: stream %u: bad role %d",
+		tb_error_set(TB_EINVAL, "counters: stream %u: bad role %d",
 			   stream_id, (int)role);
 		return NULL;
 	}
@@ -283,12 +283,12 @@ tb_counter_slot_t *tb_counters_add_stream(uint32_t stream_id, const char *name,
 	if (open_locked() != 0)
 		goto out;
 	for (int i = 0; i < TB_COUNTERS_SLOTS; i++)
-		if (!tb_load_relaxed(&W.slots[i].active)) {
+		if (!tb_atomic_load_relaxed(&W.slots[i].active)) {
 			s = &W.slots[i];
 			break;
 		}
 	if (!s) {
-		tb_err_set(TB_EBUSY, "counters: all %d stream slots of %s are "
+		tb_error_set(TB_EBUSY, "counters: all %d stream slots of %s are "
 			   "in use", TB_COUNTERS_SLOTS, W.path);
 		goto out;
 	}
@@ -301,8 +301,8 @@ tb_counter_slot_t *tb_counters_add_stream(uint32_t stream_id, const char *name,
 	snprintf(s->transport, sizeof(s->transport), "%s",
 		 transport ? transport : "");
 	for (int i = 0; i < TB_CTR_CAPACITY; i++)
-		tb_store_relaxed(&s->c[i], 0);
-	tb_store_relaxed(&s->active, 1);
+		tb_atomic_store_relaxed(&s->c[i], 0);
+	tb_atomic_store_relaxed(&s->active, 1);
 	slot_write_end(s, seq);
 	W.n_active++;
 out:
@@ -319,9 +319,9 @@ void tb_counters_remove_stream(tb_counter_slot_t *slot)
 	pthread_mutex_lock(&W.lock);
 	if (W.owner == getpid() && slot >= W.slots &&
 	    slot < W.slots + TB_COUNTERS_SLOTS &&
-	    tb_load_relaxed(&slot->active)) {
+	    tb_atomic_load_relaxed(&slot->active)) {
 		seq = slot_write_begin(slot);
-		tb_store_relaxed(&slot->active, 0);
+		tb_atomic_store_relaxed(&slot->active, 0);
 		slot_write_end(slot, seq);
 		W.n_active--;
 	}
@@ -333,7 +333,7 @@ void tb_counters_heartbeat(void)
 	tb_counters_hdr_t *h = W.hdr;
 
 	if (h && W.owner == getpid())
-		tb_store_relaxed(&h->heartbeat_ns, realtime_ns());
+		tb_atomic_store_relaxed(&h->heartbeat_ns, realtime_ns());
 }
 
 int tb_counters_close(void)
@@ -343,7 +343,7 @@ int tb_counters_close(void)
 	pthread_mutex_lock(&W.lock);
 	if (W.owner == getpid()) {
 		if (W.n_active > 0) {
-			rc = tb_err_set(TB_EBUSY, "counters: %d streams still "
+			rc = tb_error_set(TB_EBUSY, "counters: %d streams still "
 					"use %s", W.n_active, W.path);
 		} else {
 			munmap(W.hdr, W.size);
@@ -382,18 +382,18 @@ static int copy_slot(const tb_counter_slot_t *cs, uint32_t n_counters,
 	char name[sizeof(s->stream_name)], transport[sizeof(s->transport)];
 
 	for (int tries = 0; tries < SEQ_RETRIES; tries++) {
-		uint32_t seq = tb_load_acquire(&s->seq); /* A2 pairs with R2 */
+		uint32_t seq = tb_atomic_load_acquire(&s->seq); /* A2 pairs with R2 */
 		uint32_t active;
 
 		if (seq & 1)
 			continue;
-		active = tb_load_relaxed(&s->active);
+		active = tb_atomic_load_relaxed(&s->active);
 		out->stream_id = s->stream_id;
 		out->role = s->role;
 		memcpy(name, s->stream_name, sizeof(name));
 		memcpy(transport, s->transport, sizeof(transport));
-		tb_fence_acquire();
-		if (tb_load_relaxed(&s->seq) != seq)
+		tb_atomic_fence_acquire();
+		if (tb_atomic_load_relaxed(&s->seq) != seq)
 			continue;
 		if (!active)
 			return 0;
@@ -402,7 +402,7 @@ static int copy_slot(const tb_counter_slot_t *cs, uint32_t n_counters,
 			 sizeof(transport));
 		memset(out->c, 0, sizeof(out->c));
 		for (uint32_t i = 0; i < n_counters; i++)
-			out->c[i] = tb_load_relaxed(&s->c[i]);
+			out->c[i] = tb_atomic_load_relaxed(&s->c[i]);
 		return 1;
 	}
 	return 0;
@@ -416,32 +416,32 @@ static int read_mapped(const char *path, const unsigned char *base,
 	uint32_t version;
 
 	if (size < offsetof(tb_counters_hdr_t, hdr_size))
-		return tb_err_set(TB_EFORMAT, "counters: %s: truncated "
+		return tb_error_set(TB_EFORMAT, "counters: %s: truncated "
 				  "(%zu bytes)", path, size);
-	version = tb_load_acquire(&h->version); /* A1 pairs with R1 */
+	version = tb_atomic_load_acquire(&h->version); /* A1 pairs with R1 */
 	if (version != TB_COUNTERS_VERSION)
-		return tb_err_set(TB_EFORMAT, "counters: %s: format version "
+		return tb_error_set(TB_EFORMAT, "counters: %s: format version "
 				  "%u, expected %u%s", path, version,
 				  TB_COUNTERS_VERSION,
 				  version == 0 ? " (being created?)" : "");
 	if (size < sizeof(*h))
-		return tb_err_set(TB_EFORMAT, "counters: %s: truncated "
+		return tb_error_set(TB_EFORMAT, "counters: %s: truncated "
 				  "header (%zu bytes)", path, size);
 	if (h->magic != TB_COUNTERS_MAGIC)
-		return tb_err_set(TB_EFORMAT, "counters: %s: bad magic", path);
+		return tb_error_set(TB_EFORMAT, "counters: %s: bad magic", path);
 	if (h->hdr_size != sizeof(*h) ||
 	    h->slot_size != sizeof(tb_counter_slot_t))
-		return tb_err_set(TB_EFORMAT, "counters: %s: header or slot "
+		return tb_error_set(TB_EFORMAT, "counters: %s: header or slot "
 				  "size %u/%u, expected %zu/%zu", path,
 				  h->hdr_size, h->slot_size, sizeof(*h),
 				  sizeof(tb_counter_slot_t));
 	if (h->n_slots == 0 || h->n_slots > TB_COUNTERS_MAX_SLOTS ||
 	    h->n_counters > TB_CTR_CAPACITY)
-		return tb_err_set(TB_EFORMAT, "counters: %s: implausible "
+		return tb_error_set(TB_EFORMAT, "counters: %s: implausible "
 				  "counts (%u slots, %u counters)", path,
 				  h->n_slots, h->n_counters);
 	if (size != FILE_SIZE(h->n_slots))
-		return tb_err_set(TB_EFORMAT, "counters: %s: %zu bytes, "
+		return tb_error_set(TB_EFORMAT, "counters: %s: %zu bytes, "
 				  "%zu expected for %u slots", path, size,
 				  FILE_SIZE(h->n_slots), h->n_slots);
 
@@ -449,7 +449,7 @@ static int read_mapped(const char *path, const unsigned char *base,
 	copy_str(out->name, sizeof(out->name), h->name, sizeof(h->name));
 	out->start_ticks = h->start_ticks;
 	out->start_ns = h->start_ns;
-	out->heartbeat_ns = tb_load_relaxed(&h->heartbeat_ns);
+	out->heartbeat_ns = tb_atomic_load_relaxed(&h->heartbeat_ns);
 	out->n_counters = h->n_counters;
 	out->n_streams = 0;
 	for (uint32_t i = 0; i < h->n_slots; i++) {
@@ -469,22 +469,22 @@ int tb_counters_read_file(const char *path, tb_counters_proc_t *out)
 	int fd, rc;
 
 	if (!path || !out)
-		return tb_err_set(TB_EINVAL, "counters: read_file: NULL "
+		return tb_error_set(TB_EINVAL, "counters: read_file: NULL "
 				  "argument");
 	memset(out, 0, offsetof(tb_counters_proc_t, streams));
 	snprintf(out->path, sizeof(out->path), "%s", path);
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	if (fd < 0)
-		return tb_err_sys(errno, "counters: open %s", path);
+		return tb_error_sys(errno, "counters: open %s", path);
 	if (fstat(fd, &st) != 0) {
-		rc = tb_err_sys(errno, "counters: stat %s", path);
+		rc = tb_error_sys(errno, "counters: stat %s", path);
 		close(fd);
 		return rc;
 	}
 	if (!S_ISREG(st.st_mode) || st.st_size <= 0 ||
 	    (uint64_t)st.st_size > FILE_SIZE(TB_COUNTERS_MAX_SLOTS)) {
 		close(fd);
-		return tb_err_set(TB_EFORMAT, "counters: %s: not a counters "
+		return tb_error_set(TB_EFORMAT, "counters: %s: not a counters "
 				  "file (%lld bytes%s)", path,
 				  (long long)st.st_size,
 				  S_ISREG(st.st_mode) ? "" : ", not regular");
@@ -492,7 +492,7 @@ int tb_counters_read_file(const char *path, tb_counters_proc_t *out)
 	p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
 	close(fd);
 	if (p == MAP_FAILED)
-		return tb_err_sys(errno, "counters: mmap %s", path);
+		return tb_error_sys(errno, "counters: mmap %s", path);
 	rc = read_mapped(path, p, (size_t)st.st_size, out);
 	munmap(p, (size_t)st.st_size);
 	return rc;
@@ -531,14 +531,14 @@ int tb_counters_read_dir(const char *dir, unsigned flags, tb_counters_fn fn,
 	DIR *dp;
 
 	if (!fn)
-		return tb_err_set(TB_EINVAL, "counters: read_dir: no callback");
+		return tb_error_set(TB_EINVAL, "counters: read_dir: no callback");
 	dp = opendir(d);
 	if (!dp)
-		return tb_err_sys(errno, "counters: open directory %s", d);
+		return tb_error_sys(errno, "counters: open directory %s", d);
 	proc = malloc(sizeof(*proc));
 	if (!proc) {
 		closedir(dp);
-		return tb_err_set(TB_ENOMEM, "counters: out of memory");
+		return tb_error_set(TB_ENOMEM, "counters: out of memory");
 	}
 	while ((e = readdir(dp)) != NULL) {
 		pid_t pid = name_pid(e->d_name);

@@ -16,8 +16,8 @@
 #ifndef TB_COUNTERS_H
 #define TB_COUNTERS_H
 
-#include "barrier.h"
-#include "tickbus.h"
+#include "bus/barrier.h"
+#include <tickbus/tickbus.h>
 
 #include <stddef.h>
 #include <stdint.h>
@@ -57,7 +57,7 @@ typedef enum tb_counter_id {
 	TB_CTR_DUPLICATES,
 	TB_CTR_MALFORMED,
 	/* Malformed datagrams (ud, udp) by kind, in the order of enum
-	 * tb_pkt_fault (packet.h): TB_CTR_MALFORMED_SHORT + fault - 1.  Each
+	 * tb_packet_fault (packet.h): TB_CTR_MALFORMED_SHORT + fault - 1.  Each
 	 * is also counted in TB_CTR_MALFORMED. */
 	TB_CTR_MALFORMED_SHORT,
 	TB_CTR_MALFORMED_BAD_MAGIC,
@@ -155,7 +155,7 @@ static inline void tb_counter_add(tb_counter_slot_t *slot, tb_counter_id_t id,
 {
 	_Atomic uint64_t *c = &slot->c[id];
 
-	tb_store_relaxed(c, tb_load_relaxed(c) + n);
+	tb_atomic_store_relaxed(c, tb_atomic_load_relaxed(c) + n);
 }
 
 static inline void tb_counter_inc(tb_counter_slot_t *slot, tb_counter_id_t id)
@@ -166,7 +166,7 @@ static inline void tb_counter_inc(tb_counter_slot_t *slot, tb_counter_id_t id)
 static inline uint64_t tb_counter_get(const tb_counter_slot_t *slot,
 				      tb_counter_id_t id)
 {
-	return tb_load_relaxed(&((tb_counter_slot_t *)slot)->c[id]);
+	return tb_atomic_load_relaxed(&((tb_counter_slot_t *)slot)->c[id]);
 }
 
 /* Creates this process's counters file if it has none yet (also done by

@@ -1,7 +1,7 @@
 /*
  * error.c - thread-local error messages and tb_strerror().
  */
-#include "error.h"
+#include "bus/error.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -14,9 +14,9 @@ static __thread char errmsg[TB_ERRMSG_MAX];
 
 const char *tb_errmsg(void) { return errmsg; }
 
-void tb_err_clear(void) { errmsg[0] = '\0'; }
+void tb_error_clear(void) { errmsg[0] = '\0'; }
 
-int tb_err_set(int code, const char *fmt, ...)
+int tb_error_set(int code, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -41,7 +41,7 @@ static int code_of_errno(int errnum)
 	}
 }
 
-int tb_err_sys(int errnum, const char *fmt, ...)
+int tb_error_sys(int errnum, const char *fmt, ...)
 {
 	va_list ap;
 	size_t n;
@@ -54,7 +54,7 @@ int tb_err_sys(int errnum, const char *fmt, ...)
 	return code_of_errno(errnum);
 }
 
-int tb_err_prepend(int code, const char *fmt, ...)
+int tb_error_prepend(int code, const char *fmt, ...)
 {
 	char old[TB_ERRMSG_MAX];
 	size_t n;

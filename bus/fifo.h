@@ -23,7 +23,7 @@
 #ifndef TB_FIFO_H
 #define TB_FIFO_H
 
-#include "barrier.h"
+#include "bus/barrier.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -78,8 +78,8 @@ static inline void tb_fifo_init(tb_fifo_t *q, void *base, uint64_t cap)
 	q->base = (uint8_t *)base;
 	q->mask = cap - 1;
 	q->reserved_at = q->reserved_end = 0;
-	tb_store_relaxed(&q->tail, 0);
-	tb_store_relaxed(&q->head, 0);
+	tb_atomic_store_relaxed(&q->tail, 0);
+	tb_atomic_store_relaxed(&q->head, 0);
 }
 
 /* Largest payload one entry may carry (it must fit twice, so a wrap can
@@ -93,8 +93,8 @@ static inline uint64_t tb_fifo_max_payload(const tb_fifo_t *q)
  * now.  Fill it, then tb_fifo_commit. */
 static inline tb_fifo_ent_t *tb_fifo_reserve(tb_fifo_t *q, uint32_t payload)
 {
-	uint64_t tail = tb_load_relaxed(&q->tail);
-	uint64_t head = tb_load_acquire(&q->head); /* A1 pairs with R2 */
+	uint64_t tail = tb_atomic_load_relaxed(&q->tail);
+	uint64_t head = tb_atomic_load_acquire(&q->head); /* A1 pairs with R2 */
 	uint64_t cap = q->mask + 1, off = tail & q->mask;
 	uint32_t space = tb_fifo_space(payload);
 	uint64_t pad = off + space > cap ? cap - off : 0;
@@ -120,15 +120,15 @@ static inline tb_fifo_ent_t *tb_fifo_reserve(tb_fifo_t *q, uint32_t payload)
 
 static inline void tb_fifo_commit(tb_fifo_t *q)
 {
-	tb_store_release(&q->tail, q->reserved_end); /* R1 */
+	tb_atomic_store_release(&q->tail, q->reserved_end); /* R1 */
 }
 
 /* Consumer: the oldest entry, or NULL when empty.  PAD entries are stepped
  * over here. */
 static inline tb_fifo_ent_t *tb_fifo_peek(tb_fifo_t *q)
 {
-	uint64_t head = tb_load_relaxed(&q->head);
-	uint64_t tail = tb_load_acquire(&q->tail); /* A2 pairs with R1 */
+	uint64_t head = tb_atomic_load_relaxed(&q->head);
+	uint64_t tail = tb_atomic_load_acquire(&q->tail); /* A2 pairs with R1 */
 	tb_fifo_ent_t *e;
 
 	if (head == tail)
@@ -136,7 +136,7 @@ static inline tb_fifo_ent_t *tb_fifo_peek(tb_fifo_t *q)
 	e = (tb_fifo_ent_t *)(q->base + (head & q->mask));
 	if (e->kind == TB_FIFO_PAD) {
 		head += e->space;
-		tb_store_release(&q->head, head); /* R2 */
+		tb_atomic_store_release(&q->head, head); /* R2 */
 		if (head == tail)
 			return NULL;
 		e = (tb_fifo_ent_t *)(q->base + (head & q->mask));
@@ -147,12 +147,12 @@ static inline tb_fifo_ent_t *tb_fifo_peek(tb_fifo_t *q)
 /* Consumer: drops the entry tb_fifo_peek returned. */
 static inline void tb_fifo_release(tb_fifo_t *q, const tb_fifo_ent_t *e)
 {
-	tb_store_release(&q->head, tb_load_relaxed(&q->head) + e->space); /* R2 */
+	tb_atomic_store_release(&q->head, tb_atomic_load_relaxed(&q->head) + e->space); /* R2 */
 }
 
 static inline int tb_fifo_empty(tb_fifo_t *q)
 {
-	return tb_load_relaxed(&q->head) == tb_load_acquire(&q->tail);
+	return tb_atomic_load_relaxed(&q->head) == tb_atomic_load_acquire(&q->tail);
 }
 
 static inline void *tb_fifo_payload(tb_fifo_ent_t *e)

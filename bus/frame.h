@@ -26,9 +26,9 @@
 #ifndef TB_FRAME_H
 #define TB_FRAME_H
 
-#include "barrier.h"
-#include "tickbus.h"
-#include "tickbus_err.h"
+#include "bus/barrier.h"
+#include <tickbus/tickbus.h>
+#include <tickbus/tickbus_err.h>
 
 #include <stddef.h>
 #include <stdint.h>

@@ -48,10 +48,10 @@
 #define _GNU_SOURCE /* newlocale, uselocale, strtod_l, getline */
 #endif
 
-#include "hist.h"
+#include <tickbus/hist.h>
 
-#include "barrier.h"
-#include "error.h"
+#include "bus/barrier.h"
+#include "bus/error.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -143,13 +143,13 @@ static int layout(tb_hist_t *t, int64_t lowest, int64_t highest, int digits)
 	int32_t count_magnitude, buckets;
 
 	if (digits < 1 || digits > 5)
-		return tb_err_set(TB_EINVAL, "hist: significant_digits %d is "
+		return tb_error_set(TB_EINVAL, "hist: significant_digits %d is "
 				  "not in 1..5", digits);
 	if (lowest < 1)
-		return tb_err_set(TB_EINVAL, "hist: lowest_discernible %" PRId64
+		return tb_error_set(TB_EINVAL, "hist: lowest_discernible %" PRId64
 				  " is below 1", lowest);
 	if (highest / 2 < lowest)
-		return tb_err_set(TB_EINVAL, "hist: highest_trackable %" PRId64
+		return tb_error_set(TB_EINVAL, "hist: highest_trackable %" PRId64
 				  " is below 2 * lowest_discernible (%" PRId64
 				  ")", highest, lowest);
 
@@ -167,7 +167,7 @@ static int layout(tb_hist_t *t, int64_t lowest, int64_t highest, int digits)
 	t->sub_bucket_half_count_magnitude = count_magnitude - 1;
 	/* The top sub-bucket of the top bucket must still fit in an int64. */
 	if (t->unit_magnitude + t->sub_bucket_half_count_magnitude > 61)
-		return tb_err_set(TB_EINVAL, "hist: %d significant digits "
+		return tb_error_set(TB_EINVAL, "hist: %d significant digits "
 				  "above lowest_discernible %" PRId64 " need "
 				  "more than 63 bits", digits, lowest);
 	t->sub_bucket_count = (int32_t)1 << count_magnitude;
@@ -201,7 +201,7 @@ int tb_hist_init(tb_hist_t **h, int64_t lowest_discernible,
 	int rc;
 
 	if (!h)
-		return tb_err_set(TB_EINVAL, "hist: NULL result pointer");
+		return tb_error_set(TB_EINVAL, "hist: NULL result pointer");
 	*h = NULL;
 	memset(&t, 0, sizeof(t));
 	rc = layout(&t, lowest_discernible, highest_trackable,
@@ -211,7 +211,7 @@ int tb_hist_init(tb_hist_t **h, int64_t lowest_discernible,
 	/* One allocation: the struct, then the counts (8-byte aligned). */
 	n = calloc(1, sizeof(*n) + (size_t)t.counts_len * sizeof(int64_t));
 	if (!n)
-		return tb_err_set(TB_ENOMEM, "hist: cannot allocate %d counts",
+		return tb_error_set(TB_ENOMEM, "hist: cannot allocate %d counts",
 				  t.counts_len);
 	*n = t;
 	n->counts = (int64_t *)(n + 1);
@@ -229,7 +229,7 @@ int tb_hist_copy(tb_hist_t **dst, const tb_hist_t *src)
 	int rc;
 
 	if (!dst || !src)
-		return tb_err_set(TB_EINVAL, "hist_copy: NULL argument");
+		return tb_error_set(TB_EINVAL, "hist_copy: NULL argument");
 	rc = tb_hist_init(dst, src->lowest_discernible, src->highest_trackable,
 			  src->significant_digits);
 	if (rc)
@@ -255,7 +255,7 @@ int tb_hist_merge(tb_hist_t *dst, const tb_hist_t *src)
 	int32_t src_top;
 
 	if (!dst || !src)
-		return tb_err_set(TB_EINVAL, "hist_merge: NULL argument");
+		return tb_error_set(TB_EINVAL, "hist_merge: NULL argument");
 	dst->underflow_count += src->underflow_count;
 
 	/* Same index arithmetic, src no wider: cell i means the same values. */
@@ -493,7 +493,7 @@ static int c_numeric_enter(c_numeric_t *s)
 {
 	s->c = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
 	if (!s->c)
-		return tb_err_sys(errno, "hist: newlocale(C)");
+		return tb_error_sys(errno, "hist: newlocale(C)");
 	s->saved = uselocale(s->c);
 	return 0;
 }
@@ -664,14 +664,14 @@ static int check_output_args(const tb_hist_t *h, FILE *out, double unit_ratio,
 			     int *ticks, const char *who)
 {
 	if (!h || !out)
-		return tb_err_set(TB_EINVAL, "%s: NULL argument", who);
+		return tb_error_set(TB_EINVAL, "%s: NULL argument", who);
 	if (!(unit_ratio > 0) || !isfinite(unit_ratio))
-		return tb_err_set(TB_EINVAL, "%s: unit_ratio %g is not a "
+		return tb_error_set(TB_EINVAL, "%s: unit_ratio %g is not a "
 				  "positive number", who, unit_ratio);
 	if (*ticks == 0)
 		*ticks = TB_HIST_TICKS_DEFAULT;
 	if (*ticks < 0 || *ticks > 1000000)
-		return tb_err_set(TB_EINVAL, "%s: ticks_per_half %d is not in "
+		return tb_error_set(TB_EINVAL, "%s: ticks_per_half %d is not in "
 				  "1..1000000", who, *ticks);
 	return 0;
 }
@@ -698,7 +698,7 @@ int tb_hist_write_hgrm(const tb_hist_t *h, FILE *out, double unit_ratio,
 		    max, h->total_count) < 0 ||
 	    fprintf(out, "#[Buckets = %12d, SubBuckets     = %12d]\n",
 		    h->bucket_count, h->sub_bucket_count) < 0)
-		rc = tb_err_set(TB_EIO, "hist_write_hgrm: write failed");
+		rc = tb_error_set(TB_EIO, "hist_write_hgrm: write failed");
 	c_numeric_leave(&loc);
 	return rc;
 }
@@ -714,7 +714,7 @@ int tb_hist_write_csv(const tb_hist_t *h, FILE *out, double unit_ratio,
 	if (rc || (rc = c_numeric_enter(&loc)))
 		return rc;
 	if (put_distribution(h, out, unit_ratio, ticks_per_half, true))
-		rc = tb_err_set(TB_EIO, "hist_write_csv: write failed");
+		rc = tb_error_set(TB_EIO, "hist_write_csv: write failed");
 	c_numeric_leave(&loc);
 	return rc;
 }
@@ -817,7 +817,7 @@ int tb_hist_encode(const tb_hist_t *h, uint8_t **buf, size_t *len)
 	int zrc;
 
 	if (!h || !buf || !len)
-		return tb_err_set(TB_EINVAL, "hist_encode: NULL argument");
+		return tb_error_set(TB_EINVAL, "hist_encode: NULL argument");
 	*buf = NULL;
 	*len = 0;
 	for (int32_t i = h->counts_len - 1; i >= 0; i--)
@@ -828,7 +828,7 @@ int tb_hist_encode(const tb_hist_t *h, uint8_t **buf, size_t *len)
 	raw_cap = V2_HEADER_SIZE + (size_t)used * VARINT_MAX;
 	raw = malloc(raw_cap);
 	if (!raw)
-		return tb_err_set(TB_ENOMEM, "hist_encode: cannot allocate %zu "
+		return tb_error_set(TB_ENOMEM, "hist_encode: cannot allocate %zu "
 				  "bytes", raw_cap);
 	for (int32_t i = 0; i < used;) {
 		int64_t c = h->counts[i++];
@@ -856,7 +856,7 @@ int tb_hist_encode(const tb_hist_t *h, uint8_t **buf, size_t *len)
 	out = malloc(V2_ENVELOPE_SIZE + zlen);
 	if (!out) {
 		free(raw);
-		return tb_err_set(TB_ENOMEM, "hist_encode: cannot allocate %lu "
+		return tb_error_set(TB_ENOMEM, "hist_encode: cannot allocate %lu "
 				  "bytes", (unsigned long)zlen);
 	}
 	zrc = compress2(out + V2_ENVELOPE_SIZE, &zlen, raw, (uLong)raw_len,
@@ -864,7 +864,7 @@ int tb_hist_encode(const tb_hist_t *h, uint8_t **buf, size_t *len)
 	free(raw);
 	if (zrc != Z_OK) {
 		free(out);
-		return tb_err_set(zrc == Z_MEM_ERROR ? TB_ENOMEM : TB_EINVAL,
+		return tb_error_set(zrc == Z_MEM_ERROR ? TB_ENOMEM : TB_EINVAL,
 				  "hist_encode: zlib compress2 failed (%d)",
 				  zrc);
 	}
@@ -888,15 +888,15 @@ static int inflate_exactly(z_stream *zs, uint8_t *dst, size_t want,
 		if (zrc == Z_STREAM_END)
 			break;
 		if (zrc == Z_BUF_ERROR) /* no input left: cut short */
-			return tb_err_set(TB_EFORMAT, "hist_decode: compressed "
+			return tb_error_set(TB_EFORMAT, "hist_decode: compressed "
 					  "data truncated in the %s", what);
 		if (zrc != Z_OK)
-			return tb_err_set(TB_EFORMAT, "hist_decode: bad zlib "
+			return tb_error_set(TB_EFORMAT, "hist_decode: bad zlib "
 					  "data in the %s: %s", what,
 					  zs->msg ? zs->msg : "unknown error");
 	}
 	if (zs->avail_out > 0)
-		return tb_err_set(TB_EFORMAT, "hist_decode: %s is %zu bytes "
+		return tb_error_set(TB_EFORMAT, "hist_decode: %s is %zu bytes "
 				  "short of its stated length", what,
 				  (size_t)zs->avail_out);
 	return 0;
@@ -913,19 +913,19 @@ static int inflate_end_check(z_stream *zs)
 	zrc = inflate(zs, Z_NO_FLUSH);
 	if (zrc != Z_STREAM_END) {
 		if (zs->avail_out == 0)
-			return tb_err_set(TB_EFORMAT, "hist_decode: data goes "
+			return tb_error_set(TB_EFORMAT, "hist_decode: data goes "
 					  "on past the stated payload length");
 		if (zrc == Z_BUF_ERROR || zrc == Z_OK)
-			return tb_err_set(TB_EFORMAT, "hist_decode: compressed "
+			return tb_error_set(TB_EFORMAT, "hist_decode: compressed "
 					  "data truncated (no end of stream)");
-		return tb_err_set(TB_EFORMAT, "hist_decode: bad zlib data: %s",
+		return tb_error_set(TB_EFORMAT, "hist_decode: bad zlib data: %s",
 				  zs->msg ? zs->msg : "unknown error");
 	}
 	if (zs->avail_out == 0)
-		return tb_err_set(TB_EFORMAT, "hist_decode: data goes on past "
+		return tb_error_set(TB_EFORMAT, "hist_decode: data goes on past "
 				  "the stated payload length");
 	if (zs->avail_in > 0)
-		return tb_err_set(TB_EFORMAT, "hist_decode: %u bytes after the "
+		return tb_error_set(TB_EFORMAT, "hist_decode: %u bytes after the "
 				  "end of the compressed data",
 				  (unsigned)zs->avail_in);
 	return 0;
@@ -940,11 +940,11 @@ static int decode_counts(tb_hist_t *h, const uint8_t *p, const uint8_t *end)
 		int64_t v;
 
 		if (!get_varint(&p, end, &v))
-			return tb_err_set(TB_EFORMAT, "hist_decode: payload "
+			return tb_error_set(TB_EFORMAT, "hist_decode: payload "
 					  "ends inside a count");
 		if (v < 0) {
 			if (v == INT64_MIN || -v > h->counts_len - index)
-				return tb_err_set(TB_EFORMAT, "hist_decode: "
+				return tb_error_set(TB_EFORMAT, "hist_decode: "
 						  "run of zeros goes past the "
 						  "end of the %d counts",
 						  h->counts_len);
@@ -952,11 +952,11 @@ static int decode_counts(tb_hist_t *h, const uint8_t *p, const uint8_t *end)
 			continue;
 		}
 		if (index >= h->counts_len)
-			return tb_err_set(TB_EFORMAT, "hist_decode: counts go "
+			return tb_error_set(TB_EFORMAT, "hist_decode: counts go "
 					  "past the end of the %d counts of "
 					  "this layout", h->counts_len);
 		if (v > INT64_MAX - total)
-			return tb_err_set(TB_EFORMAT, "hist_decode: total "
+			return tb_error_set(TB_EFORMAT, "hist_decode: total "
 					  "count overflows 64 bits");
 		h->counts[index++] = v;
 		total += v;
@@ -979,30 +979,30 @@ int tb_hist_decode(const void *buf, size_t len, tb_hist_t **out)
 	int rc;
 
 	if (!out || (!buf && len))
-		return tb_err_set(TB_EINVAL, "hist_decode: NULL argument");
+		return tb_error_set(TB_EINVAL, "hist_decode: NULL argument");
 	*out = NULL;
 	if (len < V2_ENVELOPE_SIZE)
-		return tb_err_set(TB_EFORMAT, "hist_decode: %zu bytes, too "
+		return tb_error_set(TB_EFORMAT, "hist_decode: %zu bytes, too "
 				  "short for a compressed histogram", len);
 	cookie = get_be32(in);
 	if ((cookie & V2_COOKIE_MASK) != V2_COMPRESSED_COOKIE_BASE)
-		return tb_err_set(TB_EFORMAT, "hist_decode: bad cookie 0x%08x "
+		return tb_error_set(TB_EFORMAT, "hist_decode: bad cookie 0x%08x "
 				  "(want a V2 compressed histogram, 0x%08x)",
 				  cookie, V2_COMPRESSED_COOKIE_BASE |
 						  V2_WORD_SIZE_NIBBLE);
 	zlen = get_be32(in + 4);
 	if (zlen > len - V2_ENVELOPE_SIZE)
-		return tb_err_set(TB_EFORMAT, "hist_decode: truncated: %u "
+		return tb_error_set(TB_EFORMAT, "hist_decode: truncated: %u "
 				  "compressed bytes announced, %zu present",
 				  zlen, len - V2_ENVELOPE_SIZE);
 	if (zlen < len - V2_ENVELOPE_SIZE)
-		return tb_err_set(TB_EFORMAT, "hist_decode: %zu bytes after "
+		return tb_error_set(TB_EFORMAT, "hist_decode: %zu bytes after "
 				  "the compressed histogram",
 				  len - V2_ENVELOPE_SIZE - zlen);
 
 	memset(&zs, 0, sizeof(zs));
 	if (inflateInit(&zs) != Z_OK)
-		return tb_err_set(TB_ENOMEM, "hist_decode: inflateInit failed");
+		return tb_error_set(TB_ENOMEM, "hist_decode: inflateInit failed");
 	zs.next_in = (Bytef *)(uintptr_t)(in + V2_ENVELOPE_SIZE);
 	zs.avail_in = zlen;
 	rc = inflate_exactly(&zs, hdr, sizeof(hdr), "header");
@@ -1018,7 +1018,7 @@ int tb_hist_decode(const void *buf, size_t len, tb_hist_t **out)
 	ratio_bits = get_be64(hdr + 32);
 	memcpy(&ratio, &ratio_bits, sizeof(ratio));
 	if ((cookie & V2_COOKIE_MASK) != V2_COOKIE_BASE) {
-		rc = tb_err_set(TB_EFORMAT, "hist_decode: bad inner cookie "
+		rc = tb_error_set(TB_EFORMAT, "hist_decode: bad inner cookie "
 				"0x%08x (want V2, 0x%08x)", cookie,
 				V2_COOKIE_BASE | V2_WORD_SIZE_NIBBLE);
 		goto out;
@@ -1030,27 +1030,27 @@ int tb_hist_decode(const void *buf, size_t len, tb_hist_t **out)
 	 * hdr-histogram-js writes the ratio as the integer 1, bits 0x1. */
 	(void)offset;
 	if (ratio != 1.0 && ratio_bits != 1) {
-		rc = tb_err_set(TB_EFORMAT, "hist_decode: integer-to-double "
+		rc = tb_error_set(TB_EFORMAT, "hist_decode: integer-to-double "
 				"ratio %g: a DoubleHistogram, not supported",
 				ratio);
 		goto out;
 	}
 	rc = tb_hist_init(&h, lowest, highest, digits);
 	if (rc == TB_EINVAL) {
-		rc = tb_err_prepend(TB_EFORMAT, "hist_decode: bad parameters");
+		rc = tb_error_prepend(TB_EFORMAT, "hist_decode: bad parameters");
 		goto out;
 	} else if (rc) {
 		goto out;
 	}
 	if (payload_len > (uint64_t)h->counts_len * VARINT_MAX) {
-		rc = tb_err_set(TB_EFORMAT, "hist_decode: payload length %u is "
+		rc = tb_error_set(TB_EFORMAT, "hist_decode: payload length %u is "
 				"more than %d counts can take", payload_len,
 				h->counts_len);
 		goto out;
 	}
 	payload = malloc(payload_len ? payload_len : 1);
 	if (!payload) {
-		rc = tb_err_set(TB_ENOMEM, "hist_decode: cannot allocate %u "
+		rc = tb_error_set(TB_ENOMEM, "hist_decode: cannot allocate %u "
 				"bytes", payload_len);
 		goto out;
 	}
@@ -1125,7 +1125,7 @@ static int base64_decode(const char *src, size_t n, uint8_t *dst,
 	size_t pad = 0, o = 0;
 
 	if (n == 0 || n % 4 != 0)
-		return tb_err_set(TB_EFORMAT, "bad base64: length %zu is not a "
+		return tb_error_set(TB_EFORMAT, "bad base64: length %zu is not a "
 				  "positive multiple of 4", n);
 	if (src[n - 1] == '=')
 		pad = src[n - 2] == '=' ? 2 : 1;
@@ -1137,7 +1137,7 @@ static int base64_decode(const char *src, size_t n, uint8_t *dst,
 			int v = b64_value((char)c);
 
 			if (v < 0 && !(c == '=' && i + j >= n - pad))
-				return tb_err_set(TB_EFORMAT, "bad base64: "
+				return tb_error_set(TB_EFORMAT, "bad base64: "
 						  "character 0x%02x at offset "
 						  "%zu", c, i + j);
 			w = w << 6 | (uint32_t)(v < 0 ? 0 : v);
@@ -1173,12 +1173,12 @@ int tb_hist_log_writer_open(tb_hist_log_writer_t **w, FILE *out,
 	int rc, n;
 
 	if (!w || !out)
-		return tb_err_set(TB_EINVAL, "hist_log_writer_open: NULL "
+		return tb_error_set(TB_EINVAL, "hist_log_writer_open: NULL "
 				  "argument");
 	*w = NULL;
 	if (!(max_unit_ratio > 0) || !isfinite(max_unit_ratio) ||
 	    !isfinite(start_time_sec) || start_time_sec < 0)
-		return tb_err_set(TB_EINVAL, "hist_log_writer_open: start time "
+		return tb_error_set(TB_EINVAL, "hist_log_writer_open: start time "
 				  "%g or max unit ratio %g out of range",
 				  start_time_sec, max_unit_ratio);
 	/* Java's Date.toString(), in UTC: "Tue Dec 01 10:00:00 UTC 2020". */
@@ -1194,10 +1194,10 @@ int tb_hist_log_writer_open(tb_hist_log_writer_t **w, FILE *out,
 		    LOG_LEGEND "\n", start, date);
 	c_numeric_leave(&loc);
 	if (n < 0)
-		return tb_err_set(TB_EIO, "hist_log_writer_open: write failed");
+		return tb_error_set(TB_EIO, "hist_log_writer_open: write failed");
 	*w = malloc(sizeof(**w));
 	if (!*w)
-		return tb_err_set(TB_ENOMEM, "hist_log_writer_open: out of "
+		return tb_error_set(TB_ENOMEM, "hist_log_writer_open: out of "
 				  "memory");
 	(*w)->out = out;
 	(*w)->max_unit_ratio = max_unit_ratio;
@@ -1207,10 +1207,10 @@ int tb_hist_log_writer_open(tb_hist_log_writer_t **w, FILE *out,
 int tb_hist_log_writer_comment(tb_hist_log_writer_t *w, const char *text)
 {
 	if (!w || !text || strchr(text, '\n'))
-		return tb_err_set(TB_EINVAL, "hist_log_writer_comment: NULL or "
+		return tb_error_set(TB_EINVAL, "hist_log_writer_comment: NULL or "
 				  "multi-line comment");
 	if (fprintf(w->out, "#%s\n", text) < 0)
-		return tb_err_set(TB_EIO, "hist_log_writer_comment: write "
+		return tb_error_set(TB_EIO, "hist_log_writer_comment: write "
 				  "failed");
 	return 0;
 }
@@ -1226,13 +1226,13 @@ int tb_hist_log_writer_write(tb_hist_log_writer_t *w, const char *tag,
 	int rc, n;
 
 	if (!w || !h)
-		return tb_err_set(TB_EINVAL, "hist_log_write: NULL argument");
+		return tb_error_set(TB_EINVAL, "hist_log_write: NULL argument");
 	if (tag && (strlen(tag) >= TB_HIST_TAG_MAX ||
 		    strpbrk(tag, ", \t\r\n")))
-		return tb_err_set(TB_EINVAL, "hist_log_write: tag '%.80s' is "
+		return tb_error_set(TB_EINVAL, "hist_log_write: tag '%.80s' is "
 				  "too long or holds ',' or white space", tag);
 	if (!isfinite(start_sec) || !isfinite(length_sec))
-		return tb_err_set(TB_EINVAL, "hist_log_write: times must be "
+		return tb_error_set(TB_EINVAL, "hist_log_write: times must be "
 				  "finite");
 	rc = tb_hist_encode(h, &bin, &bin_len);
 	if (rc)
@@ -1240,7 +1240,7 @@ int tb_hist_log_writer_write(tb_hist_log_writer_t *w, const char *tag,
 	text = malloc(4 * ((bin_len + 2) / 3) + 1);
 	if (!text) {
 		free(bin);
-		return tb_err_set(TB_ENOMEM, "hist_log_write: out of memory");
+		return tb_error_set(TB_ENOMEM, "hist_log_write: out of memory");
 	}
 	base64_encode(bin, bin_len, text);
 	free(bin);
@@ -1257,7 +1257,7 @@ int tb_hist_log_writer_write(tb_hist_log_writer_t *w, const char *tag,
 			    tag && *tag ? "," : "", start, length, max, text);
 		c_numeric_leave(&loc);
 		if (n < 0)
-			rc = tb_err_set(TB_EIO, "hist_log_write: write failed");
+			rc = tb_error_set(TB_EIO, "hist_log_write: write failed");
 	}
 	free(text);
 	return rc;
@@ -1270,7 +1270,7 @@ int tb_hist_log_writer_close(tb_hist_log_writer_t *w)
 	if (!w)
 		return 0;
 	if (fflush(w->out) != 0)
-		rc = tb_err_sys(errno, "hist_log_writer_close: flush");
+		rc = tb_error_sys(errno, "hist_log_writer_close: flush");
 	free(w);
 	return rc;
 }
@@ -1290,17 +1290,17 @@ int tb_hist_log_reader_open(tb_hist_log_reader_t **r, FILE *in)
 	tb_hist_log_reader_t *n;
 
 	if (!r || !in)
-		return tb_err_set(TB_EINVAL, "hist_log_reader_open: NULL "
+		return tb_error_set(TB_EINVAL, "hist_log_reader_open: NULL "
 				  "argument");
 	*r = NULL;
 	n = calloc(1, sizeof(*n));
 	if (!n)
-		return tb_err_set(TB_ENOMEM, "hist_log_reader_open: out of "
+		return tb_error_set(TB_ENOMEM, "hist_log_reader_open: out of "
 				  "memory");
 	n->c = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
 	if (!n->c) {
 		free(n);
-		return tb_err_sys(errno, "hist_log_reader_open: newlocale(C)");
+		return tb_error_sys(errno, "hist_log_reader_open: newlocale(C)");
 	}
 	n->in = in;
 	n->start_time = NAN;
@@ -1336,7 +1336,7 @@ static int parse_field(tb_hist_log_reader_t *r, char **p, char stop,
 
 	*v = strtod_l(*p, &end, r->c);
 	if (end == *p || *end != stop || !isfinite(*v))
-		return tb_err_set(TB_EFORMAT, "bad %s field", name);
+		return tb_error_set(TB_EFORMAT, "bad %s field", name);
 	*p = end + 1;
 	return 0;
 }
@@ -1353,19 +1353,19 @@ static int parse_header(tb_hist_log_reader_t *r, const char *line)
 		const char *v = line + sizeof(version) - 1;
 
 		if (v[0] != '1' || v[1] != '.')
-			return tb_err_set(TB_EFORMAT, "unsupported log format "
+			return tb_error_set(TB_EFORMAT, "unsupported log format "
 					  "version '%.20s'", v);
 	} else if (!strncmp(line, start, sizeof(start) - 1)) {
 		double t = strtod_l(line + sizeof(start) - 1, &end, r->c);
 
 		if (end == line + sizeof(start) - 1 || !isfinite(t))
-			return tb_err_set(TB_EFORMAT, "bad StartTime");
+			return tb_error_set(TB_EFORMAT, "bad StartTime");
 		r->start_time = t;
 	} else if (!strncmp(line, base, sizeof(base) - 1)) {
 		double t = strtod_l(line + sizeof(base) - 1, &end, r->c);
 
 		if (end == line + sizeof(base) - 1 || !isfinite(t))
-			return tb_err_set(TB_EFORMAT, "bad BaseTime");
+			return tb_error_set(TB_EFORMAT, "bad BaseTime");
 		r->base_time = t;
 	}
 	return 0;
@@ -1385,10 +1385,10 @@ static int parse_interval(tb_hist_log_reader_t *r, char *line, size_t len,
 		size_t tag_len;
 
 		if (!comma)
-			return tb_err_set(TB_EFORMAT, "tag without a ','");
+			return tb_error_set(TB_EFORMAT, "tag without a ','");
 		tag_len = (size_t)(comma - (p + 4));
 		if (tag_len >= TB_HIST_TAG_MAX)
-			return tb_err_set(TB_EFORMAT, "tag longer than %d "
+			return tb_error_set(TB_EFORMAT, "tag longer than %d "
 					  "bytes", TB_HIST_TAG_MAX - 1);
 		memcpy(e->tag, p + 4, tag_len);
 		e->tag[tag_len] = '\0';
@@ -1401,7 +1401,7 @@ static int parse_interval(tb_hist_log_reader_t *r, char *line, size_t len,
 	b64_len = len - (size_t)(p - line);
 	bin = malloc(b64_len / 4 * 3 + 1);
 	if (!bin)
-		return tb_err_set(TB_ENOMEM, "out of memory");
+		return tb_error_set(TB_ENOMEM, "out of memory");
 	rc = base64_decode(p, b64_len, bin, &bin_len);
 	if (!rc)
 		rc = tb_hist_decode(bin, bin_len, &e->hist);
@@ -1412,7 +1412,7 @@ static int parse_interval(tb_hist_log_reader_t *r, char *line, size_t len,
 int tb_hist_log_read(tb_hist_log_reader_t *r, tb_hist_log_entry_t *e)
 {
 	if (!r || !e)
-		return tb_err_set(TB_EINVAL, "hist_log_read: NULL argument");
+		return tb_error_set(TB_EINVAL, "hist_log_read: NULL argument");
 	memset(e, 0, sizeof(*e));
 	for (;;) {
 		ssize_t n = getline(&r->line, &r->cap, r->in);
@@ -1420,7 +1420,7 @@ int tb_hist_log_read(tb_hist_log_reader_t *r, tb_hist_log_entry_t *e)
 
 		if (n < 0) {
 			if (ferror(r->in))
-				return tb_err_set(TB_EIO, "hist_log_read: read "
+				return tb_error_set(TB_EIO, "hist_log_read: read "
 						  "error after line %ld",
 						  r->lineno);
 			return 0;
@@ -1433,7 +1433,7 @@ int tb_hist_log_read(tb_hist_log_reader_t *r, tb_hist_log_entry_t *e)
 		if (n == 0)
 			continue;
 		if (memchr(r->line, '\0', (size_t)n))
-			rc = tb_err_set(TB_EFORMAT, "NUL byte in line");
+			rc = tb_error_set(TB_EFORMAT, "NUL byte in line");
 		else if (r->line[0] == '#')
 			rc = parse_header(r, r->line);
 		else if (!strncmp(r->line, "\"StartTimestamp\"", 16))
@@ -1443,7 +1443,7 @@ int tb_hist_log_read(tb_hist_log_reader_t *r, tb_hist_log_entry_t *e)
 		if (rc) {
 			tb_hist_free(e->hist);
 			memset(e, 0, sizeof(*e));
-			return tb_err_prepend(rc, "hist log line %ld",
+			return tb_error_prepend(rc, "hist log line %ld",
 					      r->lineno);
 		}
 	}
@@ -1463,11 +1463,11 @@ int tb_hist_recorder_init(tb_hist_recorder_t **rec, int64_t lowest_discernible,
 	int rc;
 
 	if (!rec)
-		return tb_err_set(TB_EINVAL, "hist_recorder_init: NULL result "
+		return tb_error_set(TB_EINVAL, "hist_recorder_init: NULL result "
 				  "pointer");
 	*rec = NULL;
 	if (posix_memalign((void **)&r, TB_CACHE_LINE, sizeof(*r)))
-		return tb_err_set(TB_ENOMEM, "hist_recorder_init: out of "
+		return tb_error_set(TB_ENOMEM, "hist_recorder_init: out of "
 				  "memory");
 	memset(r, 0, sizeof(*r));
 	rc = tb_hist_init(&r->active, lowest_discernible, highest_trackable,
@@ -1499,7 +1499,7 @@ int tb_hist_recorder_sample(tb_hist_recorder_t *rec, tb_hist_t *out)
 	int rounds = 0;
 
 	if (!rec || !out)
-		return tb_err_set(TB_EINVAL, "hist_recorder_sample: NULL "
+		return tb_error_set(TB_EINVAL, "hist_recorder_sample: NULL "
 				  "argument");
 	/* X1: publish the empty histogram (reset before, so the recorder's L1
 	 * sees it empty); take back the one being recorded into. */

@@ -2,9 +2,9 @@
  * hop.c - set-up, teardown and reporting of the per-hop recorder; the
  * stamping and recording are inline in hop.h.
  */
-#include "hop.h"
+#include <tickbus/hop.h>
 
-#include "error.h"
+#include "bus/error.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -26,12 +26,12 @@ int tb_hop_recorder_init(tb_hop_recorder_t **rec, int64_t highest_ns,
 	int rc = 0;
 
 	if (!rec)
-		return tb_err_set(TB_EINVAL, "hop_recorder_init: NULL result "
+		return tb_error_set(TB_EINVAL, "hop_recorder_init: NULL result "
 				  "pointer");
 	*rec = NULL;
 	r = calloc(1, sizeof(*r));
 	if (!r)
-		return tb_err_set(TB_ENOMEM, "hop_recorder_init: out of memory");
+		return tb_error_set(TB_ENOMEM, "hop_recorder_init: out of memory");
 	for (int i = 0; i < TB_HOP_COUNT && !rc; i++)
 		rc = tb_hist_init(&r->hop[i], 1, highest_ns,
 				  significant_digits);
@@ -39,7 +39,7 @@ int tb_hop_recorder_init(tb_hop_recorder_t **rec, int64_t highest_ns,
 		rc = tb_hist_init(&r->total, 1, highest_ns, significant_digits);
 	if (rc) {
 		tb_hop_recorder_free(r);
-		return tb_err_prepend(rc, "hop_recorder_init");
+		return tb_error_prepend(rc, "hop_recorder_init");
 	}
 	*rec = r;
 	return 0;
@@ -87,13 +87,13 @@ static int put(FILE *out, const char *name, const tb_hist_t *h)
 int tb_hop_write_summary(const tb_hop_recorder_t *rec, FILE *out)
 {
 	if (!rec || !out)
-		return tb_err_set(TB_EINVAL, "hop_write_summary: NULL argument");
+		return tb_error_set(TB_EINVAL, "hop_write_summary: NULL argument");
 	for (int i = 0; i < TB_HOP_COUNT; i++)
 		if (tb_hist_count(rec->hop[i]) > 0 &&
 		    put(out, hop_names[i], rec->hop[i]) < 0)
-			return tb_err_set(TB_EIO, "hop_write_summary: write "
+			return tb_error_set(TB_EIO, "hop_write_summary: write "
 					  "failed");
 	if (put(out, "total", rec->total) < 0)
-		return tb_err_set(TB_EIO, "hop_write_summary: write failed");
+		return tb_error_set(TB_EIO, "hop_write_summary: write failed");
 	return 0;
 }

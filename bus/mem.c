@@ -30,9 +30,9 @@
  *
  * Nothing here runs on the hot path.
  */
-#include "mem.h"
+#include "bus/mem.h"
 
-#include "error.h"
+#include "bus/error.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -108,10 +108,10 @@ int tb_mem_node_of_core(int core)
 static int check_node(int node)
 {
 	if (node < -1)
-		return tb_err_set(TB_EINVAL, "mem: NUMA node %d is negative",
+		return tb_error_set(TB_EINVAL, "mem: NUMA node %d is negative",
 				  node);
 	if (node >= 0 && numa_available() >= 0 && node > numa_max_node())
-		return tb_err_set(TB_EINVAL, "mem: NUMA node %d does not "
+		return tb_error_set(TB_EINVAL, "mem: NUMA node %d does not "
 				  "exist (highest is %d)", node,
 				  numa_max_node());
 	return 0;
@@ -238,13 +238,13 @@ int tb_mem_alloc(tb_mem_t *m, size_t size, int numa_node, unsigned flags)
 	int rc;
 
 	if (!m)
-		return tb_err_set(TB_EINVAL, "mem: alloc: m is NULL");
+		return tb_error_set(TB_EINVAL, "mem: alloc: m is NULL");
 	memset(m, 0, sizeof(*m));
 	m->numa_node = -1;
 	if (size == 0 || size > SIZE_MAX / 2)
-		return tb_err_set(TB_EINVAL, "mem: alloc: bad size %zu", size);
+		return tb_error_set(TB_EINVAL, "mem: alloc: bad size %zu", size);
 	if (flags & ~(TB_MEM_FLAGS_ALL & ~TB_MEM_READONLY))
-		return tb_err_set(TB_EINVAL, "mem: alloc: unknown flags 0x%x",
+		return tb_error_set(TB_EINVAL, "mem: alloc: unknown flags 0x%x",
 				  flags);
 	if ((rc = check_node(numa_node)) != 0)
 		return rc;
@@ -265,7 +265,7 @@ int tb_mem_alloc(tb_mem_t *m, size_t size, int numa_node, unsigned flags)
 	    thp_mode_allows_madvise(THP_SYSFS "enabled")) {
 		p = map_aligned(len, TB_MEM_HUGE_SIZE, prot, mflags, -1);
 		if (p == MAP_FAILED)
-			return tb_err_sys(errno, "mem: mmap %zu bytes", len);
+			return tb_error_sys(errno, "mem: mmap %zu bytes", len);
 		if (madvise(p, len, MADV_HUGEPAGE) == 0) {
 			m->page_kind = TB_PAGE_THP;
 			goto mapped;
@@ -276,7 +276,7 @@ int tb_mem_alloc(tb_mem_t *m, size_t size, int numa_node, unsigned flags)
 	len = round_up(size, page_size());
 	p = mmap(NULL, len, prot, mflags, -1, 0);
 	if (p == MAP_FAILED)
-		return tb_err_sys(errno, "mem: mmap %zu bytes", len);
+		return tb_error_sys(errno, "mem: mmap %zu bytes", len);
 	m->page_kind = TB_PAGE_4K;
 mapped:
 	m->addr = p;
@@ -346,7 +346,7 @@ int tb_mem_shared_locate(const char *path, char *out, size_t len)
 		return 0;
 	n = snprintf(out, len, "%s", path);
 	return n >= 0 && (size_t)n < len ? 0 :
-	       tb_err_set(TB_EINVAL, "mem: path %s is too long", path);
+	       tb_error_set(TB_EINVAL, "mem: path %s is too long", path);
 }
 
 /* Maps the open file `fd` of `len` bytes as `kind`; 0 or a TB_E* code. */
@@ -360,7 +360,7 @@ static int map_file(tb_mem_t *m, int fd, size_t len, tb_page_kind_t kind,
 		    ? mmap(NULL, len, prot, MAP_SHARED, fd, 0)
 		    : map_aligned(len, align, prot, MAP_SHARED, fd);
 	if (p == MAP_FAILED)
-		return tb_err_sys(errno, "mem: mmap %s (%zu bytes)", m->path,
+		return tb_error_sys(errno, "mem: mmap %s (%zu bytes)", m->path,
 				  len);
 	if (kind == TB_PAGE_THP && madvise(p, len, MADV_HUGEPAGE) != 0) {
 		tb_info("mem: madvise(MADV_HUGEPAGE) on %s: %s", m->path,
@@ -387,9 +387,9 @@ static int create_shared(tb_mem_t *m, const char *path, size_t size,
 		snprintf(m->path, sizeof(m->path), "%s", hpath);
 		fd = open(hpath, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
 		if (fd < 0)
-			tb_err_sys(errno, "mem: create %s", hpath);
+			tb_error_sys(errno, "mem: create %s", hpath);
 		else if (ftruncate(fd, (off_t)len) != 0)
-			tb_err_sys(errno, "mem: size %s", hpath);
+			tb_error_sys(errno, "mem: size %s", hpath);
 		else if (map_file(m, fd, len, TB_PAGE_HUGE_2M, prot) == 0) {
 			close(fd);
 			unlink(path); /* no stale twin for openers */
@@ -398,7 +398,7 @@ static int create_shared(tb_mem_t *m, const char *path, size_t size,
 		if (fd >= 0)
 			close(fd);
 		tb_info("%s; using %s", tb_errmsg(), path);
-		tb_err_clear();
+		tb_error_clear();
 		unlink(hpath);
 	} else if (have_huge) {
 		unlink(hpath); /* openers look there first */
@@ -413,9 +413,9 @@ static int create_shared(tb_mem_t *m, const char *path, size_t size,
 	snprintf(m->path, sizeof(m->path), "%s", path);
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
 	if (fd < 0)
-		return tb_err_sys(errno, "mem: create %s", path);
+		return tb_error_sys(errno, "mem: create %s", path);
 	if (ftruncate(fd, (off_t)len) != 0) {
-		rc = tb_err_sys(errno, "mem: size %s to %zu bytes", path, len);
+		rc = tb_error_sys(errno, "mem: size %s to %zu bytes", path, len);
 		close(fd);
 		unlink(path);
 		return rc;
@@ -453,16 +453,16 @@ static int open_shared(tb_mem_t *m, const char *path, size_t size,
 		snprintf(m->path, sizeof(m->path), "%s", path);
 		fd = open(path, (ro ? O_RDONLY : O_RDWR) | O_CLOEXEC);
 		if (fd < 0)
-			return tb_err_sys(errno, "mem: open %s", path);
+			return tb_error_sys(errno, "mem: open %s", path);
 	}
 	if (fstat(fd, &st) != 0) {
-		rc = tb_err_sys(errno, "mem: stat %s", m->path);
+		rc = tb_error_sys(errno, "mem: stat %s", m->path);
 		close(fd);
 		return rc;
 	}
 	if (st.st_size <= 0 || (size && (uint64_t)st.st_size < size)) {
 		close(fd);
-		return tb_err_set(TB_EINVAL, "mem: %s holds %lld bytes, "
+		return tb_error_set(TB_EINVAL, "mem: %s holds %lld bytes, "
 				  "%zu wanted", m->path,
 				  (long long)st.st_size, size);
 	}
@@ -475,7 +475,7 @@ static int open_shared(tb_mem_t *m, const char *path, size_t size,
 					       : TB_MEM_HUGE_SIZE);
 	if (len > (uint64_t)st.st_size) {
 		close(fd);
-		return tb_err_set(TB_EINVAL, "mem: %s holds %lld bytes, not a "
+		return tb_error_set(TB_EINVAL, "mem: %s holds %lld bytes, not a "
 				  "whole number of %s pages", m->path,
 				  (long long)st.st_size,
 				  tb_mem_page_kind_name(kind));
@@ -494,22 +494,22 @@ int tb_mem_map_shared(tb_mem_t *m, const char *path, size_t size, int create,
 	int rc;
 
 	if (!m)
-		return tb_err_set(TB_EINVAL, "mem: map_shared: m is NULL");
+		return tb_error_set(TB_EINVAL, "mem: map_shared: m is NULL");
 	memset(m, 0, sizeof(*m));
 	m->numa_node = -1;
 	m->shared = 1;
 	if (!path || !path[0] || strlen(path) >= TB_PATH_MAX)
-		return tb_err_set(TB_EINVAL, "mem: map_shared: path is "
+		return tb_error_set(TB_EINVAL, "mem: map_shared: path is "
 				  "empty, NULL or longer than %d bytes",
 				  TB_PATH_MAX - 1);
 	if (flags & ~TB_MEM_FLAGS_ALL)
-		return tb_err_set(TB_EINVAL, "mem: map_shared: unknown flags "
+		return tb_error_set(TB_EINVAL, "mem: map_shared: unknown flags "
 				  "0x%x", flags);
 	if (size > SIZE_MAX / 2 || (create && size == 0))
-		return tb_err_set(TB_EINVAL, "mem: map_shared %s: bad size "
+		return tb_error_set(TB_EINVAL, "mem: map_shared %s: bad size "
 				  "%zu", path, size);
 	if (create && (flags & TB_MEM_READONLY))
-		return tb_err_set(TB_EINVAL, "mem: map_shared %s: cannot "
+		return tb_error_set(TB_EINVAL, "mem: map_shared %s: cannot "
 				  "create read-only", path);
 	if ((rc = check_node(numa_node)) != 0)
 		return rc;
@@ -538,11 +538,11 @@ int tb_mem_unlink_shared(const char *path)
 	int removed = 0;
 
 	if (!path || !path[0])
-		return tb_err_set(TB_EINVAL, "mem: unlink: empty path");
+		return tb_error_set(TB_EINVAL, "mem: unlink: empty path");
 	if (huge_path(path, hpath, sizeof(hpath)) && unlink(hpath) == 0)
 		removed = 1;
 	if (unlink(path) == 0)
 		removed = 1;
-	return removed ? 0 : tb_err_set(TB_ENOENT, "mem: unlink %s: no such "
+	return removed ? 0 : tb_error_set(TB_ENOENT, "mem: unlink %s: no such "
 					"file", path);
 }

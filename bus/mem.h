@@ -14,7 +14,7 @@
 #ifndef TB_MEM_H
 #define TB_MEM_H
 
-#include "tickbus.h"
+#include <tickbus/tickbus.h>
 
 #include <stddef.h>
 

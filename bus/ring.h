@@ -11,7 +11,7 @@
  *
  * For the shm transport both live in the shared ring header, and readers in
  * other processes use them to find frames and to detect that they were
- * overrun (transport_shm.h).  For the network transports the ring is the
+ * overrun (transport/shm.h).  For the network transports the ring is the
  * publisher's private, registered memory: the source of every RDMA WRITE or
  * datagram and, for as long as a frame stays in it, the publisher's
  * retention buffer; there the positions only serve the owner.
@@ -30,8 +30,8 @@
 #ifndef TB_RING_H
 #define TB_RING_H
 
-#include "barrier.h"
-#include "frame.h"
+#include "bus/barrier.h"
+#include "bus/frame.h"
 
 #include <stdint.h>
 
@@ -73,8 +73,8 @@ static inline void tb_ring_init(tb_ring_t *r, void *base, uint64_t size,
 	r->stream_id = stream_id;
 	r->intent_pub = intent_pub ? intent_pub : &r->own[0];
 	r->tail_pub = tail_pub ? tail_pub : &r->own[1];
-	tb_store_relaxed(r->intent_pub, 0);
-	tb_store_relaxed(r->tail_pub, 0);
+	tb_atomic_store_relaxed(r->intent_pub, 0);
+	tb_atomic_store_relaxed(r->tail_pub, 0);
 }
 
 /* The frame at position `pos`. */
@@ -119,8 +119,8 @@ static inline tb_frame_hdr_t *tb_ring_claim(tb_ring_t *r, uint32_t payload_len,
 		pad = r->mask + 1 - off;
 	r->claim_pos = pos + pad;
 	r->claim_tail = pos + pad + space;
-	tb_store_relaxed(r->intent_pub, r->claim_tail);
-	tb_fence_release(); /* R0: intent visible before any byte is written */
+	tb_atomic_store_relaxed(r->intent_pub, r->claim_tail);
+	tb_atomic_fence_release(); /* R0: intent visible before any byte is written */
 	if (pad) {
 		tb_frame_init_pad((tb_frame_hdr_t *)(r->base + off), (uint32_t)pad,
 				  r->stream_id, next_seq);
@@ -134,7 +134,7 @@ static inline void tb_ring_commit(tb_ring_t *r)
 {
 	r->tail = r->claim_tail;
 	r->claim_tail = 0;
-	tb_store_release(r->tail_pub, r->tail); /* R1 */
+	tb_atomic_store_release(r->tail_pub, r->tail); /* R1 */
 }
 
 /* Gives the claimed space back.  A padding frame it wrote lies beyond the
@@ -142,7 +142,7 @@ static inline void tb_ring_commit(tb_ring_t *r)
 static inline void tb_ring_abort(tb_ring_t *r)
 {
 	r->claim_tail = 0;
-	tb_store_relaxed(r->intent_pub, r->tail);
+	tb_atomic_store_relaxed(r->intent_pub, r->tail);
 }
 
 #endif

@@ -17,7 +17,7 @@
 #ifndef TB_SEQ_H
 #define TB_SEQ_H
 
-#include "barrier.h"
+#include "bus/barrier.h"
 
 #include <stdint.h>
 

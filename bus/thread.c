@@ -28,10 +28,10 @@
  * which phase it is in: `spins` counts consecutive idle steps (saturating),
  * `sleep_ns` is the last sleep (0 until backoff sleeps).
  */
-#include "thread.h"
+#include "bus/thread.h"
 
-#include "barrier.h"
-#include "error.h"
+#include "bus/barrier.h"
+#include "bus/error.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -70,15 +70,15 @@ static const char *skip_blanks(const char *p)
 	return p;
 }
 
-int tb_cpulist_parse(const char *list, cpu_set_t *set)
+int tb_thread_cpulist_parse(const char *list, cpu_set_t *set)
 {
 	const char *p;
 
 	if (!set)
-		return tb_err_set(TB_EINVAL, "cpulist: set is NULL");
+		return tb_error_set(TB_EINVAL, "cpulist: set is NULL");
 	CPU_ZERO(set);
 	if (!list)
-		return tb_err_set(TB_EINVAL, "cpulist: list is NULL");
+		return tb_error_set(TB_EINVAL, "cpulist: list is NULL");
 	p = list;
 	while (*p == ' ' || *p == '\t' || *p == '\n')
 		p++;
@@ -111,7 +111,7 @@ int tb_cpulist_parse(const char *list, cpu_set_t *set)
 	}
 bad:
 	CPU_ZERO(set);
-	return tb_err_set(TB_EINVAL, "cpulist: malformed CPU list \"%.64s\" "
+	return tb_error_set(TB_EINVAL, "cpulist: malformed CPU list \"%.64s\" "
 			  "at \"%.16s\" (expected e.g. \"0-3,8\", CPUs below "
 			  "%d)", list, p, CPU_SETSIZE);
 }
@@ -135,14 +135,14 @@ int tb_thread_core_isolated(int core)
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return tb_err_sys(errno, "open %s", path);
+		return tb_error_sys(errno, "open %s", path);
 	n = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
 	if (n < 0)
-		return tb_err_sys(errno, "read %s", path);
+		return tb_error_sys(errno, "read %s", path);
 	buf[n] = '\0';
-	if ((rc = tb_cpulist_parse(buf, &set)) < 0)
-		return tb_err_prepend(rc, "%s", path);
+	if ((rc = tb_thread_cpulist_parse(buf, &set)) < 0)
+		return tb_error_prepend(rc, "%s", path);
 	return core >= 0 && core < CPU_SETSIZE && CPU_ISSET(core, &set);
 }
 
@@ -173,7 +173,7 @@ int tb_thread_pin(int core)
 	int iso;
 
 	if (core < 0 || core >= CPU_SETSIZE || (ncpu > 0 && core >= ncpu))
-		return tb_err_set(TB_EINVAL, "tb_thread_pin: core %d does not "
+		return tb_error_set(TB_EINVAL, "tb_thread_pin: core %d does not "
 				  "exist (this machine has cores 0-%ld)", core,
 				  ncpu - 1);
 	CPU_ZERO(&set);
@@ -183,11 +183,11 @@ int tb_thread_pin(int core)
 
 		allowed_list(allowed, sizeof(allowed));
 		if (e == EINVAL)
-			return tb_err_set(TB_EINVAL, "tb_thread_pin: core %d "
+			return tb_error_set(TB_EINVAL, "tb_thread_pin: core %d "
 					  "is offline or not allowed to this "
 					  "process (allowed: %s)", core,
 					  allowed);
-		return tb_err_sys(e, "tb_thread_pin: sched_setaffinity core "
+		return tb_error_sys(e, "tb_thread_pin: sched_setaffinity core "
 				  "%d", core);
 	}
 	iso = tb_thread_core_isolated(core);
@@ -199,7 +199,7 @@ int tb_thread_pin(int core)
 	else if (iso < 0) {
 		tb_info("cannot tell whether core %d is isolated: %s", core,
 			tb_errmsg());
-		tb_err_clear();
+		tb_error_clear();
 	}
 	tb_info("pinned thread to core %d", core);
 	return 0;

@@ -11,7 +11,7 @@
 #ifndef TB_THREAD_H
 #define TB_THREAD_H
 
-#include "tickbus.h"
+#include <tickbus/tickbus.h>
 
 #include <sched.h>
 
@@ -37,7 +37,7 @@
  * the offending text (bad number, reversed range, CPU >= CPU_SETSIZE, empty
  * item).  `set` is left empty on error.
  */
-int tb_cpulist_parse(const char *list, cpu_set_t *set);
+int tb_thread_cpulist_parse(const char *list, cpu_set_t *set);
 
 /* Whether `core` is listed in the isolated-cores file: 1 yes, 0 no, or a
  * negative TB_E* code when the file cannot be read. */

@@ -1,5 +1,5 @@
 /* tb_pub_claim / tb_pub_commit / tb_pub_abort: publish in place, zero copy. */
-#include <tickbus.h>
+#include <tickbus/tickbus.h>
 
 #include <stdio.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* tb_publisher_open_file / tb_subscriber_open_file: a stream from an INI
  * file.  Usage: config_file [FILE [STREAM]] (default config/shm.ini). */
-#include <tickbus.h>
+#include <tickbus/tickbus.h>
 
 #include <stdio.h>
 

@@ -3,7 +3,7 @@
  * that joins late, asks to start at sequence 1 (tb_sub_start_at), and gets
  * every message once, in order: the missed ones replayed (TB_MSG_F_REPLAY),
  * then the live ones.  A range nobody holds would come as TB_DATA_LOSS. */
-#include <tickbus.h>
+#include <tickbus/tickbus.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

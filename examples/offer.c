@@ -1,6 +1,6 @@
 /* tb_pub_offer: publish by copy, and read it back in the same process.
  * Build: cc offer.c $(pkg-config --cflags --libs tickbus) */
-#include <tickbus.h>
+#include <tickbus/tickbus.h>
 
 #include <stdio.h>
 #include <unistd.h>

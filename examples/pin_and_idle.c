@@ -1,6 +1,6 @@
 /* tb_thread_pin, tb_idle_init / tb_idle_step and tb_clock_now_ns: the
  * furniture of a hot thread. */
-#include <tickbus.h>
+#include <tickbus/tickbus.h>
 
 #include <stdio.h>
 

@@ -1,7 +1,7 @@
 /* tb_sub_poll in a strategy's loop, with an idle strategy and every result
  * handled: messages, loss (with its range), restart, close, a dead
  * publisher. */
-#include <tickbus.h>
+#include <tickbus/tickbus.h>
 
 #include <stdio.h>
 #include <unistd.h>

@@ -1,7 +1,7 @@
 /* tb_pub_flush: a UDP multicast stream that batches a burst of messages
  * into as few datagrams as fit, sent when the burst ends.
  * Build: cc udp_flush.c $(pkg-config --cflags --libs tickbus) */
-#include <tickbus.h>
+#include <tickbus/tickbus.h>
 
 #include <sched.h>
 #include <stdio.h>

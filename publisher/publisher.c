@@ -14,19 +14,19 @@
  *
  * Retention (cfg.retention > 0): the hot path also records where each frame
  * sits in the ring (retention.h: two stores, no copy), and, when
- * cfg.retention_endpoint is set, a recovery server (recovery_server.h)
+ * cfg.retention_endpoint is set, a recovery server (recovery/server.h)
  * answers recovery-protocol requests for those frames from its own
  * threads.
  */
-#include "tickbus.h"
+#include <tickbus/tickbus.h>
 
-#include "clock.h"
-#include "counters.h"
-#include "error.h"
-#include "frame.h"
-#include "recovery_server.h"
-#include "retention.h"
-#include "transport.h"
+#include "bus/clock.h"
+#include "bus/counters.h"
+#include "bus/error.h"
+#include "bus/frame.h"
+#include "bus/recovery/server.h"
+#include "bus/transport/transport.h"
+#include "publisher/retention.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -58,7 +58,7 @@ struct tb_publisher {
 	int beat_stop;
 	int beat_started;
 	tb_retention_t own_ret;
-	tb_rsrv_t *rsrv;           /* serves the retention buffer, or NULL */
+	tb_recovery_server_t *rsrv;           /* serves the retention buffer, or NULL */
 };
 
 static void *beat_main(void *arg)
@@ -93,7 +93,7 @@ static int start_beat(tb_publisher_t *p)
 	pthread_condattr_destroy(&attr);
 	rc = pthread_create(&p->beat, NULL, beat_main, p);
 	if (rc != 0)
-		return tb_err_sys(rc, "start the heartbeat thread");
+		return tb_error_sys(rc, "start the heartbeat thread");
 	p->beat_started = 1;
 	return 0;
 }
@@ -124,7 +124,7 @@ static uint64_t new_epoch(void)
 
 static void stop_retention(tb_publisher_t *p)
 {
-	tb_rsrv_close(p->rsrv); /* first: its threads read the ring */
+	tb_recovery_server_close(p->rsrv); /* first: its threads read the ring */
 	p->rsrv = NULL;
 	if (p->ret)
 		tb_retention_free(p->ret);
@@ -133,8 +133,8 @@ static void stop_retention(tb_publisher_t *p)
 
 static int start_retention(tb_publisher_t *p)
 {
-	tb_rsrv_source_t src;
-	tb_rsrv_cfg_t rcfg;
+	tb_recovery_server_source_t src;
+	tb_recovery_server_cfg_t rcfg;
 	int rc;
 
 	if (p->cfg.retention == 0)
@@ -152,12 +152,12 @@ static int start_retention(tb_publisher_t *p)
 	src.bounds = tb_retention_bounds;
 	src.read = tb_retention_read;
 	src.sd = p->ret;
-	tb_rsrv_cfg_init(&rcfg);
+	tb_recovery_server_cfg_init(&rcfg);
 	rcfg.listen = p->cfg.retention_endpoint;
-	rc = tb_rsrv_open(&p->rsrv, &rcfg, &src, 1);
+	rc = tb_recovery_server_open(&p->rsrv, &rcfg, &src, 1);
 	if (rc < 0) {
 		stop_retention(p);
-		return tb_err_prepend(rc, "retention_endpoint");
+		return tb_error_prepend(rc, "retention_endpoint");
 	}
 	return 0;
 }
@@ -171,19 +171,19 @@ int tb_publisher_open(tb_publisher_t **out, const tb_stream_cfg_t *cfg)
 	*out = NULL;
 	rc = tb_stream_cfg_validate(cfg);
 	if (rc < 0)
-		return tb_err_prepend(rc, "tb_publisher_open");
+		return tb_error_prepend(rc, "tb_publisher_open");
 	ops = tb_tx_ops_for(cfg->transport);
 	if (!ops)
-		return tb_err_prepend(TB_ENOTSUP, "tb_publisher_open: stream '%s'",
+		return tb_error_prepend(TB_ENOTSUP, "tb_publisher_open: stream '%s'",
 				      cfg->name);
 	if (cfg->transport == TB_TRANSPORT_SHM &&
 	    cfg->slow_consumer == TB_SLOW_BACKPRESSURE)
-		return tb_err_set(TB_ENOTSUP, "tb_publisher_open: stream '%s': shm "
+		return tb_error_set(TB_ENOTSUP, "tb_publisher_open: stream '%s': shm "
 				  "never waits for readers; use slow_consumer = lap",
 				  cfg->name);
 	p = calloc(1, sizeof(*p));
 	if (!p)
-		return tb_err_set(TB_ENOMEM, "tb_publisher_open: out of memory");
+		return tb_error_set(TB_ENOMEM, "tb_publisher_open: out of memory");
 	p->cfg = *cfg;
 	p->stream_id = cfg->id;
 	p->next_seq = 1;
@@ -220,7 +220,7 @@ fail:
 	if (p->ctr != &p->own_ctr)
 		tb_counters_remove_stream(p->ctr);
 	free(p);
-	return tb_err_prepend(rc, "tb_publisher_open: stream '%s'", cfg->name);
+	return tb_error_prepend(rc, "tb_publisher_open: stream '%s'", cfg->name);
 }
 
 int tb_publisher_open_file(tb_publisher_t **out, const char *path,

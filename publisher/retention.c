@@ -2,9 +2,9 @@
  * retention.c - reading the publisher's retention buffer (see retention.h
  * for the design).  Everything here runs on recovery server threads.
  */
-#include "retention.h"
+#include "publisher/retention.h"
 
-#include "error.h"
+#include "bus/error.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -19,14 +19,14 @@ int tb_retention_init(tb_retention_t *r, uint64_t n, const tb_ring_t *ring,
 		slots <<= 1;
 	r->pos = calloc(slots, sizeof(*r->pos));
 	if (!r->pos)
-		return tb_err_set(TB_ENOMEM, "retention of %llu messages: out "
+		return tb_error_set(TB_ENOMEM, "retention of %llu messages: out "
 				  "of memory", (unsigned long long)n);
 	r->mask = slots - 1;
 	r->n = n;
 	r->ring = ring;
 	r->stream_id = stream_id;
 	r->epoch = epoch;
-	tb_store_relaxed(&r->last, 0);
+	tb_atomic_store_relaxed(&r->last, 0);
 	return 0;
 }
 
@@ -43,13 +43,13 @@ static int64_t copy_frame(const tb_retention_t *r, uint64_t seq, uint8_t *buf,
 {
 	const tb_ring_t *ring = r->ring;
 	uint64_t size = ring->mask + 1;
-	uint64_t pos = tb_load_relaxed(&r->pos[seq & r->mask]);
+	uint64_t pos = tb_atomic_load_relaxed(&r->pos[seq & r->mask]);
 	uint64_t off = pos & ring->mask;
 	const tb_frame_hdr_t *f = (const tb_frame_hdr_t *)(ring->base + off);
 	tb_frame_hdr_t *c = (tb_frame_hdr_t *)buf;
 	uint32_t len;
 
-	if (tb_load_relaxed(ring->intent_pub) - pos > size)
+	if (tb_atomic_load_relaxed(ring->intent_pub) - pos > size)
 		return 0;
 	len = f->length;
 	if (len < TB_FRAME_HDR_LEN || len > ring->max_frame || off + len > size)
@@ -57,8 +57,8 @@ static int64_t copy_frame(const tb_retention_t *r, uint64_t seq, uint8_t *buf,
 	if (len > cap)
 		return -1;
 	memcpy(buf, f, len);
-	tb_fence_acquire(); /* A0 pairs with R0 in tb_ring_claim */
-	if (tb_load_relaxed(ring->intent_pub) - pos > size)
+	tb_atomic_fence_acquire(); /* A0 pairs with R0 in tb_ring_claim */
+	if (tb_atomic_load_relaxed(ring->intent_pub) - pos > size)
 		return 0;
 	if (tb_frame_check(c, len) < 0 || c->type != TB_FRAME_DATA ||
 	    c->seq != seq || c->stream_id != r->stream_id)
@@ -70,12 +70,12 @@ static int held(const tb_retention_t *r, uint64_t seq)
 {
 	uint8_t buf[TB_FRAME_HDR_LEN];
 	const tb_ring_t *ring = r->ring;
-	uint64_t pos = tb_load_relaxed(&r->pos[seq & r->mask]);
+	uint64_t pos = tb_atomic_load_relaxed(&r->pos[seq & r->mask]);
 	tb_frame_hdr_t c;
 
 	memcpy(buf, ring->base + (pos & ring->mask), sizeof(buf));
-	tb_fence_acquire(); /* A0 pairs with R0 */
-	if (tb_load_relaxed(ring->intent_pub) - pos > ring->mask + 1)
+	tb_atomic_fence_acquire(); /* A0 pairs with R0 */
+	if (tb_atomic_load_relaxed(ring->intent_pub) - pos > ring->mask + 1)
 		return 0;
 	memcpy(&c, buf, sizeof(c));
 	return c.type == TB_FRAME_DATA && c.seq == seq;
@@ -85,7 +85,7 @@ void tb_retention_bounds(void *arg, uint64_t *epoch, uint64_t *first,
 			 uint64_t *last)
 {
 	tb_retention_t *r = arg;
-	uint64_t l = tb_load_acquire(&r->last); /* A3 pairs with R3 */
+	uint64_t l = tb_atomic_load_acquire(&r->last); /* A3 pairs with R3 */
 	uint64_t lo, hi;
 
 	*epoch = r->epoch;
@@ -116,7 +116,7 @@ int tb_retention_read(void *arg, uint64_t first, int max, tb_store_read_fn fn,
 		      void *clientd)
 {
 	tb_retention_t *r = arg;
-	uint64_t l = tb_load_acquire(&r->last); /* A3 pairs with R3 */
+	uint64_t l = tb_atomic_load_acquire(&r->last); /* A3 pairs with R3 */
 	/* Most frames are small: start with 4 KiB on the stack, take the
 	 * ring's largest frame from the heap only when one needs it. */
 	uint64_t small[512];

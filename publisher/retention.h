@@ -27,9 +27,9 @@
 #ifndef TB_RETENTION_H
 #define TB_RETENTION_H
 
-#include "barrier.h"
-#include "ring.h"
-#include "store.h"
+#include "bus/barrier.h"
+#include "bus/recovery/store.h"
+#include "bus/ring.h"
 
 #include <stdint.h>
 
@@ -53,8 +53,8 @@ void tb_retention_free(tb_retention_t *r);
 static inline void tb_retention_record(tb_retention_t *r, uint64_t seq,
 				       uint64_t pos)
 {
-	tb_store_relaxed(&r->pos[seq & r->mask], pos);
-	tb_store_release(&r->last, seq); /* R3 */
+	tb_atomic_store_relaxed(&r->pos[seq & r->mask], pos);
+	tb_atomic_store_release(&r->last, seq); /* R3 */
 }
 
 /* The epoch, and the range that can be read now ([0, 0] before the first

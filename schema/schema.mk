@@ -54,6 +54,6 @@ $(BUILD)/gen/tbf_schema_v1.h: tests/schema/features.xml $(SCHEMAGEN)
 	$(Q)$(SCHEMAGEN) --version 1 --prefix tbf1 -o $@ $<
 
 # Last: a rule's prerequisites are expanded where it is read.
-SCHEMA_USERS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS) $(PROG_SRCS) \
+SCHEMA_USERS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS) $(MD_SRCS) $(PROG_SRCS) \
 	$(TEST_SRCS) $(BENCH_SRCS) $(EXAMPLE_SRCS))
 $(SCHEMA_USERS): | $(SCHEMA_HEADERS)

@@ -25,7 +25,7 @@
  *   own loss detection then names whatever it loses, recovered likewise).
  *   So a full buffer costs recovery work, never a message.
  * - A recovery thread per subscriber runs the blocking TCP work
- *   (recovery_client.h: endpoints in order, timeouts, backoff, failover),
+ *   (recovery/client.h: endpoints in order, timeouts, backoff, failover),
  *   handing frames back through a lock-free SPSC queue (`replay`), then a
  *   LOSS entry for anything that could not be had within
  *   cfg.recovery_timeout_ms (or that no service holds), then DONE.  The poll
@@ -50,16 +50,16 @@
  *
  * tb_sub_poll never blocks: it only peeks at the queues.
  */
-#include "tickbus.h"
+#include <tickbus/tickbus.h>
 
-#include "clock.h"
-#include "counters.h"
-#include "error.h"
-#include "fifo.h"
-#include "frame.h"
-#include "recovery_client.h"
-#include "seq.h"
-#include "transport.h"
+#include "bus/clock.h"
+#include "bus/counters.h"
+#include "bus/error.h"
+#include "bus/fifo.h"
+#include "bus/frame.h"
+#include "bus/recovery/client.h"
+#include "bus/seq.h"
+#include "bus/transport/transport.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -104,7 +104,7 @@ struct recovery {
 	_Atomic int stop;
 	pthread_t thread;
 	int started;
-	tb_rclient_cfg_t ccfg;
+	tb_recovery_client_cfg_t ccfg;
 	tb_endpoint_t eps[TB_RECOVERY_MAX];
 	char token[TB_TOKEN_MAX];
 	uint32_t stream_id;
@@ -223,20 +223,20 @@ static void *rec_main(void *arg)
 
 	while (!atomic_load(&r->stop)) {
 		struct pollfd pfd = {.fd = r->efd, .events = POLLIN};
-		tb_rclient_stats_t st;
+		tb_recovery_client_stats_t st;
 		uint64_t gen, next, v;
 		int rc;
 
 		if (poll(&pfd, 1, 100) > 0 &&
 		    read(r->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 			break;
-		gen = tb_load_acquire(&r->job_gen); /* A4 pairs with R4 */
+		gen = tb_atomic_load_acquire(&r->job_gen); /* A4 pairs with R4 */
 		if (gen == done_gen)
 			continue;
 		r->ccfg.until_latest = r->job_open;
 		r->job_cut = 0;
 		r->job_lost = 0;
-		rc = tb_rclient_fetch(&r->ccfg, r->job_epoch, r->job_first,
+		rc = tb_recovery_client_fetch(&r->ccfg, r->job_epoch, r->job_first,
 				      r->job_last, rec_frame, rec_loss, r, &st,
 				      &next);
 		if (rc == TB_ESTATE && atomic_load(&r->stop))
@@ -305,13 +305,13 @@ static int rec_open(tb_subscriber_t *s)
 		replay_cap = REPLAY_MIN;
 	r = calloc(1, sizeof(*r));
 	if (!r)
-		return tb_err_set(TB_ENOMEM, "recovery: out of memory");
+		return tb_error_set(TB_ENOMEM, "recovery: out of memory");
 	r->efd = -1;
 	r->live_mem = aligned_alloc(TB_FIFO_ALIGN, live_cap);
 	r->replay_mem = aligned_alloc(TB_FIFO_ALIGN, replay_cap);
 	if (!r->live_mem || !r->replay_mem) {
 		rec_free(r);
-		return tb_err_set(TB_ENOMEM, "recovery: buffers of %llu and "
+		return tb_error_set(TB_ENOMEM, "recovery: buffers of %llu and "
 				  "%llu bytes", (unsigned long long)live_cap,
 				  (unsigned long long)replay_cap);
 	}
@@ -319,7 +319,7 @@ static int rec_open(tb_subscriber_t *s)
 	tb_fifo_init(&r->replay, r->replay_mem, replay_cap);
 	memcpy(r->eps, cfg->recovery, sizeof(r->eps));
 	memcpy(r->token, cfg->token, sizeof(r->token));
-	tb_rclient_cfg_init(&r->ccfg);
+	tb_recovery_client_cfg_init(&r->ccfg);
 	r->ccfg.endpoints = r->eps;
 	r->ccfg.n_endpoints = cfg->n_recovery;
 	r->ccfg.stream_id = cfg->id;
@@ -330,14 +330,14 @@ static int rec_open(tb_subscriber_t *s)
 	r->ccfg.cancelled = rec_cancelled;
 	r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (r->efd < 0) {
-		rc = tb_err_sys(errno, "recovery: eventfd");
+		rc = tb_error_sys(errno, "recovery: eventfd");
 		rec_free(r);
 		return rc;
 	}
 	rc = pthread_create(&r->thread, NULL, rec_main, r);
 	if (rc != 0) {
 		rec_free(r);
-		return tb_err_sys(rc, "recovery: start its thread");
+		return tb_error_sys(rc, "recovery: start its thread");
 	}
 	r->started = 1;
 	s->rec = r;
@@ -355,14 +355,14 @@ int tb_subscriber_open(tb_subscriber_t **out, const tb_stream_cfg_t *cfg)
 	*out = NULL;
 	rc = tb_stream_cfg_validate(cfg);
 	if (rc < 0)
-		return tb_err_prepend(rc, "tb_subscriber_open");
+		return tb_error_prepend(rc, "tb_subscriber_open");
 	ops = tb_rx_ops_for(cfg->transport);
 	if (!ops)
-		return tb_err_prepend(TB_ENOTSUP, "tb_subscriber_open: stream '%s'",
+		return tb_error_prepend(TB_ENOTSUP, "tb_subscriber_open: stream '%s'",
 				      cfg->name);
 	s = calloc(1, sizeof(*s));
 	if (!s)
-		return tb_err_set(TB_ENOMEM, "tb_subscriber_open: out of memory");
+		return tb_error_set(TB_ENOMEM, "tb_subscriber_open: out of memory");
 	s->cfg = *cfg;
 	tb_seq_init(&s->seq, 0);
 	s->ctr = tb_counters_add_stream(cfg->id, cfg->name, TB_ROLE_SUBSCRIBER,
@@ -386,7 +386,7 @@ fail:
 	if (s->ctr != &s->own_ctr)
 		tb_counters_remove_stream(s->ctr);
 	free(s);
-	return tb_err_prepend(rc, "tb_subscriber_open: stream '%s'", cfg->name);
+	return tb_error_prepend(rc, "tb_subscriber_open: stream '%s'", cfg->name);
 }
 
 int tb_subscriber_open_file(tb_subscriber_t **out, const char *path,
@@ -421,10 +421,10 @@ int tb_subscriber_close(tb_subscriber_t *s)
 int tb_sub_start_at(tb_subscriber_t *s, uint64_t seq)
 {
 	if (seq == 0)
-		return tb_err_set(TB_EINVAL, "tb_sub_start_at: sequence 0; "
+		return tb_error_set(TB_EINVAL, "tb_sub_start_at: sequence 0; "
 				  "sequences start at 1");
 	if (s->seq.delivered > 0 || s->recovering)
-		return tb_err_set(TB_ESTATE, "tb_sub_start_at: the subscriber "
+		return tb_error_set(TB_ESTATE, "tb_sub_start_at: the subscriber "
 				  "has already delivered messages");
 	tb_seq_init(&s->seq, seq);
 	s->probe = s->rec != NULL;
@@ -459,7 +459,7 @@ static int live_marker(struct recovery *r, int kind, uint64_t first,
  * before it in the worst case, and two marker entries behind it. */
 static int live_fits(const tb_fifo_t *q, uint32_t len)
 {
-	uint64_t used = tb_load_relaxed(&q->tail) - tb_load_relaxed(&q->head);
+	uint64_t used = tb_atomic_load_relaxed(&q->tail) - tb_atomic_load_relaxed(&q->head);
 	uint64_t need = 2 * (uint64_t)tb_fifo_space(len) + 2 * sizeof(tb_fifo_ent_t);
 
 	return len <= tb_fifo_max_payload(q) && used + need <= q->mask + 1;
@@ -539,7 +539,7 @@ static void post_job(tb_subscriber_t *s, const tb_fifo_ent_t *gap)
 	    r->tail_gap_last > gap->last)
 		r->job_last = r->tail_gap_last - gap->last > COALESCE_MAX ?
 			      gap->last + COALESCE_MAX : r->tail_gap_last;
-	tb_store_release(&r->job_gen, tb_load_relaxed(&r->job_gen) + 1); /* R4 */
+	tb_atomic_store_release(&r->job_gen, tb_atomic_load_relaxed(&r->job_gen) + 1); /* R4 */
 	/* One system call per gap, to wake the recovery thread at once;
 	 * if it fails, the thread's 100 ms poll finds the job anyway. */
 	if (write(r->efd, &one, sizeof(one)) < 0) {
@@ -715,7 +715,7 @@ static int start_probe(tb_subscriber_t *s, tb_handler_t handler,
 		return 0;
 	s->deliver_next = s->seq.expected;
 	live_marker(s->rec, TB_FIFO_GAP, s->seq.expected,
-		    s->seq.expected + TB_RPROTO_COUNT_MAX - 1, 1, epoch);
+		    s->seq.expected + TB_RECOVERY_PROTO_COUNT_MAX - 1, 1, epoch);
 	s->recovering = 1;
 	return poll_recovering(s, handler, clientd, limit);
 }

@@ -1,7 +1,7 @@
 // Compiles the public headers as C++: a C++ strategy includes them as is.
-#include "tickbus.h"
-#include "hist.h"
-#include "hop.h"
+#include <tickbus/hist.h>
+#include <tickbus/hop.h>
+#include <tickbus/tickbus.h>
 
 static void on_msg(void *, const tb_msg_t *) {}
 

@@ -9,11 +9,11 @@
  * the decoder's reason and counted; the dump goes on.  Losses reported by
  * the subscriber (gaps, laps) are printed in line, where they happened.
  */
-#include "cli.h"
-#include "tickbus.h"
+#include <tickbus/tickbus.h>
+#include "tools/cli.h"
 
-#include "frame.h"
-#include "store.h"
+#include "bus/frame.h"
+#include "bus/recovery/store.h"
 #include "tickbus_schema.h"
 
 #include <getopt.h>

@@ -20,9 +20,9 @@
  * line per input, labelled.  The SVG is self-contained (no script, font or
  * stylesheet), so any browser opens it.
  */
-#include "tickbus.h"
+#include <tickbus/tickbus.h>
 
-#include "hist.h"
+#include <tickbus/hist.h>
 
 #include <ctype.h>
 #include <errno.h>

@@ -30,10 +30,10 @@
  *   magic u32, kind u16, pad u16, size u32, pad u32, id u64,
  *   intended_ns u64, sent_ns u64
  */
-#include "cli.h"
-#include "tickbus.h"
+#include <tickbus/tickbus.h>
+#include "tools/cli.h"
 
-#include "hist.h"
+#include <tickbus/hist.h>
 
 #include <errno.h>
 #include <getopt.h>

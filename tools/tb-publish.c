@@ -4,10 +4,10 @@
  * the subscribers' must match.  Used by `make demo`, the scenario tests and
  * the benchmarks.
  */
-#include "cli.h"
-#include "tickbus.h"
+#include <tickbus/tickbus.h>
+#include "tools/cli.h"
 
-#include "demo_msg.h"
+#include "tools/demo_msg.h"
 
 #include <getopt.h>
 #include <inttypes.h>

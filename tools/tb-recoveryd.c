@@ -2,7 +2,7 @@
  * tb-recoveryd - the gap-recovery service.  For each stream named on the
  * command line it subscribes through the public API, writes every message
  * to the retransmit store (store.h), and answers recovery-protocol
- * requests for them (recovery_server.h) on one TCP endpoint.
+ * requests for them (recovery/server.h) on one TCP endpoint.
  *
  * Restart: the store of the stream's current epoch is opened again and the
  * subscription starts at its last sequence + 1 (tb_sub_start_at), so what
@@ -21,16 +21,16 @@
  * stores; the server's threads read the stores; one mutex per stream
  * orders the two.
  */
-#include "cli.h"
-#include "tickbus.h"
+#include <tickbus/tickbus.h>
+#include "tools/cli.h"
 
-#include "config.h"
-#include "counters.h"
-#include "error.h"
-#include "frame.h"
-#include "recovery_client.h"
-#include "recovery_server.h"
-#include "store.h"
+#include "bus/config.h"
+#include "bus/counters.h"
+#include "bus/error.h"
+#include "bus/frame.h"
+#include "bus/recovery/client.h"
+#include "bus/recovery/server.h"
+#include "bus/recovery/store.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -178,18 +178,18 @@ static int append_locked(void *clientd, const tb_frame_hdr_t *f)
 static uint64_t fill_from_retention(struct stream *st, uint64_t epoch,
 				    uint64_t first, uint64_t last)
 {
-	tb_rclient_cfg_t c;
+	tb_recovery_client_cfg_t c;
 	uint64_t next = first;
 
 	if (!st->cfg.n_recovery)
 		return first;
-	tb_rclient_cfg_init(&c);
+	tb_recovery_client_cfg_init(&c);
 	c.endpoints = st->cfg.recovery; /* the retention endpoint */
 	c.n_endpoints = st->cfg.n_recovery;
 	c.stream_id = st->cfg.id;
 	c.token = st->cfg.token;
 	c.deadline_ms = st->cfg.recovery_timeout_ms;
-	if (tb_rclient_fetch(&c, epoch, first, last, append_locked, NULL, st,
+	if (tb_recovery_client_fetch(&c, epoch, first, last, append_locked, NULL, st,
 			     NULL, &next) < 0)
 		fprintf(stderr, "%s: stream %s: filling %" PRIu64 "..%" PRIu64
 			" from retention: %s\n", prog, st->cfg.name, first, last,
@@ -363,15 +363,15 @@ int main(int argc, char **argv)
 	};
 	const char *config = NULL, *names[MAX_STREAMS], *listen = NULL;
 	static struct stream streams[MAX_STREAMS];
-	tb_rsrv_source_t src[MAX_STREAMS];
-	tb_rsrv_cfg_t rcfg;
-	tb_rsrv_t *srv = NULL;
+	tb_recovery_server_source_t src[MAX_STREAMS];
+	tb_recovery_server_cfg_t rcfg;
+	tb_recovery_server_t *srv = NULL;
 	tb_config_t *file = NULL;
 	uint64_t v, last_flush = 0;
 	int n = 0, c, rc, status = 0;
 	tb_idle_t idle;
 
-	tb_rsrv_cfg_init(&rcfg);
+	tb_recovery_server_cfg_init(&rcfg);
 	while ((c = getopt_long(argc, argv, "c:s:d:l:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': config = optarg; break;
@@ -387,7 +387,7 @@ int main(int argc, char **argv)
 			break;
 		case 'l': listen = optarg; break;
 		case 'M':
-			if (tb_cli_u64(optarg, &v) || v < 1 || v > TB_RPROTO_COUNT_MAX)
+			if (tb_cli_u64(optarg, &v) || v < 1 || v > TB_RECOVERY_PROTO_COUNT_MAX)
 				goto bad;
 			rcfg.max_count = (uint32_t)v;
 			break;
@@ -458,13 +458,13 @@ bad:
 		src[i].read = src_read;
 		src[i].sd = &streams[i];
 	}
-	if (tb_rsrv_open(&srv, &rcfg, src, n) < 0) {
+	if (tb_recovery_server_open(&srv, &rcfg, src, n) < 0) {
 		fprintf(stderr, "%s: %s\n", prog, tb_errmsg());
 		status = 1;
 		goto out;
 	}
 	fprintf(stderr, "%s: listening on %s:%u\n", prog, rcfg.listen.host,
-		tb_rsrv_port(srv));
+		tb_recovery_server_port(srv));
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 
@@ -511,13 +511,13 @@ bad:
 
 out:
 	if (srv) {
-		tb_rsrv_stats_t rs;
+		tb_recovery_server_stats_t rs;
 		uint64_t rejects = 0;
 
-		tb_rsrv_stats(srv, &rs);
-		for (int r = 0; r <= TB_RPROTO_REJ_MAX; r++)
+		tb_recovery_server_stats(srv, &rs);
+		for (int r = 0; r <= TB_RECOVERY_PROTO_REJ_MAX; r++)
 			rejects += rs.rejects[r];
-		tb_rsrv_close(srv);
+		tb_recovery_server_close(srv);
 		for (int i = 0; i < n; i++) {
 			struct stream *st = &streams[i];
 
@@ -530,8 +530,8 @@ out:
 			       st->store ? tb_store_first_seq(st->store) : 0,
 			       st->store ? tb_store_last_seq(st->store) : 0,
 			       st->holes, st->lost, rs.requests, rs.served,
-			       rejects, rs.rejects[TB_RPROTO_REJ_MALFORMED],
-			       rs.rejects[TB_RPROTO_REJ_UNAUTHORISED]);
+			       rejects, rs.rejects[TB_RECOVERY_PROTO_REJ_MALFORMED],
+			       rs.rejects[TB_RECOVERY_PROTO_REJ_UNAUTHORISED]);
 		}
 		fflush(stdout);
 	}

@@ -14,9 +14,9 @@
  * --once takes two readings --interval-ms apart and prints one table (so
  * rates are real); --json prints one JSON object per refresh, one per line.
  */
-#include "tickbus.h"
+#include <tickbus/tickbus.h>
 
-#include "counters.h"
+#include "bus/counters.h"
 
 #include <errno.h>
 #include <getopt.h>

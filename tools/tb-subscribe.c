@@ -4,11 +4,11 @@
  * ranges it was told about, the running checksum, and the one-way latency
  * distribution.  Used by `make demo`, the scenario tests and the benchmarks.
  */
-#include "cli.h"
-#include "tickbus.h"
+#include <tickbus/tickbus.h>
+#include "tools/cli.h"
 
-#include "demo_msg.h"
-#include "hist.h"
+#include <tickbus/hist.h>
+#include "tools/demo_msg.h"
 
 #include <getopt.h>
 #include <inttypes.h>

@@ -15,8 +15,8 @@
  * Usage: bench_book [messages, default 2000000]
  * Output lines start with "bench book" for tests/bench/run-bench.sh.
  */
-#include "book.h"
-#include "itch.h"
+#include "tools/md/book.h"
+#include "tools/md/itch.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
  * read and the ratio to rdtsc (the floor: nothing TSC-based can be cheaper).
  * Not a test: it asserts nothing.
  */
-#include "clock.h"
+#include "bus/clock.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -14,7 +14,7 @@
  * Usage: bench_hist [records per run, default 100000000]
  * Output lines start with "bench hist" for tests/bench/run-bench.sh.
  */
-#include "hist.h"
+#include <tickbus/hist.h>
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -24,9 +24,9 @@
  *                                  the two fan-outs sit side by side: rc
  *                                  posts once per subscriber, ud once
  */
-#include "tickbus.h"
+#include <tickbus/tickbus.h>
 
-#include "clock.h"
+#include "bus/clock.h"
 
 #include <endian.h>
 #include <infiniband/verbs.h>

@@ -17,7 +17,7 @@
  * which is the least a request to any recovery service costs.  Reported:
  * median of RUNS runs, and its ratio to the floor's median.
  */
-#include "tickbus.h"
+#include <tickbus/tickbus.h>
 
 #include <arpa/inet.h>
 #include <inttypes.h>

@@ -20,10 +20,10 @@
  * Not a test: it prints figures and always exits 0 unless it could not run.
  * Output lines start with "bench shm" for tests/bench/run-bench.sh.
  */
-#include "tickbus.h"
+#include <tickbus/tickbus.h>
 
-#include "barrier.h"
-#include "hist.h"
+#include "bus/barrier.h"
+#include <tickbus/hist.h>
 
 #include <inttypes.h>
 #include <signal.h>
@@ -73,15 +73,15 @@ static int floor_run(result_t *r)
 
 	if (pp == MAP_FAILED)
 		return -1;
-	tb_store_relaxed(&pp->ping, 0);
-	tb_store_relaxed(&pp->pong, 0);
+	tb_atomic_store_relaxed(&pp->ping, 0);
+	tb_atomic_store_relaxed(&pp->pong, 0);
 	child = fork();
 	if (child == 0) {
 		tb_thread_pin(core_b);
 		for (i = 1; i <= WARMUP + rounds; i++) {
-			while (tb_load_acquire(&pp->ping) != i)
+			while (tb_atomic_load_acquire(&pp->ping) != i)
 				tb_cpu_relax();
-			tb_store_release(&pp->pong, i);
+			tb_atomic_store_release(&pp->pong, i);
 		}
 		_exit(0);
 	}
@@ -90,8 +90,8 @@ static int floor_run(result_t *r)
 	for (i = 1; i <= WARMUP + rounds; i++) {
 		uint64_t t0 = tb_clock_now_ns();
 
-		tb_store_release(&pp->ping, i);
-		while (tb_load_acquire(&pp->pong) != i)
+		tb_atomic_store_release(&pp->ping, i);
+		while (tb_atomic_load_acquire(&pp->pong) != i)
 			tb_cpu_relax();
 		if (i > WARMUP) {
 			int64_t rtt = (int64_t)(tb_clock_now_ns() - t0);

@@ -16,9 +16,9 @@
  * Not a test: it prints "bench store:" lines and exits 0 unless it could
  * not run.  TB_BENCH_DIR picks the directory (default /tmp).
  */
-#include "store.h"
+#include "bus/recovery/store.h"
 
-#include "error.h"
+#include "bus/error.h"
 
 #include <fcntl.h>
 #include <ftw.h>

@@ -22,9 +22,9 @@
  * test: it prints figures and exits 0 unless it could not run.  Lines start
  * with "bench ud".
  */
-#include "clock.h"
-#include "error.h"
-#include "transport_ud.h"
+#include "bus/clock.h"
+#include "bus/error.h"
+#include "bus/transport/ud.h"
 
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -183,7 +183,7 @@ static double run_floor(void)
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
 				.qkey = TB_UD_QKEY(STREAM)};
 	struct ibv_ah_attr aa = {.is_global = 1, .port_num = 1};
-	static uint8_t buf[TB_PKT_HDR_LEN + 96] __attribute__((aligned(64)));
+	static uint8_t buf[TB_PACKET_HDR_LEN + 96] __attribute__((aligned(64)));
 	uint64_t ns = 0, seq = 1;
 	struct ibv_wc wc[16];
 
@@ -217,9 +217,9 @@ static double run_floor(void)
 						 .num_sge = 1,
 						 .opcode = IBV_WR_SEND_WITH_IMM,
 						 .imm_data = htonl((uint32_t)seq)}, *bad;
-			tb_frame_hdr_t *f = (tb_frame_hdr_t *)(buf + TB_PKT_HDR_LEN);
+			tb_frame_hdr_t *f = (tb_frame_hdr_t *)(buf + TB_PACKET_HDR_LEN);
 
-			tb_pkt_init((tb_pkt_hdr_t *)buf, 0, STREAM, 99, seq, 1,
+			tb_packet_init((tb_packet_hdr_t *)buf, 0, STREAM, 99, seq, 1,
 				    sizeof(buf));
 			tb_frame_init(f, PAYLOAD, 1, STREAM, seq, t0);
 			if (i == BURST - 1)

@@ -18,11 +18,11 @@
  *
  * Not a test: it prints figures and exits 0 unless it could not run.
  */
-#include "tickbus.h"
+#include <tickbus/tickbus.h>
 
-#include "clock.h"
-#include "hist.h"
-#include "transport_udp.h"
+#include "bus/clock.h"
+#include "bus/transport/udp.h"
+#include <tickbus/hist.h>
 
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -298,13 +298,13 @@ static void core_run(int burst, double *pack_ns, double *rx_ns)
 			int done = 0;
 
 			/* The copy stands in for the kernel's; not timed. */
-			memcpy(dgram, tx.out[k].hdr, TB_PKT_HDR_LEN);
-			memcpy(dgram + TB_PKT_HDR_LEN, tx.out[k].frames,
+			memcpy(dgram, tx.out[k].hdr, TB_PACKET_HDR_LEN);
+			memcpy(dgram + TB_PACKET_HDR_LEN, tx.out[k].frames,
 			       tx.out[k].frames_len);
 			t0 = tb_clock_now_ns();
 			while (!done)
 				tb_dgram_rx_input(&rx, &seq, &loss, dgram,
-						  TB_PKT_HDR_LEN + tx.out[k].frames_len,
+						  TB_PACKET_HDR_LEN + tx.out[k].frames_len,
 						  t0, nop_handler, &sink, 1 << 20, 0,
 						  &done);
 			t_rx += tb_clock_now_ns() - t0;

@@ -6,7 +6,7 @@
  *   mkdir -p build/fuzz
  *   clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ibus \
  *       -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
- *       tests/fuzz/fuzz_control.c bus/control.c bus/error.c \
+ *       tests/fuzz/fuzz_control.c bus/transport/control.c bus/error.c \
  *       -o build/fuzz/fuzz_control
  *   build/fuzz/fuzz_control -max_total_time=20 -max_len=1024
  *
@@ -16,26 +16,26 @@
  *   - whatever decodes re-encodes to exactly the same bytes (one valid
  *     encoding per message, and the encoder accepts everything the decoder
  *     does);
- *   - the framer never asks for more than TB_CTL_MSG_MAX bytes in all, and
+ *   - the framer never asks for more than TB_CONTROL_MSG_MAX bytes in all, and
  *     says 0 (whole) whenever decode succeeds.
  */
-#include "control.h"
-#include "error.h"
+#include "bus/error.h"
+#include "bus/transport/control.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static int reencode(const tb_ctl_msg_t *m, uint8_t *buf, size_t cap)
+static int reencode(const tb_control_msg_t *m, uint8_t *buf, size_t cap)
 {
 	switch (m->type) {
-	case TB_CTL_HELLO: return tb_ctl_encode_hello(buf, cap, &m->hello);
-	case TB_CTL_SUBSCRIBE:
-		return tb_ctl_encode_subscribe(buf, cap, &m->subscribe);
-	case TB_CTL_ACCEPT: return tb_ctl_encode_accept(buf, cap, &m->accept);
-	case TB_CTL_REJECT: return tb_ctl_encode_reject(buf, cap, &m->reject);
-	case TB_CTL_HEARTBEAT:
-		return tb_ctl_encode_heartbeat(buf, cap, &m->heartbeat);
-	case TB_CTL_BYE: return tb_ctl_encode_bye(buf, cap, &m->bye);
+	case TB_CONTROL_HELLO: return tb_control_encode_hello(buf, cap, &m->hello);
+	case TB_CONTROL_SUBSCRIBE:
+		return tb_control_encode_subscribe(buf, cap, &m->subscribe);
+	case TB_CONTROL_ACCEPT: return tb_control_encode_accept(buf, cap, &m->accept);
+	case TB_CONTROL_REJECT: return tb_control_encode_reject(buf, cap, &m->reject);
+	case TB_CONTROL_HEARTBEAT:
+		return tb_control_encode_heartbeat(buf, cap, &m->heartbeat);
+	case TB_CONTROL_BYE: return tb_control_encode_bye(buf, cap, &m->bye);
 	}
 	return -1;
 }
@@ -44,14 +44,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	uint8_t again[TB_CTL_MSG_MAX];
-	tb_ctl_msg_t m;
+	uint8_t again[TB_CONTROL_MSG_MAX];
+	tb_control_msg_t m;
 	int need, rc;
 
-	need = tb_ctl_frame_need(data, size);
-	if (need > 0 && size + (size_t)need > TB_CTL_MSG_MAX)
+	need = tb_control_frame_need(data, size);
+	if (need > 0 && size + (size_t)need > TB_CONTROL_MSG_MAX)
 		abort();
-	rc = tb_ctl_decode(data, size, &m);
+	rc = tb_control_decode(data, size, &m);
 	if (rc < 0) {
 		if (rc != TB_EPROTO && rc != TB_EFORMAT)
 			abort();
@@ -63,8 +63,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	    memcmp(again, data, (size_t)rc) != 0)
 		abort();
 	/* Token comparison must be reflexive on anything decoded. */
-	if (m.type == TB_CTL_HELLO &&
-	    !tb_ctl_token_equal(m.hello.token, m.hello.token))
+	if (m.type == TB_CONTROL_HELLO &&
+	    !tb_control_token_equal(m.hello.token, m.hello.token))
 		abort();
 	return 0;
 }

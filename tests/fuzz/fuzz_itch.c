@@ -1,13 +1,13 @@
 /*
  * fuzz_itch.c - libFuzzer target for the MoldUDP64 and ITCH decoders
- * (publisher/itch.c), the feed's first contact with bytes from the network.
+ * (tools/md/itch.c), the feed's first contact with bytes from the network.
  *
  * Build and run (from the top of the tree; not part of `make`):
  *
  *   mkdir -p build/fuzz
  *   clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ibus -Ipublisher \
  *       -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
- *       tests/fuzz/fuzz_itch.c publisher/itch.c -o build/fuzz/fuzz_itch
+ *       tests/fuzz/fuzz_itch.c tools/md/itch.c -o build/fuzz/fuzz_itch
  *   build/fuzz/fuzz_itch -max_total_time=20 -max_len=1500
  *
  * The input is read as a downstream packet (a packet that parses must walk
@@ -15,7 +15,7 @@
  * re-encode to the same bytes), as one ITCH message on its own, and as a
  * re-request (one that decodes re-encodes to the same 20 bytes).
  */
-#include "itch.h"
+#include "tools/md/itch.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -7,8 +7,8 @@
  *   mkdir -p build/fuzz
  *   clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ibus \
  *       -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
- *       tests/fuzz/fuzz_recovery_proto.c bus/recovery_proto.c \
- *       bus/control.c bus/error.c -o build/fuzz/fuzz_recovery_proto
+ *       tests/fuzz/fuzz_recovery_proto.c bus/recovery/proto.c \
+ *       bus/transport/control.c bus/error.c -o build/fuzz/fuzz_recovery_proto
  *   build/fuzz/fuzz_recovery_proto -max_total_time=20 -max_len=1024
  *
  * The input is read twice: as a protocol message (decode; whatever decodes
@@ -16,37 +16,37 @@
  * is misaligned, as a replayed tickbus frame (replay_need and
  * replay_check must agree and never read past the input).
  */
-#include "error.h"
-#include "recovery_proto.h"
+#include "bus/error.h"
+#include "bus/recovery/proto.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static int reencode(const tb_rproto_msg_t *m, uint8_t *buf, size_t cap)
+static int reencode(const tb_recovery_proto_msg_t *m, uint8_t *buf, size_t cap)
 {
 	switch (m->type) {
-	case TB_RPROTO_REQUEST:
-		return tb_rproto_encode_request(buf, cap, &m->request);
-	case TB_RPROTO_RESPONSE_BEGIN:
-		return tb_rproto_encode_begin(buf, cap, &m->begin);
-	case TB_RPROTO_RESPONSE_END:
-		return tb_rproto_encode_end(buf, cap, &m->end);
-	case TB_RPROTO_REJECT:
-		return tb_rproto_encode_reject(buf, cap, &m->reject);
+	case TB_RECOVERY_PROTO_REQUEST:
+		return tb_recovery_proto_encode_request(buf, cap, &m->request);
+	case TB_RECOVERY_PROTO_RESPONSE_BEGIN:
+		return tb_recovery_proto_encode_begin(buf, cap, &m->begin);
+	case TB_RECOVERY_PROTO_RESPONSE_END:
+		return tb_recovery_proto_encode_end(buf, cap, &m->end);
+	case TB_RECOVERY_PROTO_REJECT:
+		return tb_recovery_proto_encode_reject(buf, cap, &m->reject);
 	}
 	return -1;
 }
 
 static void as_message(const uint8_t *data, size_t size)
 {
-	uint8_t again[TB_RPROTO_MSG_MAX];
-	tb_rproto_msg_t m;
+	uint8_t again[TB_RECOVERY_PROTO_MSG_MAX];
+	tb_recovery_proto_msg_t m;
 	int need, rc;
 
-	need = tb_rproto_frame_need(data, size);
-	if (need > 0 && size + (size_t)need > TB_RPROTO_MSG_MAX)
+	need = tb_recovery_proto_frame_need(data, size);
+	if (need > 0 && size + (size_t)need > TB_RECOVERY_PROTO_MSG_MAX)
 		abort();
-	rc = tb_rproto_decode(data, size, &m);
+	rc = tb_recovery_proto_decode(data, size, &m);
 	if (rc < 0) {
 		if (rc != TB_EPROTO && rc != TB_EFORMAT)
 			abort();
@@ -62,7 +62,7 @@ static void as_message(const uint8_t *data, size_t size)
 static void as_frame(const uint8_t *data, size_t size)
 {
 	/* A response announcing frames of stream 1 from sequence 1. */
-	const tb_rproto_begin_t begin = {.stream_id = 1, .count = 16,
+	const tb_recovery_proto_begin_t begin = {.stream_id = 1, .count = 16,
 					 .epoch = 1, .first = 1};
 	int need;
 	int64_t n;
@@ -70,8 +70,8 @@ static void as_frame(const uint8_t *data, size_t size)
 	if (size < 2)
 		return;
 	data++, size--;
-	need = tb_rproto_replay_need(data, size);
-	n = tb_rproto_replay_check(data, size, &begin, data[0] % 20);
+	need = tb_recovery_proto_replay_need(data, size);
+	n = tb_recovery_proto_replay_check(data, size, &begin, data[0] % 20);
 	if (n > 0 && (need != 0 || (size_t)n > size))
 		abort();
 	if (need > 0 && size + (size_t)need > TB_FRAME_MAX_LEN)

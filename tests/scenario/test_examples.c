@@ -5,7 +5,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "proc.h"
+#include "tests/common/proc.h"
 
 #include <dirent.h>
 

@@ -1,7 +1,7 @@
 /*
  * test_feed_scenario.c - the feed path end to end with the real programs:
  * tb-feedsim sends a MoldUDP64/ITCH feed over UDP multicast, tb-feedcheck
- * reads it with the feed-handler core (publisher/feed.c), and the books
+ * reads it with the feed-handler core (tools/md/feed.c), and the books
  * must match the simulator's own at the end; with loss injected the gaps
  * must be re-requested and filled; without a retransmission server they
  * must be given up and the instruments reported stale; malformed packets
@@ -33,11 +33,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../../tools/gateway_proto.h"
-#include "clock.h"
-#include "itch.h"
-#include "proc.h"
-#include "tickbus.h"
+#include "bus/clock.h"
+#include "tests/common/proc.h"
+#include <tickbus/tickbus.h>
+#include "tools/md/gateway_proto.h"
+#include "tools/md/itch.h"
 
 #define GROUP "239.194.7.1"
 #define PORT 31001

@@ -22,8 +22,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "proc.h"
-#include "expect.h"
+#include "tests/common/expect.h"
+#include "tests/common/proc.h"
 
 #include <inttypes.h>
 

@@ -35,10 +35,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "proc.h"
-#include "expect.h"
+#include "tests/common/expect.h"
+#include "tests/common/proc.h"
 
-#include "recovery_proto.h"
+#include "bus/recovery/proto.h"
 
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -342,8 +342,8 @@ static void gone_range_is_data_loss_and_stream_goes_on(void **state)
 static uint32_t raw_request(unsigned port, const void *bytes, size_t len)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET};
-	uint8_t ans[TB_RPROTO_MSG_MAX];
-	tb_rproto_msg_t m;
+	uint8_t ans[TB_RECOVERY_PROTO_MSG_MAX];
+	tb_recovery_proto_msg_t m;
 	ssize_t n, got = 0;
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 
@@ -354,8 +354,8 @@ static uint32_t raw_request(unsigned port, const void *bytes, size_t len)
 	while ((n = recv(fd, ans + got, sizeof(ans) - (size_t)got, 0)) > 0)
 		got += n;
 	close(fd);
-	assert_true(tb_rproto_decode(ans, (size_t)got, &m) > 0);
-	assert_int_equal(m.type, TB_RPROTO_REJECT);
+	assert_true(tb_recovery_proto_decode(ans, (size_t)got, &m) > 0);
+	assert_int_equal(m.type, TB_RECOVERY_PROTO_REJECT);
 	return m.reject.reason;
 }
 
@@ -376,7 +376,7 @@ static void bad_requests_are_rejected_others_served(void **state)
 	/* Malformed: garbage, then a header announcing a bad length. */
 	memset(junk, 0x41, sizeof(junk));
 	assert_int_equal(raw_request(pa, junk, sizeof(junk)),
-			 TB_RPROTO_REJ_MALFORMED);
+			 TB_RECOVERY_PROTO_REJ_MALFORMED);
 	/* The intruder's config differs only in its token.  It is told
 	 * "unauthorised" until its deadline, then reports the whole gap
 	 * lost; it never gets a frame from the service. */

@@ -14,7 +14,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "proc.h"
+#include "tests/common/proc.h"
 
 #include <glob.h>
 #include <sys/stat.h>

@@ -17,8 +17,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "proc.h"
-#include "expect.h"
+#include "tests/common/expect.h"
+#include "tests/common/proc.h"
 
 #include <inttypes.h>
 

@@ -42,8 +42,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "itch.h"
-#include "proc.h"
+#include "tests/common/proc.h"
+#include "tools/md/itch.h"
 
 #define GROUP "239.194.7.1"
 #define PORT 31001

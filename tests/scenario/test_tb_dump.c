@@ -16,11 +16,11 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "proc.h"
+#include "tests/common/proc.h"
 
-#include "frame.h"
-#include "store.h"
-#include "tickbus.h"
+#include "bus/frame.h"
+#include "bus/recovery/store.h"
+#include <tickbus/tickbus.h>
 #include "tickbus_schema.h"
 #include "tickbus_schema_v1.h"
 

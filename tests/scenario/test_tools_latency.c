@@ -13,9 +13,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "proc.h"
+#include "tests/common/proc.h"
 
-#include "hist.h"
+#include <tickbus/hist.h>
 
 #include <inttypes.h>
 #include <math.h>

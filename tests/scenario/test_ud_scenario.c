@@ -21,7 +21,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "proc.h"
+#include "tests/common/proc.h"
 
 #include <inttypes.h>
 

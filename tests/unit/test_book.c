@@ -1,5 +1,5 @@
 /*
- * test_book.c - unit tests of the order book (publisher/book.c).
+ * test_book.c - unit tests of the order book (tools/md/book.c).
  *
  * A seeded random stream of adds, executions, cancels, deletes, replaces
  * and trades (with some invalid operations mixed in) is applied both to
@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "book.h"
-#include "error.h"
+#include "bus/error.h"
+#include "tools/md/book.h"
 
 #define NINST 4
 #define MAXLEV 64

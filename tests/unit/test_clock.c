@@ -7,8 +7,8 @@
  * exec'd with --child, so that they initialise from scratch as a separate
  * program would.
  */
-#include "clock.h"
-#include "error.h"
+#include "bus/clock.h"
+#include "bus/error.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -14,8 +14,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "config.h"
-#include "tickbus.h"
+#include "bus/config.h"
+#include <tickbus/tickbus.h>
 
 #include <glob.h>
 #include <limits.h>

@@ -6,8 +6,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "control.h"
-#include "error.h"
+#include "bus/error.h"
+#include "bus/transport/control.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -46,9 +46,9 @@ static uint64_t rng(void)
 	return rng_state * 0x2545f4914f6cdd1dull;
 }
 
-static tb_ctl_hello_t sample_hello(void)
+static tb_control_hello_t sample_hello(void)
 {
-	tb_ctl_hello_t m;
+	tb_control_hello_t m;
 
 	memset(&m, 0, sizeof(m));
 	m.stream_id = 42;
@@ -57,15 +57,15 @@ static tb_ctl_hello_t sample_hello(void)
 	return m;
 }
 
-static tb_ctl_subscribe_t sample_subscribe(void)
+static tb_control_subscribe_t sample_subscribe(void)
 {
-	tb_ctl_subscribe_t m;
+	tb_control_subscribe_t m;
 
 	memset(&m, 0, sizeof(m));
 	m.stream_id = 0x01020304;
 	m.transport = TB_TRANSPORT_RC;
-	m.mtu = TB_CTL_MTU_4096;
-	m.flags = TB_CTL_SUB_F_CREDIT_SLOT;
+	m.mtu = TB_CONTROL_MTU_4096;
+	m.flags = TB_CONTROL_SUB_F_CREDIT_SLOT;
 	m.ring_addr = 0x1122334455667788ull;
 	m.ring_len = 4u << 20;
 	m.rkey = 0xa1b2c3d4;
@@ -78,9 +78,9 @@ static tb_ctl_subscribe_t sample_subscribe(void)
 	return m;
 }
 
-static tb_ctl_accept_t sample_accept(void)
+static tb_control_accept_t sample_accept(void)
 {
-	tb_ctl_accept_t m;
+	tb_control_accept_t m;
 
 	memset(&m, 0, sizeof(m));
 	m.stream_id = 42;
@@ -96,27 +96,27 @@ static tb_ctl_accept_t sample_accept(void)
 	return m;
 }
 
-static tb_ctl_reject_t sample_reject(void)
+static tb_control_reject_t sample_reject(void)
 {
-	tb_ctl_reject_t m;
+	tb_control_reject_t m;
 
 	memset(&m, 0, sizeof(m));
 	m.stream_id = 42;
-	m.reason = TB_CTL_REJ_UNSUPPORTED_TRANSPORT;
+	m.reason = TB_CONTROL_REJ_UNSUPPORTED_TRANSPORT;
 	strcpy(m.text, "stream 42 is published over rc only; ud was asked");
 	return m;
 }
 
-static tb_ctl_heartbeat_t sample_heartbeat(void)
+static tb_control_heartbeat_t sample_heartbeat(void)
 {
-	tb_ctl_heartbeat_t m = {.timestamp_ns = 1733150000123456789ull,
+	tb_control_heartbeat_t m = {.timestamp_ns = 1733150000123456789ull,
 				.last_seq = 987654321};
 	return m;
 }
 
-static tb_ctl_bye_t sample_bye(void)
+static tb_control_bye_t sample_bye(void)
 {
-	tb_ctl_bye_t m = {.reason = TB_CTL_BYE_CLOSED};
+	tb_control_bye_t m = {.reason = TB_CONTROL_BYE_CLOSED};
 	return m;
 }
 
@@ -124,52 +124,52 @@ static tb_ctl_bye_t sample_bye(void)
 static int encode_sample(int type, uint8_t *buf, size_t cap)
 {
 	switch (type) {
-	case TB_CTL_HELLO: { tb_ctl_hello_t m = sample_hello();
-		return tb_ctl_encode_hello(buf, cap, &m); }
-	case TB_CTL_SUBSCRIBE: { tb_ctl_subscribe_t m = sample_subscribe();
-		return tb_ctl_encode_subscribe(buf, cap, &m); }
-	case TB_CTL_ACCEPT: { tb_ctl_accept_t m = sample_accept();
-		return tb_ctl_encode_accept(buf, cap, &m); }
-	case TB_CTL_REJECT: { tb_ctl_reject_t m = sample_reject();
-		return tb_ctl_encode_reject(buf, cap, &m); }
-	case TB_CTL_HEARTBEAT: { tb_ctl_heartbeat_t m = sample_heartbeat();
-		return tb_ctl_encode_heartbeat(buf, cap, &m); }
-	case TB_CTL_BYE: { tb_ctl_bye_t m = sample_bye();
-		return tb_ctl_encode_bye(buf, cap, &m); }
+	case TB_CONTROL_HELLO: { tb_control_hello_t m = sample_hello();
+		return tb_control_encode_hello(buf, cap, &m); }
+	case TB_CONTROL_SUBSCRIBE: { tb_control_subscribe_t m = sample_subscribe();
+		return tb_control_encode_subscribe(buf, cap, &m); }
+	case TB_CONTROL_ACCEPT: { tb_control_accept_t m = sample_accept();
+		return tb_control_encode_accept(buf, cap, &m); }
+	case TB_CONTROL_REJECT: { tb_control_reject_t m = sample_reject();
+		return tb_control_encode_reject(buf, cap, &m); }
+	case TB_CONTROL_HEARTBEAT: { tb_control_heartbeat_t m = sample_heartbeat();
+		return tb_control_encode_heartbeat(buf, cap, &m); }
+	case TB_CONTROL_BYE: { tb_control_bye_t m = sample_bye();
+		return tb_control_encode_bye(buf, cap, &m); }
 	}
 	fail_msg("no sample for type %d", type);
 	return -1;
 }
 
 /* Re-encodes a decoded message. */
-static int encode_msg(const tb_ctl_msg_t *m, uint8_t *buf, size_t cap)
+static int encode_msg(const tb_control_msg_t *m, uint8_t *buf, size_t cap)
 {
 	switch (m->type) {
-	case TB_CTL_HELLO: return tb_ctl_encode_hello(buf, cap, &m->hello);
-	case TB_CTL_SUBSCRIBE:
-		return tb_ctl_encode_subscribe(buf, cap, &m->subscribe);
-	case TB_CTL_ACCEPT: return tb_ctl_encode_accept(buf, cap, &m->accept);
-	case TB_CTL_REJECT: return tb_ctl_encode_reject(buf, cap, &m->reject);
-	case TB_CTL_HEARTBEAT:
-		return tb_ctl_encode_heartbeat(buf, cap, &m->heartbeat);
-	case TB_CTL_BYE: return tb_ctl_encode_bye(buf, cap, &m->bye);
+	case TB_CONTROL_HELLO: return tb_control_encode_hello(buf, cap, &m->hello);
+	case TB_CONTROL_SUBSCRIBE:
+		return tb_control_encode_subscribe(buf, cap, &m->subscribe);
+	case TB_CONTROL_ACCEPT: return tb_control_encode_accept(buf, cap, &m->accept);
+	case TB_CONTROL_REJECT: return tb_control_encode_reject(buf, cap, &m->reject);
+	case TB_CONTROL_HEARTBEAT:
+		return tb_control_encode_heartbeat(buf, cap, &m->heartbeat);
+	case TB_CONTROL_BYE: return tb_control_encode_bye(buf, cap, &m->bye);
 	}
 	return -1;
 }
 
-static const uint32_t sizes[TB_CTL_TYPE_MAX + 1] = {
+static const uint32_t sizes[TB_CONTROL_TYPE_MAX + 1] = {
 	0, 176, 72, 72, 216, 24, 16,
 };
 
 /* Decodes a message that must fail, checking *out is left alone. */
 static int decode_bad(const uint8_t *buf, size_t len)
 {
-	tb_ctl_msg_t out, before;
+	tb_control_msg_t out, before;
 	int rc;
 
 	memset(&out, 0xa5, sizeof(out));
 	memcpy(&before, &out, sizeof(out));
-	rc = tb_ctl_decode(buf, len, &out);
+	rc = tb_control_decode(buf, len, &out);
 	assert_true(rc < 0);
 	assert_memory_equal(&out, &before, sizeof(out));
 	return rc;
@@ -179,15 +179,15 @@ static int decode_bad(const uint8_t *buf, size_t len)
 
 static void round_trip_hello(void **state)
 {
-	uint8_t buf[TB_CTL_MSG_MAX];
-	tb_ctl_hello_t in = sample_hello();
-	tb_ctl_msg_t out;
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+	tb_control_hello_t in = sample_hello();
+	tb_control_msg_t out;
 
 	(void)state;
-	assert_int_equal(tb_ctl_encode_hello(buf, sizeof(buf), &in), 176);
-	assert_int_equal(tb_ctl_decode(buf, 176, &out), 176);
-	assert_int_equal(out.type, TB_CTL_HELLO);
-	assert_int_equal(out.version, TB_CTL_VERSION);
+	assert_int_equal(tb_control_encode_hello(buf, sizeof(buf), &in), 176);
+	assert_int_equal(tb_control_decode(buf, 176, &out), 176);
+	assert_int_equal(out.type, TB_CONTROL_HELLO);
+	assert_int_equal(out.version, TB_CONTROL_VERSION);
 	assert_int_equal(out.length, 176);
 	assert_int_equal(out.hello.stream_id, 42);
 	assert_string_equal(out.hello.client_id, "strat-7@hostA");
@@ -198,30 +198,30 @@ static void round_trip_hello(void **state)
 	in.client_id[sizeof(in.client_id) - 1] = '\0';
 	memset(in.token, 't', sizeof(in.token) - 1);
 	in.token[sizeof(in.token) - 1] = '\0';
-	assert_int_equal(tb_ctl_encode_hello(buf, sizeof(buf), &in), 176);
-	assert_int_equal(tb_ctl_decode(buf, 176, &out), 176);
+	assert_int_equal(tb_control_encode_hello(buf, sizeof(buf), &in), 176);
+	assert_int_equal(tb_control_decode(buf, 176, &out), 176);
 	assert_int_equal(strlen(out.hello.client_id), 31);
 	assert_int_equal(strlen(out.hello.token), 127);
 	in.client_id[0] = '\0';
-	assert_int_equal(tb_ctl_encode_hello(buf, sizeof(buf), &in), 176);
-	assert_int_equal(tb_ctl_decode(buf, 176, &out), 176);
+	assert_int_equal(tb_control_encode_hello(buf, sizeof(buf), &in), 176);
+	assert_int_equal(tb_control_decode(buf, 176, &out), 176);
 	assert_string_equal(out.hello.client_id, "");
 }
 
 static void round_trip_subscribe(void **state)
 {
-	uint8_t buf[TB_CTL_MSG_MAX];
-	tb_ctl_subscribe_t in = sample_subscribe();
-	tb_ctl_msg_t out;
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+	tb_control_subscribe_t in = sample_subscribe();
+	tb_control_msg_t out;
 
 	(void)state;
-	assert_int_equal(tb_ctl_encode_subscribe(buf, sizeof(buf), &in), 72);
-	assert_int_equal(tb_ctl_decode(buf, 72, &out), 72);
-	assert_int_equal(out.type, TB_CTL_SUBSCRIBE);
+	assert_int_equal(tb_control_encode_subscribe(buf, sizeof(buf), &in), 72);
+	assert_int_equal(tb_control_decode(buf, 72, &out), 72);
+	assert_int_equal(out.type, TB_CONTROL_SUBSCRIBE);
 	assert_int_equal(out.subscribe.stream_id, 0x01020304);
 	assert_int_equal(out.subscribe.transport, TB_TRANSPORT_RC);
-	assert_int_equal(out.subscribe.mtu, TB_CTL_MTU_4096);
-	assert_int_equal(out.subscribe.flags, TB_CTL_SUB_F_CREDIT_SLOT);
+	assert_int_equal(out.subscribe.mtu, TB_CONTROL_MTU_4096);
+	assert_int_equal(out.subscribe.flags, TB_CONTROL_SUB_F_CREDIT_SLOT);
 	assert_true(out.subscribe.ring_addr == 0x1122334455667788ull);
 	assert_true(out.subscribe.ring_len == 4u << 20);
 	assert_int_equal(out.subscribe.rkey, 0xa1b2c3d4);
@@ -234,36 +234,36 @@ static void round_trip_subscribe(void **state)
 	/* Edges: live start, no flags, 24-bit maxima, ring bounds. */
 	in.start_seq = 0;
 	in.flags = 0;
-	in.qpn = TB_CTL_QPN_MASK;
-	in.psn = TB_CTL_PSN_MASK;
-	in.ring_len = TB_CTL_RING_MIN;
+	in.qpn = TB_CONTROL_QPN_MASK;
+	in.psn = TB_CONTROL_PSN_MASK;
+	in.ring_len = TB_CONTROL_RING_MIN;
 	in.transport = TB_TRANSPORT_UDP;
-	in.mtu = TB_CTL_MTU_256;
-	assert_int_equal(tb_ctl_encode_subscribe(buf, sizeof(buf), &in), 72);
-	assert_int_equal(tb_ctl_decode(buf, 72, &out), 72);
+	in.mtu = TB_CONTROL_MTU_256;
+	assert_int_equal(tb_control_encode_subscribe(buf, sizeof(buf), &in), 72);
+	assert_int_equal(tb_control_decode(buf, 72, &out), 72);
 	assert_true(out.subscribe.start_seq == 0);
 	assert_int_equal(out.subscribe.flags, 0);
 	assert_int_equal(out.subscribe.qpn, 0xffffff);
 	assert_int_equal(out.subscribe.psn, 0xffffff);
-	assert_true(out.subscribe.ring_len == TB_CTL_RING_MIN);
+	assert_true(out.subscribe.ring_len == TB_CONTROL_RING_MIN);
 	assert_int_equal(out.subscribe.transport, TB_TRANSPORT_UDP);
-	assert_int_equal(out.subscribe.mtu, TB_CTL_MTU_256);
-	in.ring_len = TB_CTL_RING_MAX;
-	assert_int_equal(tb_ctl_encode_subscribe(buf, sizeof(buf), &in), 72);
-	assert_int_equal(tb_ctl_decode(buf, 72, &out), 72);
-	assert_true(out.subscribe.ring_len == TB_CTL_RING_MAX);
+	assert_int_equal(out.subscribe.mtu, TB_CONTROL_MTU_256);
+	in.ring_len = TB_CONTROL_RING_MAX;
+	assert_int_equal(tb_control_encode_subscribe(buf, sizeof(buf), &in), 72);
+	assert_int_equal(tb_control_decode(buf, 72, &out), 72);
+	assert_true(out.subscribe.ring_len == TB_CONTROL_RING_MAX);
 }
 
 static void round_trip_accept(void **state)
 {
-	uint8_t buf[TB_CTL_MSG_MAX];
-	tb_ctl_accept_t in = sample_accept();
-	tb_ctl_msg_t out;
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+	tb_control_accept_t in = sample_accept();
+	tb_control_msg_t out;
 
 	(void)state;
-	assert_int_equal(tb_ctl_encode_accept(buf, sizeof(buf), &in), 72);
-	assert_int_equal(tb_ctl_decode(buf, 72, &out), 72);
-	assert_int_equal(out.type, TB_CTL_ACCEPT);
+	assert_int_equal(tb_control_encode_accept(buf, sizeof(buf), &in), 72);
+	assert_int_equal(tb_control_decode(buf, 72, &out), 72);
+	assert_int_equal(out.type, TB_CONTROL_ACCEPT);
 	assert_int_equal(out.accept.stream_id, 42);
 	assert_int_equal(out.accept.qpn, 0xfedcba);
 	assert_true(out.accept.epoch == 0x8000000000000001ull);
@@ -278,96 +278,96 @@ static void round_trip_accept(void **state)
 	in.credit_addr = 0;
 	in.credit_rkey = 0;
 	in.ring_offset = 0;
-	assert_int_equal(tb_ctl_encode_accept(buf, sizeof(buf), &in), 72);
-	assert_int_equal(tb_ctl_decode(buf, 72, &out), 72);
+	assert_int_equal(tb_control_encode_accept(buf, sizeof(buf), &in), 72);
+	assert_int_equal(tb_control_decode(buf, 72, &out), 72);
 	assert_true(out.accept.credit_addr == 0 && out.accept.credit_rkey == 0);
 	assert_true(out.accept.ring_offset == 0);
 }
 
 static void round_trip_reject(void **state)
 {
-	uint8_t buf[TB_CTL_MSG_MAX];
-	tb_ctl_reject_t in = sample_reject();
-	tb_ctl_msg_t out;
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+	tb_control_reject_t in = sample_reject();
+	tb_control_msg_t out;
 
 	(void)state;
-	assert_int_equal(tb_ctl_encode_reject(buf, sizeof(buf), &in), 216);
-	assert_int_equal(tb_ctl_decode(buf, 216, &out), 216);
-	assert_int_equal(out.type, TB_CTL_REJECT);
+	assert_int_equal(tb_control_encode_reject(buf, sizeof(buf), &in), 216);
+	assert_int_equal(tb_control_decode(buf, 216, &out), 216);
+	assert_int_equal(out.type, TB_CONTROL_REJECT);
 	assert_int_equal(out.reject.stream_id, 42);
-	assert_int_equal(out.reject.reason, TB_CTL_REJ_UNSUPPORTED_TRANSPORT);
+	assert_int_equal(out.reject.reason, TB_CONTROL_REJ_UNSUPPORTED_TRANSPORT);
 	assert_string_equal(out.reject.text, in.text);
 
 	/* Every reason; an empty text; stream 0 (not known yet); 199 chars. */
-	for (uint32_t r = 1; r <= TB_CTL_REJ_MAX; r++) {
+	for (uint32_t r = 1; r <= TB_CONTROL_REJ_MAX; r++) {
 		in.reason = r;
 		in.stream_id = 0;
 		in.text[0] = '\0';
-		assert_int_equal(tb_ctl_encode_reject(buf, sizeof(buf), &in), 216);
-		assert_int_equal(tb_ctl_decode(buf, 216, &out), 216);
+		assert_int_equal(tb_control_encode_reject(buf, sizeof(buf), &in), 216);
+		assert_int_equal(tb_control_decode(buf, 216, &out), 216);
 		assert_int_equal(out.reject.reason, r);
 		assert_int_equal(out.reject.stream_id, 0);
 		assert_string_equal(out.reject.text, "");
-		assert_string_not_equal(tb_ctl_reject_name(r), "?");
+		assert_string_not_equal(tb_control_reject_name(r), "?");
 	}
 	memset(in.text, ' ', sizeof(in.text) - 1);
 	in.text[sizeof(in.text) - 1] = '\0';
-	assert_int_equal(tb_ctl_encode_reject(buf, sizeof(buf), &in), 216);
-	assert_int_equal(tb_ctl_decode(buf, 216, &out), 216);
+	assert_int_equal(tb_control_encode_reject(buf, sizeof(buf), &in), 216);
+	assert_int_equal(tb_control_decode(buf, 216, &out), 216);
 	assert_int_equal(strlen(out.reject.text), 199);
-	assert_string_equal(tb_ctl_reject_name(0), "?");
-	assert_string_equal(tb_ctl_reject_name(TB_CTL_REJ_MAX + 1), "?");
+	assert_string_equal(tb_control_reject_name(0), "?");
+	assert_string_equal(tb_control_reject_name(TB_CONTROL_REJ_MAX + 1), "?");
 }
 
 static void round_trip_heartbeat_and_bye(void **state)
 {
-	uint8_t buf[TB_CTL_MSG_MAX];
-	tb_ctl_heartbeat_t hb = sample_heartbeat();
-	tb_ctl_bye_t bye = sample_bye();
-	tb_ctl_msg_t out;
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+	tb_control_heartbeat_t hb = sample_heartbeat();
+	tb_control_bye_t bye = sample_bye();
+	tb_control_msg_t out;
 
 	(void)state;
-	assert_int_equal(tb_ctl_encode_heartbeat(buf, sizeof(buf), &hb), 24);
-	assert_int_equal(tb_ctl_decode(buf, 24, &out), 24);
-	assert_int_equal(out.type, TB_CTL_HEARTBEAT);
+	assert_int_equal(tb_control_encode_heartbeat(buf, sizeof(buf), &hb), 24);
+	assert_int_equal(tb_control_decode(buf, 24, &out), 24);
+	assert_int_equal(out.type, TB_CONTROL_HEARTBEAT);
 	assert_true(out.heartbeat.timestamp_ns == 1733150000123456789ull);
 	assert_true(out.heartbeat.last_seq == 987654321);
 	hb.timestamp_ns = UINT64_MAX;
 	hb.last_seq = 0;
-	assert_int_equal(tb_ctl_encode_heartbeat(buf, sizeof(buf), &hb), 24);
-	assert_int_equal(tb_ctl_decode(buf, 24, &out), 24);
+	assert_int_equal(tb_control_encode_heartbeat(buf, sizeof(buf), &hb), 24);
+	assert_int_equal(tb_control_decode(buf, 24, &out), 24);
 	assert_true(out.heartbeat.timestamp_ns == UINT64_MAX);
 	assert_true(out.heartbeat.last_seq == 0);
 
-	for (uint32_t r = 1; r <= TB_CTL_BYE_MAX; r++) {
+	for (uint32_t r = 1; r <= TB_CONTROL_BYE_MAX; r++) {
 		bye.reason = r;
-		assert_int_equal(tb_ctl_encode_bye(buf, sizeof(buf), &bye), 16);
-		assert_int_equal(tb_ctl_decode(buf, 16, &out), 16);
-		assert_int_equal(out.type, TB_CTL_BYE);
+		assert_int_equal(tb_control_encode_bye(buf, sizeof(buf), &bye), 16);
+		assert_int_equal(tb_control_decode(buf, 16, &out), 16);
+		assert_int_equal(out.type, TB_CONTROL_BYE);
 		assert_int_equal(out.bye.reason, r);
-		assert_string_not_equal(tb_ctl_bye_name(r), "?");
+		assert_string_not_equal(tb_control_bye_name(r), "?");
 	}
-	for (int t = 1; t <= TB_CTL_TYPE_MAX; t++)
-		assert_string_not_equal(tb_ctl_type_name(t), "?");
-	assert_string_equal(tb_ctl_type_name(0), "?");
-	assert_string_equal(tb_ctl_type_name(TB_CTL_TYPE_MAX + 1), "?");
+	for (int t = 1; t <= TB_CONTROL_TYPE_MAX; t++)
+		assert_string_not_equal(tb_control_type_name(t), "?");
+	assert_string_equal(tb_control_type_name(0), "?");
+	assert_string_equal(tb_control_type_name(TB_CONTROL_TYPE_MAX + 1), "?");
 }
 
 /* Two messages back to back: decode returns what the first occupied. */
 static void back_to_back(void **state)
 {
-	uint8_t buf[2 * TB_CTL_MSG_MAX];
-	tb_ctl_msg_t out;
+	uint8_t buf[2 * TB_CONTROL_MSG_MAX];
+	tb_control_msg_t out;
 	int a, b;
 
 	(void)state;
-	a = encode_sample(TB_CTL_HELLO, buf, sizeof(buf));
-	b = encode_sample(TB_CTL_SUBSCRIBE, buf + a, sizeof(buf) - a);
-	assert_int_equal(tb_ctl_frame_need(buf, a + b), 0);
-	assert_int_equal(tb_ctl_decode(buf, a + b, &out), a);
-	assert_int_equal(out.type, TB_CTL_HELLO);
-	assert_int_equal(tb_ctl_decode(buf + a, b, &out), b);
-	assert_int_equal(out.type, TB_CTL_SUBSCRIBE);
+	a = encode_sample(TB_CONTROL_HELLO, buf, sizeof(buf));
+	b = encode_sample(TB_CONTROL_SUBSCRIBE, buf + a, sizeof(buf) - a);
+	assert_int_equal(tb_control_frame_need(buf, a + b), 0);
+	assert_int_equal(tb_control_decode(buf, a + b, &out), a);
+	assert_int_equal(out.type, TB_CONTROL_HELLO);
+	assert_int_equal(tb_control_decode(buf + a, b, &out), b);
+	assert_int_equal(out.type, TB_CONTROL_SUBSCRIBE);
 }
 
 /* ---------------------------------------------------------- wire bytes */
@@ -395,13 +395,13 @@ static void golden_subscribe(void **state)
 		/* start_seq 0x0102030405060708 */
 		0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,
 	};
-	uint8_t buf[TB_CTL_MSG_MAX];
-	tb_ctl_msg_t out;
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+	tb_control_msg_t out;
 
 	(void)state;
-	assert_int_equal(encode_sample(TB_CTL_SUBSCRIBE, buf, sizeof(buf)), 72);
+	assert_int_equal(encode_sample(TB_CONTROL_SUBSCRIBE, buf, sizeof(buf)), 72);
 	assert_memory_equal(buf, golden, sizeof(golden));
-	assert_int_equal(tb_ctl_decode(golden, sizeof(golden), &out), 72);
+	assert_int_equal(tb_control_decode(golden, sizeof(golden), &out), 72);
 	assert_int_equal(out.subscribe.qpn, 0x123456);
 }
 
@@ -417,12 +417,12 @@ static void golden_bye_and_hello_head(void **state)
 		0x2a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
 		's', 't', 'r', 'a', 't', '-', '7', '@',
 	};
-	uint8_t buf[TB_CTL_MSG_MAX];
+	uint8_t buf[TB_CONTROL_MSG_MAX];
 
 	(void)state;
-	assert_int_equal(encode_sample(TB_CTL_BYE, buf, sizeof(buf)), 16);
+	assert_int_equal(encode_sample(TB_CONTROL_BYE, buf, sizeof(buf)), 16);
 	assert_memory_equal(buf, bye, sizeof(bye));
-	assert_int_equal(encode_sample(TB_CTL_HELLO, buf, sizeof(buf)), 176);
+	assert_int_equal(encode_sample(TB_CONTROL_HELLO, buf, sizeof(buf)), 176);
 	assert_memory_equal(buf, hello_head, sizeof(hello_head));
 	assert_memory_equal(buf + 48, "s3cret-Token_!~", 16); /* with its NUL */
 	for (size_t i = 48 + 16; i < 176; i++)
@@ -433,11 +433,11 @@ static void golden_bye_and_hello_head(void **state)
 
 static void bad_headers(void **state)
 {
-	uint8_t buf[TB_CTL_MSG_MAX + 64];
+	uint8_t buf[TB_CONTROL_MSG_MAX + 64];
 	int n;
 
 	(void)state;
-	n = encode_sample(TB_CTL_SUBSCRIBE, buf, sizeof(buf));
+	n = encode_sample(TB_CONTROL_SUBSCRIBE, buf, sizeof(buf));
 
 	expect_err(decode_bad(buf, 0), TB_EPROTO, "truncated");
 	expect_err(decode_bad(buf, 7), TB_EPROTO, "truncated");
@@ -454,15 +454,15 @@ static void bad_headers(void **state)
 	assert_non_null(strstr(tb_errmsg(), "version 1"));
 	put8(buf, 2, 0);
 	expect_err(decode_bad(buf, n), TB_EFORMAT, "version 0");
-	put8(buf, 2, TB_CTL_VERSION);
+	put8(buf, 2, TB_CONTROL_VERSION);
 
 	put8(buf, 3, 0);
 	expect_err(decode_bad(buf, n), TB_EPROTO, "type 0");
-	put8(buf, 3, TB_CTL_TYPE_MAX + 1);
+	put8(buf, 3, TB_CONTROL_TYPE_MAX + 1);
 	expect_err(decode_bad(buf, n), TB_EPROTO, "type 7");
 	put8(buf, 3, 0xff);
 	expect_err(decode_bad(buf, n), TB_EPROTO, "type 255");
-	put8(buf, 3, TB_CTL_SUBSCRIBE);
+	put8(buf, 3, TB_CONTROL_SUBSCRIBE);
 
 	/* Length disagreeing with the type, in both directions, even when
 	 * the buffer holds that many bytes. */
@@ -485,15 +485,15 @@ static void bad_headers(void **state)
 
 /* ------------------------------------------------------- bad fields */
 
-#define W(type, field) offsetof(tb_ctl_wire_##type##_t, field)
+#define W(type, field) offsetof(tb_control_wire_##type##_t, field)
 
 static void bad_hello(void **state)
 {
-	uint8_t good[TB_CTL_MSG_MAX], b[TB_CTL_MSG_MAX];
+	uint8_t good[TB_CONTROL_MSG_MAX], b[TB_CONTROL_MSG_MAX];
 	int n;
 
 	(void)state;
-	n = encode_sample(TB_CTL_HELLO, good, sizeof(good));
+	n = encode_sample(TB_CONTROL_HELLO, good, sizeof(good));
 
 #define RESET() memcpy(b, good, sizeof(b))
 	RESET(); put32(b, W(hello, stream_id), 0);
@@ -502,7 +502,7 @@ static void bad_hello(void **state)
 	expect_err(decode_bad(b, n), TB_EPROTO, "reserved");
 
 	/* client_id: unterminated, control byte, space, DEL, tail garbage. */
-	RESET(); memset(b + W(hello, client_id), 'x', TB_CTL_CLIENT_ID_LEN);
+	RESET(); memset(b + W(hello, client_id), 'x', TB_CONTROL_CLIENT_ID_LEN);
 	expect_err(decode_bad(b, n), TB_EPROTO, "client_id");
 	assert_non_null(strstr(tb_errmsg(), "NUL"));
 	RESET(); put8(b, W(hello, client_id) + 2, 0x01);
@@ -515,10 +515,10 @@ static void bad_hello(void **state)
 	expect_err(decode_bad(b, n), TB_EPROTO, "client_id");
 
 	/* token: empty, unterminated, non-printable, high bit, tail. */
-	RESET(); memset(b + W(hello, token), 0, TB_CTL_TOKEN_LEN);
+	RESET(); memset(b + W(hello, token), 0, TB_CONTROL_TOKEN_LEN);
 	expect_err(decode_bad(b, n), TB_EPROTO, "token");
 	assert_non_null(strstr(tb_errmsg(), "empty"));
-	RESET(); memset(b + W(hello, token), 'k', TB_CTL_TOKEN_LEN);
+	RESET(); memset(b + W(hello, token), 'k', TB_CONTROL_TOKEN_LEN);
 	expect_err(decode_bad(b, n), TB_EPROTO, "token");
 	assert_non_null(strstr(tb_errmsg(), "NUL"));
 	RESET(); put8(b, W(hello, token) + 3, '\n');
@@ -535,7 +535,7 @@ static void bad_hello(void **state)
 
 static void bad_subscribe(void **state)
 {
-	uint8_t good[TB_CTL_MSG_MAX], b[TB_CTL_MSG_MAX];
+	uint8_t good[TB_CONTROL_MSG_MAX], b[TB_CONTROL_MSG_MAX];
 	static const uint64_t bad_len[] = {
 		0, 1, 3, 65535, 65536 + 4096, 3ull << 20, (1ull << 30) + 1,
 		1ull << 31, 1ull << 63, UINT64_MAX, 32768,
@@ -543,7 +543,7 @@ static void bad_subscribe(void **state)
 	int n;
 
 	(void)state;
-	n = encode_sample(TB_CTL_SUBSCRIBE, good, sizeof(good));
+	n = encode_sample(TB_CONTROL_SUBSCRIBE, good, sizeof(good));
 #define RESET() memcpy(b, good, sizeof(b))
 	RESET(); put32(b, W(subscribe, stream_id), 0);
 	expect_err(decode_bad(b, n), TB_EPROTO, "stream_id");
@@ -553,7 +553,7 @@ static void bad_subscribe(void **state)
 	expect_err(decode_bad(b, n), TB_EPROTO, "transport");
 	RESET(); put8(b, W(subscribe, mtu), 0);
 	expect_err(decode_bad(b, n), TB_EPROTO, "mtu");
-	RESET(); put8(b, W(subscribe, mtu), TB_CTL_MTU_4096 + 1);
+	RESET(); put8(b, W(subscribe, mtu), TB_CONTROL_MTU_4096 + 1);
 	expect_err(decode_bad(b, n), TB_EPROTO, "mtu");
 	RESET(); put8(b, W(subscribe, flags), 0x02);
 	expect_err(decode_bad(b, n), TB_EPROTO, "flags");
@@ -563,7 +563,7 @@ static void bad_subscribe(void **state)
 	expect_err(decode_bad(b, n), TB_EPROTO, "reserved0");
 	RESET(); put32(b, W(subscribe, recv_depth), 0);
 	expect_err(decode_bad(b, n), TB_EPROTO, "recv_depth");
-	RESET(); put32(b, W(subscribe, recv_depth), TB_CTL_RECV_MAX + 1);
+	RESET(); put32(b, W(subscribe, recv_depth), TB_CONTROL_RECV_MAX + 1);
 	expect_err(decode_bad(b, n), TB_EPROTO, "recv_depth");
 	for (size_t i = 0; i < sizeof(bad_len) / sizeof(bad_len[0]); i++) {
 		RESET(); put64(b, W(subscribe, ring_len), bad_len[i]);
@@ -582,11 +582,11 @@ static void bad_subscribe(void **state)
 
 static void bad_accept(void **state)
 {
-	uint8_t good[TB_CTL_MSG_MAX], b[TB_CTL_MSG_MAX];
+	uint8_t good[TB_CONTROL_MSG_MAX], b[TB_CONTROL_MSG_MAX];
 	int n;
 
 	(void)state;
-	n = encode_sample(TB_CTL_ACCEPT, good, sizeof(good));
+	n = encode_sample(TB_CONTROL_ACCEPT, good, sizeof(good));
 #define RESET() memcpy(b, good, sizeof(b))
 	RESET(); put32(b, W(accept, stream_id), 0);
 	expect_err(decode_bad(b, n), TB_EPROTO, "stream_id");
@@ -607,27 +607,27 @@ static void bad_accept(void **state)
 
 static void bad_reject_and_bye(void **state)
 {
-	uint8_t good[TB_CTL_MSG_MAX], b[TB_CTL_MSG_MAX];
+	uint8_t good[TB_CONTROL_MSG_MAX], b[TB_CONTROL_MSG_MAX];
 	int n;
 
 	(void)state;
-	n = encode_sample(TB_CTL_REJECT, good, sizeof(good));
+	n = encode_sample(TB_CONTROL_REJECT, good, sizeof(good));
 #define RESET() memcpy(b, good, sizeof(b))
 	RESET(); put32(b, W(reject, reason), 0);
 	expect_err(decode_bad(b, n), TB_EPROTO, "reason");
-	RESET(); put32(b, W(reject, reason), TB_CTL_REJ_MAX + 1);
+	RESET(); put32(b, W(reject, reason), TB_CONTROL_REJ_MAX + 1);
 	expect_err(decode_bad(b, n), TB_EPROTO, "reason");
-	RESET(); memset(b + W(reject, text), 'r', TB_CTL_TEXT_LEN);
+	RESET(); memset(b + W(reject, text), 'r', TB_CONTROL_TEXT_LEN);
 	expect_err(decode_bad(b, n), TB_EPROTO, "text");
 	RESET(); put8(b, W(reject, text) + 4, 0x1b); /* an escape sequence */
 	expect_err(decode_bad(b, n), TB_EPROTO, "text");
-	RESET(); put8(b, W(reject, text) + TB_CTL_TEXT_LEN - 1, '!');
+	RESET(); put8(b, W(reject, text) + TB_CONTROL_TEXT_LEN - 1, '!');
 	expect_err(decode_bad(b, n), TB_EPROTO, "text");
 
-	n = encode_sample(TB_CTL_BYE, good, sizeof(good));
+	n = encode_sample(TB_CONTROL_BYE, good, sizeof(good));
 	RESET(); put32(b, W(bye, reason), 0);
 	expect_err(decode_bad(b, n), TB_EPROTO, "reason");
-	RESET(); put32(b, W(bye, reason), TB_CTL_BYE_MAX + 1);
+	RESET(); put32(b, W(bye, reason), TB_CONTROL_BYE_MAX + 1);
 	expect_err(decode_bad(b, n), TB_EPROTO, "reason");
 	RESET(); put32(b, W(bye, reserved), 7);
 	expect_err(decode_bad(b, n), TB_EPROTO, "reserved");
@@ -637,98 +637,98 @@ static void bad_reject_and_bye(void **state)
 /* The encoders refuse what the decoder would refuse, and short buffers. */
 static void encoders_refuse(void **state)
 {
-	uint8_t buf[TB_CTL_MSG_MAX];
-	tb_ctl_hello_t h = sample_hello();
-	tb_ctl_subscribe_t s = sample_subscribe();
-	tb_ctl_accept_t a = sample_accept();
-	tb_ctl_reject_t r = sample_reject();
-	tb_ctl_bye_t bye = sample_bye();
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+	tb_control_hello_t h = sample_hello();
+	tb_control_subscribe_t s = sample_subscribe();
+	tb_control_accept_t a = sample_accept();
+	tb_control_reject_t r = sample_reject();
+	tb_control_bye_t bye = sample_bye();
 
 	(void)state;
-	for (int t = 1; t <= TB_CTL_TYPE_MAX; t++) {
+	for (int t = 1; t <= TB_CONTROL_TYPE_MAX; t++) {
 		memset(buf, 0xee, sizeof(buf));
 		expect_err(encode_sample(t, buf, sizes[t] - 1),
-			   TB_EMSGSIZE, tb_ctl_type_name(t));
+			   TB_EMSGSIZE, tb_control_type_name(t));
 		assert_int_equal(buf[0], 0xee); /* nothing written */
 		assert_int_equal(encode_sample(t, buf, sizes[t]), (int)sizes[t]);
 	}
 
 	h.token[0] = '\0';
-	expect_err(tb_ctl_encode_hello(buf, sizeof(buf), &h), TB_EINVAL, "token");
+	expect_err(tb_control_encode_hello(buf, sizeof(buf), &h), TB_EINVAL, "token");
 	h = sample_hello();
 	memset(h.token, 'a', sizeof(h.token));
-	expect_err(tb_ctl_encode_hello(buf, sizeof(buf), &h), TB_EINVAL, "token");
+	expect_err(tb_control_encode_hello(buf, sizeof(buf), &h), TB_EINVAL, "token");
 	h = sample_hello();
 	strcpy(h.token, "has space");
-	expect_err(tb_ctl_encode_hello(buf, sizeof(buf), &h), TB_EINVAL, "token");
+	expect_err(tb_control_encode_hello(buf, sizeof(buf), &h), TB_EINVAL, "token");
 	h = sample_hello();
 	memset(h.client_id, 'a', sizeof(h.client_id));
-	expect_err(tb_ctl_encode_hello(buf, sizeof(buf), &h), TB_EINVAL,
+	expect_err(tb_control_encode_hello(buf, sizeof(buf), &h), TB_EINVAL,
 		   "client_id");
 	h = sample_hello();
 	h.stream_id = 0;
-	expect_err(tb_ctl_encode_hello(buf, sizeof(buf), &h), TB_EINVAL,
+	expect_err(tb_control_encode_hello(buf, sizeof(buf), &h), TB_EINVAL,
 		   "stream_id");
 
 	s.qpn = 1u << 24;
-	expect_err(tb_ctl_encode_subscribe(buf, sizeof(buf), &s), TB_EINVAL, "qpn");
+	expect_err(tb_control_encode_subscribe(buf, sizeof(buf), &s), TB_EINVAL, "qpn");
 	s = sample_subscribe();
 	s.psn = 1u << 24;
-	expect_err(tb_ctl_encode_subscribe(buf, sizeof(buf), &s), TB_EINVAL, "psn");
+	expect_err(tb_control_encode_subscribe(buf, sizeof(buf), &s), TB_EINVAL, "psn");
 	s = sample_subscribe();
 	s.ring_len = 3u << 20;
-	expect_err(tb_ctl_encode_subscribe(buf, sizeof(buf), &s), TB_EINVAL,
+	expect_err(tb_control_encode_subscribe(buf, sizeof(buf), &s), TB_EINVAL,
 		   "ring_len");
 	s = sample_subscribe();
 	s.mtu = 9;
-	expect_err(tb_ctl_encode_subscribe(buf, sizeof(buf), &s), TB_EINVAL, "mtu");
+	expect_err(tb_control_encode_subscribe(buf, sizeof(buf), &s), TB_EINVAL, "mtu");
 	s = sample_subscribe();
 	s.transport = 4;
-	expect_err(tb_ctl_encode_subscribe(buf, sizeof(buf), &s), TB_EINVAL,
+	expect_err(tb_control_encode_subscribe(buf, sizeof(buf), &s), TB_EINVAL,
 		   "transport");
 	s = sample_subscribe();
 	s.flags = 0x40;
-	expect_err(tb_ctl_encode_subscribe(buf, sizeof(buf), &s), TB_EINVAL,
+	expect_err(tb_control_encode_subscribe(buf, sizeof(buf), &s), TB_EINVAL,
 		   "flags");
 
 	a.epoch = 0;
-	expect_err(tb_ctl_encode_accept(buf, sizeof(buf), &a), TB_EINVAL, "epoch");
+	expect_err(tb_control_encode_accept(buf, sizeof(buf), &a), TB_EINVAL, "epoch");
 	a = sample_accept();
 	a.ring_offset = 1;
-	expect_err(tb_ctl_encode_accept(buf, sizeof(buf), &a), TB_EINVAL,
+	expect_err(tb_control_encode_accept(buf, sizeof(buf), &a), TB_EINVAL,
 		   "ring_offset");
 
 	r.reason = 99;
-	expect_err(tb_ctl_encode_reject(buf, sizeof(buf), &r), TB_EINVAL, "reason");
+	expect_err(tb_control_encode_reject(buf, sizeof(buf), &r), TB_EINVAL, "reason");
 	r = sample_reject();
 	r.text[3] = '\t';
-	expect_err(tb_ctl_encode_reject(buf, sizeof(buf), &r), TB_EINVAL, "text");
+	expect_err(tb_control_encode_reject(buf, sizeof(buf), &r), TB_EINVAL, "text");
 	r = sample_reject();
 	memset(r.text, 'x', sizeof(r.text));
-	expect_err(tb_ctl_encode_reject(buf, sizeof(buf), &r), TB_EINVAL, "text");
+	expect_err(tb_control_encode_reject(buf, sizeof(buf), &r), TB_EINVAL, "text");
 
 	bye.reason = 0;
-	expect_err(tb_ctl_encode_bye(buf, sizeof(buf), &bye), TB_EINVAL, "reason");
+	expect_err(tb_control_encode_bye(buf, sizeof(buf), &bye), TB_EINVAL, "reason");
 }
 
 /* A host string with garbage after its NUL goes out canonical. */
 static void encoder_zero_fills_strings(void **state)
 {
-	uint8_t buf[TB_CTL_MSG_MAX];
-	tb_ctl_hello_t h = sample_hello();
-	tb_ctl_msg_t out;
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+	tb_control_hello_t h = sample_hello();
+	tb_control_msg_t out;
 
 	(void)state;
 	memset(h.token, '#', sizeof(h.token));
 	strcpy(h.token, "tok");
 	memset(h.client_id, '#', sizeof(h.client_id));
 	strcpy(h.client_id, "id");
-	assert_int_equal(tb_ctl_encode_hello(buf, sizeof(buf), &h), 176);
+	assert_int_equal(tb_control_encode_hello(buf, sizeof(buf), &h), 176);
 	for (size_t i = 48 + 3; i < 176; i++)
 		assert_int_equal(buf[i], 0);
 	for (size_t i = 16 + 2; i < 48; i++)
 		assert_int_equal(buf[i], 0);
-	assert_int_equal(tb_ctl_decode(buf, 176, &out), 176);
+	assert_int_equal(tb_control_decode(buf, 176, &out), 176);
 	assert_string_equal(out.hello.token, "tok");
 }
 
@@ -736,11 +736,11 @@ static void encoder_zero_fills_strings(void **state)
 
 static void truncation_every_byte(void **state)
 {
-	uint8_t buf[TB_CTL_MSG_MAX];
-	tb_ctl_msg_t out;
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+	tb_control_msg_t out;
 
 	(void)state;
-	for (int t = 1; t <= TB_CTL_TYPE_MAX; t++) {
+	for (int t = 1; t <= TB_CONTROL_TYPE_MAX; t++) {
 		int n = encode_sample(t, buf, sizeof(buf));
 
 		assert_int_equal(n, (int)sizes[t]);
@@ -749,12 +749,12 @@ static void truncation_every_byte(void **state)
 
 			expect_err(decode_bad(buf, (size_t)have), TB_EPROTO,
 				   "truncated");
-			assert_int_equal(tb_ctl_frame_need(buf, (size_t)have),
+			assert_int_equal(tb_control_frame_need(buf, (size_t)have),
 					 need);
 		}
-		assert_int_equal(tb_ctl_frame_need(buf, (size_t)n), 0);
-		assert_int_equal(tb_ctl_frame_need(buf, sizeof(buf)), 0);
-		assert_int_equal(tb_ctl_decode(buf, (size_t)n, &out), n);
+		assert_int_equal(tb_control_frame_need(buf, (size_t)n), 0);
+		assert_int_equal(tb_control_frame_need(buf, sizeof(buf)), 0);
+		assert_int_equal(tb_control_decode(buf, (size_t)n, &out), n);
 	}
 }
 
@@ -762,81 +762,81 @@ static void truncation_every_byte(void **state)
 
 static void framer_refuses_hostile_headers(void **state)
 {
-	uint8_t b[TB_CTL_MSG_MAX];
+	uint8_t b[TB_CONTROL_MSG_MAX];
 
 	(void)state;
-	encode_sample(TB_CTL_HELLO, b, sizeof(b));
+	encode_sample(TB_CONTROL_HELLO, b, sizeof(b));
 
 	/* A stranger is told apart from its first two bytes. */
 	memcpy(b, "GET / HTTP/1.1\r\n", 16);
-	assert_int_equal(tb_ctl_frame_need(b, 1), 7);
-	expect_err(tb_ctl_frame_need(b, 2), TB_EPROTO, "magic");
-	expect_err(tb_ctl_frame_need(b, 8), TB_EPROTO, "magic");
+	assert_int_equal(tb_control_frame_need(b, 1), 7);
+	expect_err(tb_control_frame_need(b, 2), TB_EPROTO, "magic");
+	expect_err(tb_control_frame_need(b, 8), TB_EPROTO, "magic");
 
-	encode_sample(TB_CTL_HELLO, b, sizeof(b));
+	encode_sample(TB_CONTROL_HELLO, b, sizeof(b));
 	put32(b, 4, 0xffffffffu);
-	expect_err(tb_ctl_frame_need(b, 8), TB_EPROTO, "length");
-	put32(b, 4, TB_CTL_MSG_MAX + 1);
-	expect_err(tb_ctl_frame_need(b, 8), TB_EPROTO, "length");
+	expect_err(tb_control_frame_need(b, 8), TB_EPROTO, "length");
+	put32(b, 4, TB_CONTROL_MSG_MAX + 1);
+	expect_err(tb_control_frame_need(b, 8), TB_EPROTO, "length");
 	put32(b, 4, 7);
-	expect_err(tb_ctl_frame_need(b, 8), TB_EPROTO, "length");
+	expect_err(tb_control_frame_need(b, 8), TB_EPROTO, "length");
 	put32(b, 4, 0);
-	expect_err(tb_ctl_frame_need(b, 8), TB_EPROTO, "length");
+	expect_err(tb_control_frame_need(b, 8), TB_EPROTO, "length");
 	/* This version, wrong size for the type: never valid. */
 	put32(b, 4, 175);
-	expect_err(tb_ctl_frame_need(b, 8), TB_EPROTO, "length 175");
+	expect_err(tb_control_frame_need(b, 8), TB_EPROTO, "length 175");
 	/* This version, unknown type. */
 	put32(b, 4, 176);
 	put8(b, 3, 99);
-	expect_err(tb_ctl_frame_need(b, 8), TB_EPROTO, "type 99");
+	expect_err(tb_control_frame_need(b, 8), TB_EPROTO, "type 99");
 
 	/* Another version: framed within the bound, then decode names
 	 * both versions. */
 	put8(b, 2, 2);
 	put8(b, 3, 42);
 	put32(b, 4, 300);
-	assert_int_equal(tb_ctl_frame_need(b, 8), 292);
-	assert_int_equal(tb_ctl_frame_need(b, 300), 0);
+	assert_int_equal(tb_control_frame_need(b, 8), 292);
+	assert_int_equal(tb_control_frame_need(b, 300), 0);
 	expect_err(decode_bad(b, 300), TB_EFORMAT, "version 2");
 	assert_non_null(strstr(tb_errmsg(), "version 1"));
-	put32(b, 4, TB_CTL_MSG_MAX);
-	assert_int_equal(tb_ctl_frame_need(b, 8), TB_CTL_MSG_MAX - 8);
+	put32(b, 4, TB_CONTROL_MSG_MAX);
+	assert_int_equal(tb_control_frame_need(b, 8), TB_CONTROL_MSG_MAX - 8);
 }
 
 /* ------------------------------------------------------------ mutation */
 
-static void check_in_range(const tb_ctl_msg_t *m)
+static void check_in_range(const tb_control_msg_t *m)
 {
 	switch (m->type) {
-	case TB_CTL_HELLO:
+	case TB_CONTROL_HELLO:
 		assert_true(m->hello.stream_id != 0);
 		assert_true(strlen(m->hello.token) > 0);
-		assert_true(strlen(m->hello.token) < TB_CTL_TOKEN_LEN);
-		assert_true(strlen(m->hello.client_id) < TB_CTL_CLIENT_ID_LEN);
+		assert_true(strlen(m->hello.token) < TB_CONTROL_TOKEN_LEN);
+		assert_true(strlen(m->hello.client_id) < TB_CONTROL_CLIENT_ID_LEN);
 		break;
-	case TB_CTL_SUBSCRIBE:
+	case TB_CONTROL_SUBSCRIBE:
 		assert_true(m->subscribe.qpn <= 0xffffff);
 		assert_true(m->subscribe.psn <= 0xffffff);
-		assert_true(m->subscribe.ring_len >= TB_CTL_RING_MIN);
+		assert_true(m->subscribe.ring_len >= TB_CONTROL_RING_MIN);
 		assert_true((m->subscribe.ring_len &
 			     (m->subscribe.ring_len - 1)) == 0);
 		assert_true(m->subscribe.transport <= TB_TRANSPORT_UDP);
 		assert_true(m->subscribe.mtu >= 1 && m->subscribe.mtu <= 5);
 		break;
-	case TB_CTL_ACCEPT:
+	case TB_CONTROL_ACCEPT:
 		assert_true(m->accept.qpn <= 0xffffff);
 		assert_true(m->accept.psn <= 0xffffff);
 		assert_true(m->accept.epoch != 0 && m->accept.next_seq != 0);
 		break;
-	case TB_CTL_REJECT:
+	case TB_CONTROL_REJECT:
 		assert_true(m->reject.reason >= 1 &&
-			    m->reject.reason <= TB_CTL_REJ_MAX);
-		assert_true(strlen(m->reject.text) < TB_CTL_TEXT_LEN);
+			    m->reject.reason <= TB_CONTROL_REJ_MAX);
+		assert_true(strlen(m->reject.text) < TB_CONTROL_TEXT_LEN);
 		break;
-	case TB_CTL_BYE:
-		assert_true(m->bye.reason >= 1 && m->bye.reason <= TB_CTL_BYE_MAX);
+	case TB_CONTROL_BYE:
+		assert_true(m->bye.reason >= 1 && m->bye.reason <= TB_CONTROL_BYE_MAX);
 		break;
-	case TB_CTL_HEARTBEAT:
+	case TB_CONTROL_HEARTBEAT:
 		break;
 	default:
 		fail_msg("decoded unknown type %u", m->type);
@@ -846,18 +846,18 @@ static void check_in_range(const tb_ctl_msg_t *m)
 static void random_mutation(void **state)
 {
 	enum { ROUNDS = 300000 };
-	uint8_t good[TB_CTL_MSG_MAX], b[TB_CTL_MSG_MAX + 16];
-	uint8_t again[TB_CTL_MSG_MAX];
+	uint8_t good[TB_CONTROL_MSG_MAX], b[TB_CONTROL_MSG_MAX + 16];
+	uint8_t again[TB_CONTROL_MSG_MAX];
 	long ok = 0, bad = 0;
 
 	(void)state;
 	rng_state = 0x5eed0001c0ffee11ull;
 	for (int round = 0; round < ROUNDS; round++) {
-		int type = 1 + (int)(rng() % TB_CTL_TYPE_MAX);
+		int type = 1 + (int)(rng() % TB_CONTROL_TYPE_MAX);
 		int n = encode_sample(type, good, sizeof(good));
 		int flips = 1 + (int)(rng() % 4);
 		size_t len = (size_t)n;
-		tb_ctl_msg_t out;
+		tb_control_msg_t out;
 		int rc, need;
 
 		memcpy(b, good, (size_t)n);
@@ -876,8 +876,8 @@ static void random_mutation(void **state)
 		if (rng() % 8 == 0)
 			len = rng() % (sizeof(b) + 1);
 
-		need = tb_ctl_frame_need(b, len);
-		rc = tb_ctl_decode(b, len, &out);
+		need = tb_control_frame_need(b, len);
+		rc = tb_control_decode(b, len, &out);
 		if (rc > 0) {
 			ok++;
 			assert_true((size_t)rc <= len);
@@ -892,7 +892,7 @@ static void random_mutation(void **state)
 			assert_true(tb_errmsg()[0] != '\0');
 			assert_true(need != 0 || len >= 8);
 		}
-		assert_true(need <= (int)TB_CTL_MSG_MAX);
+		assert_true(need <= (int)TB_CONTROL_MSG_MAX);
 	}
 	print_message("mutation: %ld decoded, %ld refused\n", ok, bad);
 	assert_true(ok > 1000 && bad > 1000);
@@ -902,39 +902,39 @@ static void random_mutation(void **state)
 
 static void token_compare(void **state)
 {
-	char a[TB_CTL_TOKEN_LEN], b[TB_CTL_TOKEN_LEN];
+	char a[TB_CONTROL_TOKEN_LEN], b[TB_CONTROL_TOKEN_LEN];
 
 	(void)state;
-	assert_int_equal(tb_ctl_token_equal("s3cret", "s3cret"), 1);
-	assert_int_equal(tb_ctl_token_equal("", ""), 1);
-	assert_int_equal(tb_ctl_token_equal("x3cret", "s3cret"), 0); /* first */
-	assert_int_equal(tb_ctl_token_equal("s3creT", "s3cret"), 0); /* last */
-	assert_int_equal(tb_ctl_token_equal("s3cre", "s3cret"), 0);  /* prefix */
-	assert_int_equal(tb_ctl_token_equal("s3cret", "s3cret1"), 0);
-	assert_int_equal(tb_ctl_token_equal("", "a"), 0);
-	assert_int_equal(tb_ctl_token_equal("a", ""), 0);
+	assert_int_equal(tb_control_token_equal("s3cret", "s3cret"), 1);
+	assert_int_equal(tb_control_token_equal("", ""), 1);
+	assert_int_equal(tb_control_token_equal("x3cret", "s3cret"), 0); /* first */
+	assert_int_equal(tb_control_token_equal("s3creT", "s3cret"), 0); /* last */
+	assert_int_equal(tb_control_token_equal("s3cre", "s3cret"), 0);  /* prefix */
+	assert_int_equal(tb_control_token_equal("s3cret", "s3cret1"), 0);
+	assert_int_equal(tb_control_token_equal("", "a"), 0);
+	assert_int_equal(tb_control_token_equal("a", ""), 0);
 
 	/* Longest tokens: differing only in the last byte, or equal. */
 	memset(a, 'k', sizeof(a) - 1);
 	a[sizeof(a) - 1] = '\0';
 	memcpy(b, a, sizeof(b));
-	assert_int_equal(tb_ctl_token_equal(a, b), 1);
+	assert_int_equal(tb_control_token_equal(a, b), 1);
 	b[sizeof(b) - 2] = 'j';
-	assert_int_equal(tb_ctl_token_equal(a, b), 0);
+	assert_int_equal(tb_control_token_equal(a, b), 0);
 	b[sizeof(b) - 2] = 'k';
 	b[0] = 'j';
-	assert_int_equal(tb_ctl_token_equal(a, b), 0);
+	assert_int_equal(tb_control_token_equal(a, b), 0);
 	/* Same contents, one a byte shorter. */
 	memcpy(b, a, sizeof(b));
 	b[sizeof(b) - 2] = '\0';
-	assert_int_equal(tb_ctl_token_equal(a, b), 0);
-	assert_int_equal(tb_ctl_token_equal(b, a), 0);
+	assert_int_equal(tb_control_token_equal(a, b), 0);
+	assert_int_equal(tb_control_token_equal(b, a), 0);
 	/* Bytes after the NUL do not matter. */
 	memcpy(b, a, sizeof(b));
 	a[5] = '\0';
 	b[5] = '\0';
 	b[6] = 'Z';
-	assert_int_equal(tb_ctl_token_equal(a, b), 1);
+	assert_int_equal(tb_control_token_equal(a, b), 1);
 }
 
 int main(void)

@@ -6,8 +6,8 @@
  * Everything lives in a private directory (TICKBUS_COUNTERS_DIR) that the
  * test removes at the end.
  */
-#include "counters.h"
-#include "error.h"
+#include "bus/counters.h"
+#include "bus/error.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -10,7 +10,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "dgram.h"
+#include "bus/transport/dgram.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +62,7 @@ static void one_frame_per_datagram_without_batching(void **state)
 		assert_int_equal(tx.out[0].hdr->epoch, EPOCH);
 		assert_int_equal(tx.out[0].hdr->stream_id, STREAM);
 		assert_int_equal(tx.out[0].hdr->flags, 0);
-		assert_int_equal(tx.out[0].hdr->length, TB_PKT_HDR_LEN + 64);
+		assert_int_equal(tx.out[0].hdr->length, TB_PACKET_HDR_LEN + 64);
 		/* Zero copy: the frames are the ring's own bytes. */
 		assert_ptr_equal(tx.out[0].frames, tb_ring_at(&ring, at));
 		assert_int_equal(tx.out[0].frames_len, 64);
@@ -218,7 +218,7 @@ static uint8_t dg[4096] __attribute__((aligned(64)));
 /* A data datagram of `count` frames from `first`, 8-byte payloads. */
 static size_t data(uint64_t epoch, uint64_t first, int count)
 {
-	size_t off = TB_PKT_HDR_LEN;
+	size_t off = TB_PACKET_HDR_LEN;
 
 	memset(dg, 0, sizeof(dg));
 	for (int i = 0; i < count; i++) {
@@ -228,16 +228,16 @@ static size_t data(uint64_t epoch, uint64_t first, int count)
 		memset(tb_frame_payload(f), (int)(first + (uint64_t)i), 8);
 		off += tb_frame_space(f->length);
 	}
-	tb_pkt_init((tb_pkt_hdr_t *)dg, 0, STREAM, epoch, first, (uint16_t)count,
+	tb_packet_init((tb_packet_hdr_t *)dg, 0, STREAM, epoch, first, (uint16_t)count,
 		    (uint32_t)off);
 	return off;
 }
 
 static size_t control(uint64_t epoch, uint8_t flag, uint64_t next)
 {
-	tb_pkt_init((tb_pkt_hdr_t *)dg, flag, STREAM, epoch, next, 0,
-		    TB_PKT_HDR_LEN);
-	return TB_PKT_HDR_LEN;
+	tb_packet_init((tb_packet_hdr_t *)dg, flag, STREAM, epoch, next, 0,
+		    TB_PACKET_HDR_LEN);
+	return TB_PACKET_HDR_LEN;
 }
 
 struct rxs {
@@ -404,42 +404,42 @@ static void late_datagram_after_its_gap_counts_as_reordered(void **state)
 static void every_malformed_kind_is_counted_and_dropped(void **state)
 {
 	struct rxs *r = rx_new();
-	tb_pkt_hdr_t *h = (tb_pkt_hdr_t *)dg;
-	tb_frame_hdr_t *f1 = (tb_frame_hdr_t *)(dg + TB_PKT_HDR_LEN);
-	tb_frame_hdr_t *f2 = (tb_frame_hdr_t *)(dg + TB_PKT_HDR_LEN + 64);
+	tb_packet_hdr_t *h = (tb_packet_hdr_t *)dg;
+	tb_frame_hdr_t *f1 = (tb_frame_hdr_t *)(dg + TB_PACKET_HDR_LEN);
+	tb_frame_hdr_t *f2 = (tb_frame_hdr_t *)(dg + TB_PACKET_HDR_LEN + 64);
 	int conds[8], kinds = 0;
 	size_t len;
 
 	(void)state;
 	assert_int_equal(feed_all(r, data(EPOCH, 1, 1), conds), 1);
-	for (int k = TB_PKT_SHORT; k < TB_PKT_FAULT_COUNT; k++) {
+	for (int k = TB_PACKET_SHORT; k < TB_PACKET_FAULT_COUNT; k++) {
 		len = data(EPOCH, 2, 2);
-		switch ((enum tb_pkt_fault)k) {
-		case TB_PKT_SHORT: len = 20; break;
-		case TB_PKT_BAD_MAGIC: h->magic = 0x1234; break;
-		case TB_PKT_BAD_VERSION: h->version = 7; break;
-		case TB_PKT_BAD_LENGTH: len -= 8; break;
-		case TB_PKT_BAD_FLAGS: h->flags = 0x10; break;
-		case TB_PKT_BAD_COUNT: h->count = 9; break;
-		case TB_PKT_BAD_FRAME: f2->length = 1000; break;
-		case TB_PKT_WRONG_STREAM: f1->stream_id = STREAM + 1; break;
-		case TB_PKT_BAD_SEQ: f2->seq = 9; break;
+		switch ((enum tb_packet_fault)k) {
+		case TB_PACKET_SHORT: len = 20; break;
+		case TB_PACKET_BAD_MAGIC: h->magic = 0x1234; break;
+		case TB_PACKET_BAD_VERSION: h->version = 7; break;
+		case TB_PACKET_BAD_LENGTH: len -= 8; break;
+		case TB_PACKET_BAD_FLAGS: h->flags = 0x10; break;
+		case TB_PACKET_BAD_COUNT: h->count = 9; break;
+		case TB_PACKET_BAD_FRAME: f2->length = 1000; break;
+		case TB_PACKET_WRONG_STREAM: f1->stream_id = STREAM + 1; break;
+		case TB_PACKET_BAD_SEQ: f2->seq = 9; break;
 		default: fail();
 		}
 		assert_int_equal(feed_all(r, len, conds), 0);
 		assert_int_equal(conds[0], 0);
-		assert_int_equal(tb_dgram_rx_faults(&r->rx, (enum tb_pkt_fault)k), 1);
+		assert_int_equal(tb_dgram_rx_faults(&r->rx, (enum tb_packet_fault)k), 1);
 		/* And in the process counters, under its own name. */
 		assert_int_equal(tb_counter_get(&r->ctr, (tb_counter_id_t)
-				 (TB_CTR_MALFORMED_SHORT + k - TB_PKT_SHORT)), 1);
+				 (TB_CTR_MALFORMED_SHORT + k - TB_PACKET_SHORT)), 1);
 		kinds++;
 	}
-	assert_int_equal(kinds, TB_PKT_FAULT_COUNT - 1);
+	assert_int_equal(kinds, TB_PACKET_FAULT_COUNT - 1);
 	/* Bytes beyond the frames the header counts. */
 	len = data(EPOCH, 2, 2);
 	h->count = 1;
 	assert_int_equal(feed_all(r, len, conds), 0);
-	assert_int_equal(tb_dgram_rx_faults(&r->rx, TB_PKT_BAD_COUNT), 2);
+	assert_int_equal(tb_dgram_rx_faults(&r->rx, TB_PACKET_BAD_COUNT), 2);
 	/* A datagram with a bad frame delivers none of its good ones. */
 	assert_int_equal(r->sink.n, 1);
 	assert_int_equal(tb_counter_get(&r->ctr, TB_CTR_MALFORMED), kinds + 1);
@@ -447,7 +447,7 @@ static void every_malformed_kind_is_counted_and_dropped(void **state)
 	len = data(EPOCH, 2, 2);
 	h->stream_id = STREAM + 1;
 	assert_int_equal(feed_all(r, len, conds), 0);
-	assert_int_equal(tb_dgram_rx_faults(&r->rx, TB_PKT_WRONG_STREAM), 2);
+	assert_int_equal(tb_dgram_rx_faults(&r->rx, TB_PACKET_WRONG_STREAM), 2);
 	/* The stream is intact: 2 and 3 arrive and are delivered. */
 	assert_int_equal(feed_all(r, data(EPOCH, 2, 2), conds), 2);
 	assert_int_equal(conds[0], 0);
@@ -496,22 +496,22 @@ static void heartbeat_reveals_a_lost_tail(void **state)
 
 	(void)state;
 	/* Joining on a heartbeat: the stream starts at its next sequence. */
-	assert_int_equal(feed_all(r, control(EPOCH, TB_PKT_F_HEARTBEAT, 10), conds), 0);
+	assert_int_equal(feed_all(r, control(EPOCH, TB_PACKET_F_HEARTBEAT, 10), conds), 0);
 	assert_int_equal(conds[0], 0);
 	assert_int_equal(r->seq.expected, 10);
 	assert_int_equal(feed_all(r, data(EPOCH, 10, 2), conds), 2);
 	/* Up to date: nothing to say. */
-	assert_int_equal(feed_all(r, control(EPOCH, TB_PKT_F_HEARTBEAT, 12), conds), 0);
+	assert_int_equal(feed_all(r, control(EPOCH, TB_PACKET_F_HEARTBEAT, 12), conds), 0);
 	assert_int_equal(conds[0], 0);
 	/* 12..14 were sent and lost, and nothing followed. */
-	assert_int_equal(feed_all(r, control(EPOCH, TB_PKT_F_HEARTBEAT, 15), conds), 0);
+	assert_int_equal(feed_all(r, control(EPOCH, TB_PACKET_F_HEARTBEAT, 15), conds), 0);
 	assert_int_equal(conds[0], TB_GAP);
 	assert_int_equal(conds[1], 0);
 	assert_int_equal(r->loss.first, 12);
 	assert_int_equal(r->loss.last, 14);
 	assert_int_equal(r->seq.expected, 15);
 	/* An old heartbeat (behind what arrived) is harmless. */
-	assert_int_equal(feed_all(r, control(EPOCH, TB_PKT_F_HEARTBEAT, 13), conds), 0);
+	assert_int_equal(feed_all(r, control(EPOCH, TB_PACKET_F_HEARTBEAT, 13), conds), 0);
 	assert_int_equal(conds[0], 0);
 	assert_int_equal(r->rx.heartbeats, 4);
 	free(r);
@@ -524,14 +524,14 @@ static void end_reports_tail_gap_then_closed(void **state)
 
 	(void)state;
 	assert_int_equal(feed_all(r, data(EPOCH, 1, 4), conds), 4);
-	assert_int_equal(feed_all(r, control(EPOCH, TB_PKT_F_END, 8), conds), 0);
+	assert_int_equal(feed_all(r, control(EPOCH, TB_PACKET_F_END, 8), conds), 0);
 	assert_int_equal(conds[0], TB_GAP);
 	assert_int_equal(conds[1], TB_CLOSED);
 	assert_int_equal(conds[2], 0);
 	assert_int_equal(r->loss.first, 5);
 	assert_int_equal(r->loss.last, 7);
 	/* The copies of END and late data after it change nothing. */
-	assert_int_equal(feed_all(r, control(EPOCH, TB_PKT_F_END, 8), conds), 0);
+	assert_int_equal(feed_all(r, control(EPOCH, TB_PACKET_F_END, 8), conds), 0);
 	assert_int_equal(conds[0], 0);
 	assert_int_equal(r->rx.stale_epoch, 0);
 	assert_int_equal(feed_all(r, data(EPOCH, 6, 1), conds), 0);
@@ -592,18 +592,18 @@ static void packer_output_is_what_the_receiver_accepts(void **state)
 
 			/* Never across the ring's end, never over the mtu. */
 			assert_true(off + o->frames_len <= 4096);
-			assert_true(TB_PKT_HDR_LEN + o->frames_len <= 512);
-			memcpy(dg, o->hdr, TB_PKT_HDR_LEN);
-			memcpy(dg + TB_PKT_HDR_LEN, o->frames, o->frames_len);
-			total += feed_all(r, TB_PKT_HDR_LEN + o->frames_len, conds);
+			assert_true(TB_PACKET_HDR_LEN + o->frames_len <= 512);
+			memcpy(dg, o->hdr, TB_PACKET_HDR_LEN);
+			memcpy(dg + TB_PACKET_HDR_LEN, o->frames, o->frames_len);
+			total += feed_all(r, TB_PACKET_HDR_LEN + o->frames_len, conds);
 			assert_int_equal(conds[0], 0);
 		}
 		tb_dgram_tx_sent(&tx);
 	}
 	assert_int_equal(tb_dgram_tx_pack(&tx, ring.tail, now, 1), 1);
-	memcpy(dg, tx.out[0].hdr, TB_PKT_HDR_LEN);
-	memcpy(dg + TB_PKT_HDR_LEN, tx.out[0].frames, tx.out[0].frames_len);
-	total += feed_all(r, TB_PKT_HDR_LEN + tx.out[0].frames_len, conds);
+	memcpy(dg, tx.out[0].hdr, TB_PACKET_HDR_LEN);
+	memcpy(dg + TB_PACKET_HDR_LEN, tx.out[0].frames, tx.out[0].frames_len);
+	total += feed_all(r, TB_PACKET_HDR_LEN + tx.out[0].frames_len, conds);
 	assert_int_equal(total, 3000);
 	assert_int_equal(r->sink.bad, 0);
 	assert_int_equal(r->seq.expected, 3001);

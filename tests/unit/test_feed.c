@@ -1,5 +1,5 @@
 /*
- * test_feed.c - unit tests of the feed-handler core (publisher/feed.c),
+ * test_feed.c - unit tests of the feed-handler core (tools/md/feed.c),
  * in one process on loopback: the test sends hand-built MoldUDP64 packets
  * to the feed's socket (unicast 127.0.0.1, an ephemeral port) and plays the
  * retransmission server on a socket of its own, so that every request the
@@ -23,9 +23,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "error.h"
-#include "feed.h"
+#include "bus/clock.h"
+#include "bus/error.h"
+#include "tools/md/feed.h"
 
 #define SESSION "UNITSESS01"
 #define MAXEV 4096

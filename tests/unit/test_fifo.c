@@ -10,7 +10,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "fifo.h"
+#include "bus/fifo.h"
 
 #include <pthread.h>
 #include <sched.h>

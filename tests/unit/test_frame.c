@@ -4,7 +4,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "frame.h"
+#include "bus/frame.h"
 
 #include <string.h>
 

@@ -24,8 +24,8 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "error.h"
-#include "hist.h"
+#include "bus/error.h"
+#include <tickbus/hist.h>
 
 #define HOUR_US 3600000000LL /* one hour in microseconds */
 

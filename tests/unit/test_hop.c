@@ -10,7 +10,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "hop.h"
+#include <tickbus/hop.h>
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /*
  * test_itch.c - unit tests of the MoldUDP64 and ITCH codecs
- * (publisher/itch.c).
+ * (tools/md/itch.c).
  *
  * Expected wire bytes are built here field by field at the offsets of the
  * public specifications, independently of the encoder; then every message
@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "itch.h"
+#include "tools/md/itch.h"
 
 /* ------------------------------------------------------------ helpers */
 

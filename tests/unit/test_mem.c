@@ -7,8 +7,8 @@
  * the THP mode); the tests read the same sysfs/procfs facts and expect
  * accordingly.  Files go to /dev/shm/tbtest-mem-<pid>* and are removed.
  */
-#include "mem.h"
-#include "error.h"
+#include "bus/error.h"
+#include "bus/mem.h"
 
 #include <errno.h>
 #include <numa.h>

@@ -1,6 +1,6 @@
 /*
  * The ud/udp datagram header and frame walk (packet.h): every check of
- * tb_pkt_check and tb_pkt_frame_next on untrusted bytes, one case each, and
+ * tb_packet_check and tb_packet_frame_next on untrusted bytes, one case each, and
  * the sizes a datagram of a given MTU can carry.
  */
 #include <stdarg.h>
@@ -8,7 +8,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "packet.h"
+#include "bus/transport/packet.h"
 
 #include <string.h>
 
@@ -21,7 +21,7 @@ static uint8_t buf[2048] __attribute__((aligned(64)));
  * the datagram's length. */
 static size_t build(uint64_t first, int n, const uint32_t *sizes, int trim)
 {
-	size_t off = TB_PKT_HDR_LEN;
+	size_t off = TB_PACKET_HDR_LEN;
 
 	memset(buf, 0x5a, sizeof(buf));
 	for (int i = 0; i < n; i++) {
@@ -31,12 +31,12 @@ static size_t build(uint64_t first, int n, const uint32_t *sizes, int trim)
 		memset(tb_frame_payload(f), (int)(first + i), sizes[i]);
 		off += (trim && i == n - 1) ? f->length : tb_frame_space(f->length);
 	}
-	tb_pkt_init((tb_pkt_hdr_t *)buf, 0, STREAM, 9, first, (uint16_t)n,
+	tb_packet_init((tb_packet_hdr_t *)buf, 0, STREAM, 9, first, (uint16_t)n,
 		    (uint32_t)off);
 	return off;
 }
 
-static tb_pkt_hdr_t *hdr(void) { return (tb_pkt_hdr_t *)buf; }
+static tb_packet_hdr_t *hdr(void) { return (tb_packet_hdr_t *)buf; }
 
 static tb_frame_hdr_t *frame_at(size_t off)
 {
@@ -44,13 +44,13 @@ static tb_frame_hdr_t *frame_at(size_t off)
 }
 
 /* Walks all frames; returns how many were good and the final fault. */
-static int walk(size_t len, enum tb_pkt_fault *fault)
+static int walk(size_t len, enum tb_packet_fault *fault)
 {
-	tb_pkt_iter_t it;
+	tb_packet_iter_t it;
 	int n = 0;
 
-	tb_pkt_iter_init(&it, buf, len);
-	while (tb_pkt_frame_next(&it, fault))
+	tb_packet_iter_init(&it, buf, len);
+	while (tb_packet_frame_next(&it, fault))
 		n++;
 	return n;
 }
@@ -61,7 +61,7 @@ static void header_layout_is_little_endian_on_the_wire(void **state)
 	build(0x0102030405060708ull, 1, (uint32_t[]){8}, 0);
 	assert_int_equal(buf[0], 'T');
 	assert_int_equal(buf[1], 'P');
-	assert_int_equal(buf[2], TB_PKT_VERSION);
+	assert_int_equal(buf[2], TB_PACKET_VERSION);
 	assert_int_equal(buf[4], STREAM);
 	assert_int_equal(buf[16], 0x08);
 	assert_int_equal(buf[23], 0x01);
@@ -72,36 +72,36 @@ static void header_layout_is_little_endian_on_the_wire(void **state)
 static void valid_datagram_walks_every_frame(void **state)
 {
 	uint32_t sizes[] = {10, 64, 0, 100};
-	enum tb_pkt_fault fault;
+	enum tb_packet_fault fault;
 	size_t len = build(500, 4, sizes, 0);
-	tb_pkt_iter_t it;
+	tb_packet_iter_t it;
 	const tb_frame_hdr_t *f;
 
 	(void)state;
-	assert_int_equal(tb_pkt_check(buf, len, STREAM), TB_PKT_OK);
-	tb_pkt_iter_init(&it, buf, len);
+	assert_int_equal(tb_packet_check(buf, len, STREAM), TB_PACKET_OK);
+	tb_packet_iter_init(&it, buf, len);
 	for (int i = 0; i < 4; i++) {
-		f = tb_pkt_frame_next(&it, &fault);
+		f = tb_packet_frame_next(&it, &fault);
 		assert_non_null(f);
-		assert_int_equal(fault, TB_PKT_OK);
+		assert_int_equal(fault, TB_PACKET_OK);
 		assert_int_equal(f->seq, 500 + i);
 		assert_int_equal(tb_frame_payload_len(f), sizes[i]);
 	}
-	assert_null(tb_pkt_frame_next(&it, &fault));
-	assert_int_equal(fault, TB_PKT_OK);
+	assert_null(tb_packet_frame_next(&it, &fault));
+	assert_int_equal(fault, TB_PACKET_OK);
 	assert_int_equal(it.left, 0);
 }
 
 static void last_frame_may_end_unpadded(void **state)
 {
-	enum tb_pkt_fault fault;
+	enum tb_packet_fault fault;
 	size_t len = build(1, 2, (uint32_t[]){8, 9}, 1);
 
 	(void)state;
-	assert_int_equal(len, TB_PKT_HDR_LEN + 64 + 41);
-	assert_int_equal(tb_pkt_check(buf, len, STREAM), TB_PKT_OK);
+	assert_int_equal(len, TB_PACKET_HDR_LEN + 64 + 41);
+	assert_int_equal(tb_packet_check(buf, len, STREAM), TB_PACKET_OK);
 	assert_int_equal(walk(len, &fault), 2);
-	assert_int_equal(fault, TB_PKT_OK);
+	assert_int_equal(fault, TB_PACKET_OK);
 }
 
 static void short_datagram(void **state)
@@ -110,8 +110,8 @@ static void short_datagram(void **state)
 
 	(void)state;
 	(void)len;
-	assert_int_equal(tb_pkt_check(buf, 0, STREAM), TB_PKT_SHORT);
-	assert_int_equal(tb_pkt_check(buf, TB_PKT_HDR_LEN - 1, STREAM), TB_PKT_SHORT);
+	assert_int_equal(tb_packet_check(buf, 0, STREAM), TB_PACKET_SHORT);
+	assert_int_equal(tb_packet_check(buf, TB_PACKET_HDR_LEN - 1, STREAM), TB_PACKET_SHORT);
 }
 
 static void bad_magic(void **state)
@@ -120,7 +120,7 @@ static void bad_magic(void **state)
 
 	(void)state;
 	buf[0] ^= 0xff;
-	assert_int_equal(tb_pkt_check(buf, len, STREAM), TB_PKT_BAD_MAGIC);
+	assert_int_equal(tb_packet_check(buf, len, STREAM), TB_PACKET_BAD_MAGIC);
 }
 
 static void bad_version(void **state)
@@ -128,8 +128,8 @@ static void bad_version(void **state)
 	size_t len = build(1, 1, (uint32_t[]){8}, 0);
 
 	(void)state;
-	hdr()->version = TB_PKT_VERSION + 1;
-	assert_int_equal(tb_pkt_check(buf, len, STREAM), TB_PKT_BAD_VERSION);
+	hdr()->version = TB_PACKET_VERSION + 1;
+	assert_int_equal(tb_packet_check(buf, len, STREAM), TB_PACKET_BAD_VERSION);
 }
 
 static void bad_length(void **state)
@@ -138,9 +138,9 @@ static void bad_length(void **state)
 
 	(void)state;
 	/* Header says more than arrived (a truncated datagram) ... */
-	assert_int_equal(tb_pkt_check(buf, len - 1, STREAM), TB_PKT_BAD_LENGTH);
+	assert_int_equal(tb_packet_check(buf, len - 1, STREAM), TB_PACKET_BAD_LENGTH);
 	/* ... or less. */
-	assert_int_equal(tb_pkt_check(buf, len + 32, STREAM), TB_PKT_BAD_LENGTH);
+	assert_int_equal(tb_packet_check(buf, len + 32, STREAM), TB_PACKET_BAD_LENGTH);
 }
 
 static void bad_flags(void **state)
@@ -149,18 +149,18 @@ static void bad_flags(void **state)
 
 	(void)state;
 	hdr()->flags = 0x80; /* unknown */
-	assert_int_equal(tb_pkt_check(buf, len, STREAM), TB_PKT_BAD_FLAGS);
+	assert_int_equal(tb_packet_check(buf, len, STREAM), TB_PACKET_BAD_FLAGS);
 	/* A heartbeat with frames behind it. */
-	hdr()->flags = TB_PKT_F_HEARTBEAT;
-	assert_int_equal(tb_pkt_check(buf, len, STREAM), TB_PKT_BAD_FLAGS);
+	hdr()->flags = TB_PACKET_F_HEARTBEAT;
+	assert_int_equal(tb_packet_check(buf, len, STREAM), TB_PACKET_BAD_FLAGS);
 	/* An END with a count but no bytes. */
-	tb_pkt_init(hdr(), TB_PKT_F_END, STREAM, 9, 5, 1, TB_PKT_HDR_LEN);
-	assert_int_equal(tb_pkt_check(buf, TB_PKT_HDR_LEN, STREAM), TB_PKT_BAD_FLAGS);
+	tb_packet_init(hdr(), TB_PACKET_F_END, STREAM, 9, 5, 1, TB_PACKET_HDR_LEN);
+	assert_int_equal(tb_packet_check(buf, TB_PACKET_HDR_LEN, STREAM), TB_PACKET_BAD_FLAGS);
 	/* Well-formed heartbeat and END. */
-	tb_pkt_init(hdr(), TB_PKT_F_HEARTBEAT, STREAM, 9, 5, 0, TB_PKT_HDR_LEN);
-	assert_int_equal(tb_pkt_check(buf, TB_PKT_HDR_LEN, STREAM), TB_PKT_OK);
-	tb_pkt_init(hdr(), TB_PKT_F_END, STREAM, 9, 5, 0, TB_PKT_HDR_LEN);
-	assert_int_equal(tb_pkt_check(buf, TB_PKT_HDR_LEN, STREAM), TB_PKT_OK);
+	tb_packet_init(hdr(), TB_PACKET_F_HEARTBEAT, STREAM, 9, 5, 0, TB_PACKET_HDR_LEN);
+	assert_int_equal(tb_packet_check(buf, TB_PACKET_HDR_LEN, STREAM), TB_PACKET_OK);
+	tb_packet_init(hdr(), TB_PACKET_F_END, STREAM, 9, 5, 0, TB_PACKET_HDR_LEN);
+	assert_int_equal(tb_packet_check(buf, TB_PACKET_HDR_LEN, STREAM), TB_PACKET_OK);
 }
 
 static void bad_count(void **state)
@@ -169,124 +169,124 @@ static void bad_count(void **state)
 
 	(void)state;
 	hdr()->count = 0;
-	assert_int_equal(tb_pkt_check(buf, len, STREAM), TB_PKT_BAD_COUNT);
+	assert_int_equal(tb_packet_check(buf, len, STREAM), TB_PACKET_BAD_COUNT);
 	/* Five frames of at least 32 bytes cannot fit in 128. */
 	hdr()->count = 5;
-	assert_int_equal(tb_pkt_check(buf, len, STREAM), TB_PKT_BAD_COUNT);
+	assert_int_equal(tb_packet_check(buf, len, STREAM), TB_PACKET_BAD_COUNT);
 	hdr()->count = 0xffff;
-	assert_int_equal(tb_pkt_check(buf, len, STREAM), TB_PKT_BAD_COUNT);
+	assert_int_equal(tb_packet_check(buf, len, STREAM), TB_PACKET_BAD_COUNT);
 }
 
 static void wrong_stream(void **state)
 {
 	size_t len = build(1, 1, (uint32_t[]){8}, 0);
-	enum tb_pkt_fault fault;
+	enum tb_packet_fault fault;
 
 	(void)state;
-	assert_int_equal(tb_pkt_check(buf, len, STREAM + 1), TB_PKT_WRONG_STREAM);
+	assert_int_equal(tb_packet_check(buf, len, STREAM + 1), TB_PACKET_WRONG_STREAM);
 	/* The header is ours but a frame inside is another stream's. */
-	frame_at(TB_PKT_HDR_LEN)->stream_id = STREAM + 1;
-	assert_int_equal(tb_pkt_check(buf, len, STREAM), TB_PKT_OK);
+	frame_at(TB_PACKET_HDR_LEN)->stream_id = STREAM + 1;
+	assert_int_equal(tb_packet_check(buf, len, STREAM), TB_PACKET_OK);
 	assert_int_equal(walk(len, &fault), 0);
-	assert_int_equal(fault, TB_PKT_WRONG_STREAM);
+	assert_int_equal(fault, TB_PACKET_WRONG_STREAM);
 }
 
 static void wrong_seq(void **state)
 {
 	size_t len = build(10, 3, (uint32_t[]){8, 8, 8}, 0);
-	enum tb_pkt_fault fault;
+	enum tb_packet_fault fault;
 
 	(void)state;
-	frame_at(TB_PKT_HDR_LEN + 64)->seq = 13; /* 10, 11, then 13 */
+	frame_at(TB_PACKET_HDR_LEN + 64)->seq = 13; /* 10, 11, then 13 */
 	assert_int_equal(walk(len, &fault), 1);
-	assert_int_equal(fault, TB_PKT_BAD_SEQ);
+	assert_int_equal(fault, TB_PACKET_BAD_SEQ);
 	/* A header whose first_seq disagrees with the first frame. */
 	len = build(10, 1, (uint32_t[]){8}, 0);
 	hdr()->first_seq = 11;
 	assert_int_equal(walk(len, &fault), 0);
-	assert_int_equal(fault, TB_PKT_BAD_SEQ);
+	assert_int_equal(fault, TB_PACKET_BAD_SEQ);
 }
 
 static void frame_length_past_the_end(void **state)
 {
 	size_t len = build(1, 2, (uint32_t[]){8, 8}, 0);
-	enum tb_pkt_fault fault;
+	enum tb_packet_fault fault;
 
 	(void)state;
-	frame_at(TB_PKT_HDR_LEN + 64)->length = 100; /* only 64 bytes left */
-	assert_int_equal(tb_pkt_check(buf, len, STREAM), TB_PKT_OK);
+	frame_at(TB_PACKET_HDR_LEN + 64)->length = 100; /* only 64 bytes left */
+	assert_int_equal(tb_packet_check(buf, len, STREAM), TB_PACKET_OK);
 	assert_int_equal(walk(len, &fault), 1);
-	assert_int_equal(fault, TB_PKT_BAD_FRAME);
+	assert_int_equal(fault, TB_PACKET_BAD_FRAME);
 	/* A length below a frame header. */
 	len = build(1, 1, (uint32_t[]){8}, 0);
-	frame_at(TB_PKT_HDR_LEN)->length = 8;
+	frame_at(TB_PACKET_HDR_LEN)->length = 8;
 	assert_int_equal(walk(len, &fault), 0);
-	assert_int_equal(fault, TB_PKT_BAD_FRAME);
+	assert_int_equal(fault, TB_PACKET_BAD_FRAME);
 }
 
 static void count_beyond_the_frames_present(void **state)
 {
 	size_t len = build(1, 2, (uint32_t[]){40, 0}, 0); /* 96 + 32 bytes */
-	enum tb_pkt_fault fault;
+	enum tb_packet_fault fault;
 
 	(void)state;
 	/* The bytes could hold three minimal frames, but two are there. */
 	hdr()->count = 3;
-	assert_int_equal(tb_pkt_check(buf, len, STREAM), TB_PKT_OK);
+	assert_int_equal(tb_packet_check(buf, len, STREAM), TB_PACKET_OK);
 	assert_int_equal(walk(len, &fault), 2);
-	assert_int_equal(fault, TB_PKT_BAD_FRAME);
+	assert_int_equal(fault, TB_PACKET_BAD_FRAME);
 }
 
 static void unpadded_frame_before_the_last(void **state)
 {
 	size_t len = build(1, 2, (uint32_t[]){8, 8}, 0);
-	enum tb_pkt_fault fault;
+	enum tb_packet_fault fault;
 
 	(void)state;
 	/* 72 bytes of frames: the first claims 72 (space 96) with a second
 	 * frame still to come. */
-	frame_at(TB_PKT_HDR_LEN)->length = 72;
-	hdr()->length = TB_PKT_HDR_LEN + 72;
-	len = TB_PKT_HDR_LEN + 72;
-	assert_int_equal(tb_pkt_check(buf, len, STREAM), TB_PKT_OK);
+	frame_at(TB_PACKET_HDR_LEN)->length = 72;
+	hdr()->length = TB_PACKET_HDR_LEN + 72;
+	len = TB_PACKET_HDR_LEN + 72;
+	assert_int_equal(tb_packet_check(buf, len, STREAM), TB_PACKET_OK);
 	assert_int_equal(walk(len, &fault), 0);
-	assert_int_equal(fault, TB_PKT_BAD_FRAME);
+	assert_int_equal(fault, TB_PACKET_BAD_FRAME);
 }
 
 static void frame_of_wrong_version_or_type(void **state)
 {
 	size_t len = build(1, 1, (uint32_t[]){8}, 0);
-	enum tb_pkt_fault fault;
+	enum tb_packet_fault fault;
 
 	(void)state;
-	frame_at(TB_PKT_HDR_LEN)->version = 99;
+	frame_at(TB_PACKET_HDR_LEN)->version = 99;
 	assert_int_equal(walk(len, &fault), 0);
-	assert_int_equal(fault, TB_PKT_BAD_FRAME);
+	assert_int_equal(fault, TB_PACKET_BAD_FRAME);
 	len = build(1, 1, (uint32_t[]){8}, 0);
-	frame_at(TB_PKT_HDR_LEN)->type = TB_FRAME_PAD; /* valid frame, not data */
+	frame_at(TB_PACKET_HDR_LEN)->type = TB_FRAME_PAD; /* valid frame, not data */
 	assert_int_equal(walk(len, &fault), 0);
-	assert_int_equal(fault, TB_PKT_BAD_FRAME);
+	assert_int_equal(fault, TB_PACKET_BAD_FRAME);
 }
 
 static void max_payload_follows_the_mtu(void **state)
 {
 	(void)state;
 	/* 1472 = 46 * 32: header 32, frame header 32, 1408 of payload. */
-	assert_int_equal(tb_pkt_max_payload(1472), 1408);
+	assert_int_equal(tb_packet_max_payload(1472), 1408);
 	/* Rounded down to the frame alignment first. */
-	assert_int_equal(tb_pkt_max_payload(1500), 1472 - 64);
-	assert_int_equal(tb_pkt_max_payload(256), 192);
-	assert_int_equal(tb_pkt_max_payload(63), 0);
-	assert_int_equal(tb_pkt_max_payload(0), 0);
+	assert_int_equal(tb_packet_max_payload(1500), 1472 - 64);
+	assert_int_equal(tb_packet_max_payload(256), 192);
+	assert_int_equal(tb_packet_max_payload(63), 0);
+	assert_int_equal(tb_packet_max_payload(0), 0);
 }
 
 static void fault_names(void **state)
 {
 	(void)state;
-	assert_string_equal(tb_pkt_fault_name(TB_PKT_OK), "ok");
-	assert_string_equal(tb_pkt_fault_name(TB_PKT_SHORT), "short");
-	assert_string_equal(tb_pkt_fault_name(TB_PKT_BAD_SEQ), "bad-seq");
-	assert_string_equal(tb_pkt_fault_name(TB_PKT_FAULT_COUNT), "unknown");
+	assert_string_equal(tb_packet_fault_name(TB_PACKET_OK), "ok");
+	assert_string_equal(tb_packet_fault_name(TB_PACKET_SHORT), "short");
+	assert_string_equal(tb_packet_fault_name(TB_PACKET_BAD_SEQ), "bad-seq");
+	assert_string_equal(tb_packet_fault_name(TB_PACKET_FAULT_COUNT), "unknown");
 }
 
 int main(void)

@@ -10,8 +10,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "recovery_client.h"
-#include "recovery_server.h"
+#include "bus/recovery/client.h"
+#include "bus/recovery/server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -73,19 +73,19 @@ static int src_read(void *sd, uint64_t first, int max, tb_store_read_fn fn,
 	return n;
 }
 
-static tb_rsrv_t *start_server(struct src *s, uint32_t max_count,
+static tb_recovery_server_t *start_server(struct src *s, uint32_t max_count,
 			       uint32_t rate)
 {
-	tb_rsrv_source_t src = {STREAM, TOKEN, src_bounds, src_read, s};
-	tb_rsrv_cfg_t cfg;
-	tb_rsrv_t *srv;
+	tb_recovery_server_source_t src = {STREAM, TOKEN, src_bounds, src_read, s};
+	tb_recovery_server_cfg_t cfg;
+	tb_recovery_server_t *srv;
 
-	tb_rsrv_cfg_init(&cfg);
+	tb_recovery_server_cfg_init(&cfg);
 	cfg.max_count = max_count;
 	cfg.rate = rate;
 	cfg.burst = rate ? 1 : 0;
 	cfg.io_timeout_ms = 2000;
-	assert_int_equal(tb_rsrv_open(&srv, &cfg, &src, 1), 0);
+	assert_int_equal(tb_recovery_server_open(&srv, &cfg, &src, 1), 0);
 	return srv;
 }
 
@@ -140,7 +140,7 @@ static void on_loss(void *cd, uint64_t first, uint64_t last)
 	g->next = last + 1;
 }
 
-static void request(tb_rproto_request_t *q, uint64_t first, uint32_t count)
+static void request(tb_recovery_proto_request_t *q, uint64_t first, uint32_t count)
 {
 	memset(q, 0, sizeof(*q));
 	q->stream_id = STREAM;
@@ -178,17 +178,17 @@ static uint16_t dead_port(void)
 
 static void test_range_in_order(void **state)
 {
-	tb_rsrv_t *srv = start_server(&the_src, TB_RPROTO_COUNT_MAX, 0);
-	tb_endpoint_t ep = ep_of(tb_rsrv_port(srv));
-	tb_rproto_request_t q;
-	tb_rproto_reject_t rej;
+	tb_recovery_server_t *srv = start_server(&the_src, TB_RECOVERY_PROTO_COUNT_MAX, 0);
+	tb_endpoint_t ep = ep_of(tb_recovery_server_port(srv));
+	tb_recovery_proto_request_t q;
+	tb_recovery_proto_reject_t rej;
 	struct got g = {0};
 	uint64_t delivered;
-	tb_rsrv_stats_t st;
+	tb_recovery_server_stats_t st;
 
 	(void)state;
 	request(&q, 10, 2000);
-	assert_int_equal(tb_rclient_fetch_one(&ep, &q, 2000, on_frame, &g, &rej,
+	assert_int_equal(tb_recovery_client_fetch_one(&ep, &q, 2000, on_frame, &g, &rej,
 					      &delivered), 2000);
 	assert_int_equal(g.n, 2000);
 	assert_int_equal(g.bad, 0);
@@ -197,109 +197,109 @@ static void test_range_in_order(void **state)
 	/* A range past the latest is served up to the latest. */
 	memset(&g, 0, sizeof(g));
 	request(&q, NFRAMES - 4, 100);
-	assert_int_equal(tb_rclient_fetch_one(&ep, &q, 2000, on_frame, &g, &rej,
+	assert_int_equal(tb_recovery_client_fetch_one(&ep, &q, 2000, on_frame, &g, &rej,
 					      NULL), 5);
 	assert_int_equal(g.next, NFRAMES + 1);
-	tb_rsrv_stats(srv, &st);
+	tb_recovery_server_stats(srv, &st);
 	assert_int_equal(st.served, 2);
 	assert_int_equal(st.frames, 2005);
-	tb_rsrv_close(srv);
+	tb_recovery_server_close(srv);
 }
 
-static void expect_reject(const tb_endpoint_t *ep, const tb_rproto_request_t *q,
+static void expect_reject(const tb_endpoint_t *ep, const tb_recovery_proto_request_t *q,
 			  uint32_t reason, uint64_t detail)
 {
-	tb_rproto_reject_t rej;
+	tb_recovery_proto_reject_t rej;
 	struct got g = {0};
 
 	memset(&rej, 0, sizeof(rej));
-	assert_int_equal(tb_rclient_fetch_one(ep, q, 2000, on_frame, &g, &rej,
-					      NULL), TB_RCLIENT_REJECTED);
+	assert_int_equal(tb_recovery_client_fetch_one(ep, q, 2000, on_frame, &g, &rej,
+					      NULL), TB_RECOVERY_CLIENT_REJECTED);
 	assert_int_equal(rej.reason, reason);
 	assert_int_equal(rej.detail, detail);
 	assert_int_equal(g.n, 0);
-	assert_non_null(strstr(tb_errmsg(), tb_rproto_reject_name(reason)));
+	assert_non_null(strstr(tb_errmsg(), tb_recovery_proto_reject_name(reason)));
 }
 
 static void test_every_reject_reason(void **state)
 {
 	struct src held = the_src;
-	tb_rsrv_t *srv;
+	tb_recovery_server_t *srv;
 	tb_endpoint_t ep;
-	tb_rproto_request_t q;
-	tb_rsrv_stats_t st;
+	tb_recovery_proto_request_t q;
+	tb_recovery_server_stats_t st;
 
 	(void)state;
 	held.first = 100;
 	held.last = 2000;
 	srv = start_server(&held, 500, 0);
-	ep = ep_of(tb_rsrv_port(srv));
+	ep = ep_of(tb_recovery_server_port(srv));
 
 	request(&q, 50, 10);
-	expect_reject(&ep, &q, TB_RPROTO_REJ_TOO_OLD, 100);
+	expect_reject(&ep, &q, TB_RECOVERY_PROTO_REJ_TOO_OLD, 100);
 	request(&q, 2001, 10);
-	expect_reject(&ep, &q, TB_RPROTO_REJ_NOT_YET, 2000);
+	expect_reject(&ep, &q, TB_RECOVERY_PROTO_REJ_NOT_YET, 2000);
 	request(&q, 100, 501);
-	expect_reject(&ep, &q, TB_RPROTO_REJ_TOO_LARGE, 500);
+	expect_reject(&ep, &q, TB_RECOVERY_PROTO_REJ_TOO_LARGE, 500);
 	request(&q, 100, 10);
 	strcpy(q.token, "s3creT");
-	expect_reject(&ep, &q, TB_RPROTO_REJ_UNAUTHORISED, 0);
+	expect_reject(&ep, &q, TB_RECOVERY_PROTO_REJ_UNAUTHORISED, 0);
 	request(&q, 100, 10);
 	q.stream_id = STREAM + 1;
-	expect_reject(&ep, &q, TB_RPROTO_REJ_UNKNOWN_STREAM, 0);
+	expect_reject(&ep, &q, TB_RECOVERY_PROTO_REJ_UNKNOWN_STREAM, 0);
 	request(&q, 100, 10);
 	q.epoch = EPOCH + 1;
-	expect_reject(&ep, &q, TB_RPROTO_REJ_EPOCH_MISMATCH, EPOCH);
-	tb_rsrv_stats(srv, &st);
-	assert_int_equal(st.rejects[TB_RPROTO_REJ_TOO_OLD], 1);
-	assert_int_equal(st.rejects[TB_RPROTO_REJ_UNAUTHORISED], 1);
+	expect_reject(&ep, &q, TB_RECOVERY_PROTO_REJ_EPOCH_MISMATCH, EPOCH);
+	tb_recovery_server_stats(srv, &st);
+	assert_int_equal(st.rejects[TB_RECOVERY_PROTO_REJ_TOO_OLD], 1);
+	assert_int_equal(st.rejects[TB_RECOVERY_PROTO_REJ_UNAUTHORISED], 1);
 	assert_int_equal(st.served, 0);
-	tb_rsrv_close(srv);
+	tb_recovery_server_close(srv);
 
 	/* Rate limit: one request per second, burst 1. */
 	srv = start_server(&held, 500, 1);
-	ep = ep_of(tb_rsrv_port(srv));
+	ep = ep_of(tb_recovery_server_port(srv));
 	{
-		tb_rproto_reject_t rej;
+		tb_recovery_proto_reject_t rej;
 		struct got g = {0};
 
 		request(&q, 100, 10);
-		assert_int_equal(tb_rclient_fetch_one(&ep, &q, 2000, on_frame, &g,
+		assert_int_equal(tb_recovery_client_fetch_one(&ep, &q, 2000, on_frame, &g,
 						      &rej, NULL), 10);
 		memset(&rej, 0, sizeof(rej));
-		assert_int_equal(tb_rclient_fetch_one(&ep, &q, 2000, on_frame, &g,
+		assert_int_equal(tb_recovery_client_fetch_one(&ep, &q, 2000, on_frame, &g,
 						      &rej, NULL),
-				 TB_RCLIENT_REJECTED);
-		assert_int_equal(rej.reason, TB_RPROTO_REJ_RATE_LIMITED);
+				 TB_RECOVERY_CLIENT_REJECTED);
+		assert_int_equal(rej.reason, TB_RECOVERY_PROTO_REJ_RATE_LIMITED);
 		assert_true(rej.retry_after_ms >= 1 && rej.retry_after_ms <= 1001);
 	}
-	tb_rsrv_close(srv);
+	tb_recovery_server_close(srv);
 }
 
 /* Sends raw bytes to the server, reads its answer; the server must reject
  * with MALFORMED and keep serving others. */
 static void test_malformed_request(void **state)
 {
-	tb_rsrv_t *srv = start_server(&the_src, 500, 0);
+	tb_recovery_server_t *srv = start_server(&the_src, 500, 0);
 	struct sockaddr_in sa = {.sin_family = AF_INET};
-	uint8_t junk[64], ans[TB_RPROTO_MSG_MAX];
-	tb_rproto_msg_t m;
-	tb_rproto_request_t q;
-	tb_rproto_reject_t rej;
+	uint8_t junk[64], ans[TB_RECOVERY_PROTO_MSG_MAX];
+	tb_recovery_proto_msg_t m;
+	tb_recovery_proto_request_t q;
+	tb_recovery_proto_reject_t rej;
 	struct got g = {0};
-	tb_endpoint_t ep = ep_of(tb_rsrv_port(srv));
+	tb_endpoint_t ep = ep_of(tb_recovery_server_port(srv));
 	ssize_t n, got = 0;
 	int fd;
 
 	(void)state;
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	sa.sin_port = htons(tb_rsrv_port(srv));
+	sa.sin_port = htons(tb_recovery_server_port(srv));
 	/* 1: a valid header claiming a REQUEST, with a bad body (count 0). */
 	request(&q, 1, 1);
-	assert_true(tb_rproto_encode_request(junk, sizeof(junk), &q) < 0); /* 64 < 160 */
+	assert_true(tb_recovery_proto_encode_request(junk, sizeof(junk), &q) < 0); /* 64 < 160 */
 	{
-		uint8_t buf[TB_RPROTO_MSG_MAX];
-		int len = tb_rproto_encode_request(buf, sizeof(buf), &q);
+		uint8_t buf[TB_RECOVERY_PROTO_MSG_MAX];
+		int len = tb_recovery_proto_encode_request(buf, sizeof(buf), &q);
 
 		assert_true(len > 0);
 		memset(buf + 12, 0, 4); /* count = 0 */
@@ -309,9 +309,9 @@ static void test_malformed_request(void **state)
 		while ((n = recv(fd, ans + got, sizeof(ans) - (size_t)got, 0)) > 0)
 			got += n;
 		close(fd);
-		assert_true(tb_rproto_decode(ans, (size_t)got, &m) > 0);
-		assert_int_equal(m.type, TB_RPROTO_REJECT);
-		assert_int_equal(m.reject.reason, TB_RPROTO_REJ_MALFORMED);
+		assert_true(tb_recovery_proto_decode(ans, (size_t)got, &m) > 0);
+		assert_int_equal(m.type, TB_RECOVERY_PROTO_REJECT);
+		assert_int_equal(m.reject.reason, TB_RECOVERY_PROTO_REJ_MALFORMED);
 		assert_non_null(strstr(m.reject.text, "count"));
 	}
 	/* 2: garbage from the first byte (bad magic). */
@@ -323,13 +323,13 @@ static void test_malformed_request(void **state)
 	while ((n = recv(fd, ans + got, sizeof(ans) - (size_t)got, 0)) > 0)
 		got += n;
 	close(fd);
-	assert_true(tb_rproto_decode(ans, (size_t)got, &m) > 0);
-	assert_int_equal(m.reject.reason, TB_RPROTO_REJ_MALFORMED);
+	assert_true(tb_recovery_proto_decode(ans, (size_t)got, &m) > 0);
+	assert_int_equal(m.reject.reason, TB_RECOVERY_PROTO_REJ_MALFORMED);
 	/* The server goes on serving. */
 	request(&q, 1, 3);
-	assert_int_equal(tb_rclient_fetch_one(&ep, &q, 2000, on_frame, &g, &rej,
+	assert_int_equal(tb_recovery_client_fetch_one(&ep, &q, 2000, on_frame, &g, &rej,
 					      NULL), 3);
-	tb_rsrv_close(srv);
+	tb_recovery_server_close(srv);
 }
 
 /* ------------------------------------------------- a scripted bad server */
@@ -396,11 +396,11 @@ static size_t build_answer(uint8_t *buf, uint64_t first, uint32_t count,
 			   uint64_t f0, int nf, int with_end, uint32_t status,
 			   uint64_t last)
 {
-	tb_rproto_begin_t b = {STREAM, count, EPOCH, first};
-	tb_rproto_end_t e = {status, last};
+	tb_recovery_proto_begin_t b = {STREAM, count, EPOCH, first};
+	tb_recovery_proto_end_t e = {status, last};
 	size_t n = 0;
 
-	n += (size_t)tb_rproto_encode_begin(buf, 64, &b);
+	n += (size_t)tb_recovery_proto_encode_begin(buf, 64, &b);
 	for (int i = 0; i < nf; i++) {
 		const tb_frame_hdr_t *f = (const tb_frame_hdr_t *)the_src.frames[f0 + (uint64_t)i];
 
@@ -408,7 +408,7 @@ static size_t build_answer(uint8_t *buf, uint64_t first, uint32_t count,
 		n += f->length;
 	}
 	if (with_end)
-		n += (size_t)tb_rproto_encode_end(buf + n, 64, &e);
+		n += (size_t)tb_recovery_proto_encode_end(buf + n, 64, &e);
 	return n;
 }
 
@@ -416,8 +416,8 @@ static int answer_with(const void *bytes, size_t len, int hold_ms,
 		       uint32_t io_ms, struct got *g)
 {
 	struct script s;
-	tb_rproto_request_t q;
-	tb_rproto_reject_t rej;
+	tb_recovery_proto_request_t q;
+	tb_recovery_proto_reject_t rej;
 	tb_endpoint_t ep;
 	int rc;
 
@@ -425,7 +425,7 @@ static int answer_with(const void *bytes, size_t len, int hold_ms,
 	ep = ep_of(s.port);
 	request(&q, 10, 5);
 	memset(g, 0, sizeof(*g));
-	rc = tb_rclient_fetch_one(&ep, &q, io_ms, on_frame, g, &rej, NULL);
+	rc = tb_recovery_client_fetch_one(&ep, &q, io_ms, on_frame, g, &rej, NULL);
 	script_stop(&s);
 	return rc;
 }
@@ -438,14 +438,14 @@ static void test_malformed_answers(void **state)
 
 	(void)state;
 	/* Good, as a control. */
-	n = build_answer(buf, 10, 5, 10, 5, 1, TB_RPROTO_END_COMPLETE, 14);
+	n = build_answer(buf, 10, 5, 10, 5, 1, TB_RECOVERY_PROTO_END_COMPLETE, 14);
 	assert_int_equal(answer_with(buf, n, 0, 2000, &g), 5);
 	/* Not our protocol at all. */
 	memset(buf, 0x5a, 64);
 	assert_int_equal(answer_with(buf, 64, 0, 2000, &g), TB_EPROTO);
 	assert_non_null(strstr(tb_errmsg(), "bad magic"));
 	/* BEGIN for another range. */
-	n = build_answer(buf, 11, 5, 11, 5, 1, TB_RPROTO_END_COMPLETE, 15);
+	n = build_answer(buf, 11, 5, 11, 5, 1, TB_RECOVERY_PROTO_END_COMPLETE, 15);
 	assert_int_equal(answer_with(buf, n, 0, 2000, &g), TB_EPROTO);
 	assert_non_null(strstr(tb_errmsg(), "RESPONSE_BEGIN announces"));
 	/* A frame out of sequence (12 where 11 belongs). */
@@ -461,11 +461,11 @@ static void test_malformed_answers(void **state)
 	n += 32;
 	assert_int_equal(answer_with(buf, n, 0, 2000, &g), TB_EPROTO);
 	/* END "complete" after 3 of 5 frames. */
-	n = build_answer(buf, 10, 5, 10, 3, 1, TB_RPROTO_END_COMPLETE, 12);
+	n = build_answer(buf, 10, 5, 10, 3, 1, TB_RECOVERY_PROTO_END_COMPLETE, 12);
 	assert_int_equal(answer_with(buf, n, 0, 2000, &g), TB_EPROTO);
 	assert_non_null(strstr(tb_errmsg(), "RESPONSE_END"));
 	/* END "truncated" after 3: fine, 3 delivered. */
-	n = build_answer(buf, 10, 5, 10, 3, 1, TB_RPROTO_END_TRUNCATED, 12);
+	n = build_answer(buf, 10, 5, 10, 3, 1, TB_RECOVERY_PROTO_END_TRUNCATED, 12);
 	assert_int_equal(answer_with(buf, n, 0, 2000, &g), 3);
 	/* Cut in the middle of a frame. */
 	n = build_answer(buf, 10, 5, 10, 2, 0, 0, 0);
@@ -482,10 +482,10 @@ static void test_malformed_answers(void **state)
 static void test_failover_and_loss(void **state)
 {
 	struct src older = the_src, newer = the_src;
-	tb_rsrv_t *a, *b;
+	tb_recovery_server_t *a, *b;
 	tb_endpoint_t eps[3];
-	tb_rclient_cfg_t cfg;
-	tb_rclient_stats_t st;
+	tb_recovery_client_cfg_t cfg;
+	tb_recovery_client_stats_t st;
 	struct got g = {0};
 	uint64_t next;
 
@@ -495,9 +495,9 @@ static void test_failover_and_loss(void **state)
 	a = start_server(&newer, 100, 0);
 	b = start_server(&older, 100, 0);
 	eps[0] = ep_of(dead_port());          /* down */
-	eps[1] = ep_of(tb_rsrv_port(a));      /* too old below 800 */
-	eps[2] = ep_of(tb_rsrv_port(b));      /* has 500.. */
-	tb_rclient_cfg_init(&cfg);
+	eps[1] = ep_of(tb_recovery_server_port(a));      /* too old below 800 */
+	eps[2] = ep_of(tb_recovery_server_port(b));      /* has 500.. */
+	tb_recovery_client_cfg_init(&cfg);
 	cfg.endpoints = eps;
 	cfg.n_endpoints = 3;
 	cfg.stream_id = STREAM;
@@ -505,7 +505,7 @@ static void test_failover_and_loss(void **state)
 	cfg.deadline_ms = 20000;
 	/* 600..1500: only b holds 600..799; a and b both 800..; requests of
 	 * at most 100 (TOO_LARGE teaches the client). */
-	assert_int_equal(tb_rclient_fetch(&cfg, EPOCH, 600, 1500, on_frame,
+	assert_int_equal(tb_recovery_client_fetch(&cfg, EPOCH, 600, 1500, on_frame,
 					  on_loss, &g, &st, &next), 0);
 	assert_int_equal(g.n, 901);
 	assert_int_equal(g.bad, 0);
@@ -518,7 +518,7 @@ static void test_failover_and_loss(void **state)
 	/* 100..700: nobody holds 100..499: reported lost exactly, then the
 	 * rest delivered. */
 	memset(&g, 0, sizeof(g));
-	assert_int_equal(tb_rclient_fetch(&cfg, EPOCH, 100, 700, on_frame,
+	assert_int_equal(tb_recovery_client_fetch(&cfg, EPOCH, 100, 700, on_frame,
 					  on_loss, &g, &st, &next), 0);
 	assert_int_equal(g.losses, 1);
 	assert_int_equal(g.loss_first, 100);
@@ -526,26 +526,26 @@ static void test_failover_and_loss(void **state)
 	assert_int_equal(g.n, 201);
 	assert_int_equal(g.bad, 0);
 	assert_int_equal(st.lost, 400);
-	tb_rsrv_close(a);
-	tb_rsrv_close(b);
+	tb_recovery_server_close(a);
+	tb_recovery_server_close(b);
 }
 
 static void test_deadline_and_backoff(void **state)
 {
 	struct src held = the_src;
 	tb_endpoint_t eps[2];
-	tb_rclient_cfg_t cfg;
-	tb_rclient_stats_t st;
+	tb_recovery_client_cfg_t cfg;
+	tb_recovery_client_stats_t st;
 	struct got g = {0};
 	struct timespec t0, t1;
 	uint64_t next;
-	tb_rsrv_t *srv;
+	tb_recovery_server_t *srv;
 	double secs;
 
 	(void)state;
 	eps[0] = ep_of(dead_port());
 	eps[1] = ep_of(dead_port());
-	tb_rclient_cfg_init(&cfg);
+	tb_recovery_client_cfg_init(&cfg);
 	cfg.endpoints = eps;
 	cfg.n_endpoints = 2;
 	cfg.stream_id = STREAM;
@@ -553,7 +553,7 @@ static void test_deadline_and_backoff(void **state)
 	cfg.deadline_ms = 300;
 	cfg.backoff_ms = 10;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	assert_int_equal(tb_rclient_fetch(&cfg, EPOCH, 5, 9, on_frame, on_loss,
+	assert_int_equal(tb_recovery_client_fetch(&cfg, EPOCH, 5, 9, on_frame, on_loss,
 					  &g, &st, &next), TB_ETIMEDOUT);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	secs = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
@@ -566,21 +566,21 @@ static void test_deadline_and_backoff(void **state)
 
 	/* Rate-limited at the only endpoint: the client waits and gets all. */
 	srv = start_server(&held, 10, 20);
-	eps[0] = ep_of(tb_rsrv_port(srv));
+	eps[0] = ep_of(tb_recovery_server_port(srv));
 	cfg.n_endpoints = 1;
 	cfg.deadline_ms = 20000;
-	assert_int_equal(tb_rclient_fetch(&cfg, EPOCH, 1, 60, on_frame, on_loss,
+	assert_int_equal(tb_recovery_client_fetch(&cfg, EPOCH, 1, 60, on_frame, on_loss,
 					  &g, &st, &next), 0);
 	assert_int_equal(g.n, 60);
 	assert_int_equal(g.bad, 0);
 	assert_true(st.rejects >= 1); /* too large, then rate limits */
-	tb_rsrv_close(srv);
+	tb_recovery_server_close(srv);
 
 	/* Bad arguments. */
-	assert_int_equal(tb_rclient_fetch(&cfg, EPOCH, 9, 5, on_frame, on_loss,
+	assert_int_equal(tb_recovery_client_fetch(&cfg, EPOCH, 9, 5, on_frame, on_loss,
 					  &g, &st, &next), TB_EINVAL);
 	cfg.n_endpoints = 0;
-	assert_int_equal(tb_rclient_fetch(&cfg, EPOCH, 1, 5, on_frame, on_loss,
+	assert_int_equal(tb_recovery_client_fetch(&cfg, EPOCH, 1, 5, on_frame, on_loss,
 					  &g, &st, &next), TB_EINVAL);
 }
 

@@ -6,8 +6,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "error.h"
-#include "recovery_proto.h"
+#include "bus/error.h"
+#include "bus/recovery/proto.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -44,9 +44,9 @@ static uint64_t rng(void)
 	return rng_state * 0x2545f4914f6cdd1dull;
 }
 
-static tb_rproto_request_t sample_request(void)
+static tb_recovery_proto_request_t sample_request(void)
 {
-	tb_rproto_request_t m;
+	tb_recovery_proto_request_t m;
 
 	memset(&m, 0, sizeof(m));
 	m.stream_id = 7;
@@ -57,27 +57,27 @@ static tb_rproto_request_t sample_request(void)
 	return m;
 }
 
-static tb_rproto_begin_t sample_begin(void)
+static tb_recovery_proto_begin_t sample_begin(void)
 {
-	tb_rproto_begin_t m = {.stream_id = 7, .count = 3,
+	tb_recovery_proto_begin_t m = {.stream_id = 7, .count = 3,
 			       .epoch = 0x1122334455667788ull, .first = 5000};
 	return m;
 }
 
-static tb_rproto_end_t sample_end(void)
+static tb_recovery_proto_end_t sample_end(void)
 {
-	tb_rproto_end_t m = {.status = TB_RPROTO_END_COMPLETE,
+	tb_recovery_proto_end_t m = {.status = TB_RECOVERY_PROTO_END_COMPLETE,
 			     .last_seq = 5002};
 	return m;
 }
 
-static tb_rproto_reject_t sample_reject(void)
+static tb_recovery_proto_reject_t sample_reject(void)
 {
-	tb_rproto_reject_t m;
+	tb_recovery_proto_reject_t m;
 
 	memset(&m, 0, sizeof(m));
 	m.stream_id = 7;
-	m.reason = TB_RPROTO_REJ_TOO_OLD;
+	m.reason = TB_RECOVERY_PROTO_REJ_TOO_OLD;
 	m.earliest_seq = 4000000;
 	strcpy(m.text, "sequences before 4000000 were dropped from the store");
 	return m;
@@ -86,64 +86,64 @@ static tb_rproto_reject_t sample_reject(void)
 static int encode_sample(int type, uint8_t *buf, size_t cap)
 {
 	switch (type) {
-	case TB_RPROTO_REQUEST: { tb_rproto_request_t m = sample_request();
-		return tb_rproto_encode_request(buf, cap, &m); }
-	case TB_RPROTO_RESPONSE_BEGIN: { tb_rproto_begin_t m = sample_begin();
-		return tb_rproto_encode_begin(buf, cap, &m); }
-	case TB_RPROTO_RESPONSE_END: { tb_rproto_end_t m = sample_end();
-		return tb_rproto_encode_end(buf, cap, &m); }
-	case TB_RPROTO_REJECT: { tb_rproto_reject_t m = sample_reject();
-		return tb_rproto_encode_reject(buf, cap, &m); }
+	case TB_RECOVERY_PROTO_REQUEST: { tb_recovery_proto_request_t m = sample_request();
+		return tb_recovery_proto_encode_request(buf, cap, &m); }
+	case TB_RECOVERY_PROTO_RESPONSE_BEGIN: { tb_recovery_proto_begin_t m = sample_begin();
+		return tb_recovery_proto_encode_begin(buf, cap, &m); }
+	case TB_RECOVERY_PROTO_RESPONSE_END: { tb_recovery_proto_end_t m = sample_end();
+		return tb_recovery_proto_encode_end(buf, cap, &m); }
+	case TB_RECOVERY_PROTO_REJECT: { tb_recovery_proto_reject_t m = sample_reject();
+		return tb_recovery_proto_encode_reject(buf, cap, &m); }
 	}
 	fail_msg("no sample for type %d", type);
 	return -1;
 }
 
-static int encode_msg(const tb_rproto_msg_t *m, uint8_t *buf, size_t cap)
+static int encode_msg(const tb_recovery_proto_msg_t *m, uint8_t *buf, size_t cap)
 {
 	switch (m->type) {
-	case TB_RPROTO_REQUEST:
-		return tb_rproto_encode_request(buf, cap, &m->request);
-	case TB_RPROTO_RESPONSE_BEGIN:
-		return tb_rproto_encode_begin(buf, cap, &m->begin);
-	case TB_RPROTO_RESPONSE_END:
-		return tb_rproto_encode_end(buf, cap, &m->end);
-	case TB_RPROTO_REJECT:
-		return tb_rproto_encode_reject(buf, cap, &m->reject);
+	case TB_RECOVERY_PROTO_REQUEST:
+		return tb_recovery_proto_encode_request(buf, cap, &m->request);
+	case TB_RECOVERY_PROTO_RESPONSE_BEGIN:
+		return tb_recovery_proto_encode_begin(buf, cap, &m->begin);
+	case TB_RECOVERY_PROTO_RESPONSE_END:
+		return tb_recovery_proto_encode_end(buf, cap, &m->end);
+	case TB_RECOVERY_PROTO_REJECT:
+		return tb_recovery_proto_encode_reject(buf, cap, &m->reject);
 	}
 	return -1;
 }
 
-static const uint32_t sizes[TB_RPROTO_TYPE_MAX + 1] = {0, 160, 32, 24, 224};
+static const uint32_t sizes[TB_RECOVERY_PROTO_TYPE_MAX + 1] = {0, 160, 32, 24, 224};
 
 static int decode_bad(const uint8_t *buf, size_t len)
 {
-	tb_rproto_msg_t out, before;
+	tb_recovery_proto_msg_t out, before;
 	int rc;
 
 	memset(&out, 0x5a, sizeof(out));
 	memcpy(&before, &out, sizeof(out));
-	rc = tb_rproto_decode(buf, len, &out);
+	rc = tb_recovery_proto_decode(buf, len, &out);
 	assert_true(rc < 0);
 	assert_memory_equal(&out, &before, sizeof(out));
 	return rc;
 }
 
-#define W(type, field) offsetof(tb_rproto_wire_##type##_t, field)
+#define W(type, field) offsetof(tb_recovery_proto_wire_##type##_t, field)
 
 /* ---------------------------------------------------------- round trips */
 
 static void round_trip_request(void **state)
 {
-	uint8_t buf[TB_RPROTO_MSG_MAX];
-	tb_rproto_request_t in = sample_request();
-	tb_rproto_msg_t out;
+	uint8_t buf[TB_RECOVERY_PROTO_MSG_MAX];
+	tb_recovery_proto_request_t in = sample_request();
+	tb_recovery_proto_msg_t out;
 
 	(void)state;
-	assert_int_equal(tb_rproto_encode_request(buf, sizeof(buf), &in), 160);
-	assert_int_equal(tb_rproto_decode(buf, 160, &out), 160);
-	assert_int_equal(out.type, TB_RPROTO_REQUEST);
-	assert_int_equal(out.version, TB_RPROTO_VERSION);
+	assert_int_equal(tb_recovery_proto_encode_request(buf, sizeof(buf), &in), 160);
+	assert_int_equal(tb_recovery_proto_decode(buf, 160, &out), 160);
+	assert_int_equal(out.type, TB_RECOVERY_PROTO_REQUEST);
+	assert_int_equal(out.version, TB_RECOVERY_PROTO_VERSION);
 	assert_int_equal(out.length, 160);
 	assert_int_equal(out.request.stream_id, 7);
 	assert_int_equal(out.request.count, 100);
@@ -153,79 +153,79 @@ static void round_trip_request(void **state)
 
 	/* Edges: the largest count, the last range that does not overflow,
 	 * the longest token. */
-	in.count = TB_RPROTO_COUNT_MAX;
-	in.first = UINT64_MAX - TB_RPROTO_COUNT_MAX;
+	in.count = TB_RECOVERY_PROTO_COUNT_MAX;
+	in.first = UINT64_MAX - TB_RECOVERY_PROTO_COUNT_MAX;
 	memset(in.token, '~', sizeof(in.token) - 1);
 	in.token[sizeof(in.token) - 1] = '\0';
-	assert_int_equal(tb_rproto_encode_request(buf, sizeof(buf), &in), 160);
-	assert_int_equal(tb_rproto_decode(buf, 160, &out), 160);
-	assert_int_equal(out.request.count, TB_RPROTO_COUNT_MAX);
-	assert_true(out.request.first == UINT64_MAX - TB_RPROTO_COUNT_MAX);
+	assert_int_equal(tb_recovery_proto_encode_request(buf, sizeof(buf), &in), 160);
+	assert_int_equal(tb_recovery_proto_decode(buf, 160, &out), 160);
+	assert_int_equal(out.request.count, TB_RECOVERY_PROTO_COUNT_MAX);
+	assert_true(out.request.first == UINT64_MAX - TB_RECOVERY_PROTO_COUNT_MAX);
 	assert_int_equal(strlen(out.request.token), 127);
 	in.count = 1;
 	in.first = 1;
-	assert_int_equal(tb_rproto_encode_request(buf, sizeof(buf), &in), 160);
-	assert_int_equal(tb_rproto_decode(buf, 160, &out), 160);
+	assert_int_equal(tb_recovery_proto_encode_request(buf, sizeof(buf), &in), 160);
+	assert_int_equal(tb_recovery_proto_decode(buf, 160, &out), 160);
 	assert_int_equal(out.request.count, 1);
 	assert_true(out.request.first == 1);
 }
 
 static void round_trip_begin_end(void **state)
 {
-	uint8_t buf[TB_RPROTO_MSG_MAX];
-	tb_rproto_begin_t b = sample_begin();
-	tb_rproto_end_t e = sample_end();
-	tb_rproto_msg_t out;
+	uint8_t buf[TB_RECOVERY_PROTO_MSG_MAX];
+	tb_recovery_proto_begin_t b = sample_begin();
+	tb_recovery_proto_end_t e = sample_end();
+	tb_recovery_proto_msg_t out;
 
 	(void)state;
-	assert_int_equal(tb_rproto_encode_begin(buf, sizeof(buf), &b), 32);
-	assert_int_equal(tb_rproto_decode(buf, 32, &out), 32);
-	assert_int_equal(out.type, TB_RPROTO_RESPONSE_BEGIN);
+	assert_int_equal(tb_recovery_proto_encode_begin(buf, sizeof(buf), &b), 32);
+	assert_int_equal(tb_recovery_proto_decode(buf, 32, &out), 32);
+	assert_int_equal(out.type, TB_RECOVERY_PROTO_RESPONSE_BEGIN);
 	assert_int_equal(out.begin.stream_id, 7);
 	assert_int_equal(out.begin.count, 3);
 	assert_true(out.begin.epoch == 0x1122334455667788ull);
 	assert_true(out.begin.first == 5000);
 
-	assert_int_equal(tb_rproto_encode_end(buf, sizeof(buf), &e), 24);
-	assert_int_equal(tb_rproto_decode(buf, 24, &out), 24);
-	assert_int_equal(out.type, TB_RPROTO_RESPONSE_END);
-	assert_int_equal(out.end.status, TB_RPROTO_END_COMPLETE);
+	assert_int_equal(tb_recovery_proto_encode_end(buf, sizeof(buf), &e), 24);
+	assert_int_equal(tb_recovery_proto_decode(buf, 24, &out), 24);
+	assert_int_equal(out.type, TB_RECOVERY_PROTO_RESPONSE_END);
+	assert_int_equal(out.end.status, TB_RECOVERY_PROTO_END_COMPLETE);
 	assert_true(out.end.last_seq == 5002);
 	/* Truncated before the first frame: last_seq is first - 1, may be 0. */
-	e.status = TB_RPROTO_END_TRUNCATED;
+	e.status = TB_RECOVERY_PROTO_END_TRUNCATED;
 	e.last_seq = 0;
-	assert_int_equal(tb_rproto_encode_end(buf, sizeof(buf), &e), 24);
-	assert_int_equal(tb_rproto_decode(buf, 24, &out), 24);
-	assert_int_equal(out.end.status, TB_RPROTO_END_TRUNCATED);
+	assert_int_equal(tb_recovery_proto_encode_end(buf, sizeof(buf), &e), 24);
+	assert_int_equal(tb_recovery_proto_decode(buf, 24, &out), 24);
+	assert_int_equal(out.end.status, TB_RECOVERY_PROTO_END_TRUNCATED);
 	assert_true(out.end.last_seq == 0);
 }
 
 static void round_trip_reject_every_reason(void **state)
 {
 	static const struct { uint32_t reason; uint64_t detail; } cases[] = {
-		{TB_RPROTO_REJ_TOO_OLD, 4000000},
-		{TB_RPROTO_REJ_TOO_OLD, 1},
-		{TB_RPROTO_REJ_NOT_YET, 0},
-		{TB_RPROTO_REJ_NOT_YET, UINT64_MAX},
-		{TB_RPROTO_REJ_TOO_LARGE, TB_RPROTO_COUNT_MAX},
-		{TB_RPROTO_REJ_TOO_LARGE, 1},
-		{TB_RPROTO_REJ_RATE_LIMITED, 250},
-		{TB_RPROTO_REJ_RATE_LIMITED, TB_RPROTO_RETRY_MAX_MS},
-		{TB_RPROTO_REJ_UNAUTHORISED, 0},
-		{TB_RPROTO_REJ_MALFORMED, 0},
-		{TB_RPROTO_REJ_UNKNOWN_STREAM, 0},
-		{TB_RPROTO_REJ_EPOCH_MISMATCH, 0x8000000000000002ull},
+		{TB_RECOVERY_PROTO_REJ_TOO_OLD, 4000000},
+		{TB_RECOVERY_PROTO_REJ_TOO_OLD, 1},
+		{TB_RECOVERY_PROTO_REJ_NOT_YET, 0},
+		{TB_RECOVERY_PROTO_REJ_NOT_YET, UINT64_MAX},
+		{TB_RECOVERY_PROTO_REJ_TOO_LARGE, TB_RECOVERY_PROTO_COUNT_MAX},
+		{TB_RECOVERY_PROTO_REJ_TOO_LARGE, 1},
+		{TB_RECOVERY_PROTO_REJ_RATE_LIMITED, 250},
+		{TB_RECOVERY_PROTO_REJ_RATE_LIMITED, TB_RECOVERY_PROTO_RETRY_MAX_MS},
+		{TB_RECOVERY_PROTO_REJ_UNAUTHORISED, 0},
+		{TB_RECOVERY_PROTO_REJ_MALFORMED, 0},
+		{TB_RECOVERY_PROTO_REJ_UNKNOWN_STREAM, 0},
+		{TB_RECOVERY_PROTO_REJ_EPOCH_MISMATCH, 0x8000000000000002ull},
 	};
-	uint8_t buf[TB_RPROTO_MSG_MAX];
-	tb_rproto_reject_t in = sample_reject();
-	tb_rproto_msg_t out;
+	uint8_t buf[TB_RECOVERY_PROTO_MSG_MAX];
+	tb_recovery_proto_reject_t in = sample_reject();
+	tb_recovery_proto_msg_t out;
 
 	(void)state;
-	assert_int_equal(tb_rproto_encode_reject(buf, sizeof(buf), &in), 224);
-	assert_int_equal(tb_rproto_decode(buf, 224, &out), 224);
-	assert_int_equal(out.type, TB_RPROTO_REJECT);
+	assert_int_equal(tb_recovery_proto_encode_reject(buf, sizeof(buf), &in), 224);
+	assert_int_equal(tb_recovery_proto_decode(buf, 224, &out), 224);
+	assert_int_equal(out.type, TB_RECOVERY_PROTO_REJECT);
 	assert_int_equal(out.reject.stream_id, 7);
-	assert_int_equal(out.reject.reason, TB_RPROTO_REJ_TOO_OLD);
+	assert_int_equal(out.reject.reason, TB_RECOVERY_PROTO_REJ_TOO_OLD);
 	assert_true(out.reject.earliest_seq == 4000000);
 	assert_string_equal(out.reject.text, in.text);
 
@@ -234,24 +234,24 @@ static void round_trip_reject_every_reason(void **state)
 		in.detail = cases[i].detail;
 		in.stream_id = (uint32_t)i;
 		snprintf(in.text, sizeof(in.text), "case %zu: %s", i,
-			 tb_rproto_reject_name(in.reason));
-		assert_int_equal(tb_rproto_encode_reject(buf, sizeof(buf), &in),
+			 tb_recovery_proto_reject_name(in.reason));
+		assert_int_equal(tb_recovery_proto_encode_reject(buf, sizeof(buf), &in),
 				 224);
-		assert_int_equal(tb_rproto_decode(buf, 224, &out), 224);
+		assert_int_equal(tb_recovery_proto_decode(buf, 224, &out), 224);
 		assert_int_equal(out.reject.reason, cases[i].reason);
 		assert_true(out.reject.detail == cases[i].detail);
 		assert_int_equal(out.reject.stream_id, i);
 		assert_string_equal(out.reject.text, in.text);
-		assert_string_not_equal(tb_rproto_reject_name(in.reason), "?");
+		assert_string_not_equal(tb_recovery_proto_reject_name(in.reason), "?");
 	}
 	/* The named views of detail are one field. */
-	in.reason = TB_RPROTO_REJ_RATE_LIMITED;
+	in.reason = TB_RECOVERY_PROTO_REJ_RATE_LIMITED;
 	in.retry_after_ms = 40;
 	assert_true(in.detail == 40);
-	assert_string_equal(tb_rproto_reject_name(0), "?");
-	assert_string_equal(tb_rproto_type_name(TB_RPROTO_TYPE_MAX + 1), "?");
-	for (int t = 1; t <= TB_RPROTO_TYPE_MAX; t++)
-		assert_string_not_equal(tb_rproto_type_name(t), "?");
+	assert_string_equal(tb_recovery_proto_reject_name(0), "?");
+	assert_string_equal(tb_recovery_proto_type_name(TB_RECOVERY_PROTO_TYPE_MAX + 1), "?");
+	for (int t = 1; t <= TB_RECOVERY_PROTO_TYPE_MAX; t++)
+		assert_string_not_equal(tb_recovery_proto_type_name(t), "?");
 }
 
 /* ---------------------------------------------------------- wire bytes */
@@ -270,15 +270,15 @@ static void golden_request(void **state)
 		/* token "s3cret", NUL, zeros */
 		's', '3', 'c', 'r', 'e', 't', 0x00, 0x00,
 	};
-	uint8_t golden[160], buf[TB_RPROTO_MSG_MAX];
-	tb_rproto_msg_t out;
+	uint8_t golden[160], buf[TB_RECOVERY_PROTO_MSG_MAX];
+	tb_recovery_proto_msg_t out;
 
 	(void)state;
 	memset(golden, 0, sizeof(golden));
 	memcpy(golden, head, sizeof(head));
-	assert_int_equal(encode_sample(TB_RPROTO_REQUEST, buf, sizeof(buf)), 160);
+	assert_int_equal(encode_sample(TB_RECOVERY_PROTO_REQUEST, buf, sizeof(buf)), 160);
 	assert_memory_equal(buf, golden, sizeof(golden));
-	assert_int_equal(tb_rproto_decode(golden, sizeof(golden), &out), 160);
+	assert_int_equal(tb_recovery_proto_decode(golden, sizeof(golden), &out), 160);
 	assert_string_equal(out.request.token, "s3cret");
 }
 
@@ -294,13 +294,13 @@ static void golden_end_and_reject_head(void **state)
 		0x07, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,
 		0x00, 0x09, 0x3d, 0x00, 0x00, 0x00, 0x00, 0x00, /* 4000000 */
 	};
-	uint8_t buf[TB_RPROTO_MSG_MAX];
+	uint8_t buf[TB_RECOVERY_PROTO_MSG_MAX];
 
 	(void)state;
-	assert_int_equal(encode_sample(TB_RPROTO_RESPONSE_END, buf, sizeof(buf)),
+	assert_int_equal(encode_sample(TB_RECOVERY_PROTO_RESPONSE_END, buf, sizeof(buf)),
 			 24);
 	assert_memory_equal(buf, end, sizeof(end));
-	assert_int_equal(encode_sample(TB_RPROTO_REJECT, buf, sizeof(buf)), 224);
+	assert_int_equal(encode_sample(TB_RECOVERY_PROTO_REJECT, buf, sizeof(buf)), 224);
 	assert_memory_equal(buf, reject_head, sizeof(reject_head));
 	assert_memory_equal(buf + 24, "sequences before", 16);
 }
@@ -309,31 +309,31 @@ static void golden_end_and_reject_head(void **state)
 
 static void bad_headers(void **state)
 {
-	uint8_t buf[TB_RPROTO_MSG_MAX + 64];
-	uint8_t ctl[TB_CTL_MSG_MAX];
-	tb_ctl_bye_t bye = {.reason = TB_CTL_BYE_NORMAL};
+	uint8_t buf[TB_RECOVERY_PROTO_MSG_MAX + 64];
+	uint8_t ctl[TB_CONTROL_MSG_MAX];
+	tb_control_bye_t bye = {.reason = TB_CONTROL_BYE_NORMAL};
 	int n;
 
 	(void)state;
-	n = encode_sample(TB_RPROTO_REQUEST, buf, sizeof(buf));
+	n = encode_sample(TB_RECOVERY_PROTO_REQUEST, buf, sizeof(buf));
 	expect_err(decode_bad(buf, 0), TB_EPROTO, "truncated");
 	expect_err(decode_bad(buf, 5), TB_EPROTO, "truncated");
 
 	/* A control message on the recovery port. */
-	assert_int_equal(tb_ctl_encode_bye(ctl, sizeof(ctl), &bye), 16);
+	assert_int_equal(tb_control_encode_bye(ctl, sizeof(ctl), &bye), 16);
 	expect_err(decode_bad(ctl, 16), TB_EFORMAT, "magic");
-	expect_err(tb_rproto_frame_need(ctl, 2), TB_EPROTO, "magic");
+	expect_err(tb_recovery_proto_frame_need(ctl, 2), TB_EPROTO, "magic");
 
 	put8(buf, 2, 3);
 	expect_err(decode_bad(buf, (size_t)n), TB_EFORMAT, "version 3");
 	assert_non_null(strstr(tb_errmsg(), "version 1"));
-	put8(buf, 2, TB_RPROTO_VERSION);
+	put8(buf, 2, TB_RECOVERY_PROTO_VERSION);
 
 	put8(buf, 3, 0);
 	expect_err(decode_bad(buf, (size_t)n), TB_EPROTO, "type 0");
-	put8(buf, 3, TB_RPROTO_TYPE_MAX + 1);
+	put8(buf, 3, TB_RECOVERY_PROTO_TYPE_MAX + 1);
 	expect_err(decode_bad(buf, (size_t)n), TB_EPROTO, "type 5");
-	put8(buf, 3, TB_RPROTO_REQUEST);
+	put8(buf, 3, TB_RECOVERY_PROTO_REQUEST);
 
 	put32(buf, 4, 161);
 	expect_err(decode_bad(buf, sizeof(buf)), TB_EPROTO, "length 161");
@@ -343,23 +343,23 @@ static void bad_headers(void **state)
 	expect_err(decode_bad(buf, 159), TB_EPROTO, "length");
 
 	put32(buf, 4, 0x10000000u);
-	expect_err(tb_rproto_frame_need(buf, 8), TB_EPROTO, "length");
+	expect_err(tb_recovery_proto_frame_need(buf, 8), TB_EPROTO, "length");
 	put32(buf, 4, 3);
-	expect_err(tb_rproto_frame_need(buf, 8), TB_EPROTO, "length");
+	expect_err(tb_recovery_proto_frame_need(buf, 8), TB_EPROTO, "length");
 	put32(buf, 4, 100);
-	expect_err(tb_rproto_frame_need(buf, 8), TB_EPROTO, "length 100");
+	expect_err(tb_recovery_proto_frame_need(buf, 8), TB_EPROTO, "length 100");
 }
 
 /* REQUEST and RESPONSE_BEGIN share the range rules. */
 static void bad_ranges(void **state)
 {
 	static const struct { int type; size_t stream, count, epoch, first; } at[] = {
-		{TB_RPROTO_REQUEST, W(request, stream_id), W(request, count),
+		{TB_RECOVERY_PROTO_REQUEST, W(request, stream_id), W(request, count),
 		 W(request, epoch), W(request, first)},
-		{TB_RPROTO_RESPONSE_BEGIN, W(begin, stream_id), W(begin, count),
+		{TB_RECOVERY_PROTO_RESPONSE_BEGIN, W(begin, stream_id), W(begin, count),
 		 W(begin, epoch), W(begin, first)},
 	};
-	uint8_t good[TB_RPROTO_MSG_MAX], b[TB_RPROTO_MSG_MAX];
+	uint8_t good[TB_RECOVERY_PROTO_MSG_MAX], b[TB_RECOVERY_PROTO_MSG_MAX];
 
 	(void)state;
 	for (int i = 0; i < 2; i++) {
@@ -370,7 +370,7 @@ static void bad_ranges(void **state)
 		expect_err(decode_bad(b, n), TB_EPROTO, "stream_id");
 		RESET(); put32(b, at[i].count, 0);
 		expect_err(decode_bad(b, n), TB_EPROTO, "count 0");
-		RESET(); put32(b, at[i].count, TB_RPROTO_COUNT_MAX + 1);
+		RESET(); put32(b, at[i].count, TB_RECOVERY_PROTO_COUNT_MAX + 1);
 		expect_err(decode_bad(b, n), TB_EPROTO, "count");
 		RESET(); put32(b, at[i].count, 0xffffffffu);
 		expect_err(decode_bad(b, n), TB_EPROTO, "count");
@@ -387,24 +387,24 @@ static void bad_ranges(void **state)
 		/* ... and the largest first that does not. */
 		RESET(); put64(b, at[i].first, UINT64_MAX - 3);
 		put32(b, at[i].count, 3);
-		tb_rproto_msg_t out;
-		assert_int_equal(tb_rproto_decode(b, n, &out), n);
+		tb_recovery_proto_msg_t out;
+		assert_int_equal(tb_recovery_proto_decode(b, n, &out), n);
 #undef RESET
 	}
 }
 
 static void bad_request_token(void **state)
 {
-	uint8_t good[TB_RPROTO_MSG_MAX], b[TB_RPROTO_MSG_MAX];
+	uint8_t good[TB_RECOVERY_PROTO_MSG_MAX], b[TB_RECOVERY_PROTO_MSG_MAX];
 	size_t tok = W(request, token);
 	int n;
 
 	(void)state;
-	n = encode_sample(TB_RPROTO_REQUEST, good, sizeof(good));
+	n = encode_sample(TB_RECOVERY_PROTO_REQUEST, good, sizeof(good));
 #define RESET() memcpy(b, good, sizeof(b))
-	RESET(); memset(b + tok, 0, TB_RPROTO_TOKEN_LEN);
+	RESET(); memset(b + tok, 0, TB_RECOVERY_PROTO_TOKEN_LEN);
 	expect_err(decode_bad(b, n), TB_EPROTO, "token is empty");
-	RESET(); memset(b + tok, 'a', TB_RPROTO_TOKEN_LEN);
+	RESET(); memset(b + tok, 'a', TB_RECOVERY_PROTO_TOKEN_LEN);
 	expect_err(decode_bad(b, n), TB_EPROTO, "token");
 	RESET(); put8(b, tok + 1, 0x00); put8(b, tok + 2, 'x');
 	expect_err(decode_bad(b, n), TB_EPROTO, "token");
@@ -418,44 +418,44 @@ static void bad_request_token(void **state)
 static void bad_end_and_reject(void **state)
 {
 	static const struct { uint32_t reason; uint64_t detail; const char *field; } bad[] = {
-		{TB_RPROTO_REJ_TOO_OLD, 0, "earliest_seq"},
-		{TB_RPROTO_REJ_TOO_LARGE, 0, "max_count"},
-		{TB_RPROTO_REJ_TOO_LARGE, TB_RPROTO_COUNT_MAX + 1, "max_count"},
-		{TB_RPROTO_REJ_RATE_LIMITED, 0, "retry_after_ms"},
-		{TB_RPROTO_REJ_RATE_LIMITED, TB_RPROTO_RETRY_MAX_MS + 1,
+		{TB_RECOVERY_PROTO_REJ_TOO_OLD, 0, "earliest_seq"},
+		{TB_RECOVERY_PROTO_REJ_TOO_LARGE, 0, "max_count"},
+		{TB_RECOVERY_PROTO_REJ_TOO_LARGE, TB_RECOVERY_PROTO_COUNT_MAX + 1, "max_count"},
+		{TB_RECOVERY_PROTO_REJ_RATE_LIMITED, 0, "retry_after_ms"},
+		{TB_RECOVERY_PROTO_REJ_RATE_LIMITED, TB_RECOVERY_PROTO_RETRY_MAX_MS + 1,
 		 "retry_after_ms"},
-		{TB_RPROTO_REJ_RATE_LIMITED, UINT64_MAX, "retry_after_ms"},
-		{TB_RPROTO_REJ_EPOCH_MISMATCH, 0, "current_epoch"},
-		{TB_RPROTO_REJ_UNAUTHORISED, 1, "detail"},
-		{TB_RPROTO_REJ_MALFORMED, 1ull << 40, "detail"},
-		{TB_RPROTO_REJ_UNKNOWN_STREAM, 9, "detail"},
+		{TB_RECOVERY_PROTO_REJ_RATE_LIMITED, UINT64_MAX, "retry_after_ms"},
+		{TB_RECOVERY_PROTO_REJ_EPOCH_MISMATCH, 0, "current_epoch"},
+		{TB_RECOVERY_PROTO_REJ_UNAUTHORISED, 1, "detail"},
+		{TB_RECOVERY_PROTO_REJ_MALFORMED, 1ull << 40, "detail"},
+		{TB_RECOVERY_PROTO_REJ_UNKNOWN_STREAM, 9, "detail"},
 		{0, 0, "reason"},
-		{TB_RPROTO_REJ_MAX + 1, 0, "reason"},
+		{TB_RECOVERY_PROTO_REJ_MAX + 1, 0, "reason"},
 		{0xffffffffu, 0, "reason"},
 	};
-	uint8_t good[TB_RPROTO_MSG_MAX], b[TB_RPROTO_MSG_MAX];
+	uint8_t good[TB_RECOVERY_PROTO_MSG_MAX], b[TB_RECOVERY_PROTO_MSG_MAX];
 	int n;
 
 	(void)state;
-	n = encode_sample(TB_RPROTO_RESPONSE_END, good, sizeof(good));
+	n = encode_sample(TB_RECOVERY_PROTO_RESPONSE_END, good, sizeof(good));
 #define RESET() memcpy(b, good, sizeof(b))
 	RESET(); put32(b, W(end, status), 0);
 	expect_err(decode_bad(b, n), TB_EPROTO, "status");
-	RESET(); put32(b, W(end, status), TB_RPROTO_END_MAX + 1);
+	RESET(); put32(b, W(end, status), TB_RECOVERY_PROTO_END_MAX + 1);
 	expect_err(decode_bad(b, n), TB_EPROTO, "status");
 	RESET(); put64(b, W(end, last_seq), 0);
 	expect_err(decode_bad(b, n), TB_EPROTO, "last_seq");
 	RESET(); put32(b, W(end, reserved), 1);
 	expect_err(decode_bad(b, n), TB_EPROTO, "reserved");
 
-	n = encode_sample(TB_RPROTO_REJECT, good, sizeof(good));
+	n = encode_sample(TB_RECOVERY_PROTO_REJECT, good, sizeof(good));
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		RESET();
 		put32(b, W(reject, reason), bad[i].reason);
 		put64(b, W(reject, detail), bad[i].detail);
 		expect_err(decode_bad(b, n), TB_EPROTO, bad[i].field);
 	}
-	RESET(); memset(b + W(reject, text), 'z', TB_RPROTO_TEXT_LEN);
+	RESET(); memset(b + W(reject, text), 'z', TB_RECOVERY_PROTO_TEXT_LEN);
 	expect_err(decode_bad(b, n), TB_EPROTO, "text");
 	RESET(); put8(b, W(reject, text), 0x07);
 	expect_err(decode_bad(b, n), TB_EPROTO, "text");
@@ -466,44 +466,44 @@ static void bad_end_and_reject(void **state)
 
 static void encoders_refuse(void **state)
 {
-	uint8_t buf[TB_RPROTO_MSG_MAX];
-	tb_rproto_request_t q = sample_request();
-	tb_rproto_begin_t bg = sample_begin();
-	tb_rproto_end_t e = sample_end();
-	tb_rproto_reject_t r = sample_reject();
+	uint8_t buf[TB_RECOVERY_PROTO_MSG_MAX];
+	tb_recovery_proto_request_t q = sample_request();
+	tb_recovery_proto_begin_t bg = sample_begin();
+	tb_recovery_proto_end_t e = sample_end();
+	tb_recovery_proto_reject_t r = sample_reject();
 
 	(void)state;
-	for (int t = 1; t <= TB_RPROTO_TYPE_MAX; t++) {
+	for (int t = 1; t <= TB_RECOVERY_PROTO_TYPE_MAX; t++) {
 		memset(buf, 0xee, sizeof(buf));
 		expect_err(encode_sample(t, buf, sizes[t] - 1), TB_EMSGSIZE,
-			   tb_rproto_type_name(t));
+			   tb_recovery_proto_type_name(t));
 		assert_int_equal(buf[0], 0xee);
 		assert_int_equal(encode_sample(t, buf, sizes[t]), (int)sizes[t]);
 	}
 	q.count = 0;
-	expect_err(tb_rproto_encode_request(buf, sizeof(buf), &q), TB_EINVAL,
+	expect_err(tb_recovery_proto_encode_request(buf, sizeof(buf), &q), TB_EINVAL,
 		   "count");
 	q = sample_request();
 	q.first = UINT64_MAX;
-	expect_err(tb_rproto_encode_request(buf, sizeof(buf), &q), TB_EINVAL,
+	expect_err(tb_recovery_proto_encode_request(buf, sizeof(buf), &q), TB_EINVAL,
 		   "overflow");
 	q = sample_request();
 	q.token[0] = '\0';
-	expect_err(tb_rproto_encode_request(buf, sizeof(buf), &q), TB_EINVAL,
+	expect_err(tb_recovery_proto_encode_request(buf, sizeof(buf), &q), TB_EINVAL,
 		   "token");
 	bg.epoch = 0;
-	expect_err(tb_rproto_encode_begin(buf, sizeof(buf), &bg), TB_EINVAL,
+	expect_err(tb_recovery_proto_encode_begin(buf, sizeof(buf), &bg), TB_EINVAL,
 		   "epoch");
 	e.status = 3;
-	expect_err(tb_rproto_encode_end(buf, sizeof(buf), &e), TB_EINVAL,
+	expect_err(tb_recovery_proto_encode_end(buf, sizeof(buf), &e), TB_EINVAL,
 		   "status");
-	r.reason = TB_RPROTO_REJ_RATE_LIMITED;
+	r.reason = TB_RECOVERY_PROTO_REJ_RATE_LIMITED;
 	r.retry_after_ms = 0;
-	expect_err(tb_rproto_encode_reject(buf, sizeof(buf), &r), TB_EINVAL,
+	expect_err(tb_recovery_proto_encode_reject(buf, sizeof(buf), &r), TB_EINVAL,
 		   "retry_after_ms");
 	r = sample_reject();
 	r.text[0] = '\r';
-	expect_err(tb_rproto_encode_reject(buf, sizeof(buf), &r), TB_EINVAL,
+	expect_err(tb_recovery_proto_encode_reject(buf, sizeof(buf), &r), TB_EINVAL,
 		   "text");
 }
 
@@ -511,22 +511,22 @@ static void encoders_refuse(void **state)
 
 static void truncation_every_byte(void **state)
 {
-	uint8_t buf[TB_RPROTO_MSG_MAX];
-	tb_rproto_msg_t out;
+	uint8_t buf[TB_RECOVERY_PROTO_MSG_MAX];
+	tb_recovery_proto_msg_t out;
 
 	(void)state;
-	for (int t = 1; t <= TB_RPROTO_TYPE_MAX; t++) {
+	for (int t = 1; t <= TB_RECOVERY_PROTO_TYPE_MAX; t++) {
 		int n = encode_sample(t, buf, sizeof(buf));
 
 		assert_int_equal(n, (int)sizes[t]);
 		for (int have = 0; have < n; have++) {
 			expect_err(decode_bad(buf, (size_t)have), TB_EPROTO,
 				   "truncated");
-			assert_int_equal(tb_rproto_frame_need(buf, (size_t)have),
+			assert_int_equal(tb_recovery_proto_frame_need(buf, (size_t)have),
 					 have < 8 ? 8 - have : n - have);
 		}
-		assert_int_equal(tb_rproto_frame_need(buf, (size_t)n), 0);
-		assert_int_equal(tb_rproto_decode(buf, (size_t)n, &out), n);
+		assert_int_equal(tb_recovery_proto_frame_need(buf, (size_t)n), 0);
+		assert_int_equal(tb_recovery_proto_decode(buf, (size_t)n, &out), n);
 	}
 }
 
@@ -550,50 +550,50 @@ static void replay_frame_checks(void **state)
 {
 	uint8_t raw[512];
 	uint8_t *f = raw + 3; /* deliberately misaligned */
-	tb_rproto_begin_t bg = sample_begin();
+	tb_recovery_proto_begin_t bg = sample_begin();
 	size_t n;
 
 	(void)state;
 	n = put_frame(f, bg.stream_id, bg.first + 1, 21);
 	for (size_t have = 0; have < n; have++) {
-		int need = tb_rproto_replay_need(f, have);
+		int need = tb_recovery_proto_replay_need(f, have);
 
 		assert_int_equal(need, have < 32 ? (int)(32 - have)
 						 : (int)(n - have));
-		expect_err(tb_rproto_replay_check(f, have, &bg, 1), TB_EPROTO,
+		expect_err(tb_recovery_proto_replay_check(f, have, &bg, 1), TB_EPROTO,
 			   have < 32 ? "truncated" : "length");
 	}
-	assert_int_equal(tb_rproto_replay_need(f, n), 0);
-	assert_int_equal(tb_rproto_replay_check(f, n, &bg, 1), (int64_t)n);
-	assert_int_equal(tb_rproto_replay_check(f, sizeof(raw) - 3, &bg, 1),
+	assert_int_equal(tb_recovery_proto_replay_need(f, n), 0);
+	assert_int_equal(tb_recovery_proto_replay_check(f, n, &bg, 1), (int64_t)n);
+	assert_int_equal(tb_recovery_proto_replay_check(f, sizeof(raw) - 3, &bg, 1),
 			 (int64_t)n);
 
-	expect_err(tb_rproto_replay_check(f, n, &bg, 0), TB_EPROTO, "seq");
-	expect_err(tb_rproto_replay_check(f, n, &bg, 3), TB_EPROTO, "count");
+	expect_err(tb_recovery_proto_replay_check(f, n, &bg, 0), TB_EPROTO, "seq");
+	expect_err(tb_recovery_proto_replay_check(f, n, &bg, 3), TB_EPROTO, "count");
 	bg.stream_id = 8;
-	expect_err(tb_rproto_replay_check(f, n, &bg, 1), TB_EPROTO, "stream_id");
+	expect_err(tb_recovery_proto_replay_check(f, n, &bg, 1), TB_EPROTO, "stream_id");
 	bg = sample_begin();
 
 	/* A padding frame or heartbeat has no place in a response. */
 	f[5] = TB_FRAME_PAD;
-	expect_err(tb_rproto_replay_check(f, n, &bg, 1), TB_EPROTO, "type");
+	expect_err(tb_recovery_proto_replay_check(f, n, &bg, 1), TB_EPROTO, "type");
 	f[5] = TB_FRAME_DATA;
 
 	/* Headers that can never become a frame. */
 	f[4] = TB_FRAME_VERSION + 1;
-	expect_err(tb_rproto_replay_need(f, 32), TB_EFORMAT, "version");
-	expect_err(tb_rproto_replay_check(f, n, &bg, 1), TB_EFORMAT, "version");
+	expect_err(tb_recovery_proto_replay_need(f, 32), TB_EFORMAT, "version");
+	expect_err(tb_recovery_proto_replay_check(f, n, &bg, 1), TB_EFORMAT, "version");
 	f[4] = TB_FRAME_VERSION;
 	f[5] = 9;
-	expect_err(tb_rproto_replay_need(f, 32), TB_EFORMAT, "type");
+	expect_err(tb_recovery_proto_replay_need(f, 32), TB_EFORMAT, "type");
 	f[5] = TB_FRAME_DATA;
 	put32(f, 0, 31);
-	expect_err(tb_rproto_replay_need(f, 32), TB_EPROTO, "length");
+	expect_err(tb_recovery_proto_replay_need(f, 32), TB_EPROTO, "length");
 	put32(f, 0, TB_FRAME_MAX_LEN + 1);
-	expect_err(tb_rproto_replay_need(f, 32), TB_EPROTO, "length");
+	expect_err(tb_recovery_proto_replay_need(f, 32), TB_EPROTO, "length");
 	/* The largest frame is waited for, not refused. */
 	put32(f, 0, TB_FRAME_MAX_LEN);
-	assert_int_equal(tb_rproto_replay_need(f, 32), TB_FRAME_MAX_LEN - 32);
+	assert_int_equal(tb_recovery_proto_replay_need(f, 32), TB_FRAME_MAX_LEN - 32);
 }
 
 /* A whole response arriving one byte at a time, as a reader sees it. */
@@ -602,25 +602,25 @@ static void response_read_byte_by_byte(void **state)
 	/* Both the sender's bytes and the reader's buffer misaligned. */
 	uint8_t stream[1024], *p = stream + 1;
 	uint8_t inraw[1024 + 3], *inbuf = inraw + 3;
-	tb_rproto_begin_t bg = sample_begin();
-	tb_rproto_end_t e = sample_end();
-	tb_rproto_msg_t msg;
+	tb_recovery_proto_begin_t bg = sample_begin();
+	tb_recovery_proto_end_t e = sample_end();
+	tb_recovery_proto_msg_t msg;
 	size_t total = 0, have = 0, fed = 0;
 	uint64_t frames = 0, payload_bytes = 0;
 	int phase = 0; /* 0: BEGIN, 1: frames, 2: END, 3: done */
 
 	(void)state;
-	total += tb_rproto_encode_begin(p, 64, &bg);
+	total += tb_recovery_proto_encode_begin(p, 64, &bg);
 	for (uint32_t i = 0; i < bg.count; i++)
 		total += put_frame(p + total, bg.stream_id, bg.first + i,
 				   5 + 40 * i);
-	total += tb_rproto_encode_end(p + total, 64, &e);
+	total += tb_recovery_proto_encode_end(p + total, 64, &e);
 
 	while (phase < 3) {
 		int need;
 
-		need = phase == 1 ? tb_rproto_replay_need(inbuf, have)
-				  : tb_rproto_frame_need(inbuf, have);
+		need = phase == 1 ? tb_recovery_proto_replay_need(inbuf, have)
+				  : tb_recovery_proto_frame_need(inbuf, have);
 		assert_true(need >= 0);
 		if (need > 0) {
 			assert_true(fed < total);
@@ -628,13 +628,13 @@ static void response_read_byte_by_byte(void **state)
 			continue;
 		}
 		if (phase == 0) {
-			assert_int_equal(tb_rproto_decode(inbuf, have, &msg),
+			assert_int_equal(tb_recovery_proto_decode(inbuf, have, &msg),
 					 (int)have);
-			assert_int_equal(msg.type, TB_RPROTO_RESPONSE_BEGIN);
+			assert_int_equal(msg.type, TB_RECOVERY_PROTO_RESPONSE_BEGIN);
 			bg = msg.begin;
 			phase = 1;
 		} else if (phase == 1) {
-			int64_t n = tb_rproto_replay_check(inbuf, have, &bg,
+			int64_t n = tb_recovery_proto_replay_check(inbuf, have, &bg,
 							   frames);
 
 			assert_int_equal(n, (int64_t)have);
@@ -642,9 +642,9 @@ static void response_read_byte_by_byte(void **state)
 			if (++frames == bg.count)
 				phase = 2;
 		} else {
-			assert_int_equal(tb_rproto_decode(inbuf, have, &msg),
+			assert_int_equal(tb_recovery_proto_decode(inbuf, have, &msg),
 					 (int)have);
-			assert_int_equal(msg.type, TB_RPROTO_RESPONSE_END);
+			assert_int_equal(msg.type, TB_RECOVERY_PROTO_RESPONSE_END);
 			assert_true(msg.end.last_seq == bg.first + bg.count - 1);
 			phase = 3;
 		}
@@ -657,36 +657,36 @@ static void response_read_byte_by_byte(void **state)
 
 /* ------------------------------------------------------------ mutation */
 
-static void check_in_range(const tb_rproto_msg_t *m)
+static void check_in_range(const tb_recovery_proto_msg_t *m)
 {
 	switch (m->type) {
-	case TB_RPROTO_REQUEST:
+	case TB_RECOVERY_PROTO_REQUEST:
 		assert_true(m->request.count >= 1 &&
-			    m->request.count <= TB_RPROTO_COUNT_MAX);
+			    m->request.count <= TB_RECOVERY_PROTO_COUNT_MAX);
 		assert_true(m->request.first >= 1);
 		assert_true(m->request.first <= UINT64_MAX - m->request.count);
 		assert_true(m->request.epoch != 0 && m->request.stream_id != 0);
 		assert_true(strlen(m->request.token) >= 1 &&
-			    strlen(m->request.token) < TB_RPROTO_TOKEN_LEN);
+			    strlen(m->request.token) < TB_RECOVERY_PROTO_TOKEN_LEN);
 		break;
-	case TB_RPROTO_RESPONSE_BEGIN:
+	case TB_RECOVERY_PROTO_RESPONSE_BEGIN:
 		assert_true(m->begin.count >= 1 &&
-			    m->begin.count <= TB_RPROTO_COUNT_MAX);
+			    m->begin.count <= TB_RECOVERY_PROTO_COUNT_MAX);
 		assert_true(m->begin.first >= 1);
 		assert_true(m->begin.first <= UINT64_MAX - m->begin.count);
 		break;
-	case TB_RPROTO_RESPONSE_END:
+	case TB_RECOVERY_PROTO_RESPONSE_END:
 		assert_true(m->end.status >= 1 &&
-			    m->end.status <= TB_RPROTO_END_MAX);
+			    m->end.status <= TB_RECOVERY_PROTO_END_MAX);
 		break;
-	case TB_RPROTO_REJECT:
+	case TB_RECOVERY_PROTO_REJECT:
 		assert_true(m->reject.reason >= 1 &&
-			    m->reject.reason <= TB_RPROTO_REJ_MAX);
-		if (m->reject.reason == TB_RPROTO_REJ_RATE_LIMITED)
+			    m->reject.reason <= TB_RECOVERY_PROTO_REJ_MAX);
+		if (m->reject.reason == TB_RECOVERY_PROTO_REJ_RATE_LIMITED)
 			assert_true(m->reject.retry_after_ms >= 1 &&
 				    m->reject.retry_after_ms <=
-					    TB_RPROTO_RETRY_MAX_MS);
-		assert_true(strlen(m->reject.text) < TB_RPROTO_TEXT_LEN);
+					    TB_RECOVERY_PROTO_RETRY_MAX_MS);
+		assert_true(strlen(m->reject.text) < TB_RECOVERY_PROTO_TEXT_LEN);
 		break;
 	default:
 		fail_msg("decoded unknown type %u", m->type);
@@ -696,18 +696,18 @@ static void check_in_range(const tb_rproto_msg_t *m)
 static void random_mutation(void **state)
 {
 	enum { ROUNDS = 300000 };
-	uint8_t good[TB_RPROTO_MSG_MAX], b[TB_RPROTO_MSG_MAX + 16];
-	uint8_t again[TB_RPROTO_MSG_MAX];
+	uint8_t good[TB_RECOVERY_PROTO_MSG_MAX], b[TB_RECOVERY_PROTO_MSG_MAX + 16];
+	uint8_t again[TB_RECOVERY_PROTO_MSG_MAX];
 	long ok = 0, bad = 0;
 
 	(void)state;
 	rng_state = 0x5eed0002badc0de5ull;
 	for (int round = 0; round < ROUNDS; round++) {
-		int type = 1 + (int)(rng() % TB_RPROTO_TYPE_MAX);
+		int type = 1 + (int)(rng() % TB_RECOVERY_PROTO_TYPE_MAX);
 		int n = encode_sample(type, good, sizeof(good));
 		int flips = 1 + (int)(rng() % 4);
 		size_t len = (size_t)n;
-		tb_rproto_msg_t out;
+		tb_recovery_proto_msg_t out;
 		int rc, need;
 
 		memcpy(b, good, (size_t)n);
@@ -726,8 +726,8 @@ static void random_mutation(void **state)
 		if (rng() % 8 == 0)
 			len = rng() % (sizeof(b) + 1);
 
-		need = tb_rproto_frame_need(b, len);
-		rc = tb_rproto_decode(b, len, &out);
+		need = tb_recovery_proto_frame_need(b, len);
+		rc = tb_recovery_proto_decode(b, len, &out);
 		if (rc > 0) {
 			ok++;
 			assert_true((size_t)rc <= len);
@@ -740,7 +740,7 @@ static void random_mutation(void **state)
 			assert_true(rc == TB_EPROTO || rc == TB_EFORMAT);
 			assert_true(tb_errmsg()[0] != '\0');
 		}
-		assert_true(need <= (int)TB_RPROTO_MSG_MAX);
+		assert_true(need <= (int)TB_RECOVERY_PROTO_MSG_MAX);
 	}
 	print_message("mutation: %ld decoded, %ld refused\n", ok, bad);
 	assert_true(ok > 1000 && bad > 1000);
@@ -751,7 +751,7 @@ static void random_replay_frames(void **state)
 {
 	uint8_t raw[256 + 1];
 	uint8_t *f = raw + 1;
-	tb_rproto_begin_t bg = sample_begin();
+	tb_recovery_proto_begin_t bg = sample_begin();
 	long ok = 0;
 
 	(void)state;
@@ -764,8 +764,8 @@ static void random_replay_frames(void **state)
 		put_frame(f, bg.stream_id, bg.first + 1, (uint32_t)(rng() % 200));
 		for (int k = 1 + (int)(rng() % 3); k > 0; k--)
 			f[rng() % 40] ^= (uint8_t)rng();
-		need = tb_rproto_replay_need(f, len);
-		n = tb_rproto_replay_check(f, len, &bg, 1);
+		need = tb_recovery_proto_replay_need(f, len);
+		n = tb_recovery_proto_replay_check(f, len, &bg, 1);
 		if (n > 0) {
 			ok++;
 			assert_int_equal(need, 0);

@@ -10,9 +10,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "recovery_client.h"
-#include "retention.h"
-#include "tickbus.h"
+#include "bus/recovery/client.h"
+#include "publisher/retention.h"
+#include <tickbus/tickbus.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -157,7 +157,7 @@ static void test_frame_being_overwritten_is_refused(void **state)
 	assert_int_equal(tb_retention_read(&x.ret, first, 1, on_frame, &g), 1);
 	/* A frame whose bytes were scribbled over (a sequence that does not
 	 * match its slot) is refused, not served. */
-	memset(x.ring.base + (tb_load_relaxed(&x.ret.pos[(first + 5) & x.ret.mask]) &
+	memset(x.ring.base + (tb_atomic_load_relaxed(&x.ret.pos[(first + 5) & x.ret.mask]) &
 			      x.ring.mask) + 16, 0x7f, 8);
 	g.n = 0;
 	g.next = 0;
@@ -201,8 +201,8 @@ static void test_publisher_serves_retention(void **state)
 {
 	tb_stream_cfg_t cfg;
 	tb_publisher_t *pub;
-	tb_rproto_request_t q;
-	tb_rproto_reject_t rej;
+	tb_recovery_proto_request_t q;
+	tb_recovery_proto_reject_t rej;
 	struct got g = {0};
 	uint8_t payload[40];
 
@@ -234,7 +234,7 @@ static void test_publisher_serves_retention(void **state)
 		struct got h = {0};
 		uint64_t n = 0;
 
-		assert_int_equal(tb_rclient_fetch_one(&cfg.retention_endpoint, &q,
+		assert_int_equal(tb_recovery_client_fetch_one(&cfg.retention_endpoint, &q,
 						      2000, on_frame_seq_only, &h,
 						      &rej, &n), 1000);
 		assert_int_equal(h.n, 1000);
@@ -242,17 +242,17 @@ static void test_publisher_serves_retention(void **state)
 		assert_int_equal(h.next, 3001);
 	}
 	q.first = 2000;
-	assert_int_equal(tb_rclient_fetch_one(&cfg.retention_endpoint, &q, 2000,
+	assert_int_equal(tb_recovery_client_fetch_one(&cfg.retention_endpoint, &q, 2000,
 					      on_frame_seq_only, &g, &rej, NULL),
-			 TB_RCLIENT_REJECTED);
-	assert_int_equal(rej.reason, TB_RPROTO_REJ_TOO_OLD);
+			 TB_RECOVERY_CLIENT_REJECTED);
+	assert_int_equal(rej.reason, TB_RECOVERY_PROTO_REJ_TOO_OLD);
 	assert_int_equal(rej.earliest_seq, 2001);
 	q.first = 2001;
 	strcpy(q.token, "pubtoK");
-	assert_int_equal(tb_rclient_fetch_one(&cfg.retention_endpoint, &q, 2000,
+	assert_int_equal(tb_recovery_client_fetch_one(&cfg.retention_endpoint, &q, 2000,
 					      on_frame_seq_only, &g, &rej, NULL),
-			 TB_RCLIENT_REJECTED);
-	assert_int_equal(rej.reason, TB_RPROTO_REJ_UNAUTHORISED);
+			 TB_RECOVERY_CLIENT_REJECTED);
+	assert_int_equal(rej.reason, TB_RECOVERY_PROTO_REJ_UNAUTHORISED);
 	assert_int_equal(tb_publisher_close(pub), 0);
 	unlink(cfg.shm_path);
 }

@@ -17,10 +17,10 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "tickbus_schema.h"
-#include "tickbus_schema_v1.h"
 #include "tbf_schema.h"
 #include "tbf_schema_v1.h"
+#include "tickbus_schema.h"
+#include "tickbus_schema_v1.h"
 
 #include <stdlib.h>
 #include <string.h>

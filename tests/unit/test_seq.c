@@ -4,7 +4,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "seq.h"
+#include "bus/seq.h"
 
 static void in_order_is_next(void **state)
 {

@@ -5,9 +5,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "store.h"
+#include "bus/recovery/store.h"
 
-#include "error.h"
+#include "bus/error.h"
 
 #include <dirent.h>
 #include <errno.h>

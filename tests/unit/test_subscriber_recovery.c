@@ -18,10 +18,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "tickbus.h"
+#include <tickbus/tickbus.h>
 
-#include "frame.h"
-#include "recovery_server.h"
+#include "bus/frame.h"
+#include "bus/recovery/server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -297,11 +297,11 @@ static uint64_t queued_gaps(uint64_t held)
 	tb_stream_cfg_t c;
 	tb_publisher_t *pub;
 	tb_subscriber_t *sub;
-	tb_rsrv_cfg_t rc;
-	tb_rsrv_t *srv;
-	tb_rsrv_stats_t st;
+	tb_recovery_server_cfg_t rc;
+	tb_recovery_server_t *srv;
+	tb_recovery_server_stats_t st;
 	struct slow_src x = {0};
-	tb_rsrv_source_t src = {0, "tok", slow_bounds, slow_read, &x};
+	tb_recovery_server_source_t src = {0, "tok", slow_bounds, slow_read, &x};
 	struct got g = {1, 0, 0, 0};
 	uint64_t seq = 1, until, last = 4000, gap3_first = 0, gap3_last = 0;
 	uint64_t lost_first = 0, lost_last = 0;
@@ -315,11 +315,11 @@ static uint64_t queued_gaps(uint64_t held)
 	x.last = held;
 	x.stream_id = c.id;
 	src.stream_id = c.id;
-	tb_rsrv_cfg_init(&rc);
+	tb_recovery_server_cfg_init(&rc);
 	strcpy(rc.listen.host, "127.0.0.1");
 	rc.listen.port = 0;
-	assert_int_equal(tb_rsrv_open(&srv, &rc, &src, 1), 0);
-	c.recovery[0].port = tb_rsrv_port(srv);
+	assert_int_equal(tb_recovery_server_open(&srv, &rc, &src, 1), 0);
+	c.recovery[0].port = tb_recovery_server_port(srv);
 
 	for (; seq <= 100; seq++)
 		offer(pub, seq);
@@ -379,13 +379,13 @@ static uint64_t queued_gaps(uint64_t held)
 		assert_int_equal(lost_last, gap3_last);
 		assert_int_equal(g.n, last - (gap3_last - from + 1));
 	}
-	tb_rsrv_stats(srv, &st);
+	tb_recovery_server_stats(srv, &st);
 	print_message("requests %llu, frames served %llu, replayed %llu\n",
 		      (unsigned long long)st.requests,
 		      (unsigned long long)st.frames,
 		      (unsigned long long)g.replayed);
 	tb_subscriber_close(sub);
-	tb_rsrv_close(srv);
+	tb_recovery_server_close(srv);
 	tb_publisher_close(pub);
 	unlink(c.shm_path);
 	return st.requests;

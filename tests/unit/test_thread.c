@@ -7,8 +7,8 @@
  * changed.  The isolated-cores file is a temp file (TICKBUS_ISOLATED_FILE),
  * removed at the end.
  */
-#include "thread.h"
-#include "error.h"
+#include "bus/error.h"
+#include "bus/thread.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -52,19 +52,19 @@ static void test_cpulist_valid(void **state)
 	(void)state;
 	cpu_set_t s;
 
-	assert_int_equal(tb_cpulist_parse("", &s), 0);
+	assert_int_equal(tb_thread_cpulist_parse("", &s), 0);
 	assert_int_equal(CPU_COUNT(&s), 0);
-	assert_int_equal(tb_cpulist_parse("\n", &s), 0);
-	assert_int_equal(tb_cpulist_parse("5", &s), 1);
+	assert_int_equal(tb_thread_cpulist_parse("\n", &s), 0);
+	assert_int_equal(tb_thread_cpulist_parse("5", &s), 1);
 	assert_true(CPU_ISSET(5, &s));
-	assert_int_equal(tb_cpulist_parse("1-3,5\n", &s), 4);
+	assert_int_equal(tb_thread_cpulist_parse("1-3,5\n", &s), 4);
 	assert_true(CPU_ISSET(1, &s) && CPU_ISSET(2, &s) && CPU_ISSET(3, &s) &&
 		    CPU_ISSET(5, &s));
 	assert_false(CPU_ISSET(0, &s) || CPU_ISSET(4, &s) || CPU_ISSET(6, &s));
-	assert_int_equal(tb_cpulist_parse("0-1023", &s), 1024);
-	assert_int_equal(tb_cpulist_parse(" 2 , 4-4 ,7 \n", &s), 3);
-	assert_int_equal(tb_cpulist_parse("3,3,1-3", &s), 3); /* overlaps */
-	assert_int_equal(tb_cpulist_parse("007", &s), 1);
+	assert_int_equal(tb_thread_cpulist_parse("0-1023", &s), 1024);
+	assert_int_equal(tb_thread_cpulist_parse(" 2 , 4-4 ,7 \n", &s), 3);
+	assert_int_equal(tb_thread_cpulist_parse("3,3,1-3", &s), 3); /* overlaps */
+	assert_int_equal(tb_thread_cpulist_parse("007", &s), 1);
 	assert_true(CPU_ISSET(7, &s));
 }
 
@@ -79,16 +79,16 @@ static void test_cpulist_malformed(void **state)
 	cpu_set_t s;
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		tb_err_clear();
+		tb_error_clear();
 		CPU_ZERO(&s);
 		CPU_SET(0, &s);
-		if (tb_cpulist_parse(bad[i], &s) != TB_EINVAL)
+		if (tb_thread_cpulist_parse(bad[i], &s) != TB_EINVAL)
 			fail_msg("\"%s\" was accepted", bad[i]);
 		assert_int_equal(CPU_COUNT(&s), 0);
 		assert_non_null(strstr(tb_errmsg(), "malformed"));
 	}
-	assert_int_equal(tb_cpulist_parse(NULL, &s), TB_EINVAL);
-	assert_int_equal(tb_cpulist_parse("1", NULL), TB_EINVAL);
+	assert_int_equal(tb_thread_cpulist_parse(NULL, &s), TB_EINVAL);
+	assert_int_equal(tb_thread_cpulist_parse("1", NULL), TB_EINVAL);
 }
 
 /* -------------------------------------------------------------- pinning */

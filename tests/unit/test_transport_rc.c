@@ -21,10 +21,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "control.h"
-#include "frame.h"
-#include "tickbus.h"
-#include "transport_rc.h"
+#include "bus/frame.h"
+#include "bus/transport/control.h"
+#include "bus/transport/rc.h"
+#include <tickbus/tickbus.h>
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -110,7 +110,7 @@ typedef struct peer {
 	size_t len;
 	union ibv_gid gid;
 	int fd;
-	tb_ctl_msg_t reply;
+	tb_control_msg_t reply;
 } peer_t;
 
 static uint64_t now_ms(void)
@@ -217,21 +217,21 @@ static void send_buf(int fd, const void *b, int n)
 }
 
 /* Reads one control message within 5 s. */
-static int read_ctl(int fd, tb_ctl_msg_t *m)
+static int read_ctl(int fd, tb_control_msg_t *m)
 {
-	uint8_t buf[TB_CTL_MSG_MAX];
+	uint8_t buf[TB_CONTROL_MSG_MAX];
 	size_t have = 0;
 	uint64_t until = now_ms() + 5000;
 
 	while (now_ms() < until) {
 		struct pollfd pf = {.fd = fd, .events = POLLIN};
-		int need = have ? tb_ctl_frame_need(buf, have) : (int)TB_WIRE_HDR_LEN;
+		int need = have ? tb_control_frame_need(buf, have) : (int)TB_WIRE_HDR_LEN;
 		ssize_t n;
 
 		if (need < 0)
 			return need;
 		if (have && need == 0)
-			return tb_ctl_decode(buf, have, m);
+			return tb_control_decode(buf, have, m);
 		if (poll(&pf, 1, 100) <= 0)
 			continue;
 		n = recv(fd, buf + have, (size_t)need, 0);
@@ -265,21 +265,21 @@ static int tcp_connect(int port)
 static void subscribe(peer_t *p, int port, const char *token,
 		      uint32_t recv_depth)
 {
-	tb_ctl_hello_t h = {.stream_id = 9};
-	tb_ctl_subscribe_t s = {.stream_id = 9, .transport = TB_TRANSPORT_RC,
-				.mtu = TB_CTL_MTU_1024,
-				.flags = TB_CTL_SUB_F_CREDIT_SLOT,
+	tb_control_hello_t h = {.stream_id = 9};
+	tb_control_subscribe_t s = {.stream_id = 9, .transport = TB_TRANSPORT_RC,
+				.mtu = TB_CONTROL_MTU_1024,
+				.flags = TB_CONTROL_SUB_F_CREDIT_SLOT,
 				.ring_addr = (uintptr_t)p->buf, .ring_len = p->len,
 				.rkey = p->mr->rkey, .qpn = p->qp->qp_num, .psn = 5,
 				.recv_depth = recv_depth};
-	uint8_t buf[TB_CTL_MSG_MAX];
+	uint8_t buf[TB_CONTROL_MSG_MAX];
 
 	snprintf(h.client_id, sizeof(h.client_id), "test");
 	snprintf(h.token, sizeof(h.token), "%s", token);
 	memcpy(s.gid, p->gid.raw, 16);
 	p->fd = tcp_connect(port);
-	send_buf(p->fd, buf, tb_ctl_encode_hello(buf, sizeof(buf), &h));
-	send_buf(p->fd, buf, tb_ctl_encode_subscribe(buf, sizeof(buf), &s));
+	send_buf(p->fd, buf, tb_control_encode_hello(buf, sizeof(buf), &h));
+	send_buf(p->fd, buf, tb_control_encode_subscribe(buf, sizeof(buf), &s));
 	assert_true(read_ctl(p->fd, &p->reply) > 0);
 }
 
@@ -369,7 +369,7 @@ static void publisher_posts_exact_work_requests(void **state)
 	peer_open(&p, 64 << 10, 256);
 	post_recvs(&p, 256);
 	subscribe(&p, test_port(0), "right-token", 256);
-	assert_int_equal(p.reply.type, TB_CTL_ACCEPT);
+	assert_int_equal(p.reply.type, TB_CONTROL_ACCEPT);
 	assert_true(p.reply.accept.credit_rkey != 0);
 	assert_int_equal(p.reply.accept.ring_offset, 0);
 	pub_qpn = p.reply.accept.qpn;
@@ -489,7 +489,7 @@ static void publisher_skips_a_subscriber_without_credit(void **state)
 	peer_open(&p, 64 << 10, 64);
 	post_recvs(&p, 8);
 	subscribe(&p, test_port(1), "right-token", 8);  /* 8 receives only */
-	assert_int_equal(p.reply.type, TB_CTL_ACCEPT);
+	assert_int_equal(p.reply.type, TB_CONTROL_ACCEPT);
 	pub_qpn = p.reply.accept.qpn;
 	peer_connect_qp(&p, pub_qpn, p.reply.accept.gid, p.reply.accept.psn);
 	usleep(100000);
@@ -554,7 +554,7 @@ static void publisher_drops_a_failed_subscriber(void **state)
 	peer_t a, b;
 	uint8_t payload[64] = {0};
 	struct ibv_wc wc[128];
-	tb_ctl_msg_t m;
+	tb_control_msg_t m;
 
 	(void)state;
 	rc_cfg(&cfg, test_port(0), 256 << 10);
@@ -565,8 +565,8 @@ static void publisher_drops_a_failed_subscriber(void **state)
 	post_recvs(&b, 256);
 	subscribe(&a, test_port(0), "right-token", 256);
 	subscribe(&b, test_port(0), "right-token", 256);
-	assert_int_equal(a.reply.type, TB_CTL_ACCEPT);
-	assert_int_equal(b.reply.type, TB_CTL_ACCEPT);
+	assert_int_equal(a.reply.type, TB_CONTROL_ACCEPT);
+	assert_int_equal(b.reply.type, TB_CONTROL_ACCEPT);
 	peer_connect_qp(&a, a.reply.accept.qpn, a.reply.accept.gid, a.reply.accept.psn);
 	peer_connect_qp(&b, b.reply.accept.qpn, b.reply.accept.gid, b.reply.accept.psn);
 	usleep(100000);
@@ -585,10 +585,10 @@ static void publisher_drops_a_failed_subscriber(void **state)
 	}
 	/* B is told why it was dropped, and the connection ends. */
 	assert_true(read_ctl(b.fd, &m) > 0);
-	while (m.type == TB_CTL_HEARTBEAT)
+	while (m.type == TB_CONTROL_HEARTBEAT)
 		assert_true(read_ctl(b.fd, &m) > 0);
-	assert_int_equal(m.type, TB_CTL_BYE);
-	assert_int_equal(m.bye.reason, TB_CTL_BYE_ERROR);
+	assert_int_equal(m.type, TB_CONTROL_BYE);
+	assert_int_equal(m.bye.reason, TB_CONTROL_BYE_ERROR);
 	assert_int_equal(read_ctl(b.fd, &m), TB_CLOSED);
 	/* And the stream goes on for A. */
 	assert_int_equal(tb_pub_offer(pub, 1, payload, 64), 101);
@@ -604,15 +604,15 @@ static void wrong_token_gets_no_rkey(void **state)
 	tb_publisher_t *pub;
 	peer_t p;
 	uint8_t junk[16] = "not a message!!";
-	tb_ctl_msg_t m;
+	tb_control_msg_t m;
 
 	(void)state;
 	rc_cfg(&cfg, test_port(0), 256 << 10);
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
 	peer_open(&p, 64 << 10, 16);
 	subscribe(&p, test_port(0), "wrong-token", 16);
-	assert_int_equal(p.reply.type, TB_CTL_REJECT);
-	assert_int_equal(p.reply.reject.reason, TB_CTL_REJ_BAD_TOKEN);
+	assert_int_equal(p.reply.type, TB_CONTROL_REJECT);
+	assert_int_equal(p.reply.reject.reason, TB_CONTROL_REJ_BAD_TOKEN);
 	/* Nothing follows the reject: the publisher hung up. */
 	assert_int_equal(read_ctl(p.fd, &m), TB_CLOSED);
 	close(p.fd);
@@ -621,8 +621,8 @@ static void wrong_token_gets_no_rkey(void **state)
 	p.fd = tcp_connect(test_port(0));
 	send_buf(p.fd, junk, sizeof(junk));
 	assert_true(read_ctl(p.fd, &m) > 0);
-	assert_int_equal(m.type, TB_CTL_REJECT);
-	assert_int_equal(m.reject.reason, TB_CTL_REJ_MALFORMED);
+	assert_int_equal(m.type, TB_CONTROL_REJECT);
+	assert_int_equal(m.reject.reason, TB_CONTROL_REJ_MALFORMED);
 	peer_close(&p);
 	tb_publisher_close(pub);
 }
@@ -686,14 +686,14 @@ static void subscriber_credits_and_rkey_bounds(void **state)
 	tb_stream_cfg_t cfg;
 	tb_subscriber_t *sub;
 	peer_t p;
-	tb_ctl_msg_t hello, subm;
-	tb_ctl_accept_t a = {.stream_id = 9, .epoch = 1234, .psn = 77,
+	tb_control_msg_t hello, subm;
+	tb_control_accept_t a = {.stream_id = 9, .epoch = 1234, .psn = 77,
 			     .next_seq = 1};
 	int lfd, one = 1, n, first;
 	struct sockaddr_in sa = {.sin_family = AF_INET,
 				 .sin_port = htons((uint16_t)test_port(1)),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	uint8_t buf[TB_CTL_MSG_MAX];
+	uint8_t buf[TB_CONTROL_MSG_MAX];
 	uint64_t raddr;
 	uint32_t rkey;
 	got_t g = {0};
@@ -712,10 +712,10 @@ static void subscriber_credits_and_rkey_bounds(void **state)
 	p.fd = accept(lfd, NULL, NULL);
 	assert_true(p.fd >= 0);
 	assert_true(read_ctl(p.fd, &hello) > 0);
-	assert_int_equal(hello.type, TB_CTL_HELLO);
+	assert_int_equal(hello.type, TB_CONTROL_HELLO);
 	assert_string_equal(hello.hello.token, "right-token");
 	assert_true(read_ctl(p.fd, &subm) > 0);
-	assert_int_equal(subm.type, TB_CTL_SUBSCRIBE);
+	assert_int_equal(subm.type, TB_CONTROL_SUBSCRIBE);
 	assert_int_equal(subm.subscribe.ring_len, 64 << 10);
 	assert_int_equal(subm.subscribe.recv_depth, TB_RC_RECV_DEPTH);
 	raddr = subm.subscribe.ring_addr;
@@ -724,7 +724,7 @@ static void subscriber_credits_and_rkey_bounds(void **state)
 	memcpy(a.gid, p.gid.raw, 16);
 	a.credit_rkey = p.mr->rkey;
 	a.credit_addr = (uintptr_t)p.buf;
-	send_buf(p.fd, buf, tb_ctl_encode_accept(buf, sizeof(buf), &a));
+	send_buf(p.fd, buf, tb_control_encode_accept(buf, sizeof(buf), &a));
 	peer_connect_qp(&p, subm.subscribe.qpn, subm.subscribe.gid,
 			subm.subscribe.psn);
 

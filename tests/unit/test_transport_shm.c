@@ -8,8 +8,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "tickbus.h"
-#include "transport_shm.h"
+#include "bus/transport/shm.h"
+#include <tickbus/tickbus.h>
 
 #include <signal.h>
 #include <stdio.h>

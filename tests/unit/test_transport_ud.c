@@ -19,9 +19,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "clock.h"
-#include "error.h"
-#include "transport_ud.h"
+#include "bus/clock.h"
+#include "bus/error.h"
+#include "bus/transport/ud.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -230,7 +230,7 @@ static void batching_by_size_and_flush(void **state)
 	assert_int_equal(u->datagrams, 1);
 	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 10), 10);
 	/* a full datagram leaves by itself: 96-byte frames, 4064 bytes of room */
-	per = (4096 - TB_PKT_HDR_LEN) / 96;
+	per = (4096 - TB_PACKET_HDR_LEN) / 96;
 	for (uint32_t i = 0; i < per; i++)
 		assert_int_equal(publish(p.tx, 64), 0);
 	assert_int_equal(u->datagrams, 1);
@@ -269,7 +269,7 @@ static void batching_by_time(void **state)
 static void too_large_for_a_datagram(void **state)
 {
 	struct pair p;
-	uint32_t max = tb_pkt_max_payload(4096);
+	uint32_t max = tb_packet_max_payload(4096);
 
 	(void)state;
 	pair_open(&p, 0);
@@ -376,12 +376,12 @@ static void raw_send(struct raw *r, uint32_t len, int imm_mode)
 	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1,
 				 .opcode = IBV_WR_SEND_WITH_IMM,
 				 .send_flags = IBV_SEND_SIGNALED}, *bad;
-	const tb_pkt_hdr_t *h = (const tb_pkt_hdr_t *)r->buf;
+	const tb_packet_hdr_t *h = (const tb_packet_hdr_t *)r->buf;
 	struct ibv_wc wc;
 	uint64_t end = tb_clock_now_ns() + 2000000000ull;
 	int n;
 
-	wr.imm_data = htonl(len >= TB_PKT_HDR_LEN ? (uint32_t)h->first_seq : 0);
+	wr.imm_data = htonl(len >= TB_PACKET_HDR_LEN ? (uint32_t)h->first_seq : 0);
 	if (imm_mode == 1)
 		wr.opcode = IBV_WR_SEND;
 	if (imm_mode == 2)
@@ -400,7 +400,7 @@ static void raw_send(struct raw *r, uint32_t len, int imm_mode)
 static uint32_t raw_build(struct raw *r, uint8_t flags, uint64_t epoch,
 			  uint64_t first, uint16_t count)
 {
-	uint32_t len = TB_PKT_HDR_LEN;
+	uint32_t len = TB_PACKET_HDR_LEN;
 
 	for (uint16_t i = 0; i < count; i++) {
 		tb_frame_hdr_t *f = (tb_frame_hdr_t *)(r->buf + len);
@@ -409,7 +409,7 @@ static uint32_t raw_build(struct raw *r, uint8_t flags, uint64_t epoch,
 		memset(tb_frame_payload(f), (int)(uint8_t)(first + i), 8);
 		len += tb_frame_space(TB_FRAME_HDR_LEN + 8);
 	}
-	tb_pkt_init((tb_pkt_hdr_t *)r->buf, flags, STREAM, epoch, first, count, len);
+	tb_packet_init((tb_packet_hdr_t *)r->buf, flags, STREAM, epoch, first, count, len);
 	return len;
 }
 
@@ -422,7 +422,7 @@ static void malformed_datagrams_counted_and_dropped(void **state)
 	tb_seq_range_t loss;
 	struct raw r;
 	struct got *g = calloc(1, sizeof(*g));
-	tb_pkt_hdr_t *h;
+	tb_packet_hdr_t *h;
 	tb_frame_hdr_t *f;
 	uint32_t len;
 
@@ -432,8 +432,8 @@ static void malformed_datagrams_counted_and_dropped(void **state)
 	u = (tb_ud_rx_t *)rx;
 	tb_seq_init(&seq, 0);
 	raw_open(&r);
-	h = (tb_pkt_hdr_t *)r.buf;
-	f = (tb_frame_hdr_t *)(r.buf + TB_PKT_HDR_LEN);
+	h = (tb_packet_hdr_t *)r.buf;
+	f = (tb_frame_hdr_t *)(r.buf + TB_PACKET_HDR_LEN);
 
 	/* a good one first: epoch 9, sequence 1 */
 	raw_send(&r, raw_build(&r, 0, 9, 1, 1), 0);
@@ -470,15 +470,15 @@ static void malformed_datagrams_counted_and_dropped(void **state)
 	raw_send(&r, len, 0);                               /* epoch 0 */
 	assert_int_equal(poll_quiet(rx, &seq, &loss, g, 50), 0);
 	assert_int_equal(g->n, 1);
-	assert_int_equal(u->dg.faults[TB_PKT_SHORT], 1);
-	assert_int_equal(u->dg.faults[TB_PKT_BAD_MAGIC], 1);
-	assert_int_equal(u->dg.faults[TB_PKT_BAD_VERSION], 1);
-	assert_int_equal(u->dg.faults[TB_PKT_BAD_LENGTH], 1);
-	assert_int_equal(u->dg.faults[TB_PKT_BAD_FLAGS], 1);
-	assert_int_equal(u->dg.faults[TB_PKT_BAD_COUNT], 1);
-	assert_int_equal(u->dg.faults[TB_PKT_BAD_FRAME], 1);
-	assert_int_equal(u->dg.faults[TB_PKT_WRONG_STREAM], 1);
-	assert_int_equal(u->dg.faults[TB_PKT_BAD_SEQ], 1);
+	assert_int_equal(u->dg.faults[TB_PACKET_SHORT], 1);
+	assert_int_equal(u->dg.faults[TB_PACKET_BAD_MAGIC], 1);
+	assert_int_equal(u->dg.faults[TB_PACKET_BAD_VERSION], 1);
+	assert_int_equal(u->dg.faults[TB_PACKET_BAD_LENGTH], 1);
+	assert_int_equal(u->dg.faults[TB_PACKET_BAD_FLAGS], 1);
+	assert_int_equal(u->dg.faults[TB_PACKET_BAD_COUNT], 1);
+	assert_int_equal(u->dg.faults[TB_PACKET_BAD_FRAME], 1);
+	assert_int_equal(u->dg.faults[TB_PACKET_WRONG_STREAM], 1);
+	assert_int_equal(u->dg.faults[TB_PACKET_BAD_SEQ], 1);
 	assert_int_equal(u->bad_imm, 2);
 	assert_int_equal(u->dg.stale_epoch, 1);
 
@@ -497,7 +497,7 @@ static void malformed_datagrams_counted_and_dropped(void **state)
 	assert_int_equal(u->dg.reordered, 1);
 	assert_int_equal(u->dg.duplicates, 1);
 	/* a heartbeat ahead of what arrived: the lost tail 8..9 */
-	raw_send(&r, raw_build(&r, TB_PKT_F_HEARTBEAT, 9, 10, 0), 0);
+	raw_send(&r, raw_build(&r, TB_PACKET_F_HEARTBEAT, 9, 10, 0), 0);
 	assert_int_equal(poll_quiet(rx, &seq, &loss, g, 50), TB_GAP);
 	assert_int_equal(loss.first, 8);
 	assert_int_equal(loss.last, 9);
@@ -548,7 +548,7 @@ static void bad_configurations(void **state)
 	cfg_for(&cfg);
 	cfg.mtu = 1024;
 	assert_int_equal(tb_ud_tx_ops.open(&tx, &cfg, 1), 0);
-	assert_int_equal(tx->ring.max_frame, tb_pkt_max_payload(1024) + TB_FRAME_HDR_LEN);
+	assert_int_equal(tx->ring.max_frame, tb_packet_max_payload(1024) + TB_FRAME_HDR_LEN);
 	tx->ops->close(tx, 0);
 }
 

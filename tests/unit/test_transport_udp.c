@@ -14,9 +14,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "counters.h"
-#include "tickbus.h"
-#include "transport_udp.h"
+#include "bus/counters.h"
+#include "bus/transport/udp.h"
+#include <tickbus/tickbus.h>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -414,7 +414,7 @@ static uint8_t dg[4096] __attribute__((aligned(64)));
 
 static size_t make(uint64_t epoch, uint64_t first, int count)
 {
-	size_t off = TB_PKT_HDR_LEN;
+	size_t off = TB_PACKET_HDR_LEN;
 
 	memset(dg, 0, sizeof(dg));
 	for (int i = 0; i < count; i++) {
@@ -424,7 +424,7 @@ static size_t make(uint64_t epoch, uint64_t first, int count)
 		fill(tb_frame_payload(f), 16, first + (uint64_t)i);
 		off += tb_frame_space(f->length);
 	}
-	tb_pkt_init((tb_pkt_hdr_t *)dg, 0, STREAM, epoch, first, (uint16_t)count,
+	tb_packet_init((tb_packet_hdr_t *)dg, 0, STREAM, epoch, first, (uint16_t)count,
 		    (uint32_t)off);
 	return off;
 }
@@ -434,8 +434,8 @@ static void every_malformed_datagram_is_counted_and_dropped(void **state)
 	tb_stream_cfg_t cfg;
 	struct rx_side r;
 	tb_udp_rx_t *u;
-	tb_pkt_hdr_t *h = (tb_pkt_hdr_t *)dg;
-	tb_frame_hdr_t *f2 = (tb_frame_hdr_t *)(dg + TB_PKT_HDR_LEN + 64);
+	tb_packet_hdr_t *h = (tb_packet_hdr_t *)dg;
+	tb_frame_hdr_t *f2 = (tb_frame_hdr_t *)(dg + TB_PACKET_HDR_LEN + 64);
 	size_t len;
 	uint64_t total = 0;
 
@@ -445,18 +445,18 @@ static void every_malformed_datagram_is_counted_and_dropped(void **state)
 	u = (tb_udp_rx_t *)r.rx;
 	inject(dg, make(500, 1, 2));
 	assert_int_equal(rx_poll_for(&r, 2, 5000), 0);
-	for (int k = TB_PKT_SHORT; k < TB_PKT_FAULT_COUNT; k++) {
+	for (int k = TB_PACKET_SHORT; k < TB_PACKET_FAULT_COUNT; k++) {
 		len = make(500, 3, 2);
-		switch ((enum tb_pkt_fault)k) {
-		case TB_PKT_SHORT: len = 7; break;
-		case TB_PKT_BAD_MAGIC: h->magic = 0; break;
-		case TB_PKT_BAD_VERSION: h->version = 2; break;
-		case TB_PKT_BAD_LENGTH: h->length += 32; break;
-		case TB_PKT_BAD_FLAGS: h->flags = 0x40; break;
-		case TB_PKT_BAD_COUNT: h->count = 200; break;
-		case TB_PKT_BAD_FRAME: f2->length = 4000; break;
-		case TB_PKT_WRONG_STREAM: h->stream_id = STREAM + 3; break;
-		case TB_PKT_BAD_SEQ: f2->seq = 3; break;
+		switch ((enum tb_packet_fault)k) {
+		case TB_PACKET_SHORT: len = 7; break;
+		case TB_PACKET_BAD_MAGIC: h->magic = 0; break;
+		case TB_PACKET_BAD_VERSION: h->version = 2; break;
+		case TB_PACKET_BAD_LENGTH: h->length += 32; break;
+		case TB_PACKET_BAD_FLAGS: h->flags = 0x40; break;
+		case TB_PACKET_BAD_COUNT: h->count = 200; break;
+		case TB_PACKET_BAD_FRAME: f2->length = 4000; break;
+		case TB_PACKET_WRONG_STREAM: h->stream_id = STREAM + 3; break;
+		case TB_PACKET_BAD_SEQ: f2->seq = 3; break;
 		default: fail();
 		}
 		inject(dg, len);
@@ -472,14 +472,14 @@ static void every_malformed_datagram_is_counted_and_dropped(void **state)
 	/* A good one after them all: delivered, and no gap. */
 	inject(dg, make(500, 3, 1));
 	assert_int_equal(rx_poll_for(&r, 3, 5000), 0);
-	for (int k = TB_PKT_SHORT; k < TB_PKT_FAULT_COUNT; k++) {
-		uint64_t want = k == TB_PKT_SHORT || k == TB_PKT_BAD_MAGIC ? 2 : 1;
+	for (int k = TB_PACKET_SHORT; k < TB_PACKET_FAULT_COUNT; k++) {
+		uint64_t want = k == TB_PACKET_SHORT || k == TB_PACKET_BAD_MAGIC ? 2 : 1;
 
-		print_message("%s: %llu\n", tb_pkt_fault_name((enum tb_pkt_fault)k),
+		print_message("%s: %llu\n", tb_packet_fault_name((enum tb_packet_fault)k),
 			      (unsigned long long)u->dg.faults[k]);
 		assert_int_equal(u->dg.faults[k], want);
 		assert_int_equal(tb_counter_get(u->dg.ctr, (tb_counter_id_t)
-				 (TB_CTR_MALFORMED_SHORT + k - TB_PKT_SHORT)), want);
+				 (TB_CTR_MALFORMED_SHORT + k - TB_PACKET_SHORT)), want);
 		total += u->dg.faults[k];
 	}
 	assert_int_equal(tb_counter_get(u->dg.ctr, TB_CTR_MALFORMED), total);
@@ -511,10 +511,10 @@ static void garbage_never_holds_the_poll_nor_hides_silence(void **state)
 	rc = tb_udp_rx_ops.poll(r.rx, &r.seq, &r.loss, on_msg, &r.s, 256);
 	assert_int_equal(rc, 0);
 	assert_int_equal(u->recv_calls, calls + 1);
-	assert_int_equal(u->dg.faults[TB_PKT_SHORT], TB_UDP_RX_BATCH);
+	assert_int_equal(u->dg.faults[TB_PACKET_SHORT], TB_UDP_RX_BATCH);
 	rc = tb_udp_rx_ops.poll(r.rx, &r.seq, &r.loss, on_msg, &r.s, 256);
 	assert_int_equal(rc, 0);
-	assert_int_equal(u->dg.faults[TB_PKT_SHORT], TB_UDP_RX_BATCH + 8);
+	assert_int_equal(u->dg.faults[TB_PACKET_SHORT], TB_UDP_RX_BATCH + 8);
 	/* Garbage keeps coming, the publisher says nothing: dead. */
 	until = now_ms() + 5000;
 	while (!dead && now_ms() < until) {
@@ -544,8 +544,8 @@ static void malformed_counts_reach_the_counters_file(void **state)
 	inject(dg, make(600, 1, 1));
 	assert_int_equal(poll_for(sub, &s, 1, 5000), 0);
 	make(600, 2, 1);
-	((tb_pkt_hdr_t *)dg)->version = 9;
-	inject(dg, TB_PKT_HDR_LEN + 64);
+	((tb_packet_hdr_t *)dg)->version = 9;
+	inject(dg, TB_PACKET_HDR_LEN + 64);
 	inject(dg, make(600, 1, 1)); /* a duplicate */
 	inject(dg, make(600, 2, 1));
 	assert_int_equal(poll_for(sub, &s, 2, 5000), 0);
@@ -647,7 +647,7 @@ static void heartbeat_reports_a_lost_tail(void **state)
 	assert_int_equal(tb_udp_tx_ops.send(tx, 0, tx->ring.tail), 0);
 	assert_int_equal(rx_poll_for(&r, 2, 5000), 0);
 	/* 3..5 "sent" but never on the wire: the heartbeat names them. */
-	tb_store_relaxed(&u->dg.sent_next, 6);
+	tb_atomic_store_relaxed(&u->dg.sent_next, 6);
 	tb_udp_tx_ops.beat(tx, 0, 5);
 	assert_int_equal(rx_poll_for(&r, 0, 5000), TB_GAP);
 	assert_int_equal(r.loss.first, 3);

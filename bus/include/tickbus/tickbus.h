@@ -1,0 +1,278 @@
+/*
+ * tickbus.h - the public C API of tickbus, the one header a feed handler or a
+ * strategy includes.
+ *
+ * A publisher writes sequenced messages to a stream; subscribers poll the
+ * stream and get every message in order, or are told exactly which sequence
+ * numbers they lost.  A stream is described by a tb_stream_cfg_t, filled by
+ * hand or read from an INI file (tb_config_load).
+ *
+ * Threads: a tb_publisher_t is used by one thread at a time (the hot thread
+ * that offers); a tb_subscriber_t likewise by the thread that polls.  Open and
+ * close may run on any thread.  Different publishers and subscribers are
+ * independent.
+ *
+ * Results: every function returns 0 or a count on success, a negative TB_*
+ * code otherwise (tickbus_err.h).  Hot-path results (TB_BACK_PRESSURED,
+ * TB_NOT_CONNECTED, TB_LAPPED, ...) are expected outcomes; set-up errors
+ * leave a message in tb_errmsg().
+ *
+ * The header compiles as C11 and as C++.
+ */
+#ifndef TICKBUS_H
+#define TICKBUS_H
+
+#include "tickbus_err.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TB_NAME_MAX 64
+#define TB_HOST_MAX 64
+#define TB_PATH_MAX 256
+#define TB_TOKEN_MAX 128
+#define TB_RECOVERY_MAX 4
+
+/* ---------------------------------------------------------------- streams */
+
+typedef enum tb_transport {
+	TB_TRANSPORT_SHM = 0, /* shared-memory ring, same host */
+	TB_TRANSPORT_RC = 1,  /* RDMA RC WRITE-with-immediate into each ring */
+	TB_TRANSPORT_UD = 2,  /* RDMA UD multicast */
+	TB_TRANSPORT_UDP = 3, /* UDP multicast, hosts without RDMA */
+} tb_transport_t;
+
+typedef enum tb_idle_kind {
+	TB_IDLE_BUSY_SPIN = 0,  /* never gives up the core: lowest latency */
+	TB_IDLE_SPIN_YIELD = 1, /* spins, then sched_yield()s */
+	TB_IDLE_BACKOFF = 2,    /* spins, yields, then sleeps up to a bound */
+} tb_idle_kind_t;
+
+typedef enum tb_slow_policy {
+	TB_SLOW_LAP = 0,          /* a slow subscriber is overrun and recovers */
+	TB_SLOW_BACKPRESSURE = 1, /* the publisher gets TB_BACK_PRESSURED */
+} tb_slow_policy_t;
+
+typedef struct tb_endpoint {
+	char host[TB_HOST_MAX]; /* numeric address or name */
+	uint16_t port;
+} tb_endpoint_t;
+
+/* Everything that describes one stream.  tb_stream_cfg_init() fills the
+ * defaults; a config file section overrides them key by key. */
+typedef struct tb_stream_cfg {
+	char name[TB_NAME_MAX];        /* required */
+	uint32_t id;                   /* required, > 0 */
+	tb_transport_t transport;      /* required */
+	uint64_t ring_size;            /* bytes, power of two; default 4 MiB */
+	int publisher_core;            /* -1: not pinned */
+	int subscriber_core;           /* -1: not pinned */
+	tb_idle_kind_t idle;           /* default spin-then-yield */
+	tb_slow_policy_t slow_consumer;/* default lap */
+	char token[TB_TOKEN_MAX];      /* auth token for control and recovery */
+	tb_endpoint_t recovery[TB_RECOVERY_MAX]; /* tried in order */
+	int n_recovery;
+	uint32_t heartbeat_ms;         /* publisher liveness beat; default 100 */
+	uint32_t liveness_timeout_ms;  /* beat older than this = dead; 1000 */
+	uint32_t retention;            /* messages the publisher keeps; 0 = off */
+	tb_endpoint_t retention_endpoint; /* where the publisher serves them
+					     (recovery protocol); "" = not */
+	uint64_t recovery_buffer;      /* live bytes a recovering subscriber
+					  holds; default 4 MiB */
+	uint32_t recovery_timeout_ms;  /* a gap not recovered by then is
+					  TB_DATA_LOSS; default 5000 */
+
+	/* shm */
+	char shm_path[TB_PATH_MAX];    /* default /dev/shm/tickbus.<name> */
+
+	/* rc: the publisher's control endpoint, and the RDMA device */
+	tb_endpoint_t control;
+	char rdma_device[TB_NAME_MAX]; /* "" = first device with an active port */
+	int rdma_port;                 /* 0 = first active port */
+	int gid_index;                 /* -1 = first RoCEv2 IPv4 GID */
+
+	/* ud and udp: the multicast group */
+	tb_endpoint_t group;
+	char interface[TB_HOST_MAX];   /* local address or netdev; "" = default */
+	int ttl;                       /* default 1 */
+	int loopback;                  /* deliver to this host too; default 1 */
+	uint32_t mtu;                  /* datagram payload bound; 0 = path MTU */
+	uint32_t batch_us;             /* max time a datagram waits; 0 = none */
+	uint32_t rcvbuf;               /* SO_RCVBUF bytes; 0 = system default */
+} tb_stream_cfg_t;
+
+/* Fills `cfg` with the defaults above; name, id and transport stay unset. */
+void tb_stream_cfg_init(tb_stream_cfg_t *cfg);
+
+/* Checks a filled struct: every value in range, every required field set.
+ * Returns 0 or TB_ECONFIG with a message naming the field. */
+int tb_stream_cfg_validate(const tb_stream_cfg_t *cfg);
+
+typedef struct tb_config tb_config_t;
+
+/* Reads an INI file of [stream NAME] sections.  Unknown keys, bad values and
+ * missing required keys fail with TB_ECONFIG and a message naming the file,
+ * the line and the key. */
+int tb_config_load(tb_config_t **cfg, const char *path);
+void tb_config_free(tb_config_t *cfg);
+int tb_config_stream_count(const tb_config_t *cfg);
+const tb_stream_cfg_t *tb_config_stream_at(const tb_config_t *cfg, int i);
+/* The stream called `name`, or NULL (with a message) when there is none. */
+const tb_stream_cfg_t *tb_config_stream(const tb_config_t *cfg,
+					const char *name);
+
+/* -------------------------------------------------------------- publisher */
+
+typedef struct tb_publisher tb_publisher_t;
+
+/* Opens the publishing end of a stream.  For shm it creates (or takes over)
+ * the ring file and starts a new epoch.  Returns 0 or a TB_E* code. */
+int tb_publisher_open(tb_publisher_t **pub, const tb_stream_cfg_t *cfg);
+/* As above, reading stream `stream` from config file `path`. */
+int tb_publisher_open_file(tb_publisher_t **pub, const char *path,
+			   const char *stream);
+/* Marks the stream closed (subscribers see TB_CLOSED) and frees it. */
+int tb_publisher_close(tb_publisher_t *pub);
+
+/* Copies `len` bytes in as one message.  Returns its sequence number (> 0),
+ * or TB_BACK_PRESSURED, TB_NOT_CONNECTED or TB_EMSGSIZE.  Hot path. */
+int64_t tb_pub_offer(tb_publisher_t *pub, uint16_t template_id,
+		     const void *buf, uint32_t len);
+
+/* A message being written in place (zero copy). */
+typedef struct tb_claim {
+	void *data;        /* write the payload here */
+	uint32_t len;      /* as claimed */
+	uint64_t seq;      /* the sequence it will carry */
+	void *frame_;      /* private */
+} tb_claim_t;
+
+/* Reserves room for a `len`-byte message; fill claim->data, then commit or
+ * abort.  One claim may be open at a time per publisher.  Hot path. */
+int tb_pub_claim(tb_publisher_t *pub, uint16_t template_id, uint32_t len,
+		 tb_claim_t *claim);
+/* Publishes a claimed message; returns its sequence number.  Hot path. */
+int64_t tb_pub_commit(tb_publisher_t *pub, tb_claim_t *claim);
+/* Gives a claim back unpublished: the sequence number is not consumed. */
+int tb_pub_abort(tb_publisher_t *pub, tb_claim_t *claim);
+
+/* Sends whatever a batching transport holds (ud and udp with batch_us > 0
+ * keep a partly filled datagram for up to batch_us, checked at each
+ * offer); call it when a burst ends.  Returns 0 or a negative code; a
+ * no-op for shm.  Hot path. */
+int tb_pub_flush(tb_publisher_t *pub);
+
+/* Sequence number the next message will carry. */
+uint64_t tb_pub_next_seq(const tb_publisher_t *pub);
+/* The epoch this publisher opened (a new one on every open). */
+uint64_t tb_pub_epoch(const tb_publisher_t *pub);
+
+/* ------------------------------------------------------------- subscriber */
+
+/* What a handler sees of one message.  `data` is valid only during the
+ * call. */
+typedef struct tb_msg {
+	const void *data;
+	uint32_t len;
+	uint16_t template_id;
+	uint16_t flags;        /* TB_MSG_F_* */
+	uint32_t stream_id;
+	uint64_t seq;
+	uint64_t publish_ns;   /* publisher's clock at publish */
+	uint64_t receive_ns;   /* subscriber's clock when polled */
+} tb_msg_t;
+
+#define TB_MSG_F_REPLAY 1u /* delivered by recovery, not live */
+
+typedef void (*tb_handler_t)(void *clientd, const tb_msg_t *msg);
+
+typedef struct tb_subscriber tb_subscriber_t;
+
+/* Opens the subscribing end.  A subscriber may open before its publisher:
+ * polls return TB_NOT_CONNECTED until it appears.  A late joiner starts at
+ * the live position. */
+int tb_subscriber_open(tb_subscriber_t **sub, const tb_stream_cfg_t *cfg);
+int tb_subscriber_open_file(tb_subscriber_t **sub, const char *path,
+			    const char *stream);
+int tb_subscriber_close(tb_subscriber_t *sub);
+
+/*
+ * Delivers up to `limit` messages in sequence order to `handler`.  Returns
+ * how many it delivered (0 when there is nothing new), or, when it delivered
+ * nothing, a condition: TB_NOT_CONNECTED, TB_LAPPED or TB_GAP (the missing
+ * range is in tb_sub_loss), TB_NEW_EPOCH, TB_CLOSED, TB_PUBLISHER_DEAD.  A
+ * condition is returned once, at its place in the stream; polling again goes
+ * on.  Never blocks.  Hot path.
+ *
+ * With recovery endpoints (cfg.recovery), gaps and laps are not returned:
+ * the missing messages are fetched in the background and delivered in
+ * order (flag TB_MSG_F_REPLAY) before the later live ones; what cannot be
+ * recovered within cfg.recovery_timeout_ms, or is no longer held, is
+ * returned once as TB_DATA_LOSS with its exact range in tb_sub_loss, and
+ * delivery goes on after it.
+ */
+int tb_sub_poll(tb_subscriber_t *sub, tb_handler_t handler, void *clientd,
+		int limit);
+
+/* The range of the last TB_LAPPED, TB_GAP or TB_DATA_LOSS; returns 0, or
+ * TB_ENOENT when there has been none. */
+int tb_sub_loss(const tb_subscriber_t *sub, uint64_t *first, uint64_t *last);
+/*
+ * Late join: deliver from sequence `seq` of the epoch (1 = its start)
+ * rather than from the live position.  Call after open, before the first
+ * poll.  What lies between `seq` and the live position is a gap: recovered
+ * from cfg.recovery when endpoints are configured (replayed messages carry
+ * TB_MSG_F_REPLAY; on a quiet stream the first idle poll asks the services
+ * up to the latest they hold), else reported as TB_GAP when the next
+ * message arrives.  A subscriber that attaches to a ring before its first
+ * message starts at 1 anyway.  Returns 0, TB_EINVAL (seq 0) or TB_ESTATE
+ * (messages already delivered).
+ */
+int tb_sub_start_at(tb_subscriber_t *sub, uint64_t seq);
+/* 1 while a gap is being recovered (messages come from recovery and the
+ * live buffer), 0 when live. */
+int tb_sub_recovering(const tb_subscriber_t *sub);
+
+/* Epoch of the publisher this subscriber follows (0 before it connects). */
+uint64_t tb_sub_epoch(const tb_subscriber_t *sub);
+/* Next sequence number this subscriber expects (0 before the first). */
+uint64_t tb_sub_next_seq(const tb_subscriber_t *sub);
+
+/* ------------------------------------------------------ threads and time */
+
+/* Pins the calling thread to `core`; warns if the core is not isolated. */
+int tb_thread_pin(int core);
+
+/* Nanoseconds from the calibrated invariant TSC (CLOCK_REALTIME epoch), or
+ * clock_gettime where the TSC is not invariant.  Comparable across the
+ * processes of one host. */
+uint64_t tb_clock_now_ns(void);
+
+/* CLOCK_MONOTONIC in nanoseconds (milliseconds): for time limits, rates and
+ * intervals, never for stamps.  A system call (vDSO) each; not for the hot
+ * path. */
+uint64_t tb_clock_mono_ns(void);
+uint64_t tb_clock_mono_ms(void);
+
+/* An idle strategy: call tb_idle_step(&idle, work) after every poll. */
+typedef struct tb_idle {
+	tb_idle_kind_t kind;
+	uint32_t spins;     /* consecutive idle steps so far */
+	uint32_t spin_max;  /* idle steps before yielding */
+	uint32_t yield_max; /* idle steps before sleeping (backoff) */
+	uint32_t sleep_ns;  /* current sleep (backoff) */
+	uint32_t sleep_max_ns;
+} tb_idle_t;
+
+void tb_idle_init(tb_idle_t *idle, tb_idle_kind_t kind);
+/* Resets when `work` > 0, otherwise spins, yields or sleeps per the kind. */
+void tb_idle_step(tb_idle_t *idle, int work);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,400 @@
+/*
+ * control.h - the control protocol: how a subscriber and a publisher set up
+ * an rc (RDMA RC) feed over TCP.  Pure codec: no sockets here.
+ *
+ * A conversation, subscriber S and publisher P:
+ *
+ *   S -> P  HELLO      who I am, my token, the stream I want
+ *   S -> P  SUBSCRIBE  my ring (address, length, rkey), my QP (number, GID,
+ *                      PSN, MTU), where to start
+ *   P -> S  ACCEPT     your feed: epoch, my QP, my credit slot, the sequence
+ *                      and ring offset the first frame will carry
+ *        or REJECT     why not (a reason code and a line of text)
+ *   either  HEARTBEAT  I am alive; the last sequence I know of
+ *   either  BYE        I am going, and why
+ *
+ * Every message is a fixed 8-byte header followed by a fixed body whose size
+ * depends only on (version, type).  All fields little-endian:
+ *
+ *   offset  size  field
+ *        0     2  magic     TB_CONTROL_MAGIC ("TC" on the wire)
+ *        2     1  version   TB_CONTROL_VERSION
+ *        3     1  type      TB_CONTROL_HELLO .. TB_CONTROL_BYE
+ *        4     4  length    of the whole message, header included
+ *
+ * The header convention (tb_wire_hdr_t and the tb_wire_* helpers at the end
+ * of this file) is shared with the recovery protocol (recovery/proto.h),
+ * which differs in magic, types and bodies.  The body layouts are the
+ * tb_control_wire_* structs below, each offset pinned by a _Static_assert; the
+ * decoded, host-order form a caller works with is the tb_control_* structs.
+ *
+ * Threads: every function is pure apart from the thread-local tb_errmsg();
+ * any thread may call any of them.
+ */
+#ifndef TB_CONTROL_H
+#define TB_CONTROL_H
+
+#include <tickbus/tickbus.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ------------------------------------------- the shared header convention */
+
+typedef struct tb_wire_hdr {
+	uint16_t magic;
+	uint8_t version;
+	uint8_t type;
+	uint32_t length;
+} tb_wire_hdr_t;
+
+_Static_assert(offsetof(tb_wire_hdr_t, magic) == 0, "wire header layout");
+_Static_assert(offsetof(tb_wire_hdr_t, version) == 2, "wire header layout");
+_Static_assert(offsetof(tb_wire_hdr_t, type) == 3, "wire header layout");
+_Static_assert(offsetof(tb_wire_hdr_t, length) == 4, "wire header layout");
+_Static_assert(sizeof(tb_wire_hdr_t) == 8, "wire header layout");
+
+#define TB_WIRE_HDR_LEN 8u
+
+/* ------------------------------------------------------------- constants */
+
+#define TB_CONTROL_MAGIC 0x4354u   /* bytes 'T','C' */
+#define TB_CONTROL_VERSION 1u
+/* Largest message a reader ever buffers.  The biggest v1 message (REJECT)
+ * is 216 bytes; 512 leaves later versions room to grow a body without a
+ * reader having to trust a bigger length. */
+#define TB_CONTROL_MSG_MAX 512u
+
+/* Fixed string fields: the text, a NUL, and zeros to the end of the field.
+ * Token: the same 1..127 printable characters, no spaces, as the config
+ * file's `token` key (TB_TOKEN_MAX). */
+#define TB_CONTROL_CLIENT_ID_LEN 32u   /* up to 31 printable characters */
+#define TB_CONTROL_TOKEN_LEN TB_TOKEN_MAX
+#define TB_CONTROL_TEXT_LEN 200u       /* up to 199 printable characters */
+#define TB_CONTROL_GID_LEN 16u
+
+/* QP numbers and PSNs are 24-bit quantities in InfiniBand. */
+#define TB_CONTROL_QPN_MASK 0xffffffu
+#define TB_CONTROL_PSN_MASK 0xffffffu
+
+/* A ring's length is what tb_stream_cfg accepts for ring_size; a peer that
+ * asks for anything else was not configured through tickbus. */
+#define TB_CONTROL_RING_MIN (64ull << 10)
+#define TB_CONTROL_RING_MAX (1ull << 30)
+/* Receives a subscriber may keep posted (its receive queue's depth). */
+#define TB_CONTROL_RECV_MAX 65536u
+
+enum tb_control_type {
+	TB_CONTROL_HELLO = 1,
+	TB_CONTROL_SUBSCRIBE = 2,
+	TB_CONTROL_ACCEPT = 3,
+	TB_CONTROL_REJECT = 4,
+	TB_CONTROL_HEARTBEAT = 5,
+	TB_CONTROL_BYE = 6,
+};
+#define TB_CONTROL_TYPE_MAX TB_CONTROL_BYE
+
+/* Path MTU, numbered as verbs' enum ibv_mtu so it converts by a cast. */
+enum tb_control_mtu {
+	TB_CONTROL_MTU_256 = 1,
+	TB_CONTROL_MTU_512 = 2,
+	TB_CONTROL_MTU_1024 = 3,
+	TB_CONTROL_MTU_2048 = 4,
+	TB_CONTROL_MTU_4096 = 5,
+};
+
+/* SUBSCRIBE flags. */
+#define TB_CONTROL_SUB_F_CREDIT_SLOT 1u /* give me a credit slot to write into */
+#define TB_CONTROL_SUB_F_ALL TB_CONTROL_SUB_F_CREDIT_SLOT
+
+enum tb_control_reject_reason {
+	TB_CONTROL_REJ_BAD_TOKEN = 1,
+	TB_CONTROL_REJ_UNKNOWN_STREAM = 2,
+	TB_CONTROL_REJ_BAD_VERSION = 3,
+	TB_CONTROL_REJ_MALFORMED = 4,
+	TB_CONTROL_REJ_FULL = 5,          /* no room for another subscriber */
+	TB_CONTROL_REJ_UNSUPPORTED_TRANSPORT = 6,
+	TB_CONTROL_REJ_INTERNAL = 7,
+};
+#define TB_CONTROL_REJ_MAX TB_CONTROL_REJ_INTERNAL
+
+enum tb_control_bye_reason {
+	TB_CONTROL_BYE_NORMAL = 1,   /* done: the subscriber is closing */
+	TB_CONTROL_BYE_CLOSED = 2,   /* the publisher closed the stream */
+	TB_CONTROL_BYE_TIMEOUT = 3,  /* the peer's heartbeats stopped */
+	TB_CONTROL_BYE_ERROR = 4,    /* the peer broke the protocol */
+};
+#define TB_CONTROL_BYE_MAX TB_CONTROL_BYE_ERROR
+
+/* --------------------------------------------------- decoded (host) form */
+
+typedef struct tb_control_hello {
+	uint32_t stream_id;                   /* > 0 */
+	char client_id[TB_CONTROL_CLIENT_ID_LEN]; /* printable, no spaces; may be "" */
+	char token[TB_CONTROL_TOKEN_LEN];         /* printable, no spaces; not "" */
+} tb_control_hello_t;
+
+typedef struct tb_control_subscribe {
+	uint32_t stream_id;      /* > 0 */
+	uint8_t transport;       /* tb_transport_t */
+	uint8_t mtu;             /* enum tb_control_mtu */
+	uint8_t flags;           /* TB_CONTROL_SUB_F_* */
+	uint64_t ring_addr;      /* remote address of the subscriber's ring */
+	uint64_t ring_len;       /* power of two, RING_MIN..RING_MAX */
+	uint32_t rkey;
+	uint32_t qpn;            /* 24 bits */
+	uint8_t gid[TB_CONTROL_GID_LEN];
+	uint32_t psn;            /* 24 bits: the subscriber's receive PSN */
+	uint32_t recv_depth;     /* receives kept posted: the publisher never
+				  * has more frames in flight; 1..RECV_MAX */
+	uint64_t start_seq;      /* late join from this sequence; 0 = live */
+} tb_control_subscribe_t;
+
+typedef struct tb_control_accept {
+	uint32_t stream_id;      /* > 0 */
+	uint32_t qpn;            /* publisher's QP, 24 bits */
+	uint64_t epoch;          /* > 0 */
+	uint8_t gid[TB_CONTROL_GID_LEN];
+	uint32_t psn;            /* 24 bits: the publisher's send PSN */
+	uint32_t credit_rkey;    /* credit slot; 0 and 0 if none was asked */
+	uint64_t credit_addr;
+	uint64_t next_seq;       /* sequence of the first frame written, > 0 */
+	uint64_t ring_offset;    /* where it is written; TB_FRAME_ALIGN aligned */
+} tb_control_accept_t;
+
+typedef struct tb_control_reject {
+	uint32_t stream_id;      /* 0 when the stream is not known yet */
+	uint32_t reason;         /* enum tb_control_reject_reason */
+	char text[TB_CONTROL_TEXT_LEN]; /* printable, may be "" */
+} tb_control_reject_t;
+
+typedef struct tb_control_heartbeat {
+	uint64_t timestamp_ns;   /* sender's tb_clock_now_ns() */
+	uint64_t last_seq;       /* last sequence published or seen; 0 = none */
+} tb_control_heartbeat_t;
+
+typedef struct tb_control_bye {
+	uint32_t reason;         /* enum tb_control_bye_reason */
+} tb_control_bye_t;
+
+/* One decoded message: `type` says which member of the union is valid. */
+typedef struct tb_control_msg {
+	uint8_t type;            /* enum tb_control_type */
+	uint8_t version;         /* as received */
+	uint32_t length;         /* bytes the message occupied */
+	union {
+		tb_control_hello_t hello;
+		tb_control_subscribe_t subscribe;
+		tb_control_accept_t accept;
+		tb_control_reject_t reject;
+		tb_control_heartbeat_t heartbeat;
+		tb_control_bye_t bye;
+	};
+} tb_control_msg_t;
+
+/* ------------------------------------------------------ wire layouts (v1) */
+
+typedef struct tb_control_wire_hello {
+	tb_wire_hdr_t hdr;
+	uint32_t stream_id;
+	uint32_t reserved;                    /* zero */
+	char client_id[TB_CONTROL_CLIENT_ID_LEN];
+	char token[TB_CONTROL_TOKEN_LEN];
+} tb_control_wire_hello_t;
+
+_Static_assert(offsetof(tb_control_wire_hello_t, stream_id) == 8, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_hello_t, reserved) == 12, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_hello_t, client_id) == 16, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_hello_t, token) == 48, "ctl layout");
+_Static_assert(sizeof(tb_control_wire_hello_t) == 176, "ctl layout");
+
+typedef struct tb_control_wire_subscribe {
+	tb_wire_hdr_t hdr;
+	uint32_t stream_id;
+	uint8_t transport;
+	uint8_t mtu;
+	uint8_t flags;
+	uint8_t reserved0;                    /* zero */
+	uint64_t ring_addr;
+	uint64_t ring_len;
+	uint32_t rkey;
+	uint32_t qpn;
+	uint8_t gid[TB_CONTROL_GID_LEN];
+	uint32_t psn;
+	uint32_t recv_depth;
+	uint64_t start_seq;
+} tb_control_wire_subscribe_t;
+
+_Static_assert(offsetof(tb_control_wire_subscribe_t, stream_id) == 8, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_subscribe_t, transport) == 12, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_subscribe_t, mtu) == 13, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_subscribe_t, flags) == 14, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_subscribe_t, reserved0) == 15, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_subscribe_t, ring_addr) == 16, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_subscribe_t, ring_len) == 24, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_subscribe_t, rkey) == 32, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_subscribe_t, qpn) == 36, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_subscribe_t, gid) == 40, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_subscribe_t, psn) == 56, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_subscribe_t, recv_depth) == 60, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_subscribe_t, start_seq) == 64, "ctl layout");
+_Static_assert(sizeof(tb_control_wire_subscribe_t) == 72, "ctl layout");
+
+typedef struct tb_control_wire_accept {
+	tb_wire_hdr_t hdr;
+	uint32_t stream_id;
+	uint32_t qpn;
+	uint64_t epoch;
+	uint8_t gid[TB_CONTROL_GID_LEN];
+	uint32_t psn;
+	uint32_t credit_rkey;
+	uint64_t credit_addr;
+	uint64_t next_seq;
+	uint64_t ring_offset;
+} tb_control_wire_accept_t;
+
+_Static_assert(offsetof(tb_control_wire_accept_t, stream_id) == 8, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_accept_t, qpn) == 12, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_accept_t, epoch) == 16, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_accept_t, gid) == 24, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_accept_t, psn) == 40, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_accept_t, credit_rkey) == 44, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_accept_t, credit_addr) == 48, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_accept_t, next_seq) == 56, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_accept_t, ring_offset) == 64, "ctl layout");
+_Static_assert(sizeof(tb_control_wire_accept_t) == 72, "ctl layout");
+
+typedef struct tb_control_wire_reject {
+	tb_wire_hdr_t hdr;
+	uint32_t stream_id;
+	uint32_t reason;
+	char text[TB_CONTROL_TEXT_LEN];
+} tb_control_wire_reject_t;
+
+_Static_assert(offsetof(tb_control_wire_reject_t, stream_id) == 8, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_reject_t, reason) == 12, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_reject_t, text) == 16, "ctl layout");
+_Static_assert(sizeof(tb_control_wire_reject_t) == 216, "ctl layout");
+
+typedef struct tb_control_wire_heartbeat {
+	tb_wire_hdr_t hdr;
+	uint64_t timestamp_ns;
+	uint64_t last_seq;
+} tb_control_wire_heartbeat_t;
+
+_Static_assert(offsetof(tb_control_wire_heartbeat_t, timestamp_ns) == 8, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_heartbeat_t, last_seq) == 16, "ctl layout");
+_Static_assert(sizeof(tb_control_wire_heartbeat_t) == 24, "ctl layout");
+
+typedef struct tb_control_wire_bye {
+	tb_wire_hdr_t hdr;
+	uint32_t reason;
+	uint32_t reserved;                    /* zero */
+} tb_control_wire_bye_t;
+
+_Static_assert(offsetof(tb_control_wire_bye_t, reason) == 8, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_bye_t, reserved) == 12, "ctl layout");
+_Static_assert(sizeof(tb_control_wire_bye_t) == 16, "ctl layout");
+
+_Static_assert(sizeof(tb_control_wire_reject_t) <= TB_CONTROL_MSG_MAX, "ctl max");
+_Static_assert(sizeof(tb_control_wire_hello_t) <= TB_CONTROL_MSG_MAX, "ctl max");
+
+/* ------------------------------------------------------------- functions */
+
+/*
+ * Encoders: write one message into `buf` (of `cap` bytes) in the current
+ * version.  Each checks its struct with the rules the decoder applies, so
+ * nothing is ever sent that a peer would refuse.  Returns the bytes written,
+ * TB_EMSGSIZE when `cap` is too small, or TB_EINVAL for a field out of
+ * range (the message names it).  String fields are copied up to their NUL
+ * and the rest of the field is zero-filled.
+ */
+int tb_control_encode_hello(void *buf, size_t cap, const tb_control_hello_t *m);
+int tb_control_encode_subscribe(void *buf, size_t cap,
+			    const tb_control_subscribe_t *m);
+int tb_control_encode_accept(void *buf, size_t cap, const tb_control_accept_t *m);
+int tb_control_encode_reject(void *buf, size_t cap, const tb_control_reject_t *m);
+int tb_control_encode_heartbeat(void *buf, size_t cap,
+			    const tb_control_heartbeat_t *m);
+int tb_control_encode_bye(void *buf, size_t cap, const tb_control_bye_t *m);
+
+/*
+ * Decodes the message at the start of `buf` (`len` bytes readable; more
+ * than one message may follow).  Checks everything before it trusts
+ * anything: header, then every field.  Returns the bytes the message
+ * occupied (> 0) with `*out` filled, or, leaving `*out` untouched:
+ *   TB_EFORMAT  bad magic, or a version this build does not speak
+ *   TB_EPROTO   too short, unknown type, length not the type's size, a
+ *               field out of range (the message names the field)
+ */
+int tb_control_decode(const void *buf, size_t len, tb_control_msg_t *out);
+
+/*
+ * Stream framing: how many more bytes a reader holding `have` bytes at
+ * `buf` needs before one whole message is there (0: it is; decode it).
+ * Never more than TB_CONTROL_MSG_MAX in all, so a reader can use a fixed
+ * buffer.  TB_EPROTO for a header that can never become valid (bad magic,
+ * length below a header or above TB_CONTROL_MSG_MAX, or, in this version, an
+ * unknown type or a length that is not the type's size): drop the peer.
+ */
+int tb_control_frame_need(const void *buf, size_t have);
+
+/*
+ * 1 if the NUL-terminated tokens `a` and `b` (each read up to
+ * TB_CONTROL_TOKEN_LEN bytes) are equal, else 0.  The time taken depends on the
+ * two lengths only, never on where the contents differ: every one of the
+ * TB_CONTROL_TOKEN_LEN positions is compared, with no early exit.
+ */
+int tb_control_token_equal(const char *a, const char *b);
+
+/* Names for logs: "HELLO", "bad token", ...; "?" when out of range. */
+const char *tb_control_type_name(unsigned type);
+const char *tb_control_reject_name(unsigned reason);
+const char *tb_control_bye_name(unsigned reason);
+
+/* ------------------------- the header convention, shared by TCP protocols */
+
+/* What a protocol tells the shared header checks about itself. */
+typedef struct tb_wire_proto {
+	const char *name;          /* "control", "recovery": starts messages */
+	uint16_t magic;
+	uint8_t version;           /* the one version this build speaks */
+	uint8_t type_max;          /* types are 1..type_max */
+	uint32_t msg_max;          /* no message is longer */
+	const uint32_t *size;      /* size[type]: whole message, this version */
+	const char *const *type_name; /* type_name[type] */
+} tb_wire_proto_t;
+
+/* tb_control_frame_need for any protocol described by `p`. */
+int tb_wire_frame_need(const tb_wire_proto_t *p, const void *buf,
+		       size_t have);
+
+/* Checks the header of the message at `buf` against `p` and `len` (magic,
+ * version, type, length = the type's size, whole message present) and
+ * returns it in host order in `*h`.  Returns 0, TB_EFORMAT or TB_EPROTO. */
+int tb_wire_hdr_check(const tb_wire_proto_t *p, const void *buf, size_t len,
+		      tb_wire_hdr_t *h);
+
+/* Fills a header in wire order. */
+void tb_wire_hdr_put(tb_wire_hdr_t *w, uint16_t magic, uint8_t version,
+		     uint8_t type, uint32_t length);
+
+/* String rules for a fixed field: `what` is the field's name in messages. */
+enum tb_wire_str_rule {
+	TB_WIRE_STR_TEXT = 0,     /* printable ASCII with spaces, may be "" */
+	TB_WIRE_STR_WORD = 1,     /* printable ASCII without spaces, may be "" */
+	TB_WIRE_STR_TOKEN = 2,    /* a WORD that must not be "" */
+};
+
+/* Checks a string field as received: a NUL within the `size` bytes, the
+ * text before it obeys `rule`, only zeros after it.  0 or TB_EPROTO naming
+ * `proto` and `what`. */
+int tb_wire_str_check(const char *proto, const char *what, const char *f,
+		      size_t size, enum tb_wire_str_rule rule);
+
+/* Checks a host string against `rule` (a NUL within `size` bytes) and
+ * copies it into wire field `dst` zero-padded.  0 or TB_EINVAL. */
+int tb_wire_str_put(const char *proto, const char *what, char *dst,
+		    const char *src, size_t size, enum tb_wire_str_rule rule);
+
+#endif

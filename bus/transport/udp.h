@@ -1,0 +1,83 @@
+/*
+ * transport/udp.h - UDP multicast through the kernel, for hosts without an
+ * RDMA NIC.  The datagrams are those of ud (packet.h, packed and checked by
+ * dgram.h); only the way bytes move differs.
+ *
+ * Publisher: a private ring (ring.h) of cfg.ring_size bytes, a UDP socket
+ * connected to the group, with IP_MULTICAST_IF (cfg.interface: a local
+ * address or a netdev name), IP_MULTICAST_TTL (cfg.ttl) and
+ * IP_MULTICAST_LOOP (cfg.loopback).  `send` packs the committed frames and
+ * sends what is ready: sendmsg with two iovecs (header, frames in the ring)
+ * for one datagram, sendmmsg for several.  Messages larger than one
+ * datagram of cfg.mtu bytes (default TB_DGRAM_UDP_MTU) are refused at offer
+ * with TB_EMSGSIZE: ring.max_frame is capped to what a datagram holds.  The
+ * heartbeat thread sends a heartbeat datagram on the same socket every
+ * heartbeat_ms; close sends END three times (a lost END would otherwise
+ * turn a clean close into a dead publisher).
+ *
+ * Subscriber: a non-blocking socket bound to the group address and port
+ * with SO_REUSEADDR and SO_REUSEPORT (so several subscribers on one host
+ * share it), a membership on the chosen interface, SO_RCVBUF from
+ * cfg.rcvbuf (a warning when the kernel caps it at net.core.rmem_max).
+ * Poll makes one recvmmsg of up to TB_UDP_RX_BATCH datagrams when the
+ * previous batch is used up, and nothing else; the datagrams are delivered
+ * in place from the receive buffers.
+ *
+ * Test hook (subscriber side): TICKBUS_UDP_DROP=p (0..1) drops each received
+ * data datagram with probability p, from a generator seeded by
+ * TICKBUS_UDP_SEED (default 1); TICKBUS_UDP_DROP_LOG=path appends
+ * "drop <first_seq> <count>" per drop, so a test can check the reported
+ * gaps against what was dropped.  Heartbeats and ENDs are never dropped.
+ */
+#ifndef TB_TRANSPORT_UDP_H
+#define TB_TRANSPORT_UDP_H
+
+#include "bus/transport/dgram.h"
+#include "bus/transport/transport.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+/* Datagrams one recvmmsg takes: enough to drain a burst in one system
+ * call, small enough that the buffers (64 KiB each, the largest UDP
+ * payload) stay at 2 MiB. */
+#define TB_UDP_RX_BATCH 32
+#define TB_UDP_RX_BUF 65536
+
+typedef struct tb_udp_tx {
+	tb_tx_t tx;              /* first: the ring */
+	tb_dgram_tx_t dg;
+	int fd;
+	uint32_t mtu;
+	uint64_t sendmmsg_calls; /* statistics, for tests and benchmarks */
+	uint64_t sendmsg_calls;
+	uint64_t send_errors;
+	uint8_t *ring_mem;
+	struct mmsghdr msgs[TB_DGRAM_READY_MAX];
+	struct iovec iov[TB_DGRAM_READY_MAX][2];
+} tb_udp_tx_t;
+
+typedef struct tb_udp_rx {
+	tb_rx_t rx;              /* first: the transport interface */
+	tb_dgram_rx_t dg;
+	int fd;
+	int rcvbuf;              /* what the kernel granted (getsockopt) */
+	int got;                 /* datagrams in the current batch */
+	int next;                /* the next one to deliver */
+	uint64_t recv_calls;
+	/* Test hook: dropping received datagrams (see above). */
+	uint64_t drop_threshold; /* drop when rand < this; 0 = off */
+	uint64_t rng;
+	uint64_t dropped;
+	FILE *drop_log;
+	uint8_t *bufs;           /* TB_UDP_RX_BATCH * TB_UDP_RX_BUF */
+	struct mmsghdr msgs[TB_UDP_RX_BATCH];
+	struct iovec iov[TB_UDP_RX_BATCH];
+} tb_udp_rx_t;
+
+extern const tb_tx_ops_t tb_udp_tx_ops;
+extern const tb_rx_ops_t tb_udp_rx_ops;
+
+#endif

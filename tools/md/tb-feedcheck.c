@@ -1,0 +1,236 @@
+/*
+ * tb-feedcheck - reads a MoldUDP64/ITCH feed with the feed-handler core
+ * (tools/md/feed.c) until the end of session, and prints what it saw: the
+ * counters, the events by kind, and the order-state checksum of its books,
+ * to compare with tb-feedsim's own.  It also keeps the top of book from the
+ * TOP events and checks it against the books at the end (top_mismatch),
+ * and records, per book event, the time from the receive of the packet
+ * that carried the message to the callback (the feed handler's own hop:
+ * decode, book update, event; for a message that waited in a gap, the wait
+ * too), printed as recv_to_event_p50/p99/p999/max in ns.
+ *
+ * Summary line (stdout), parsed by the scenario tests:
+ *   feedcheck: ended=0|1 messages=N packets=P ... orders=O checksum=0x...
+ */
+#include "bus/clock.h"
+#include "bus/error.h"
+#include <tickbus/hist.h>
+#include "tools/cli.h"
+#include "tools/md/feed.h"
+
+#include <arpa/inet.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+"usage: tb-feedcheck [options]\n"
+"Reads a MoldUDP64/ITCH feed until the end of session and prints a summary.\n"
+"options:\n"
+"  -g, --group ADDR         multicast group (default 239.194.7.1)\n"
+"  -p, --port PORT          its port (default 31001)\n"
+"  -i, --iface ADDR         interface address to join on (default any)\n"
+"  -H, --retrans-host ADDR  retransmission server (default 127.0.0.1)\n"
+"  -R, --retrans-port PORT  its port, 0 = none (default 31002)\n"
+"      --first-seq N        first sequence expected, 0 = late join\n"
+"                           (default 1)\n"
+"      --gap-timeout-ms MS  first re-request timeout (default 20)\n"
+"      --gap-retries N      re-sends before giving a gap up (default 5)\n"
+"      --timeout-ms MS      give up after this long (default 60000)\n"
+"      --session NAME       accept only this MoldUDP64 session (default:\n"
+"                           the first packet's)\n"
+"      --instruments N      instruments (stock locates) 0..N-1\n"
+"                           (default 1024)\n"
+"  -h, --help               this text\n"
+"exit status: 0 end of session reached, 1 timeout or error, 2 usage\n");
+}
+
+typedef struct check {
+	uint64_t ev[5];
+	int64_t top[1024][4];
+	int have_top[1024];
+	uint64_t recv_zero;
+	tb_hist_t *lat;
+} check_t;
+
+static void on_event(void *ctx, const tb_feed_event_t *ev)
+{
+	check_t *c = ctx;
+
+	if (ev->kind < 5)
+		c->ev[ev->kind]++;
+	if (ev->kind == TB_FEED_EV_BOOK && ev->feed_receive_ns == 0)
+		c->recv_zero++;
+	if (ev->kind == TB_FEED_EV_BOOK)
+		tb_hist_record(c->lat, (int64_t)(tb_clock_now_ns() -
+						 ev->feed_receive_ns));
+	if (ev->kind == TB_FEED_EV_BOOK && ev->book.kind == TB_BOOK_EV_TOP &&
+	    ev->instrument < 1024) {
+		c->top[ev->instrument][0] = ev->book.bid_px;
+		c->top[ev->instrument][1] = (int64_t)ev->book.bid_qty;
+		c->top[ev->instrument][2] = ev->book.ask_px;
+		c->top[ev->instrument][3] = (int64_t)ev->book.ask_qty;
+		c->have_top[ev->instrument] = 1;
+	}
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"group", required_argument, 0, 'g'},
+		{"port", required_argument, 0, 'p'},
+		{"iface", required_argument, 0, 'i'},
+		{"retrans-host", required_argument, 0, 'H'},
+		{"retrans-port", required_argument, 0, 'R'},
+		{"first-seq", required_argument, 0, 'F'},
+		{"gap-timeout-ms", required_argument, 0, 'G'},
+		{"gap-retries", required_argument, 0, 'Y'},
+		{"timeout-ms", required_argument, 0, 'T'},
+		{"instruments", required_argument, 0, 'N'},
+		{"session", required_argument, 0, 'S'},
+		{"help", no_argument, 0, 'h'},
+		{0, 0, 0, 0},
+	};
+	tb_feed_cfg_t cfg;
+	tb_feed_t *f;
+	tb_feed_stats_t st;
+	static check_t chk;
+	uint64_t port = 31001, rport = 31002, timeout_ms = 60000, v, t0, idle = 0;
+	uint64_t mismatch = 0, i;
+	int c, rc;
+
+	tb_feed_cfg_init(&cfg);
+	cfg.group = "239.194.7.1";
+	cfg.retrans_host = "127.0.0.1";
+	cfg.first_seq = 1;
+	while ((c = getopt_long(argc, argv, "g:p:i:H:R:h", opts, NULL)) != -1) {
+		const char *bad = NULL;
+
+		switch (c) {
+		case 'g': if (!tb_cli_is_ipv4(optarg)) bad = "--group"; else cfg.group = optarg; break;
+		case 'i': if (!tb_cli_is_ipv4(optarg)) bad = "--iface"; else cfg.iface = optarg; break;
+		case 'S': if (!*optarg || strlen(optarg) > TB_MOLD_SESSION_LEN) bad = "--session"; else cfg.session = optarg; break;
+		case 'H': if (!tb_cli_is_ipv4(optarg)) bad = "--retrans-host"; else cfg.retrans_host = optarg; break;
+		case 'p': if (tb_cli_u64_c(optarg, &port) || port == 0 || port > 65535) bad = "--port"; break;
+		case 'R': if (tb_cli_u64_c(optarg, &rport) || rport > 65535) bad = "--retrans-port"; break;
+		case 'F': if (tb_cli_u64_c(optarg, &cfg.first_seq)) bad = "--first-seq"; break;
+		case 'G': if (tb_cli_u64_c(optarg, &v) || v == 0) bad = "--gap-timeout-ms"; else cfg.gap_timeout_ns = v * 1000000ull; break;
+		case 'Y': if (tb_cli_u64_c(optarg, &v) || v > 100) bad = "--gap-retries"; else cfg.gap_retries = (uint32_t)v; break;
+		case 'T': if (tb_cli_u64_c(optarg, &timeout_ms) || timeout_ms == 0) bad = "--timeout-ms"; break;
+		case 'N': if (tb_cli_u64_c(optarg, &v) || v == 0 || v > 1024) bad = "--instruments"; else cfg.max_instruments = (uint32_t)v; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+		if (bad) {
+			fprintf(stderr, "tb-feedcheck: bad value '%s' for %s\n", optarg, bad);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "tb-feedcheck: unexpected argument '%s'\n", argv[optind]);
+		return 2;
+	}
+	cfg.port = (uint16_t)port;
+	cfg.retrans_port = (uint16_t)rport;
+	if (rport == 0)
+		cfg.retrans_host = NULL;
+	cfg.cb = on_event;
+	cfg.ctx = &chk;
+	tb_clock_init();
+	/* 1 ns to 100 s, 3 digits. */
+	if (tb_hist_init(&chk.lat, 1, 100000000000ll, 3) != 0) {
+		fprintf(stderr, "tb-feedcheck: %s\n", tb_errmsg());
+		return 1;
+	}
+	rc = tb_feed_open(&f, &cfg);
+	if (rc) {
+		fprintf(stderr, "tb-feedcheck: %s\n", tb_errmsg());
+		tb_hist_free(chk.lat);
+		return 1;
+	}
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	printf("feedcheck: ready port=%u\n", tb_feed_port(f));
+	fflush(stdout);
+	t0 = tb_cli_mono_ms();
+	while (!stop && !tb_feed_ended(f) && tb_cli_mono_ms() - t0 < timeout_ms) {
+		rc = tb_feed_poll(f);
+		if (rc < 0) {
+			fprintf(stderr, "tb-feedcheck: %s\n", tb_errmsg());
+			break;
+		}
+		/* Spin while data flows, then yield, then nap: a checker must not
+		 * hog a shared core while the feed is idle. */
+		if (rc > 0) {
+			idle = 0;
+		} else if (++idle > 1000) {
+			struct timespec ts = { 0, 200000 };
+
+			nanosleep(&ts, NULL);
+		} else if (idle > 100) {
+			sched_yield();
+		}
+	}
+	tb_feed_stats(f, &st);
+	for (i = 0; i < cfg.max_instruments && i < 1024; i++) {
+		tb_book_level_t b, a;
+		int nb = tb_book_levels(tb_feed_book(f), (uint32_t)i, TB_BOOK_BID, &b, 1);
+		int na = tb_book_levels(tb_feed_book(f), (uint32_t)i, TB_BOOK_ASK, &a, 1);
+		int64_t want[4] = { nb ? b.price : 0, nb ? (int64_t)b.qty : 0,
+				    na ? a.price : 0, na ? (int64_t)a.qty : 0 };
+
+		if (!chk.have_top[i] && (nb || na))
+			mismatch++;
+		else if (chk.have_top[i] && memcmp(want, chk.top[i], sizeof(want)))
+			mismatch++;
+	}
+	printf("feedcheck: ended=%d messages=%" PRIu64 " packets=%" PRIu64
+	       " heartbeats=%" PRIu64 " duplicates=%" PRIu64
+	       " malformed_packets=%" PRIu64 " malformed_messages=%" PRIu64
+	       " unknown_types=%" PRIu64 " wrong_session=%" PRIu64
+	       " gaps=%" PRIu64 " gaps_filled=%" PRIu64 " gaps_lost=%" PRIu64
+	       " requests=%" PRIu64 " retrans_packets=%" PRIu64
+	       " lost_messages=%" PRIu64 " stale_reports=%" PRIu64
+	       " pending_dropped=%" PRIu64 " book_errors=%" PRIu64
+	       " next_seq=%" PRIu64 " end_seq=%" PRIu64
+	       " book_events=%" PRIu64 " instrument_events=%" PRIu64
+	       " system_events=%" PRIu64 " top_mismatch=%" PRIu64
+	       " recv_zero=%" PRIu64 " recv_to_event_count=%" PRId64
+	       " recv_to_event_p50=%" PRId64 " recv_to_event_p99=%" PRId64
+	       " recv_to_event_p999=%" PRId64 " recv_to_event_max=%" PRId64
+	       " orders=%" PRIu64
+	       " checksum=0x%016" PRIx64 "\n",
+	       tb_feed_ended(f), st.messages, st.packets, st.heartbeats,
+	       st.duplicates, st.malformed_packets, st.malformed_messages,
+	       st.unknown_types, st.wrong_session, st.gaps, st.gaps_filled,
+	       st.gaps_lost, st.requests, st.retrans_packets, st.lost_messages,
+	       st.stale_reports, st.pending_dropped, st.book_errors,
+	       st.next_seq, st.end_seq, chk.ev[TB_FEED_EV_BOOK],
+	       chk.ev[TB_FEED_EV_INSTRUMENT], chk.ev[TB_FEED_EV_SYSTEM],
+	       mismatch, chk.recv_zero, tb_hist_count(chk.lat),
+	       tb_hist_value_at_percentile(chk.lat, 50.0),
+	       tb_hist_value_at_percentile(chk.lat, 99.0),
+	       tb_hist_value_at_percentile(chk.lat, 99.9),
+	       tb_hist_max(chk.lat),
+	       tb_book_order_count(tb_feed_book(f)),
+	       tb_book_checksum(tb_feed_book(f), UINT32_MAX));
+	rc = tb_feed_ended(f) ? 0 : 1;
+	tb_feed_close(f);
+	tb_hist_free(chk.lat);
+	return rc;
+}
