@@ -83,6 +83,7 @@
  */
 #include "bus/config.h"
 #include "bus/error.h"
+#include "bus/ring.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -102,11 +103,8 @@
 #define MIB (UINT64_C(1) << 20)
 #define GIB (UINT64_C(1) << 30)
 
-/* Smallest ring: the frames of one largest UDP datagram (65507 bytes).
- * Largest: a ring is pinned, registered memory, and its offsets must fit the
- * 32-bit immediate of an RDMA WRITE with room to spare. */
-#define RING_MIN (64 * KIB)
-#define RING_MAX GIB
+#define RING_MIN TB_RING_MIN /* bus/ring.h */
+#define RING_MAX TB_RING_MAX
 #define RING_DEFAULT (4 * MIB)
 
 /* Largest UDP payload over IPv4: 65535 - 20 (IP) - 8 (UDP). */

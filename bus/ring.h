@@ -35,6 +35,20 @@
 
 #include <stdint.h>
 
+/* Ring sizes, one set for every transport, the control protocol and the
+ * config file.  Smallest: the frames of one largest UDP datagram (65507
+ * bytes).  Largest: a ring is pinned, registered memory, and its offsets
+ * must fit the 32-bit immediate of an RDMA WRITE with room to spare. */
+#define TB_RING_MIN (UINT64_C(64) << 10)
+#define TB_RING_MAX (UINT64_C(1) << 30)
+
+/* 1 when `size` is a power of two within TB_RING_MIN..TB_RING_MAX. */
+static inline int tb_ring_size_ok(uint64_t size)
+{
+	return size >= TB_RING_MIN && size <= TB_RING_MAX &&
+	       (size & (size - 1)) == 0;
+}
+
 typedef struct tb_ring {
 	uint8_t *base;
 	uint64_t mask;               /* size - 1 */

@@ -328,10 +328,11 @@ static int check_subscribe(const tb_control_subscribe_t *m, int code)
 	if (m->recv_depth == 0 || m->recv_depth > TB_CONTROL_RECV_MAX)
 		return tb_error_set(code, "%s: recv_depth %u is outside 1..%u", ctx,
 				  m->recv_depth, TB_CONTROL_RECV_MAX);
-	if (m->ring_len < TB_CONTROL_RING_MIN || m->ring_len > TB_CONTROL_RING_MAX)
+	if (m->ring_len < TB_RING_MIN || m->ring_len > TB_RING_MAX)
 		return tb_error_set(code, "%s: ring_len %llu is outside %llu..%llu",
 				  ctx, (unsigned long long)m->ring_len,
-				  TB_CONTROL_RING_MIN, TB_CONTROL_RING_MAX);
+				  (unsigned long long)TB_RING_MIN,
+				  (unsigned long long)TB_RING_MAX);
 	if ((rc = check_24bit(ctx, "qpn", m->qpn, code)) < 0)
 		return rc;
 	return check_24bit(ctx, "psn", m->psn, code);

@@ -34,6 +34,7 @@
 #ifndef TB_CONTROL_H
 #define TB_CONTROL_H
 
+#include "bus/ring.h"
 #include <tickbus/tickbus.h>
 
 #include <stddef.h>
@@ -79,8 +80,6 @@ _Static_assert(sizeof(tb_wire_hdr_t) == 8, "wire header layout");
 
 /* A ring's length is what tb_stream_cfg accepts for ring_size; a peer that
  * asks for anything else was not configured through tickbus. */
-#define TB_CONTROL_RING_MIN (64ull << 10)
-#define TB_CONTROL_RING_MAX (1ull << 30)
 /* Receives a subscriber may keep posted (its receive queue's depth). */
 #define TB_CONTROL_RECV_MAX 65536u
 
@@ -140,7 +139,7 @@ typedef struct tb_control_subscribe {
 	uint8_t mtu;             /* enum tb_control_mtu */
 	uint8_t flags;           /* TB_CONTROL_SUB_F_* */
 	uint64_t ring_addr;      /* remote address of the subscriber's ring */
-	uint64_t ring_len;       /* power of two, RING_MIN..RING_MAX */
+	uint64_t ring_len;       /* power of two, TB_RING_MIN..TB_RING_MAX */
 	uint32_t rkey;
 	uint32_t qpn;            /* 24 bits */
 	uint8_t gid[TB_CONTROL_GID_LEN];

@@ -98,8 +98,7 @@ int tb_shm_writer_open(tb_shm_writer_t *w, const tb_stream_cfg_t *cfg,
 	int rc;
 
 	memset(w, 0, sizeof(*w));
-	if (cfg->ring_size < TB_SHM_RING_MIN || cfg->ring_size > TB_SHM_RING_MAX ||
-	    (cfg->ring_size & (cfg->ring_size - 1)))
+	if (!tb_ring_size_ok(cfg->ring_size))
 		return tb_error_set(TB_EINVAL, "shm: ring_size %llu is not a power of "
 				  "two between 64 KiB and 1 GiB",
 				  (unsigned long long)cfg->ring_size);
@@ -247,8 +246,7 @@ int tb_shm_reader_attach(tb_shm_reader_t *r, int from_start)
 	len = (size_t)st.st_size;
 	if (tb_atomic_load_acquire(&hdr->version) != TB_SHM_VERSION || /* A2 pairs with R2 */
 	    hdr->magic != TB_SHM_MAGIC || hdr->hdr_size != TB_SHM_HDR_SIZE ||
-	    hdr->ring_size < TB_SHM_RING_MIN || hdr->ring_size > TB_SHM_RING_MAX ||
-	    (hdr->ring_size & (hdr->ring_size - 1)) ||
+	    !tb_ring_size_ok(hdr->ring_size) ||
 	    len < TB_SHM_HDR_SIZE + hdr->ring_size || /* hugetlbfs rounds up */
 	    hdr->max_frame != tb_ring_max_frame(hdr->ring_size) ||
 	    hdr->stream_id != r->stream_id) {

@@ -59,8 +59,6 @@
 #define TB_SHM_VERSION 1u
 #define TB_SHM_HDR_SIZE 4096u
 /* Rings from 64 KiB (a few hundred quotes) to 1 GiB. */
-#define TB_SHM_RING_MIN (64u << 10)
-#define TB_SHM_RING_MAX (1ull << 30)
 
 enum tb_shm_state {
 	TB_SHM_OPEN = 1,

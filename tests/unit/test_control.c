@@ -236,7 +236,7 @@ static void round_trip_subscribe(void **state)
 	in.flags = 0;
 	in.qpn = TB_CONTROL_QPN_MASK;
 	in.psn = TB_CONTROL_PSN_MASK;
-	in.ring_len = TB_CONTROL_RING_MIN;
+	in.ring_len = TB_RING_MIN;
 	in.transport = TB_TRANSPORT_UDP;
 	in.mtu = TB_CONTROL_MTU_256;
 	assert_int_equal(tb_control_encode_subscribe(buf, sizeof(buf), &in), 72);
@@ -245,13 +245,13 @@ static void round_trip_subscribe(void **state)
 	assert_int_equal(out.subscribe.flags, 0);
 	assert_int_equal(out.subscribe.qpn, 0xffffff);
 	assert_int_equal(out.subscribe.psn, 0xffffff);
-	assert_true(out.subscribe.ring_len == TB_CONTROL_RING_MIN);
+	assert_true(out.subscribe.ring_len == TB_RING_MIN);
 	assert_int_equal(out.subscribe.transport, TB_TRANSPORT_UDP);
 	assert_int_equal(out.subscribe.mtu, TB_CONTROL_MTU_256);
-	in.ring_len = TB_CONTROL_RING_MAX;
+	in.ring_len = TB_RING_MAX;
 	assert_int_equal(tb_control_encode_subscribe(buf, sizeof(buf), &in), 72);
 	assert_int_equal(tb_control_decode(buf, 72, &out), 72);
-	assert_true(out.subscribe.ring_len == TB_CONTROL_RING_MAX);
+	assert_true(out.subscribe.ring_len == TB_RING_MAX);
 }
 
 static void round_trip_accept(void **state)
@@ -817,7 +817,7 @@ static void check_in_range(const tb_control_msg_t *m)
 	case TB_CONTROL_SUBSCRIBE:
 		assert_true(m->subscribe.qpn <= 0xffffff);
 		assert_true(m->subscribe.psn <= 0xffffff);
-		assert_true(m->subscribe.ring_len >= TB_CONTROL_RING_MIN);
+		assert_true(m->subscribe.ring_len >= TB_RING_MIN);
 		assert_true((m->subscribe.ring_len &
 			     (m->subscribe.ring_len - 1)) == 0);
 		assert_true(m->subscribe.transport <= TB_TRANSPORT_UDP);
