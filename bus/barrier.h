@@ -31,6 +31,43 @@
 #define tb_atomic_store_relaxed(p, v)  atomic_store_explicit((p), (v), memory_order_relaxed)
 #define tb_atomic_fetch_add_relaxed(p, v) atomic_fetch_add_explicit((p), (v), memory_order_relaxed)
 
+/* Sequentially consistent access: for flags whose every reader and writer
+ * must agree on one order (stop flags, states a control thread and a hot
+ * thread both change).  Use acquire/release where one edge is enough. */
+#define tb_atomic_load_seq_cst(p)      atomic_load_explicit((p), memory_order_seq_cst)
+#define tb_atomic_store_seq_cst(p, v)  atomic_store_explicit((p), (v), memory_order_seq_cst)
+/* Read-modify-write with the ordering in the name. */
+#define tb_atomic_fetch_add_release(p, v) \
+	atomic_fetch_add_explicit((p), (v), memory_order_release)
+#define tb_atomic_fetch_add_acq_rel(p, v) \
+	atomic_fetch_add_explicit((p), (v), memory_order_acq_rel)
+#define tb_atomic_exchange_acq_rel(p, v) \
+	atomic_exchange_explicit((p), (v), memory_order_acq_rel)
+#define tb_atomic_exchange_seq_cst(p, v) \
+	atomic_exchange_explicit((p), (v), memory_order_seq_cst)
+/* Compare-and-swap: 1 when *p held *expected and now holds v; else 0 with
+ * *expected updated to what *p held. */
+#define tb_atomic_cas_acq_rel(p, expected, v) \
+	atomic_compare_exchange_strong_explicit((p), (expected), (v), \
+		memory_order_acq_rel, memory_order_acquire)
+
+/*
+ * The same operations on plain (not _Atomic) objects, for layouts that a
+ * public header or C++ must see as ordinary integers (the histogram's
+ * counts).  GCC and Clang's __atomic builtins; same meanings as above.
+ */
+#define tb_atomic_plain_load_relaxed(p)     __atomic_load_n((p), __ATOMIC_RELAXED)
+#define tb_atomic_plain_load_acquire(p)     __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define tb_atomic_plain_load_seq_cst(p)     __atomic_load_n((p), __ATOMIC_SEQ_CST)
+#define tb_atomic_plain_store_relaxed(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#define tb_atomic_plain_store_release(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define tb_atomic_plain_fetch_add_relaxed(p, v) \
+	__atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
+#define tb_atomic_plain_fetch_add_release(p, v) \
+	__atomic_fetch_add((p), (v), __ATOMIC_RELEASE)
+#define tb_atomic_plain_exchange_seq_cst(p, v) \
+	__atomic_exchange_n((p), (v), __ATOMIC_SEQ_CST)
+
 /* Fences: order plain data accesses against an atomic flag (seqlock-style). */
 #define tb_atomic_fence_acquire()  atomic_thread_fence(memory_order_acquire)
 #define tb_atomic_fence_release()  atomic_thread_fence(memory_order_release)
