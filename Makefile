@@ -32,8 +32,17 @@
 #   tests/unit/test_*.c tests/scenario/test_*.c   $(BUILD)/tests/test_*
 #   tests/bench/bench_*.c                  $(BUILD)/bench/bench_*
 #   examples/*.c                           $(BUILD)/examples/*
-#   tools/*/*.mk schema/*.mk                 fragments that add to ALL_TARGETS
+#   tools/*/*.mk schema/*.mk               fragments that add to ALL_TARGETS
 #                                          and TEST_BINS (softrdma)
+#
+# Test support
+#   tests/common/*.h                       header-only fixtures the tests share
+#   tests/common/udp_loss.c                the udp loss interposer, as
+#                                          $(BUILD)/tests/libtb_udp_loss.so for
+#                                          LD_PRELOAD (built without sanitizers
+#                                          even with SAN=1: udp_loss.h puts the
+#                                          ASan runtime first in LD_PRELOAD)
+#                                          and linked into test_transport_udp
 
 SAN ?= 0
 ifeq ($(SAN),1)
@@ -80,6 +89,7 @@ TEST_SRCS := $(wildcard tests/unit/test_*.c tests/scenario/test_*.c)
 TESTS := $(addprefix $(BUILD)/tests/,$(notdir $(TEST_SRCS:.c=)))
 BENCH_SRCS := $(wildcard tests/bench/bench_*.c)
 BENCHES := $(addprefix $(BUILD)/bench/,$(notdir $(BENCH_SRCS:.c=)))
+UDP_LOSS_LIB := $(BUILD)/tests/libtb_udp_loss.so
 EXAMPLE_SRCS := $(wildcard examples/*.c)
 EXAMPLES := $(addprefix $(BUILD)/examples/,$(notdir $(EXAMPLE_SRCS:.c=)))
 
@@ -89,7 +99,7 @@ MD_LIB := $(BUILD)/lib/libtbmd.a
 PUBLIC_HEADERS := $(wildcard bus/include/tickbus/*.h)
 
 ALL_TARGETS := $(STATIC_LIB) $(SHARED_LIB) $(PROGS) $(TESTS) $(BENCHES) \
-	$(EXAMPLES) $(BUILD)/cxx_header_check
+	$(EXAMPLES) $(BUILD)/cxx_header_check $(UDP_LOSS_LIB)
 TEST_BINS := $(TESTS)
 
 -include $(wildcard tools/*/*.mk schema/*.mk)
@@ -122,19 +132,35 @@ $(SHARED_LIB): $(LIB_OBJS) bus/tickbus.map
 
 # Programs, tests, benchmarks and examples link the static library, so they
 # run from the build tree without LD_LIBRARY_PATH.  The market-data
-# applications (and the tests of their core) also link libtbmd.
+# applications (and the tests of their core) also link libtbmd.  Objects a
+# target is given as extra prerequisites are linked in too.
 define link_rule
 $(1)/%: $(BUILD)/obj/$(2)/%.o $(3) $(STATIC_LIB)
 	@mkdir -p $$(dir $$@)
 	@echo "  LINK    $$@"
-	$$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$< $(3) $(STATIC_LIB) $$(LDLIBS) $(4)
+	$$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $(3) $(STATIC_LIB) $$(LDLIBS) $(4)
 endef
 $(eval $(call link_rule,$(BUILD)/bin,tools,,))
 $(eval $(call link_rule,$(BUILD)/bin,tools/md,$(MD_LIB),))
-$(eval $(call link_rule,$(BUILD)/tests,tests/unit,$(MD_LIB),$(CMOCKA_LIBS)))
+$(eval $(call link_rule,$(BUILD)/tests,tests/unit,$(MD_LIB),$(CMOCKA_LIBS) -ldl))
 $(eval $(call link_rule,$(BUILD)/tests,tests/scenario,$(MD_LIB),$(CMOCKA_LIBS)))
 $(eval $(call link_rule,$(BUILD)/bench,tests/bench,$(MD_LIB),))
 $(eval $(call link_rule,$(BUILD)/examples,examples,,))
+
+# The udp loss interposer (tests/common/udp_loss.h).  The preloadable
+# library is built without sanitizers, as softrdma's is, so that it loads
+# into any program; test_transport_udp links the ordinary object.
+$(BUILD)/obj/%.nosan.o: %.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $< (no sanitizers)"
+	$(Q)$(CC) $(filter-out -fsanitize%,$(CFLAGS)) -MMD -MP -c $< -o $@
+
+$(UDP_LOSS_LIB): $(BUILD)/obj/tests/common/udp_loss.nosan.o
+	@mkdir -p $(dir $@)
+	@echo "  LINK    $@"
+	$(Q)$(CC) -shared -pthread -o $@ $< -ldl -lm
+
+$(BUILD)/tests/test_transport_udp: $(BUILD)/obj/tests/common/udp_loss.o
 
 # The public headers must compile as C++ too.
 $(BUILD)/cxx_header_check: tests/cxx_header_check.cpp $(PUBLIC_HEADERS)

@@ -7,10 +7,10 @@
 
 #include "bus/clock.h"
 #include "bus/error.h"
+#include "bus/ring.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <math.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -193,9 +193,9 @@ static int udp_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch
 		return tb_error_set(TB_ENOMEM, "udp: out of memory");
 	u->fd = -1;
 	u->mtu = mtu;
-	if (cfg->ring_size < 4096 || (cfg->ring_size & (cfg->ring_size - 1))) {
+	if (!tb_ring_size_ok(cfg->ring_size)) {
 		rc = tb_error_set(TB_EINVAL, "udp: ring_size %llu is not a power of "
-				"two of at least 4 KiB",
+				"two between 64 KiB and 1 GiB",
 				(unsigned long long)cfg->ring_size);
 		goto fail;
 	}
@@ -240,69 +240,6 @@ const tb_tx_ops_t tb_udp_tx_ops = {
 
 /* --------------------------------------------------------- subscribing */
 
-static uint64_t rng_next(uint64_t *s)
-{
-	/* splitmix64: good enough to pick datagrams, and seedable. */
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static int drop_hook_open(tb_udp_rx_t *r)
-{
-	const char *p = getenv("TICKBUS_UDP_DROP");
-	const char *seed = getenv("TICKBUS_UDP_SEED");
-	const char *log = getenv("TICKBUS_UDP_DROP_LOG");
-	char *end;
-	double prob;
-
-	if (!p || !*p)
-		return 0;
-	errno = 0;
-	prob = strtod(p, &end);
-	if (errno || *end || !(prob >= 0.0 && prob <= 1.0))
-		return tb_error_set(TB_EINVAL, "udp: TICKBUS_UDP_DROP='%s' is not a "
-				  "probability between 0 and 1", p);
-	r->rng = 1;
-	if (seed && *seed) {
-		errno = 0;
-		r->rng = strtoull(seed, &end, 0);
-		if (errno || *end || *seed == '-')
-			return tb_error_set(TB_EINVAL, "udp: TICKBUS_UDP_SEED='%s' is "
-					  "not an unsigned number", seed);
-	}
-	r->drop_threshold = prob >= 1.0 ? UINT64_MAX :
-			    (uint64_t)ldexp(prob, 64);
-	if (log && *log) {
-		r->drop_log = fopen(log, "a");
-		if (!r->drop_log)
-			return tb_error_sys(errno, "udp: open TICKBUS_UDP_DROP_LOG %s",
-					  log);
-	}
-	return 0;
-}
-
-/* Test hook: 1 if the data datagram at `buf` is to be dropped. */
-static int drop_it(tb_udp_rx_t *r, const uint8_t *buf, size_t len)
-{
-	const tb_packet_hdr_t *p = (const tb_packet_hdr_t *)buf;
-
-	if (len < TB_PACKET_HDR_LEN || p->magic != TB_PACKET_MAGIC || p->flags ||
-	    p->count == 0 || p->stream_id != r->dg.stream_id)
-		return 0;
-	if (rng_next(&r->rng) >= r->drop_threshold)
-		return 0;
-	r->dropped++;
-	if (r->drop_log) {
-		fprintf(r->drop_log, "drop %llu %u\n",
-			(unsigned long long)p->first_seq, (unsigned)p->count);
-		fflush(r->drop_log);
-	}
-	return 1;
-}
-
 static int receive(tb_udp_rx_t *r)
 {
 	int got;
@@ -341,11 +278,6 @@ static int udp_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 		}
 		buf = r->bufs + (size_t)r->next * TB_UDP_RX_BUF;
 		len = r->msgs[r->next].msg_len;
-		if (tb_unlikely(r->drop_threshold) && !r->dg.active &&
-		    drop_it(r, buf, len)) {
-			r->next++;
-			continue;
-		}
 		if (!now)
 			now = tb_clock_now_ns_inline();
 		rc = tb_dgram_rx_input(&r->dg, seq, loss, buf, len, now, handler,
@@ -371,8 +303,6 @@ static void udp_rx_close(tb_rx_t *rx)
 
 	if (r->fd >= 0)
 		close(r->fd);
-	if (r->drop_log)
-		fclose(r->drop_log);
 	free(r->bufs);
 	free(r);
 }
@@ -447,7 +377,8 @@ static int udp_rx_open(tb_rx_t **out, const tb_stream_cfg_t *cfg)
 		r->msgs[i].msg_hdr.msg_iov = &r->iov[i];
 		r->msgs[i].msg_hdr.msg_iovlen = 1;
 	}
-	if ((rc = drop_hook_open(r)) < 0 || (rc = rx_socket(r, cfg)) < 0)
+	rc = rx_socket(r, cfg);
+	if (rc < 0)
 		goto fail;
 	r->rx.ops = &tb_udp_rx_ops;
 	*out = &r->rx;

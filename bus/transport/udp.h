@@ -23,11 +23,8 @@
  * previous batch is used up, and nothing else; the datagrams are delivered
  * in place from the receive buffers.
  *
- * Test hook (subscriber side): TICKBUS_UDP_DROP=p (0..1) drops each received
- * data datagram with probability p, from a generator seeded by
- * TICKBUS_UDP_SEED (default 1); TICKBUS_UDP_DROP_LOG=path appends
- * "drop <first_seq> <count>" per drop, so a test can check the reported
- * gaps against what was dropped.  Heartbeats and ENDs are never dropped.
+ * No test hook: tests that want datagrams lost wrap the socket calls from
+ * outside (tests/common/udp_loss.h, an LD_PRELOAD interposer).
  */
 #ifndef TB_TRANSPORT_UDP_H
 #define TB_TRANSPORT_UDP_H
@@ -36,7 +33,6 @@
 #include "bus/transport/transport.h"
 
 #include <stdint.h>
-#include <stdio.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -67,11 +63,6 @@ typedef struct tb_udp_rx {
 	int got;                 /* datagrams in the current batch */
 	int next;                /* the next one to deliver */
 	uint64_t recv_calls;
-	/* Test hook: dropping received datagrams (see above). */
-	uint64_t drop_threshold; /* drop when rand < this; 0 = off */
-	uint64_t rng;
-	uint64_t dropped;
-	FILE *drop_log;
 	uint8_t *bufs;           /* TB_UDP_RX_BATCH * TB_UDP_RX_BUF */
 	struct mmsghdr msgs[TB_UDP_RX_BATCH];
 	struct iovec iov[TB_UDP_RX_BATCH];

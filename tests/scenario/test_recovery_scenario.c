@@ -18,11 +18,12 @@
  *  - a late joiner a million messages behind catches up to live and
  *    delivers 1..N;
  *  - loss on the wire: ud with 1% and 5% of datagrams dropped by softrdma
- *    (plus duplicates and reordering), udp with 2% dropped by the
- *    transport's test hook, and rc with a stalling subscriber skipped by
- *    the publisher: three subscribers each deliver exactly 1..N with the
- *    publisher's checksum, recovering from tb-recoveryd, whose store
- *    ends with 1..N and no hole.
+ *    (plus duplicates and reordering), udp with 2% dropped on receipt by
+ *    the udp loss interposer (tests/common/udp_loss.h, preloaded into
+ *    tb-recoveryd and the subscribers), and rc with a stalling subscriber
+ *    skipped by the publisher: three subscribers each deliver exactly
+ *    1..N with the publisher's checksum, recovering from tb-recoveryd,
+ *    whose store ends with 1..N and no hole.
  *
  * The stream's transport lines come from the file named by
  * $TB_RECOVERY_TRANSPORT_INI when it is set (default: shm on a ring of
@@ -37,6 +38,7 @@
 
 #include "tests/common/expect.h"
 #include "tests/common/proc.h"
+#include "tests/common/udp_loss.h"
 
 #include "bus/recovery/proto.h"
 
@@ -79,9 +81,7 @@ static int teardown(void **state)
 	unsetenv("SOFTRDMA_UD_REORDER");
 	unsetenv("SOFTRDMA_UD_DROP");
 	unsetenv("SOFTRDMA_SEED");
-	unsetenv("TICKBUS_UDP_DROP");
-	unsetenv("TICKBUS_UDP_DROP_LOG");
-	unsetenv("TICKBUS_UDP_SEED");
+	udp_loss_env_clear();
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	if (getenv("TB_KEEP")) return 0;
 	return system(cmd) == 0 ? 0 : -1;
@@ -633,7 +633,8 @@ static void ud_five_percent_loss_recovered(void **state)
 	ud_lossy("0.05");
 }
 
-/* The udp transport's test hook drops received datagrams (seeded). */
+/* The udp loss interposer drops received datagrams, seeded for each
+ * process on its own. */
 static void udp_loss_recovered(void **state)
 {
 	char log[256];
@@ -645,11 +646,11 @@ static void udp_loss_recovered(void **state)
 		 "idle = spin-then-yield\n", (unsigned)getpid() % 250 + 1,
 		 proc_free_port());
 	snprintf(log, sizeof(log), "%s/udp-drops.log", dir);
-	setenv("TICKBUS_UDP_DROP_LOG", log, 1);
-	lossy_run("TICKBUS_UDP_DROP", "0.02", LOSS_AT_SUBSCRIBERS, NULL,
-		  "TICKBUS_UDP_SEED");
-	unsetenv("TICKBUS_UDP_DROP_LOG");
-	print_message("the udp hook dropped %" PRIu64 " datagrams\n",
+	udp_loss_env("0.02", NULL, log);
+	lossy_run(UDP_LOSS_ENV_RATE, "0.02", LOSS_AT_SUBSCRIBERS, NULL,
+		  UDP_LOSS_ENV_SEED);
+	udp_loss_env_clear();
+	print_message("the udp loss interposer dropped %" PRIu64 " datagrams\n",
 		      count_lines(log, "drop"));
 	assert_true(count_lines(log, "drop") > 0);
 }

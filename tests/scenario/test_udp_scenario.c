@@ -4,8 +4,10 @@
  *
  *  - one tb-publish and three tb-subscribe on loopback, paced: each
  *    delivers exactly 1..N in order with the publisher's checksum;
- *  - the same with TICKBUS_UDP_DROP on two of the subscribers: every range
- *    each one reports lost is exactly what its drop log says it dropped
+ *  - the same with datagrams lost on two of the subscribers (the udp loss
+ *    interposer, tests/common/udp_loss.h, preloaded into them, each with a
+ *    seed of its own): every range each one reports lost is exactly what
+ *    its drop log says it dropped
  *    (adjacent drops merge into one range), nothing is delivered twice,
  *    and the third, undisturbed, still gets everything;
  *  - a publisher and a subscriber in two network namespaces joined by a
@@ -24,6 +26,7 @@
 
 #include "tests/common/expect.h"
 #include "tests/common/proc.h"
+#include "tests/common/udp_loss.h"
 
 #include <inttypes.h>
 
@@ -63,6 +66,7 @@ static int teardown(void **state)
 {
 	(void)state;
 	proc_kill_all();
+	udp_loss_env_clear(); /* a failed test returns before it does */
 	if (ns_made) {
 		sh("ip netns del %s 2>/dev/null", ns_a);
 		sh("ip netns del %s 2>/dev/null", ns_b);
@@ -274,14 +278,10 @@ static void reported_gaps_equal_the_drop_log(void **state)
 		/* Seed 196 drops the very first datagram, 12 does not. */
 		snprintf(seed, sizeof(seed), "%d", i == 0 ? 196 : 12);
 		snprintf(name, sizeof(name), "lossy%d", i);
-		setenv("TICKBUS_UDP_DROP", "0.01", 1);
-		setenv("TICKBUS_UDP_SEED", seed, 1);
-		setenv("TICKBUS_UDP_DROP_LOG", path, 1);
+		udp_loss_env("0.01", seed, path);
 		start_sub(&sub[i], conf, name, "50000");
 	}
-	unsetenv("TICKBUS_UDP_DROP");
-	unsetenv("TICKBUS_UDP_SEED");
-	unsetenv("TICKBUS_UDP_DROP_LOG");
+	udp_loss_env_clear();
 	start_sub(&sub[2], conf, "clean", "50000");
 	start_pub(&pub, conf, "50000", "25000");
 	assert_int_equal(proc_wait(&pub, 120000), 0);

@@ -4,7 +4,8 @@
  * several subscribers sharing the port, interface by address and by name,
  * sendmmsg batching, TB_EMSGSIZE at offer, the SO_RCVBUF warning, every
  * malformed datagram injected from a raw socket, epoch change, END ->
- * TB_CLOSED, silence -> TB_PUBLISHER_DEAD, and the drop hook.
+ * TB_CLOSED, silence -> TB_PUBLISHER_DEAD, and loss injected from outside
+ * by the udp loss interposer (tests/common/udp_loss.h).
  *
  * Each run takes a group and port from its pid, so parallel runs of the
  * suite never hear each other.
@@ -16,6 +17,7 @@
 
 #include "bus/counters.h"
 #include "bus/transport/udp.h"
+#include "tests/common/udp_loss.h"
 #include <tickbus/tickbus.h>
 
 #include <arpa/inet.h>
@@ -26,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -657,23 +660,27 @@ static void heartbeat_reports_a_lost_tail(void **state)
 	tb_udp_rx_ops.close(r.rx);
 }
 
-static void drop_hook_drops_logs_and_rejects_bad_values(void **state)
+/* Loss injected from outside the transport: the interposer
+ * (tests/common/udp_loss.c) is linked into this binary, so the transport's
+ * recvmmsg goes through it. */
+static void loss_interposer_drops_logs_and_rejects_bad_values(void **state)
 {
 	tb_stream_cfg_t cfg;
 	struct rx_side r;
-	tb_rx_t *rx;
 	tb_tx_t *tx;
 	uint64_t seq = 1;
-	char log[64], line[128];
+	char log[64], line[128], out[64], cmd[PATH_MAX + 256], *text;
 	FILE *f;
 	int lines = 0;
+	long n;
 
 	(void)state;
 	cfg_for(&cfg);
 	snprintf(log, sizeof(log), "/tmp/tb-udp-drop.%d", (int)getpid());
 	unlink(log);
-	setenv("TICKBUS_UDP_DROP", "1", 1);
-	setenv("TICKBUS_UDP_DROP_LOG", log, 1);
+	setenv(UDP_LOSS_ENV_RATE, "1", 1);
+	setenv(UDP_LOSS_ENV_LOG, log, 1);
+	assert_int_equal(udp_loss_arm(), 0);
 	rx_open(&r, &cfg);
 	assert_int_equal(tb_udp_tx_ops.open(&tx, &cfg, 5), 0);
 	for (int i = 0; i < 3; i++) {
@@ -684,7 +691,7 @@ static void drop_hook_drops_logs_and_rejects_bad_values(void **state)
 	tb_udp_tx_ops.close(tx, 6);
 	assert_int_equal(rx_poll_for(&r, 0, 5000), TB_CLOSED);
 	assert_int_equal(r.s.count, 0);
-	assert_int_equal(((tb_udp_rx_t *)r.rx)->dropped, 3);
+	assert_int_equal(udp_loss_dropped(), 3);
 	tb_udp_rx_ops.close(r.rx);
 	f = fopen(log, "r");
 	assert_non_null(f);
@@ -699,16 +706,34 @@ static void drop_hook_drops_logs_and_rejects_bad_values(void **state)
 	unlink(log);
 	assert_int_equal(lines, 3);
 
-	setenv("TICKBUS_UDP_DROP", "1.5", 1);
-	assert_int_equal(tb_udp_rx_ops.open(&rx, &cfg), TB_EINVAL);
-	assert_non_null(strstr(tb_errmsg(), "TICKBUS_UDP_DROP"));
-	setenv("TICKBUS_UDP_DROP", "0.5", 1);
-	setenv("TICKBUS_UDP_SEED", "x1", 1);
-	assert_int_equal(tb_udp_rx_ops.open(&rx, &cfg), TB_EINVAL);
-	assert_non_null(strstr(tb_errmsg(), "TICKBUS_UDP_SEED"));
-	unsetenv("TICKBUS_UDP_DROP");
-	unsetenv("TICKBUS_UDP_SEED");
-	unsetenv("TICKBUS_UDP_DROP_LOG");
+	setenv(UDP_LOSS_ENV_RATE, "1.5", 1);
+	assert_int_equal(udp_loss_arm(), -1);
+	assert_non_null(strstr(udp_loss_error(), UDP_LOSS_ENV_RATE "='1.5'"));
+	setenv(UDP_LOSS_ENV_RATE, "0.5", 1);
+	setenv(UDP_LOSS_ENV_SEED, "x1", 1);
+	assert_int_equal(udp_loss_arm(), -1);
+	assert_non_null(strstr(udp_loss_error(), UDP_LOSS_ENV_SEED "='x1'"));
+
+	/* Preloaded, the same refusal ends the program before main. */
+	snprintf(out, sizeof(out), "/tmp/tb-udp-loss-out.%d", (int)getpid());
+	snprintf(cmd, sizeof(cmd), "env LD_PRELOAD=%s %s=1.5 /bin/true >%s 2>&1",
+		 udp_loss_library(), UDP_LOSS_ENV_RATE, out);
+	n = system(cmd);
+	assert_true(WIFEXITED(n) && WEXITSTATUS(n) == 2);
+	f = fopen(out, "r");
+	assert_non_null(f);
+	text = calloc(1, 512);
+	assert_non_null(text);
+	assert_true(fread(text, 1, 511, f) > 0);
+	fclose(f);
+	unlink(out);
+	assert_non_null(strstr(text, UDP_LOSS_ENV_RATE "='1.5'"));
+	free(text);
+
+	unsetenv(UDP_LOSS_ENV_RATE);
+	unsetenv(UDP_LOSS_ENV_SEED);
+	unsetenv(UDP_LOSS_ENV_LOG);
+	assert_int_equal(udp_loss_arm(), 0);
 }
 
 static void config_file_opens_a_udp_stream(void **state)
@@ -741,7 +766,7 @@ int main(void)
 		cmocka_unit_test(restart_is_a_new_epoch_and_the_old_one_is_ignored),
 		cmocka_unit_test(silent_publisher_is_dead_then_closes),
 		cmocka_unit_test(heartbeat_reports_a_lost_tail),
-		cmocka_unit_test(drop_hook_drops_logs_and_rejects_bad_values),
+		cmocka_unit_test(loss_interposer_drops_logs_and_rejects_bad_values),
 		cmocka_unit_test(config_file_opens_a_udp_stream),
 	};
 	return cmocka_run_group_tests_name("transport_udp", tests, setup, NULL);
