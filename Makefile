@@ -9,6 +9,14 @@
 #   make bench      benchmarks; the report goes to $(BUILD)/bench/report.md
 #   make test-rdma  the rc scenarios on the first real RDMA device (skips,
 #                   saying so, where there is none)
+#   make fuzz       builds each libFuzzer target tests/fuzz/fuzz_<name>.c
+#                   with clang -fsanitize=fuzzer,address,undefined (the
+#                   library too, into build/libfuzzer/) and runs it for
+#                   FUZZ_SECONDS from its corpus tests/fuzz/corpus/<name>/
+#                   (tests/fuzz/run-fuzz.sh).  What it finds new goes to
+#                   build/libfuzzer/fuzz/corpus/<name>/, a crash to
+#                   build/libfuzzer/fuzz/artifacts/.  `make test` replays
+#                   each corpus without libFuzzer (see Conventions).
 #   make install    headers, libraries, tools and tickbus.pc under
 #                   $(DESTDIR)$(PREFIX)
 #
@@ -18,7 +26,9 @@
 #   BUILD=dir       build directory (default build, or build-san with SAN=1)
 #   PREFIX=/usr/local  DESTDIR=   install locations
 #   CC=gcc          compiler; OPT=-O2 optimisation flags
-#   NODEPS=1        do not run `make deps` before demo and test
+#   NODEPS=1        do not run `make deps` before demo, test and fuzz
+#   FUZZ_SECONDS=30 how long `make fuzz` runs each target
+#   FUZZ_CC=clang   the compiler for `make fuzz` (it needs libFuzzer)
 #   V=1             show every compiler command
 #
 # Conventions (so that adding a file never needs an edit here)
@@ -30,6 +40,12 @@
 #                                          $(BUILD)/lib/libtbmd.a
 #   tools/tb-*.c tools/md/tb-*.c           a program, $(BUILD)/bin/tb-*
 #   tests/unit/test_*.c tests/scenario/test_*.c   $(BUILD)/tests/test_*
+#   tests/fuzz/fuzz_<name>.c               a fuzz target for `make fuzz`, with
+#                                          its corpus in tests/fuzz/corpus/<name>/;
+#                                          `make` also links it, with the normal
+#                                          compiler, to tests/fuzz/replay.c as
+#                                          the test $(BUILD)/tests/fuzz_replay_<name>,
+#                                          which feeds it every file of the corpus
 #   tests/bench/bench_*.c                  $(BUILD)/bench/bench_*
 #   examples/*.c                           $(BUILD)/examples/*
 #   tools/*/*.mk schema/*.mk               fragments that add to ALL_TARGETS
@@ -45,7 +61,14 @@
 #                                          and linked into test_transport_udp
 
 SAN ?= 0
-ifeq ($(SAN),1)
+FUZZ ?= 0
+ifeq ($(FUZZ),1)
+# Set by `make fuzz` for its own make of the fuzz targets: the library
+# instrumented for coverage (fuzzer-no-link) and for ASan and UBSan.
+BUILD ?= build/libfuzzer
+SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer \
+	-fno-sanitize-recover=all
+else ifeq ($(SAN),1)
 BUILD ?= build-san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 else
@@ -76,6 +99,10 @@ CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 INCLUDES := -I. -Ibus/include -I$(BUILD)/gen
 CFLAGS := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -pthread -fPIC \
 	-D_GNU_SOURCE $(INCLUDES) $(PKG_CFLAGS) $(SANFLAGS)
+ifeq ($(FUZZ),1)
+# Warnings are the normal build's to police; clang's own set differs.
+CFLAGS += -Wno-error
+endif
 LDFLAGS := -pthread $(SANFLAGS)
 LDLIBS := $(PKG_LIBS) -lm -lrt
 
@@ -89,6 +116,13 @@ TEST_SRCS := $(wildcard tests/unit/test_*.c tests/scenario/test_*.c)
 TESTS := $(addprefix $(BUILD)/tests/,$(notdir $(TEST_SRCS:.c=)))
 BENCH_SRCS := $(wildcard tests/bench/bench_*.c)
 BENCHES := $(addprefix $(BUILD)/bench/,$(notdir $(BENCH_SRCS:.c=)))
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(FUZZ_SRCS))
+FUZZ_REPLAYS := $(addprefix $(BUILD)/tests/fuzz_replay_,$(FUZZ_NAMES))
+FUZZ_BINS := $(addprefix $(BUILD)/fuzz/fuzz_,$(FUZZ_NAMES))
+FUZZ_SECONDS ?= 30
+FUZZ_CC ?= clang
+FUZZ_BUILD ?= build/libfuzzer
 UDP_LOSS_LIB := $(BUILD)/tests/libtb_udp_loss.so
 EXAMPLE_SRCS := $(wildcard examples/*.c)
 EXAMPLES := $(addprefix $(BUILD)/examples/,$(notdir $(EXAMPLE_SRCS:.c=)))
@@ -99,12 +133,12 @@ MD_LIB := $(BUILD)/lib/libtbmd.a
 PUBLIC_HEADERS := $(wildcard bus/include/tickbus/*.h)
 
 ALL_TARGETS := $(STATIC_LIB) $(SHARED_LIB) $(PROGS) $(TESTS) $(BENCHES) \
-	$(EXAMPLES) $(BUILD)/cxx_header_check $(UDP_LOSS_LIB)
-TEST_BINS := $(TESTS)
+	$(EXAMPLES) $(BUILD)/cxx_header_check $(FUZZ_REPLAYS) $(UDP_LOSS_LIB)
+TEST_BINS := $(TESTS) $(FUZZ_REPLAYS)
 
 -include $(wildcard tools/*/*.mk schema/*.mk)
 
-.PHONY: all deps test test-rdma demo bench install clean check-deps
+.PHONY: all deps test test-rdma demo bench fuzz fuzz-build install clean check-deps
 .DEFAULT_GOAL := all
 
 all: $(ALL_TARGETS) $(TEST_BINS)
@@ -162,6 +196,31 @@ $(UDP_LOSS_LIB): $(BUILD)/obj/tests/common/udp_loss.nosan.o
 
 $(BUILD)/tests/test_transport_udp: $(BUILD)/obj/tests/common/udp_loss.o
 
+# Each fuzz target, built with the normal compiler and fed its checked-in
+# corpus by tests/fuzz/replay.c, is a test like any other: the targets
+# cannot rot between runs of `make fuzz`.
+$(BUILD)/obj/tests/fuzz/replay.o: CFLAGS += \
+	-DFUZZ_CORPUS_ROOT='"$(CURDIR)/tests/fuzz/corpus"'
+$(BUILD)/tests/fuzz_replay_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o \
+		$(BUILD)/obj/tests/fuzz/replay.o $(MD_LIB) $(STATIC_LIB)
+	@mkdir -p $(dir $@)
+	@echo "  LINK    $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(MD_LIB) $(STATIC_LIB) $(LDLIBS)
+
+# The libFuzzer binaries, made only by `make fuzz` (FUZZ=1, in
+# build/libfuzzer/).
+$(BUILD)/fuzz/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(MD_LIB) $(STATIC_LIB)
+	@mkdir -p $(dir $@)
+	@echo "  LINK    $@"
+	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $< $(MD_LIB) $(STATIC_LIB) $(LDLIBS)
+
+fuzz-build: $(FUZZ_BINS)
+
+# Objects that only a pattern rule names are intermediate to make, which
+# would delete them after each link; keep them.
+.SECONDARY: $(FUZZ_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/tests/fuzz/replay.o \
+	$(BUILD)/obj/tests/common/udp_loss.nosan.o
+
 # The public headers must compile as C++ too.
 $(BUILD)/cxx_header_check: tests/cxx_header_check.cpp $(PUBLIC_HEADERS)
 	@mkdir -p $(dir $@)
@@ -188,6 +247,12 @@ test-rdma: $(TEST_PREREQ)
 demo: $(TEST_PREREQ)
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tools/demo.sh
+
+fuzz: $(TEST_PREREQ)
+	@$(MAKE) --no-print-directory FUZZ=1 SAN=0 CC=$(FUZZ_CC) OPT=-O1 \
+		BUILD=$(FUZZ_BUILD) fuzz-build
+	@BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run-fuzz.sh \
+		$(FUZZ_NAMES)
 
 bench: $(TEST_PREREQ)
 	@$(MAKE) --no-print-directory all

@@ -5,9 +5,11 @@
 #   tests/deps.sh --check   only report; exit 1 if something is missing
 set -eu
 
+# clang (with its libFuzzer runtime, libclang-common-*-dev) is for
+# `make fuzz` only.
 PKGS="build-essential pkg-config libibverbs-dev ibverbs-utils libnuma-dev \
 liburcu-dev libcmocka-dev libinih-dev libxml2-dev zlib1g-dev valgrind \
-iproute2 procps"
+iproute2 procps clang"
 
 missing=""
 for p in $PKGS; do

@@ -1,14 +1,9 @@
 /*
  * fuzz_control.c - libFuzzer target for the control protocol decoder.
  *
- * Build and run (from the top of the tree; not part of `make`):
- *
- *   mkdir -p build/fuzz
- *   clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ibus \
- *       -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
- *       tests/fuzz/fuzz_control.c bus/transport/control.c bus/error.c \
- *       -o build/fuzz/fuzz_control
- *   build/fuzz/fuzz_control -max_total_time=20 -max_len=1024
+ * `make fuzz` builds it with libFuzzer and runs it (see the Makefile's
+ * top); `make test` replays its corpus, tests/fuzz/corpus/control/, through
+ * it (tests/fuzz/replay.c).
  *
  * What it asserts, beyond "no crash, no sanitizer report":
  *   - decode either fails with TB_EPROTO / TB_EFORMAT or returns a length

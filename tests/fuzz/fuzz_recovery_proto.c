@@ -2,14 +2,9 @@
  * fuzz_recovery_proto.c - libFuzzer target for the recovery protocol
  * decoder and the checks on the frames inside a response.
  *
- * Build and run (from the top of the tree; not part of `make`):
- *
- *   mkdir -p build/fuzz
- *   clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ibus \
- *       -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
- *       tests/fuzz/fuzz_recovery_proto.c bus/recovery/proto.c \
- *       bus/transport/control.c bus/error.c -o build/fuzz/fuzz_recovery_proto
- *   build/fuzz/fuzz_recovery_proto -max_total_time=20 -max_len=1024
+ * `make fuzz` builds it with libFuzzer and runs it (see the Makefile's
+ * top); `make test` replays its corpus, tests/fuzz/corpus/recovery_proto/,
+ * through it (tests/fuzz/replay.c).
  *
  * The input is read twice: as a protocol message (decode; whatever decodes
  * must re-encode to the same bytes) and, from its second byte so that it
