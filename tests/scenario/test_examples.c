@@ -5,7 +5,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "tests/common/proc.h"
+#include "tests/common/scenario.h"
 
 #include <dirent.h>
 
@@ -14,15 +14,12 @@ static void run_example(const char *name)
 	char dir[512], out[256], *text;
 	const char *build = getenv("TB_BUILD");
 	char *argv[] = {(char *)name, NULL};
-	proc_t p;
 	int rc;
 
 	snprintf(dir, sizeof(dir), "%s/examples", build && *build ? build : "build");
 	setenv("TB_BIN", dir, 1);
 	snprintf(out, sizeof(out), "/tmp/tb-example-%s.%d.out", name, (int)getpid());
-	assert_int_equal(proc_start(&p, out, argv), 0);
-	rc = proc_wait(&p, 30000);
-	text = proc_output(&p);
+	rc = scenario_run(out, argv, 30000, &text);
 	print_message("%s: exit %d\n%s", name, rc, text);
 	free(text);
 	unlink(out);

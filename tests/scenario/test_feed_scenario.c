@@ -34,7 +34,7 @@
 #include <unistd.h>
 
 #include "bus/clock.h"
-#include "tests/common/proc.h"
+#include "tests/common/scenario.h"
 #include <tickbus/tickbus.h>
 #include "tools/md/gateway_proto.h"
 #include "tools/md/itch.h"
@@ -351,12 +351,9 @@ static void test_deterministic(void **state)
 				 "-r", (char *)rates[i], "-s", (char *)seeds[i],
 				 "--drop", (char *)drops[i], "--end-ms", "0",
 				 "-R", "0", NULL };
-		proc_t p;
 
 		snprintf(out, sizeof(out), "%s/det%d.sim", tmpdir, i);
-		assert_int_equal(proc_start(&p, out, argv), 0);
-		assert_int_equal(proc_wait(&p, 60000), 0);
-		text = proc_output(&p);
+		assert_int_equal(scenario_run(out, argv, 60000, &text), 0);
 		assert_int_equal(proc_field(text, "bytes_crc", crc[i], sizeof(crc[i])), 0);
 		assert_int_equal(proc_field(text, "checksum", sum[i], sizeof(sum[i])), 0);
 		if (i == 1)
@@ -494,13 +491,10 @@ static void test_bad_arguments(void **state)
 		char out[256], *text;
 		char *argv[] = { (char *)cases[i][0], (char *)cases[i][1],
 				 (char *)cases[i][2], NULL };
-		proc_t p;
 		int rc;
 
 		snprintf(out, sizeof(out), "%s/badarg%zu.out", tmpdir, i);
-		assert_int_equal(proc_start(&p, out, argv), 0);
-		rc = proc_wait(&p, 30000);
-		text = proc_output(&p);
+		rc = scenario_run(out, argv, 30000, &text);
 		if (rc != 2 || !strstr(text, cases[i][3]))
 			fail_msg("%s %s %s: want exit 2 naming '%s', got: %s",
 				 cases[i][0], cases[i][1], cases[i][2] ? cases[i][2] : "",
@@ -525,8 +519,7 @@ int main(void)
 
 	if ((rc = proc_private_multicast_netns()) != 0)
 		return rc;
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/tb-feed-test.XXXXXX");
-	if (!mkdtemp(tmpdir)) {
+	if (scenario_dir_make(tmpdir, sizeof(tmpdir), "tb-feed-test") != 0) {
 		perror("mkdtemp");
 		return 1;
 	}

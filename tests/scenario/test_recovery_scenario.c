@@ -36,8 +36,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "tests/common/expect.h"
-#include "tests/common/proc.h"
+#include "tests/common/scenario.h"
 #include "tests/common/udp_loss.h"
 
 #include "bus/recovery/proto.h"
@@ -58,8 +57,7 @@ static char transport_lines[512];
 static int setup(void **state)
 {
 	(void)state;
-	snprintf(dir, sizeof(dir), "/tmp/tb-recovery.XXXXXX");
-	if (!mkdtemp(dir))
+	if (scenario_dir_make(dir, sizeof(dir), "tb-recovery") != 0)
 		return -1;
 	snprintf(ring, sizeof(ring), "/dev/shm/tb-recovery.%d", (int)getpid());
 	snprintf(ini, sizeof(ini), "%s/stream.ini", dir);
@@ -70,11 +68,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	char cmd[256];
-
 	(void)state;
-	proc_kill_all();
-	unlink(ring);
 	/* a failed scenario returns before it unsets its hooks */
 	unsetenv("SOFTRDMA_UD_LOG");
 	unsetenv("SOFTRDMA_UD_DUP");
@@ -82,9 +76,12 @@ static int teardown(void **state)
 	unsetenv("SOFTRDMA_UD_DROP");
 	unsetenv("SOFTRDMA_SEED");
 	udp_loss_env_clear();
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	if (getenv("TB_KEEP")) return 0;
-	return system(cmd) == 0 ? 0 : -1;
+	if (getenv("TB_KEEP")) {
+		proc_kill_all();
+		unlink(ring);
+		return 0;
+	}
+	return scenario_cleanup(dir, ring);
 }
 
 /* Writes `path`: stream "q" for everyone (the publisher ignores
@@ -208,15 +205,7 @@ static char *stop_recoveryd(proc_t *p)
 
 static uint64_t publish_and_wait(proc_t *pub)
 {
-	char *pout;
-	uint64_t checksum;
-
-	assert_int_equal(proc_wait(pub, 120000), 0);
-	pout = proc_output(pub);
-	print_message("%s", pout);
-	checksum = proc_field_u64(pout, "checksum");
-	free(pout);
-	return checksum;
+	return scenario_finish_pub(pub, 0, 120000);
 }
 
 static void lapped_and_late_subscribers_fail_over(void **state)
@@ -243,14 +232,10 @@ static void lapped_and_late_subscribers_fail_over(void **state)
 	usleep(1500000);
 	start_sub(&late, "late", "100000", "1", NULL);
 	checksum = publish_and_wait(&pub);
-	assert_int_equal(proc_wait(&lapped, 120000), 0);
-	out = proc_output(&lapped);
-	expect_complete(out, 100000, checksum);
+	out = expect_sub_complete(&lapped, 100000, checksum, 120000);
 	assert_true(proc_field_u64(out, "replayed") > 10000);
 	free(out);
-	assert_int_equal(proc_wait(&late, 120000), 0);
-	out = proc_output(&late);
-	expect_complete(out, 100000, checksum);
+	out = expect_sub_complete(&late, 100000, checksum, 120000);
 	assert_true(proc_field_u64(out, "replayed") > 20000);
 	free(out);
 	out = stop_recoveryd(&rb);
@@ -283,9 +268,7 @@ static void restarted_service_fills_from_retention(void **state)
 	usleep(1000000);
 	start_sub(&late, "late", "80000", "1", NULL);
 	checksum = publish_and_wait(&pub);
-	assert_int_equal(proc_wait(&late, 120000), 0);
-	out = proc_output(&late);
-	expect_complete(out, 80000, checksum);
+	out = expect_sub_complete(&late, 80000, checksum, 120000);
 	free(out);
 	out = stop_recoveryd(&ra);
 	assert_non_null(strstr(out, "resuming at"));
@@ -387,9 +370,7 @@ static void bad_requests_are_rejected_others_served(void **state)
 	snprintf(ini, sizeof(ini), "%s", bad_ini);
 	start_sub(&late, "late", "40000", "1", NULL);
 	checksum = publish_and_wait(&pub);
-	assert_int_equal(proc_wait(&late, 120000), 0);
-	out = proc_output(&late);
-	expect_complete(out, 40000, checksum);
+	out = expect_sub_complete(&late, 40000, checksum, 120000);
 	free(out);
 	assert_int_equal(proc_wait(&intruder, 120000), 0);
 	out = proc_output(&intruder);
@@ -426,9 +407,7 @@ static void late_joiner_a_million_behind_catches_up(void **state)
 	usleep(10300000);
 	start_sub(&late, "late", "1100000", "1", NULL);
 	checksum = publish_and_wait(&pub);
-	assert_int_equal(proc_wait(&late, 240000), 0);
-	out = proc_output(&late);
-	expect_complete(out, 1100000, checksum);
+	out = expect_sub_complete(&late, 1100000, checksum, 240000);
 	assert_true(proc_field_u64(out, "replayed") >= 900000);
 	free(out);
 	out = stop_recoveryd(&ra);
@@ -440,15 +419,10 @@ static void late_joiner_a_million_behind_catches_up(void **state)
 /* Runs a program to its end; returns its exit status, output in *out. */
 static int run(const char *name, char *const argv[], char **out)
 {
-	static proc_t p;
 	char path[256];
-	int rc;
 
 	snprintf(path, sizeof(path), "%s/%s.out", dir, name);
-	assert_int_equal(proc_start(&p, path, argv), 0);
-	rc = proc_wait(&p, 20000);
-	*out = proc_output(&p);
-	return rc;
+	return scenario_run(path, argv, 20000, out);
 }
 
 static void bad_arguments_get_clear_errors(void **state)
@@ -577,9 +551,7 @@ static void lossy_run(const char *env, const char *rate, enum loss_at at,
 		unsetenv(env);
 	checksum = publish_and_wait(&pub);
 	for (i = 0; i < 3; i++) {
-		assert_int_equal(proc_wait(&sub[i], 120000), 0);
-		out = proc_output(&sub[i]);
-		expect_complete(out, 40000, checksum);
+		out = expect_sub_complete(&sub[i], 40000, checksum, 120000);
 		/* every one lost something and got it back */
 		if (env || (i == 0 && stall_every))
 			assert_true(proc_field_u64(out, "replayed") > 0);

@@ -14,7 +14,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "tests/common/proc.h"
+#include "tests/common/scenario.h"
 
 #include <glob.h>
 #include <sys/stat.h>
@@ -33,26 +33,17 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	char cmd[256];
-
 	(void)state;
-	proc_kill_all();
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return scenario_cleanup(dir, NULL);
 }
 
 /* Runs tb-schemagen with argv[1..]; returns its exit status, output in *text. */
 static int run(char **argv, char **text)
 {
 	char log[192];
-	static proc_t p; /* proc.h keeps a pointer until exit */
-	int rc;
 
 	snprintf(log, sizeof(log), "%s/run.log", dir);
-	assert_int_equal(proc_start(&p, log, argv), 0);
-	rc = proc_wait(&p, 60000);
-	*text = proc_output(&p);
-	return rc;
+	return scenario_run(log, argv, 60000, text);
 }
 
 /* The line number and text of the "<!-- expect: TEXT -->" mark in `path`. */

@@ -42,7 +42,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tests/common/proc.h"
+#include "tests/common/scenario.h"
 #include "tools/md/itch.h"
 
 #define GROUP "239.194.7.1"
@@ -457,15 +457,12 @@ static void test_bad_arguments(void **state)
 	(void)state;
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char *argv[10], out[256], *text;
-		proc_t p;
 
 		for (j = 0; cases[i][j]; j++)
 			argv[j] = strcmp(cases[i][j], "CONF") ? (char *)cases[i][j] : conf;
 		argv[j] = NULL;
 		snprintf(out, sizeof(out), "%s/badarg.%zu", tmpdir, i);
-		assert_int_equal(proc_start(&p, out, argv), 0);
-		assert_int_equal(proc_wait(&p, 30000), 2);
-		text = proc_output(&p);
+		assert_int_equal(scenario_run(out, argv, 30000, &text), 2);
 		fprintf(stderr, "case %zu: %s", i, text);
 		/* The tool names itself and what is wrong. */
 		assert_non_null(strstr(text, cases[i][0]));
@@ -475,16 +472,13 @@ static void test_bad_arguments(void **state)
 	}
 	for (i = 0; i < sizeof(fail_cases) / sizeof(fail_cases[0]); i++) {
 		char *argv[8], out[256], *text;
-		proc_t p;
 
 		for (j = 0; fail_cases[i][j]; j++)
 			argv[j] = strcmp(fail_cases[i][j], "CONF") ?
 				  (char *)fail_cases[i][j] : conf;
 		argv[j] = NULL;
 		snprintf(out, sizeof(out), "%s/badfail.%zu", tmpdir, i);
-		assert_int_equal(proc_start(&p, out, argv), 0);
-		assert_int_equal(proc_wait(&p, 30000), 1);
-		text = proc_output(&p);
+		assert_int_equal(scenario_run(out, argv, 30000, &text), 1);
 		fprintf(stderr, "fail case %zu: %s", i, text);
 		assert_non_null(strstr(text, fail_cases[i][0]));
 		assert_true(strstr(text, "t2t.ini") != NULL);
@@ -505,8 +499,7 @@ int main(void)
 
 	if ((rc = proc_private_multicast_netns()) != 0)
 		return rc;
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/tb-t2t-test.XXXXXX");
-	if (!mkdtemp(tmpdir)) {
+	if (scenario_dir_make(tmpdir, sizeof(tmpdir), "tb-t2t-test") != 0) {
 		perror("mkdtemp");
 		return 1;
 	}

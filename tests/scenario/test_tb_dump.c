@@ -16,7 +16,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "tests/common/proc.h"
+#include "tests/common/scenario.h"
 
 #include "bus/frame.h"
 #include "bus/recovery/store.h"
@@ -140,13 +140,8 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	char cmd[256];
-
 	(void)state;
-	proc_kill_all();
-	unlink(ring);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return scenario_cleanup(dir, ring);
 }
 
 /* The line of `out` for sequence `seq` (text or JSON), copied to `line`. */
@@ -337,14 +332,9 @@ static void reset_store(void)
 static int run_dump(char **argv, char **out)
 {
 	char path[192];
-	static proc_t p; /* proc.h keeps a pointer until exit */
-	int rc;
 
 	snprintf(path, sizeof(path), "%s/store.out", dir);
-	assert_int_equal(proc_start(&p, path, argv), 0);
-	rc = proc_wait(&p, 60000);
-	*out = proc_output(&p);
-	return rc;
+	return scenario_run(path, argv, 60000, out);
 }
 
 static void from_store(void **state)

@@ -11,7 +11,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "tests/common/proc.h"
+#include "tests/common/scenario.h"
 
 #include <tickbus/hist.h>
 
@@ -39,8 +39,7 @@ static int setup(void **state)
 	FILE *f;
 
 	(void)state;
-	snprintf(dir, sizeof(dir), "/tmp/tb-tools-hist.XXXXXX");
-	if (!mkdtemp(dir))
+	if (scenario_dir_make(dir, sizeof(dir), "tb-tools-hist") != 0)
 		return -1;
 	snprintf(hgrm_a, sizeof(hgrm_a), "%s/a.hgrm", dir);
 	snprintf(hgrm_b, sizeof(hgrm_b), "%s/b.hgrm", dir);
@@ -66,29 +65,16 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	char cmd[256];
-
 	(void)state;
-	proc_kill_all();
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return scenario_cleanup(dir, NULL);
 }
 
 static int run(char **out, char *const args[])
 {
-	char *argv[40], path[256];
-	proc_t p; /* proc_wait takes it out of proc.h's list */
-	int i = 0, rc;
+	char path[256];
 
-	argv[i++] = "tb-hist";
-	for (; args[i - 1] && i < 39; i++)
-		argv[i] = args[i - 1];
-	argv[i] = NULL;
 	snprintf(path, sizeof(path), "%s/run.out", dir);
-	assert_int_equal(proc_start(&p, path, argv), 0);
-	rc = proc_wait(&p, 60000);
-	*out = proc_output(&p);
-	return rc;
+	return scenario_run_tool("tb-hist", path, args, 60000, out);
 }
 
 static double field(const char *line, const char *key)

@@ -13,7 +13,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "tests/common/proc.h"
+#include "tests/common/scenario.h"
 
 #include <tickbus/hist.h>
 
@@ -25,8 +25,7 @@ static char dir[128];
 static int setup(void **state)
 {
 	(void)state;
-	snprintf(dir, sizeof(dir), "/tmp/tb-tools-latency.XXXXXX");
-	return mkdtemp(dir) ? 0 : -1;
+	return scenario_dir_make(dir, sizeof(dir), "tb-tools-latency");
 }
 
 static int teardown(void **state)
@@ -44,19 +43,10 @@ static int teardown(void **state)
  * status and (malloc'd) output. */
 static int run(char **out, const char *name, char *const args[])
 {
-	char *argv[40], path[256];
-	proc_t p; /* proc_wait takes it out of proc.h's list */
-	int i = 0, rc;
+	char path[256];
 
-	argv[i++] = "tb-latency";
-	for (; args[i - 1] && i < 39; i++)
-		argv[i] = args[i - 1];
-	argv[i] = NULL;
 	snprintf(path, sizeof(path), "%s/%s.out", dir, name);
-	assert_int_equal(proc_start(&p, path, argv), 0);
-	rc = proc_wait(&p, 120000);
-	*out = proc_output(&p);
-	return rc;
+	return scenario_run_tool("tb-latency", path, args, 120000, out);
 }
 
 /* The result line of `size` in `text`, copied into `line`. */

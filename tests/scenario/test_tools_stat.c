@@ -12,7 +12,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "tests/common/proc.h"
+#include "tests/common/scenario.h"
 
 #include <inttypes.h>
 #include <sys/stat.h>
@@ -22,8 +22,7 @@ static char dir[128], ctrdir[160], ring[192];
 static int setup(void **state)
 {
 	(void)state;
-	snprintf(dir, sizeof(dir), "/tmp/tb-tools-stat.XXXXXX");
-	if (!mkdtemp(dir))
+	if (scenario_dir_make(dir, sizeof(dir), "tb-tools-stat") != 0)
 		return -1;
 	snprintf(ctrdir, sizeof(ctrdir), "%s/ctr", dir);
 	if (mkdir(ctrdir, 0755) != 0)
@@ -36,13 +35,8 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	char cmd[256];
-
 	(void)state;
-	proc_kill_all();
-	unlink(ring);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return scenario_cleanup(dir, ring);
 }
 
 static void start_pub(proc_t *p, const char *count)
@@ -68,19 +62,10 @@ static void start_sub(proc_t *p, const char *name)
 /* Runs tb-stat to the end with `args`. */
 static int run(char **out, char *const args[])
 {
-	char *argv[20], path[256];
-	proc_t p; /* proc_wait takes it out of proc.h's list */
-	int i = 0, rc;
+	char path[256];
 
-	argv[i++] = "tb-stat";
-	for (; args[i - 1] && i < 19; i++)
-		argv[i] = args[i - 1];
-	argv[i] = NULL;
 	snprintf(path, sizeof(path), "%s/stat.out", dir);
-	assert_int_equal(proc_start(&p, path, argv), 0);
-	rc = proc_wait(&p, 60000);
-	*out = proc_output(&p);
-	return rc;
+	return scenario_run_tool("tb-stat", path, args, 60000, out);
 }
 
 /* Waits until the counters directory holds `n` files. */

@@ -21,7 +21,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "tests/common/proc.h"
+#include "tests/common/scenario.h"
 
 #include <inttypes.h>
 
@@ -40,8 +40,7 @@ static int setup(void **state)
 	FILE *f;
 
 	(void)state;
-	snprintf(dir, sizeof(dir), "/tmp/tb-ud-scenario.XXXXXX");
-	if (!mkdtemp(dir))
+	if (scenario_dir_make(dir, sizeof(dir), "tb-ud-scenario") != 0)
 		return -1;
 	snprintf(ini, sizeof(ini), "%s/ud.ini", dir);
 	f = fopen(ini, "w");
@@ -56,12 +55,8 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	char cmd[256];
-
 	(void)state;
-	proc_kill_all();
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return scenario_cleanup(dir, NULL);
 }
 
 static void start_sub(proc_t *p, int i)
@@ -140,14 +135,7 @@ static void no_loss_every_subscriber_gets_1_to_n(void **state)
 	checksum = proc_field_u64(pout, "checksum");
 	for (int i = 0; i < 3; i++) {
 		out = proc_output(&sub[i]);
-		print_message("%s", out);
-		assert_int_equal(proc_field_u64(out, "delivered"), N);
-		assert_int_equal(proc_field_u64(out, "first"), 1);
-		assert_int_equal(proc_field_u64(out, "last"), N);
-		assert_int_equal(proc_field_u64(out, "order_errors"), 0);
-		assert_int_equal(proc_field_u64(out, "bad_payload"), 0);
-		assert_int_equal(proc_field_u64(out, "lost"), 0);
-		assert_int_equal(proc_field_u64(out, "checksum"), checksum);
+		expect_complete(out, N, checksum);
 		free(out);
 	}
 	free(pout);

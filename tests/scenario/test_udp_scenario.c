@@ -24,8 +24,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "tests/common/expect.h"
-#include "tests/common/proc.h"
+#include "tests/common/scenario.h"
 #include "tests/common/udp_loss.h"
 
 #include <inttypes.h>
@@ -41,8 +40,7 @@ static int setup(void **state)
 	unsigned p = (unsigned)getpid();
 
 	(void)state;
-	snprintf(dir, sizeof(dir), "/tmp/tb-udp-scenario.XXXXXX");
-	if (!mkdtemp(dir))
+	if (scenario_dir_make(dir, sizeof(dir), "tb-udp-scenario") != 0)
 		return -1;
 	snprintf(group, sizeof(group), "239.194.%u.%u", (p >> 8) & 0xff,
 		 (p & 0xff) | 1);
@@ -74,7 +72,7 @@ static int teardown(void **state)
 		sh("ip link del %s 2>/dev/null", veth_a);
 		ns_made = 0;
 	}
-	return sh("rm -rf %s", dir) == 0 ? 0 : -1;
+	return scenario_cleanup(dir, NULL);
 }
 
 /* Writes a one-stream udp config to dir/name; returns its path. */
@@ -133,7 +131,7 @@ static void paced_three_subscribers_get_every_message(void **state)
 {
 	const char *conf = write_config("udp.ini", "127.0.0.1", 1);
 	proc_t pub, sub[3];
-	char *pout, *sout, name[16];
+	char name[16];
 	uint64_t checksum;
 
 	(void)state;
@@ -143,18 +141,9 @@ static void paced_three_subscribers_get_every_message(void **state)
 	}
 	/* 25,000 a second, 4 s; a 4 MiB buffer holds over 100 ms of it. */
 	start_pub(&pub, conf, "100000", "25000");
-	assert_int_equal(proc_wait(&pub, 120000), 0);
-	pout = proc_output(&pub);
-	print_message("%s", pout);
-	assert_int_equal(proc_field_u64(pout, "published"), 100000);
-	checksum = proc_field_u64(pout, "checksum");
-	for (int i = 0; i < 3; i++) {
-		assert_int_equal(proc_wait(&sub[i], 120000), 0);
-		sout = proc_output(&sub[i]);
-		expect_complete(sout, 100000, checksum);
-		free(sout);
-	}
-	free(pout);
+	checksum = scenario_finish_pub(&pub, 100000, 120000);
+	for (int i = 0; i < 3; i++)
+		free(expect_sub_complete(&sub[i], 100000, checksum, 120000));
 }
 
 /* Unpaced into a small socket buffer and a slow reader: the kernel drops
@@ -266,7 +255,7 @@ static void reported_gaps_equal_the_drop_log(void **state)
 {
 	const char *conf = write_config("udp.ini", "127.0.0.1", 1);
 	static range_t drops[MAX_RANGES], losses[MAX_RANGES];
-	char path[256], seed[16], *pout, *out;
+	char path[256], seed[16], *out;
 	proc_t pub, sub[3];
 	uint64_t n = 50000, checksum;
 
@@ -284,10 +273,7 @@ static void reported_gaps_equal_the_drop_log(void **state)
 	udp_loss_env_clear();
 	start_sub(&sub[2], conf, "clean", "50000");
 	start_pub(&pub, conf, "50000", "25000");
-	assert_int_equal(proc_wait(&pub, 120000), 0);
-	pout = proc_output(&pub);
-	print_message("%s", pout);
-	checksum = proc_field_u64(pout, "checksum");
+	checksum = scenario_finish_pub(&pub, 0, 120000);
 
 	for (int i = 0; i < 2; i++) {
 		uint64_t start, lost = 0;
@@ -327,11 +313,7 @@ static void reported_gaps_equal_the_drop_log(void **state)
 		assert_int_equal(proc_field_u64(out, "bad_payload"), 0);
 		free(out);
 	}
-	assert_int_equal(proc_wait(&sub[2], 120000), 0);
-	out = proc_output(&sub[2]);
-	expect_complete(out, n, checksum);
-	free(out);
-	free(pout);
+	free(expect_sub_complete(&sub[2], n, checksum, 120000));
 }
 
 /* Starts `prog` (from the build) inside network namespace `ns`. */
@@ -386,7 +368,8 @@ static void start_sub_in_ns(proc_t *p, const char *ns, const char *conf,
 static void across_two_namespaces_over_veth(void **state)
 {
 	unsigned id = (unsigned)getpid() % 100000, net = 1 + (unsigned)getpid() % 250;
-	char addr_a[32], out[256], *pout, *sout;
+	char addr_a[32], out[256];
+	uint64_t checksum;
 	const char *conf_pub, *conf_sub, *conf_near;
 	proc_t pub, sub;
 
@@ -443,31 +426,20 @@ static void across_two_namespaces_over_veth(void **state)
 			snprintf(out, sizeof(out), "%s/pub.out", dir);
 			start_in_ns(&pub, ns_a, out, args);
 		}
-		assert_int_equal(proc_wait(&pub, 120000), 0);
-		pout = proc_output(&pub);
-		print_message("%s", pout);
-		assert_int_equal(proc_field_u64(pout, "published"), strtoull(count, NULL, 10));
-		assert_int_equal(proc_wait(&sub, 120000), 0);
-		sout = proc_output(&sub);
-		expect_complete(sout, strtoull(count, NULL, 10),
-				proc_field_u64(pout, "checksum"));
-		nout = proc_output(&near);
+		checksum = scenario_finish_pub(&pub, strtoull(count, NULL, 10),
+					       120000);
+		free(expect_sub_complete(&sub, strtoull(count, NULL, 10),
+					 checksum, 120000));
 		if (loop) {
-			assert_int_equal(proc_wait(&near, 120000), 0);
-			free(nout);
-			nout = proc_output(&near);
-			expect_complete(nout, 2000, proc_field_u64(pout, "checksum"));
+			free(expect_sub_complete(&near, 2000, checksum, 120000));
 		} else {
 			/* Exit 4: timed out, having heard nothing. */
 			assert_int_equal(proc_wait(&near, 120000), 4);
-			free(nout);
 			nout = proc_output(&near);
 			print_message("%s", nout);
 			assert_int_equal(proc_field_u64(nout, "delivered"), 0);
+			free(nout);
 		}
-		free(nout);
-		free(sout);
-		free(pout);
 	}
 }
 
