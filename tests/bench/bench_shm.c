@@ -24,6 +24,7 @@
 
 #include "bus/barrier.h"
 #include <tickbus/hist.h>
+#include "tests/common/bench.h"
 
 #include <inttypes.h>
 #include <signal.h>
@@ -44,18 +45,6 @@ static uint64_t rounds = ROUNDS, tput_msgs = TPUT_MSGS;
 /* All runs merged, per side, for the .hgrm files. */
 static tb_hist_t *all_floor, *all_floor_rtt, *all_tickbus;
 
-typedef struct result {
-	int64_t p50, p99, p999, max;
-} result_t;
-
-static void summarise(tb_hist_t *h, result_t *r)
-{
-	r->p50 = tb_hist_value_at_percentile(h, 50);
-	r->p99 = tb_hist_value_at_percentile(h, 99);
-	r->p999 = tb_hist_value_at_percentile(h, 99.9);
-	r->max = tb_hist_max(h);
-}
-
 /* --------------------------------------------------------------- floor */
 
 struct pingpong {
@@ -63,7 +52,7 @@ struct pingpong {
 	_Atomic uint64_t pong tb_cache_aligned;
 };
 
-static int floor_run(result_t *r)
+static int floor_run(bench_result_t *r)
 {
 	struct pingpong *pp = mmap(NULL, sizeof(*pp), PROT_READ | PROT_WRITE,
 				   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -101,7 +90,7 @@ static int floor_run(result_t *r)
 		}
 	}
 	waitpid(child, NULL, 0);
-	summarise(h, r);
+	bench_summarise(h, r);
 	tb_hist_merge(all_floor, h);
 	tb_hist_free(h);
 	munmap(pp, sizeof(*pp));
@@ -137,13 +126,7 @@ static void on_ping(void *clientd, const tb_msg_t *m)
 	e->got++;
 }
 
-static void on_pong(void *clientd, const tb_msg_t *m)
-{
-	(void)m;
-	(*(uint64_t *)clientd)++;
-}
-
-static int shm_pingpong_run(result_t *r)
+static int shm_pingpong_run(bench_result_t *r)
 {
 	tb_stream_cfg_t ping, pong;
 	tb_subscriber_t *sub;
@@ -183,7 +166,7 @@ static int shm_pingpong_run(result_t *r)
 		while (got == 0) {
 			tb_pub_offer(pub, 1, msg, sizeof(msg));
 			for (i = 0; i < 100000 && got == 0; i++)
-				tb_sub_poll(sub, on_pong, &got, 16);
+				tb_sub_poll(sub, bench_count, &got, 16);
 			if (got == 0 && tb_clock_now_ns() > until) {
 				fprintf(stderr, "bench shm: the echo side did "
 					"not answer in 30 s\n");
@@ -203,7 +186,7 @@ static int shm_pingpong_run(result_t *r)
 
 		tb_pub_offer(pub, 1, msg, sizeof(msg));
 		while (got < want) {
-			tb_sub_poll(sub, on_pong, &got, 16);
+			tb_sub_poll(sub, bench_count, &got, 16);
 			/* Bounded: on a loaded machine the echo side may have
 			 * attached late and missed a ping; fail, never hang. */
 			if (++polls % 65536 == 0 &&
@@ -224,7 +207,7 @@ static int shm_pingpong_run(result_t *r)
 			tb_hist_record(h, (int64_t)(tb_clock_now_ns() - t0) / 2);
 	}
 	waitpid(child, NULL, 0);
-	summarise(h, r);
+	bench_summarise(h, r);
 	tb_hist_merge(all_tickbus, h);
 	tb_hist_free(h);
 	tb_publisher_close(pub);
@@ -333,13 +316,6 @@ static void write_hgrm(const char *dir, const char *name, const tb_hist_t *h)
 		fclose(f);
 }
 
-static int cmp_result(const void *a, const void *b)
-{
-	const result_t *x = a, *y = b;
-
-	return (x->p50 > y->p50) - (x->p50 < y->p50);
-}
-
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -349,7 +325,7 @@ static int cmp_double(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-	result_t fl[RUNS], tb[RUNS];
+	bench_result_t fl[RUNS], tb[RUNS];
 	double tput[RUNS];
 	uint64_t lost[RUNS];
 	int i;
@@ -377,34 +353,23 @@ int main(int argc, char **argv)
 		lost[i] = 0;
 		tput[i] = shm_throughput_run(&lost[i]);
 	}
-	qsort(fl, RUNS, sizeof(fl[0]), cmp_result);
-	qsort(tb, RUNS, sizeof(tb[0]), cmp_result);
 	qsort(tput, RUNS, sizeof(tput[0]), cmp_double);
+	printf("bench shm: one-way latency, ns, median of %d runs of %" PRIu64
+	       " round trips, cores %d and %d\n", RUNS, rounds, core_a, core_b);
+	bench_print_vs_floor("bench shm", 22, fl, "floor (cache line)", tb,
+			     "tickbus shm", RUNS,
+			     "   (goal: p50 <= 1.5, p99.9 <= 3)");
+	printf("bench shm: throughput 64-byte messages: %.2f M msg/s median "
+	       "(runs: %.2f .. %.2f), %.0f MB/s of payload\n",
+	       tput[RUNS / 2] / 1e6, tput[0] / 1e6, tput[RUNS - 1] / 1e6,
+	       tput[RUNS / 2] * 64 / 1e6);
 	{
-		result_t f = fl[RUNS / 2], t = tb[RUNS / 2];
+		uint64_t total = 0;
 
-		printf("bench shm: one-way latency, ns, median of %d runs of %" PRIu64
-		       " round trips, cores %d and %d\n", RUNS, rounds, core_a, core_b);
-		printf("bench shm: %-22s %8s %8s %8s %8s\n", "", "p50", "p99", "p99.9", "max");
-		printf("bench shm: %-22s %8" PRId64 " %8" PRId64 " %8" PRId64 " %8" PRId64 "\n",
-		       "floor (cache line)", f.p50, f.p99, f.p999, f.max);
-		printf("bench shm: %-22s %8" PRId64 " %8" PRId64 " %8" PRId64 " %8" PRId64 "\n",
-		       "tickbus shm", t.p50, t.p99, t.p999, t.max);
-		printf("bench shm: %-22s %8.2f %8.2f %8.2f %8.2f   (goal: p50 <= 1.5, p99.9 <= 3)\n",
-		       "ratio", (double)t.p50 / f.p50, (double)t.p99 / f.p99,
-		       (double)t.p999 / f.p999, (double)t.max / f.max);
-		printf("bench shm: throughput 64-byte messages: %.2f M msg/s median "
-		       "(runs: %.2f .. %.2f), %.0f MB/s of payload\n",
-		       tput[RUNS / 2] / 1e6, tput[0] / 1e6, tput[RUNS - 1] / 1e6,
-		       tput[RUNS / 2] * 64 / 1e6);
-		{
-			uint64_t total = 0;
-
-			for (i = 0; i < RUNS; i++)
-				total += lost[i];
-			printf("bench shm: throughput runs lapped the reader for %" PRIu64
-			       " messages in all (publisher never waits)\n", total);
-		}
+		for (i = 0; i < RUNS; i++)
+			total += lost[i];
+		printf("bench shm: throughput runs lapped the reader for %" PRIu64
+		       " messages in all (publisher never waits)\n", total);
 	}
 	if (getenv("TB_BENCH_HGRM_DIR") && *getenv("TB_BENCH_HGRM_DIR")) {
 		const char *dir = getenv("TB_BENCH_HGRM_DIR");

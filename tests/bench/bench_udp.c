@@ -23,6 +23,7 @@
 #include "bus/clock.h"
 #include "bus/transport/udp.h"
 #include <tickbus/hist.h>
+#include "tests/common/bench.h"
 
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -41,18 +42,6 @@ static int core_a = 0, core_b = 1;
 static uint64_t rounds = 50000;
 static unsigned base_port;
 
-typedef struct result {
-	int64_t p50, p99, p999, max;
-} result_t;
-
-static void summarise(tb_hist_t *h, result_t *r)
-{
-	r->p50 = tb_hist_value_at_percentile(h, 50);
-	r->p99 = tb_hist_value_at_percentile(h, 99);
-	r->p999 = tb_hist_value_at_percentile(h, 99.9);
-	r->max = tb_hist_max(h);
-}
-
 /* --------------------------------------------------------------- floor */
 
 static int udp_socket(unsigned port)
@@ -69,7 +58,7 @@ static int udp_socket(unsigned port)
 	return fd;
 }
 
-static int floor_run(result_t *r)
+static int floor_run(bench_result_t *r)
 {
 	char msg[64];
 	tb_hist_t *h;
@@ -110,7 +99,7 @@ static int floor_run(result_t *r)
 	}
 	waitpid(child, NULL, 0);
 	close(fd);
-	summarise(h, r);
+	bench_summarise(h, r);
 	tb_hist_free(h);
 	return 0;
 }
@@ -146,13 +135,7 @@ static void on_ping(void *clientd, const tb_msg_t *m)
 	e->got++;
 }
 
-static void on_pong(void *clientd, const tb_msg_t *m)
-{
-	(void)m;
-	(*(uint64_t *)clientd)++;
-}
-
-static int udp_pingpong_run(result_t *r)
+static int udp_pingpong_run(bench_result_t *r)
 {
 	tb_stream_cfg_t ping, pong;
 	tb_subscriber_t *sub;
@@ -192,7 +175,7 @@ static int udp_pingpong_run(result_t *r)
 	while (got == 0) {
 		tb_pub_offer(pub, 1, msg, sizeof(msg));
 		for (i = 0; i < 20000 && got == 0; i++)
-			tb_sub_poll(sub, on_pong, &got, 16);
+			tb_sub_poll(sub, bench_count, &got, 16);
 	}
 	tb_hist_init(&h, 1, 10000000000ll, 3);
 	for (i = got; i < WARMUP + rounds; i++) {
@@ -202,7 +185,7 @@ static int udp_pingpong_run(result_t *r)
 		/* A datagram lost on loopback would stall the round: resend
 		 * after a generous wait (the echo answers every copy). */
 		while (got < want) {
-			tb_sub_poll(sub, on_pong, &got, 16);
+			tb_sub_poll(sub, bench_count, &got, 16);
 			if (++spins == 10000000) {
 				tb_pub_offer(pub, 1, msg, sizeof(msg));
 				spins = 0;
@@ -213,7 +196,7 @@ static int udp_pingpong_run(result_t *r)
 	}
 	tb_publisher_close(pub); /* END lets the echo side stop */
 	waitpid(child, NULL, 0);
-	summarise(h, r);
+	bench_summarise(h, r);
 	tb_hist_free(h);
 	tb_subscriber_close(sub);
 	return 0;
@@ -317,16 +300,9 @@ static void core_run(int burst, double *pack_ns, double *rx_ns)
 		printf("\n"); /* keeps the handler's work */
 }
 
-static int cmp_result(const void *a, const void *b)
-{
-	const result_t *x = a, *y = b;
-
-	return (x->p50 > y->p50) - (x->p50 < y->p50);
-}
-
 int main(int argc, char **argv)
 {
-	result_t fl[RUNS], tb[RUNS];
+	bench_result_t fl[RUNS], tb[RUNS];
 	static const int bursts[] = {1, 4, 16, 64, 256};
 
 	if (argc > 1 && strcmp(argv[1], "--quick") == 0)
@@ -343,26 +319,11 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	qsort(fl, RUNS, sizeof(fl[0]), cmp_result);
-	qsort(tb, RUNS, sizeof(tb[0]), cmp_result);
-	{
-		result_t f = fl[RUNS / 2], t = tb[RUNS / 2];
-
-		printf("bench udp: one-way latency, ns, median of %d runs of %" PRIu64
-		       " round trips, 64-byte messages, cores %d and %d\n", RUNS,
-		       rounds, core_a, core_b);
-		printf("bench udp: %-24s %8s %8s %8s %8s\n", "", "p50", "p99",
-		       "p99.9", "max");
-		printf("bench udp: %-24s %8" PRId64 " %8" PRId64 " %8" PRId64 " %8"
-		       PRId64 "\n", "floor (plain UDP socket)", f.p50, f.p99,
-		       f.p999, f.max);
-		printf("bench udp: %-24s %8" PRId64 " %8" PRId64 " %8" PRId64 " %8"
-		       PRId64 "\n", "tickbus udp multicast", t.p50, t.p99, t.p999,
-		       t.max);
-		printf("bench udp: %-24s %8.2f %8.2f %8.2f %8.2f\n", "ratio",
-		       (double)t.p50 / f.p50, (double)t.p99 / f.p99,
-		       (double)t.p999 / f.p999, (double)t.max / f.max);
-	}
+	printf("bench udp: one-way latency, ns, median of %d runs of %" PRIu64
+	       " round trips, 64-byte messages, cores %d and %d\n", RUNS, rounds,
+	       core_a, core_b);
+	bench_print_vs_floor("bench udp", 24, fl, "floor (plain UDP socket)", tb,
+			     "tickbus udp multicast", RUNS, "");
 	printf("bench udp: batching, 64-byte messages in bursts then tb_pub_flush, "
 	       "mtu 1472; core = packing and receiving alone, no system call\n");
 	printf("bench udp: %8s %16s %14s %16s %16s\n", "burst", "frames/datagram",
