@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "bus/transport/dgram.h"
+#include "tests/common/frames.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -218,26 +219,13 @@ static uint8_t dg[4096] __attribute__((aligned(64)));
 /* A data datagram of `count` frames from `first`, 8-byte payloads. */
 static size_t data(uint64_t epoch, uint64_t first, int count)
 {
-	size_t off = TB_PACKET_HDR_LEN;
-
-	memset(dg, 0, sizeof(dg));
-	for (int i = 0; i < count; i++) {
-		tb_frame_hdr_t *f = (tb_frame_hdr_t *)(dg + off);
-
-		tb_frame_init(f, 8, 1, STREAM, first + (uint64_t)i, 0);
-		memset(tb_frame_payload(f), (int)(first + (uint64_t)i), 8);
-		off += tb_frame_space(f->length);
-	}
-	tb_packet_init((tb_packet_hdr_t *)dg, 0, STREAM, epoch, first, (uint16_t)count,
-		    (uint32_t)off);
-	return off;
+	return frames_datagram(dg, sizeof(dg), STREAM, epoch, first, count, 8, 1,
+			       NULL);
 }
 
 static size_t control(uint64_t epoch, uint8_t flag, uint64_t next)
 {
-	tb_packet_init((tb_packet_hdr_t *)dg, flag, STREAM, epoch, next, 0,
-		    TB_PACKET_HDR_LEN);
-	return TB_PACKET_HDR_LEN;
+	return frames_control_datagram(dg, STREAM, epoch, flag, next);
 }
 
 struct rxs {

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "bus/transport/packet.h"
+#include "tests/common/frames.h"
 
 #include <string.h>
 
@@ -25,11 +26,10 @@ static size_t build(uint64_t first, int n, const uint32_t *sizes, int trim)
 
 	memset(buf, 0x5a, sizeof(buf));
 	for (int i = 0; i < n; i++) {
-		tb_frame_hdr_t *f = (tb_frame_hdr_t *)(buf + off);
+		uint32_t space = frames_put(buf + off, STREAM, first + (uint64_t)i,
+					    sizes[i], 3, 1000 + (uint64_t)i, NULL);
 
-		tb_frame_init(f, sizes[i], 3, STREAM, first + (uint64_t)i, 1000 + i);
-		memset(tb_frame_payload(f), (int)(first + i), sizes[i]);
-		off += (trim && i == n - 1) ? f->length : tb_frame_space(f->length);
+		off += (trim && i == n - 1) ? TB_FRAME_HDR_LEN + sizes[i] : space;
 	}
 	tb_packet_init((tb_packet_hdr_t *)buf, 0, STREAM, 9, first, (uint16_t)n,
 		    (uint32_t)off);

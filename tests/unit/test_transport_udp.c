@@ -17,6 +17,7 @@
 
 #include "bus/counters.h"
 #include "bus/transport/udp.h"
+#include "tests/common/frames.h"
 #include "tests/common/udp_loss.h"
 #include <tickbus/tickbus.h>
 
@@ -60,14 +61,6 @@ static int setup(void **state)
 		 (p & 0xff) | 1);
 	port = (uint16_t)(20000 + p % 12000); /* below the ephemeral range */
 	return 0;
-}
-
-static uint64_t now_ms(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
 static void fill(uint8_t *p, uint32_t len, uint64_t seq)
@@ -114,9 +107,9 @@ static int64_t offer(tb_publisher_t *pub, uint32_t len)
  * other than TB_NOT_CONNECTED, or `ms` pass; returns the condition or 0. */
 static int poll_for(tb_subscriber_t *sub, struct sink *s, uint64_t want, int ms)
 {
-	uint64_t until = now_ms() + (uint64_t)ms;
+	uint64_t until = tb_clock_mono_ms() + (uint64_t)ms;
 
-	while (now_ms() < until) {
+	while (tb_clock_mono_ms() < until) {
 		int rc = tb_sub_poll(sub, on_msg, s, 256);
 
 		if (rc < 0 && rc != TB_NOT_CONNECTED)
@@ -243,9 +236,9 @@ static void rx_open(struct rx_side *r, const tb_stream_cfg_t *cfg)
 
 static int rx_poll_for(struct rx_side *r, uint64_t want, int ms)
 {
-	uint64_t until = now_ms() + (uint64_t)ms;
+	uint64_t until = tb_clock_mono_ms() + (uint64_t)ms;
 
-	while (now_ms() < until) {
+	while (tb_clock_mono_ms() < until) {
 		int rc = tb_udp_rx_ops.poll(r->rx, &r->seq, &r->loss, on_msg,
 					    &r->s, 256);
 
@@ -417,19 +410,8 @@ static uint8_t dg[4096] __attribute__((aligned(64)));
 
 static size_t make(uint64_t epoch, uint64_t first, int count)
 {
-	size_t off = TB_PACKET_HDR_LEN;
-
-	memset(dg, 0, sizeof(dg));
-	for (int i = 0; i < count; i++) {
-		tb_frame_hdr_t *f = (tb_frame_hdr_t *)(dg + off);
-
-		tb_frame_init(f, 16, 4, STREAM, first + (uint64_t)i, 0);
-		fill(tb_frame_payload(f), 16, first + (uint64_t)i);
-		off += tb_frame_space(f->length);
-	}
-	tb_packet_init((tb_packet_hdr_t *)dg, 0, STREAM, epoch, first, (uint16_t)count,
-		    (uint32_t)off);
-	return off;
+	return frames_datagram(dg, sizeof(dg), STREAM, epoch, first, count, 16, 4,
+			       fill);
 }
 
 static void every_malformed_datagram_is_counted_and_dropped(void **state)
@@ -519,8 +501,8 @@ static void garbage_never_holds_the_poll_nor_hides_silence(void **state)
 	assert_int_equal(rc, 0);
 	assert_int_equal(u->dg.faults[TB_PACKET_SHORT], TB_UDP_RX_BATCH + 8);
 	/* Garbage keeps coming, the publisher says nothing: dead. */
-	until = now_ms() + 5000;
-	while (!dead && now_ms() < until) {
+	until = tb_clock_mono_ms() + 5000;
+	while (!dead && tb_clock_mono_ms() < until) {
 		inject("garbage", 7);
 		rc = tb_udp_rx_ops.poll(r.rx, &r.seq, &r.loss, on_msg, &r.s, 256);
 		dead = rc == TB_PUBLISHER_DEAD;
@@ -619,10 +601,10 @@ static void silent_publisher_is_dead_then_closes(void **state)
 	commit_frames(tx, &seq, 1, 16);
 	assert_int_equal(tb_udp_tx_ops.send(tx, 0, tx->ring.tail), 0);
 	assert_int_equal(rx_poll_for(&r, 1, 5000), 0);
-	t0 = now_ms();
+	t0 = tb_clock_mono_ms();
 	rc = rx_poll_for(&r, 0, 5000);
 	assert_int_equal(rc, TB_PUBLISHER_DEAD);
-	assert_true(now_ms() - t0 >= 150); /* liveness_timeout_ms = 200 */
+	assert_true(tb_clock_mono_ms() - t0 >= 150); /* liveness_timeout_ms = 200 */
 	/* Reported once. */
 	assert_int_equal(rx_poll_for(&r, 0, 300), 0);
 	/* A heartbeat revives it; END closes it. */
