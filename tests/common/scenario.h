@@ -67,6 +67,49 @@ static inline int scenario_run_tool(const char *prog, const char *out,
 	return scenario_run(out, argv, ms, text);
 }
 
+/* Starts tb-subscribe as `name`, its output in dir/name.out:
+ *   tb-subscribe STREAM... --count COUNT --name NAME --timeout-ms MS EXTRA...
+ * where `stream` (NULL-terminated) names the stream ("--shm", path or
+ * "-c", file, "-s", stream) and `extra` (NULL-terminated; NULL: none)
+ * adds what the test needs.  At most 32 arguments in all. */
+static inline void scenario_start_sub(proc_t *p, const char *dir,
+				      const char *name, char *const stream[],
+				      const char *count, const char *timeout_ms,
+				      char *const extra[])
+{
+	char out[256], *argv[33];
+	int i = 0;
+
+	snprintf(out, sizeof(out), "%s/%s.out", dir, name);
+	argv[i++] = "tb-subscribe";
+	for (int k = 0; stream[k] && i < 24; k++)
+		argv[i++] = stream[k];
+	argv[i++] = "--count";
+	argv[i++] = (char *)count;
+	argv[i++] = "--name";
+	argv[i++] = (char *)name;
+	argv[i++] = "--timeout-ms";
+	argv[i++] = (char *)timeout_ms;
+	for (int k = 0; extra && extra[k] && i < 32; k++)
+		argv[i++] = extra[k];
+	argv[i] = NULL;
+	assert_int_equal(proc_start(p, out, argv), 0);
+}
+
+/* Runs `prog` with `args` (as scenario_run_tool) and fails unless it
+ * exits with `status` having printed `msg`. */
+static inline void scenario_expect_tool(const char *prog, const char *out,
+					char *const args[], uint64_t ms,
+					int status, const char *msg)
+{
+	char *text;
+
+	assert_int_equal(scenario_run_tool(prog, out, args, ms, &text), status);
+	if (!strstr(text, msg))
+		fail_msg("expected '%s' in: %s", msg, text);
+	free(text);
+}
+
 /* Waits up to `ms` for tb-publish `pub` to exit 0, having published `n`
  * (0: any number); prints its summary and returns its checksum. */
 static inline uint64_t scenario_finish_pub(proc_t *pub, uint64_t n, uint64_t ms)

@@ -71,28 +71,12 @@ static int teardown(void **state)
 static void start_sub(proc_t *p, const char *name, const char *stream,
 		      const char *count, const char *slow_ns)
 {
-	char out[256];
-	char *argv[16];
-	int i = 0;
+	char *where[] = {"-c", strcmp(stream, "wrongtoken") == 0 ? conf_bad : conf,
+			 "-s", "feed", NULL};
+	char *slow[] = {"--slow-ns", (char *)slow_ns, NULL};
 
-	snprintf(out, sizeof(out), "%s/%s.out", dir, name);
-	argv[i++] = "tb-subscribe";
-	argv[i++] = "-c";
-	argv[i++] = strcmp(stream, "wrongtoken") == 0 ? conf_bad : conf;
-	argv[i++] = "-s";
-	argv[i++] = "feed";
-	argv[i++] = "--count";
-	argv[i++] = (char *)count;
-	argv[i++] = "--name";
-	argv[i++] = (char *)name;
-	argv[i++] = "--timeout-ms";
-	argv[i++] = "240000";
-	if (slow_ns) {
-		argv[i++] = "--slow-ns";
-		argv[i++] = (char *)slow_ns;
-	}
-	argv[i] = NULL;
-	assert_int_equal(proc_start(p, out, argv), 0);
+	scenario_start_sub(p, dir, name, where, count, "240000",
+			   slow_ns ? slow : NULL);
 }
 
 static void start_pub(proc_t *p, const char *count, const char *rate,

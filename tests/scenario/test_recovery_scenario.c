@@ -143,34 +143,22 @@ static void start_recoveryd(proc_t *p, const char *name, unsigned port)
 static void start_sub(proc_t *p, const char *name, const char *count,
 		      const char *start_at, const char *stall_every)
 {
-	char out[256];
-	char *argv[24];
+	char *where[] = {"-c", ini, "-s", "q", NULL};
+	char *extra[8];
 	int i = 0;
 
-	snprintf(out, sizeof(out), "%s/%s.out", dir, name);
-	argv[i++] = "tb-subscribe";
-	argv[i++] = "-c";
-	argv[i++] = ini;
-	argv[i++] = "-s";
-	argv[i++] = "q";
-	argv[i++] = "--count";
-	argv[i++] = (char *)count;
-	argv[i++] = "--name";
-	argv[i++] = (char *)name;
-	argv[i++] = "--timeout-ms";
-	argv[i++] = "120000";
 	if (start_at) {
-		argv[i++] = "--start-at";
-		argv[i++] = (char *)start_at;
+		extra[i++] = "--start-at";
+		extra[i++] = (char *)start_at;
 	}
 	if (stall_every) {
-		argv[i++] = "--stall-every";
-		argv[i++] = (char *)stall_every;
-		argv[i++] = "--stall-ms";
-		argv[i++] = "1000";
+		extra[i++] = "--stall-every";
+		extra[i++] = (char *)stall_every;
+		extra[i++] = "--stall-ms";
+		extra[i++] = "1000";
 	}
-	argv[i] = NULL;
-	assert_int_equal(proc_start(p, out, argv), 0);
+	extra[i] = NULL;
+	scenario_start_sub(p, dir, name, where, count, "120000", extra);
 }
 
 static void start_pub_after(proc_t *p, const char *count, const char *rate,

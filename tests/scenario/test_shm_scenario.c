@@ -41,28 +41,13 @@ static int teardown(void **state)
 }
 
 static void start_sub(proc_t *p, const char *name, const char *count,
-		      const char *extra)
+		      const char *slow_ns)
 {
-	char out[256];
-	char *argv[16];
-	int i = 0;
+	char *where[] = {"--shm", ring, NULL};
+	char *slow[] = {"--slow-ns", (char *)slow_ns, NULL};
 
-	snprintf(out, sizeof(out), "%s/%s.out", dir, name);
-	argv[i++] = "tb-subscribe";
-	argv[i++] = "--shm";
-	argv[i++] = ring;
-	argv[i++] = "--count";
-	argv[i++] = (char *)count;
-	argv[i++] = "--name";
-	argv[i++] = (char *)name;
-	argv[i++] = "--timeout-ms";
-	argv[i++] = "240000";
-	if (extra) {
-		argv[i++] = "--slow-ns";
-		argv[i++] = (char *)extra;
-	}
-	argv[i] = NULL;
-	assert_int_equal(proc_start(p, out, argv), 0);
+	scenario_start_sub(p, dir, name, where, count, "240000",
+			   slow_ns ? slow : NULL);
 }
 
 static void start_pub(proc_t *p, const char *count, const char *rate,

@@ -326,12 +326,10 @@ static void write_file(const char *path, const char *text)
 
 static void expect(char *const args[], int status, const char *msg)
 {
-	char *out;
+	char path[256];
 
-	assert_int_equal(run(&out, args), status);
-	if (!strstr(out, msg))
-		fail_msg("expected '%s' in: %s", msg, out);
-	free(out);
+	snprintf(path, sizeof(path), "%s/run.out", dir);
+	scenario_expect_tool("tb-hist", path, args, 60000, status, msg);
 }
 
 static void test_errors(void **state)

@@ -105,14 +105,12 @@ static const char *write_config(const char *name, const char *iface,
 static void start_sub(proc_t *p, const char *conf, const char *name,
 		      const char *count)
 {
-	char out[256], losslog[256];
-	char *argv[] = {"tb-subscribe", "-c", (char *)conf, "-s", "scen",
-			"--count", (char *)count, "--name", (char *)name,
-			"--timeout-ms", "120000", "--loss-log", losslog, NULL};
+	char losslog[256];
+	char *where[] = {"-c", (char *)conf, "-s", "scen", NULL};
+	char *extra[] = {"--loss-log", losslog, NULL};
 
-	snprintf(out, sizeof(out), "%s/%s.out", dir, name);
 	snprintf(losslog, sizeof(losslog), "%s/%s.loss", dir, name);
-	assert_int_equal(proc_start(p, out, argv), 0);
+	scenario_start_sub(p, dir, name, where, count, "120000", extra);
 }
 
 static void start_pub(proc_t *p, const char *conf, const char *count,
