@@ -12,13 +12,12 @@
  * Summary line (stdout), parsed by the scenario tests:
  *   feedcheck: ended=0|1 messages=N packets=P ... orders=O checksum=0x...
  */
-#include "bus/clock.h"
-#include "bus/error.h"
+#include <tickbus/tickbus.h>
 #include <tickbus/hist.h>
 #include "tools/cli.h"
 #include "tools/md/feed.h"
+#include "tools/md/md_error.h"
 
-#include <arpa/inet.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <sched.h>
@@ -28,13 +27,8 @@
 #include <string.h>
 #include <time.h>
 
+static const char prog[] = "tb-feedcheck";
 static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
 
 static void usage(FILE *out)
 {
@@ -133,25 +127,21 @@ int main(int argc, char **argv)
 		case 'Y': if (tb_cli_u64_c(optarg, &v) || v > 100) bad = "--gap-retries"; else cfg.gap_retries = (uint32_t)v; break;
 		case 'T': if (tb_cli_u64_c(optarg, &timeout_ms) || timeout_ms == 0) bad = "--timeout-ms"; break;
 		case 'N': if (tb_cli_u64_c(optarg, &v) || v == 0 || v > 1024) bad = "--instruments"; else cfg.max_instruments = (uint32_t)v; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'h':
+		default: return tb_cli_usage_exit(usage, c);
 		}
-		if (bad) {
-			fprintf(stderr, "tb-feedcheck: bad value '%s' for %s\n", optarg, bad);
-			return 2;
-		}
+		if (bad)
+			return tb_cli_bad_value(prog, NULL, bad, optarg);
 	}
-	if (optind < argc) {
-		fprintf(stderr, "tb-feedcheck: unexpected argument '%s'\n", argv[optind]);
-		return 2;
-	}
+	if (optind < argc)
+		return tb_cli_unexpected(prog, NULL, argv[optind]);
 	cfg.port = (uint16_t)port;
 	cfg.retrans_port = (uint16_t)rport;
 	if (rport == 0)
 		cfg.retrans_host = NULL;
 	cfg.cb = on_event;
 	cfg.ctx = &chk;
-	tb_clock_init();
+	(void)tb_clock_now_ns(); /* calibrates now, not on the first packet */
 	/* 1 ns to 100 s, 3 digits. */
 	if (tb_hist_init(&chk.lat, 1, 100000000000ll, 3) != 0) {
 		fprintf(stderr, "tb-feedcheck: %s\n", tb_errmsg());
@@ -159,19 +149,18 @@ int main(int argc, char **argv)
 	}
 	rc = tb_feed_open(&f, &cfg);
 	if (rc) {
-		fprintf(stderr, "tb-feedcheck: %s\n", tb_errmsg());
+		fprintf(stderr, "tb-feedcheck: %s\n", tb_md_error_msg());
 		tb_hist_free(chk.lat);
 		return 1;
 	}
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	tb_cli_on_stop_signals(&stop);
 	printf("feedcheck: ready port=%u\n", tb_feed_port(f));
 	fflush(stdout);
-	t0 = tb_cli_mono_ms();
-	while (!stop && !tb_feed_ended(f) && tb_cli_mono_ms() - t0 < timeout_ms) {
+	t0 = tb_clock_mono_ms();
+	while (!stop && !tb_feed_ended(f) && tb_clock_mono_ms() - t0 < timeout_ms) {
 		rc = tb_feed_poll(f);
 		if (rc < 0) {
-			fprintf(stderr, "tb-feedcheck: %s\n", tb_errmsg());
+			fprintf(stderr, "tb-feedcheck: %s\n", tb_md_error_msg());
 			break;
 		}
 		/* Spin while data flows, then yield, then nap: a checker must not

@@ -46,18 +46,15 @@
  *     malformed_messages=N messages=N book_errors=N top_checksum=0x...
  * top_checksum is md_top.h's sum over the last Quote of every instrument.
  */
-#include "bus/clock.h"
-#include "bus/error.h"
 #include <tickbus/tickbus.h>
 #include "tickbus_schema.h"
 #include "tools/cli.h"
 #include "tools/md/feed.h"
+#include "tools/md/md_error.h"
 #include "tools/md/md_top.h"
 
-#include <arpa/inet.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,13 +65,8 @@
 #define MAX_PENDING_LEVELS 32 /* one ITCH message touches at most a few */
 #define MAX_STREAMS 4
 
+static const char prog[] = "tb-feedhandler";
 static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
 
 static void usage(FILE *out)
 {
@@ -454,30 +446,24 @@ int main(int argc, char **argv)
 		case 'T': if (tb_cli_u64_c(optarg, &timeout_ms)) bad = "--timeout-ms"; break;
 		case 'L': if (tb_cli_u64_c(optarg, &linger_ms) || linger_ms > 60000) bad = "--linger-ms"; break;
 		case 'C': if (tb_cli_u64_c(optarg, &core) || core > 4095) bad = "--core"; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'h':
+		default: return tb_cli_usage_exit(usage, c);
 		}
-		if (bad) {
-			fprintf(stderr, "tb-feedhandler: bad value '%s' for %s\n", optarg, bad);
-			return 2;
-		}
+		if (bad)
+			return tb_cli_bad_value(prog, NULL, bad, optarg);
 	}
-	if (optind < argc) {
-		fprintf(stderr, "tb-feedhandler: unexpected argument '%s'\n", argv[optind]);
-		return 2;
-	}
-	if (!config || !nstreams) {
-		fprintf(stderr, "tb-feedhandler: --config and --stream are required\n");
-		usage(stderr);
-		return 2;
-	}
+	if (optind < argc)
+		return tb_cli_unexpected(prog, NULL, argv[optind]);
+	if (!config || !nstreams)
+		return tb_cli_usage_error(prog, usage, "--config and --stream "
+					  "are required");
 	cfg.port = (uint16_t)port;
 	cfg.retrans_port = (uint16_t)rport;
 	if (rport == 0)
 		cfg.retrans_host = NULL;
 	cfg.cb = on_event;
 	cfg.ctx = &h;
-	tb_clock_init();
+	(void)tb_clock_now_ns(); /* calibrates now, not on the first packet */
 	h.midnight_ns = midnight_utc_ns();
 	tb_idle_init(&h.idle, TB_IDLE_SPIN_YIELD);
 	if (core != UINT64_MAX && tb_thread_pin((int)core) != 0) {
@@ -498,21 +484,21 @@ int main(int argc, char **argv)
 	rc = tb_feed_open(&f, &cfg);
 	if (rc) {
 		fprintf(stderr, "tb-feedhandler: feed %s:%" PRIu64 ": %s\n",
-			cfg.group, port, tb_errmsg());
+			cfg.group, port, tb_md_error_msg());
 		close_all(&h);
 		return 1;
 	}
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	tb_cli_on_stop_signals(&stop);
 	printf("feedhandler: ready port=%u streams=%d\n", tb_feed_port(f), h.npub);
 	fflush(stdout);
 	tb_idle_init(&idle, TB_IDLE_SPIN_YIELD);
-	t0 = tb_cli_mono_ms();
+	t0 = tb_clock_mono_ms();
 	while (!stop && !h.failed && !tb_feed_ended(f) &&
-	       (!timeout_ms || tb_cli_mono_ms() - t0 < timeout_ms)) {
+	       (!timeout_ms || tb_clock_mono_ms() - t0 < timeout_ms)) {
 		rc = tb_feed_poll(f);
 		if (rc < 0) {
-			fprintf(stderr, "tb-feedhandler: feed: %s\n", tb_errmsg());
+			fprintf(stderr, "tb-feedhandler: feed: %s\n",
+				tb_md_error_msg());
 			h.failed = 1;
 			break;
 		}
@@ -531,8 +517,8 @@ int main(int argc, char **argv)
 		sum += h.top_hash[i];
 	/* Let subscribers drain before the stream says closed; the idle loop
 	 * keeps heartbeats going where the transport needs polls. */
-	t0 = tb_cli_mono_ms();
-	while (tb_cli_mono_ms() - t0 < linger_ms) {
+	t0 = tb_clock_mono_ms();
+	while (tb_clock_mono_ms() - t0 < linger_ms) {
 		struct timespec ts = { 0, 1000000 };
 
 		flush_all(&h);
