@@ -1,6 +1,6 @@
 /*
  * demo_msg.h - the quote-like message that tb-publish sends and
- * tb-subscribe checks.
+ * tb-subscribe checks, and the stream their --shm PATH option names.
  *
  * Every byte of a message is a function of its sequence number, so a
  * subscriber can verify each payload on its own, and both ends keep a
@@ -10,7 +10,11 @@
 #ifndef TB_DEMO_MSG_H
 #define TB_DEMO_MSG_H
 
+#include <tickbus/tickbus.h>
+#include "tools/hash.h"
+
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #define TB_DEMO_TEMPLATE_QUOTE 1
@@ -29,18 +33,10 @@ typedef struct tb_demo_quote {
 
 _Static_assert(sizeof(tb_demo_quote_t) == TB_DEMO_MIN_SIZE, "quote layout");
 
-static inline uint64_t tb_demo_mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 /* Writes the `len`-byte message of sequence `seq` (len >= 48). */
 static inline void tb_demo_fill(void *buf, uint32_t len, uint64_t seq)
 {
-	uint64_t m = tb_demo_mix(seq);
+	uint64_t m = tb_hash_mix64(seq + TB_HASH_GOLDEN);
 	tb_demo_quote_t q;
 	uint8_t *p = (uint8_t *)buf;
 	uint32_t i;
@@ -74,13 +70,21 @@ static inline int tb_demo_check(const void *buf, uint32_t len, uint64_t seq)
 static inline uint64_t tb_demo_sum(uint64_t sum, const void *buf, uint32_t len,
 				   uint64_t seq)
 {
-	const uint8_t *p = (const uint8_t *)buf;
-	uint64_t h = 0xcbf29ce484222325ull;
-	uint32_t i;
+	uint64_t h = tb_hash_fnv1a64(TB_HASH_FNV1A_INIT, buf, len);
 
-	for (i = 0; i < len; i++)
-		h = (h ^ p[i]) * 0x100000001b3ull;
-	return tb_demo_mix(sum ^ h ^ seq);
+	return tb_hash_mix64((sum ^ h ^ seq) + TB_HASH_GOLDEN);
+}
+
+/* The stream `--shm PATH` names, for a publisher and its subscribers to
+ * meet without a configuration file: shm at `path`, stream id 1, name
+ * "test", every other setting the default (tb_stream_cfg_init). */
+static inline void tb_demo_shm_cfg(tb_stream_cfg_t *cfg, const char *path)
+{
+	tb_stream_cfg_init(cfg);
+	snprintf(cfg->name, sizeof(cfg->name), "test");
+	cfg->id = 1;
+	cfg->transport = TB_TRANSPORT_SHM;
+	snprintf(cfg->shm_path, sizeof(cfg->shm_path), "%s", path);
 }
 
 #endif

@@ -29,9 +29,8 @@
 #define LINE_MAX_BYTES (256u << 10)
 #define READ_BATCH 256
 
+static const char prog[] = "tb-dump";
 static volatile sig_atomic_t stop;
-
-static void on_signal(int sig) { (void)sig; stop = 1; }
 
 struct dump {
 	int json;
@@ -137,7 +136,7 @@ static void on_msg(void *clientd, const tb_msg_t *m)
 static int dump_live(struct dump *d, const char *config, const char *stream,
 		     uint64_t timeout_ms, const char **end)
 {
-	uint64_t start = tb_cli_mono_ms();
+	uint64_t start = tb_clock_mono_ms();
 	tb_subscriber_t *sub;
 	tb_idle_t idle;
 	int rc, status = 0;
@@ -180,7 +179,7 @@ static int dump_live(struct dump *d, const char *config, const char *stream,
 			break;
 		}
 		tb_idle_step(&idle, n > 0 ? n : 0);
-		if (n <= 0 && timeout_ms && tb_cli_mono_ms() - start > timeout_ms) {
+		if (n <= 0 && timeout_ms && tb_clock_mono_ms() - start > timeout_ms) {
 			*end = "timeout";
 			status = 4;
 			break;
@@ -320,38 +319,32 @@ int main(int argc, char **argv)
 		case 'n': v = &d.count; break;
 		case 'T': v = &timeout_ms; break;
 		case 'j': d.json = 1; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'h':
+		default: return tb_cli_usage_exit(usage, c);
 		}
-		if (v && tb_cli_u64(optarg, v) != 0) {
-			fprintf(stderr, "tb-dump: --%s '%s': expected a "
-				"non-negative integer\n",
-				c == 'I' ? "stream-id" : c == 'E' ? "epoch" :
-				c == 'F' ? "from" : c == 'n' ? "count" :
-				"timeout-ms", optarg);
-			return 2;
-		}
+		if (v && tb_cli_u64(optarg, v) != 0)
+			return tb_cli_usage_error(prog, NULL, "--%s '%s': expected "
+						  "a non-negative integer",
+						  c == 'I' ? "stream-id" :
+						  c == 'E' ? "epoch" :
+						  c == 'F' ? "from" :
+						  c == 'n' ? "count" :
+						  "timeout-ms", optarg);
 	}
-	if (optind != argc) {
-		fprintf(stderr, "tb-dump: unexpected argument '%s'\n", argv[optind]);
-		usage(stderr);
-		return 2;
-	}
+	if (optind < argc)
+		return tb_cli_unexpected(prog, usage, argv[optind]);
 	if (store ? (config || stream || stream_id == 0 ||
 		     stream_id > UINT32_MAX || timeout_ms)
-		  : (!config || !stream || stream_id || have_epoch || from)) {
-		fprintf(stderr, "tb-dump: give either -c FILE -s STREAM, or "
-			"--store DIR --stream-id ID (1..4294967295)\n");
-		usage(stderr);
-		return 2;
-	}
+		  : (!config || !stream || stream_id || have_epoch || from))
+		return tb_cli_usage_error(prog, usage, "give either -c FILE -s "
+					  "STREAM, or --store DIR --stream-id "
+					  "ID (1..4294967295)");
 	d.line = malloc(LINE_MAX_BYTES);
 	if (!d.line) {
 		fprintf(stderr, "tb-dump: out of memory\n");
 		return 1;
 	}
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	tb_cli_on_stop_signals(&stop);
 
 	if (store)
 		status = dump_store(&d, store, stream_id, epoch, have_epoch, from,

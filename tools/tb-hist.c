@@ -23,6 +23,7 @@
 #include <tickbus/tickbus.h>
 
 #include <tickbus/hist.h>
+#include "tools/cli.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -57,7 +58,7 @@ static const unit_t units[] = {
 	{"ns", 1.0}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9},
 };
 
-static const char *prog = "tb-hist";
+static const char prog[] = "tb-hist";
 
 static void usage(FILE *out)
 {
@@ -598,21 +599,15 @@ int main(int argc, char **argv)
 	int status = 0;
 	run_t runs[RUNS_MAX];
 
-	if (argc < 2) {
-		usage(stderr);
-		return 2;
-	}
+	if (argc < 2)
+		return tb_cli_usage_exit(usage, '?');
 	cmd = argv[1];
-	if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
-		usage(stdout);
-		return 0;
-	}
+	if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help"))
+		return tb_cli_usage_exit(usage, 'h');
 	if (strcmp(cmd, "print") && strcmp(cmd, "merge") &&
-	    strcmp(cmd, "compare") && strcmp(cmd, "plot")) {
-		fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
-		usage(stderr);
-		return 2;
-	}
+	    strcmp(cmd, "compare") && strcmp(cmd, "plot"))
+		return tb_cli_usage_error(prog, usage, "unknown command '%s'",
+					  cmd);
 	optind = 2;
 	while ((c = getopt_long(argc, argv, "o:u:t:l:h", opts, NULL)) != -1) {
 		char *end;
@@ -621,26 +616,18 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'o': out = optarg; break;
 		case 'u':
-			if (parse_unit(optarg, &u, &uname)) {
-				fprintf(stderr, "%s: unknown unit '%s' (ns, us, "
-					"ms, s)\n", prog, optarg);
-				return 2;
-			}
-			break;
 		case 'U':
-			if (parse_unit(optarg, &hgrm_u, NULL)) {
-				fprintf(stderr, "%s: unknown unit '%s' (ns, us, "
-					"ms, s)\n", prog, optarg);
-				return 2;
-			}
+			if (parse_unit(optarg, c == 'u' ? &u : &hgrm_u,
+				       c == 'u' ? &uname : NULL))
+				return tb_cli_usage_error(prog, NULL, "unknown unit "
+							  "'%s' (ns, us, ms, s)",
+							  optarg);
 			break;
 		case 't': tag = optarg; break;
 		case 'l':
-			if (n_labels == RUNS_MAX) {
-				fprintf(stderr, "%s: more than %d labels\n",
-					prog, RUNS_MAX);
-				return 2;
-			}
+			if (n_labels == RUNS_MAX)
+				return tb_cli_usage_error(prog, NULL, "more than %d "
+							  "labels", RUNS_MAX);
 			labels[n_labels++] = optarg;
 			break;
 		case 'T': title = optarg; break;
@@ -649,35 +636,27 @@ int main(int argc, char **argv)
 		case 'D': markdown = 1; break;
 		case 'k':
 			v = strtol(optarg, &end, 10);
-			if (*end || v < 1 || v > 1000) {
-				fprintf(stderr, "%s: --ticks '%s' is not in "
-					"1..1000\n", prog, optarg);
-				return 2;
-			}
+			if (*end || v < 1 || v > 1000)
+				return tb_cli_usage_error(prog, NULL, "--ticks '%s' "
+							  "is not in 1..1000",
+							  optarg);
 			ticks = (int)v;
 			break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'h':
+		default: return tb_cli_usage_exit(usage, c);
 		}
 	}
 	n = argc - optind;
-	if (n < 1) {
-		fprintf(stderr, "%s: %s: no input files\n", prog, cmd);
-		return 2;
-	}
-	if (n > RUNS_MAX) {
-		fprintf(stderr, "%s: at most %d input files\n", prog, RUNS_MAX);
-		return 2;
-	}
-	if ((!strcmp(cmd, "merge") || !strcmp(cmd, "plot")) && !out) {
-		fprintf(stderr, "%s: %s needs -o FILE\n", prog, cmd);
-		return 2;
-	}
-	if (n_labels > n) {
-		fprintf(stderr, "%s: %d labels for %d files\n", prog, n_labels,
-			n);
-		return 2;
-	}
+	if (n < 1)
+		return tb_cli_usage_error(prog, NULL, "%s: no input files", cmd);
+	if (n > RUNS_MAX)
+		return tb_cli_usage_error(prog, NULL, "at most %d input files",
+					  RUNS_MAX);
+	if ((!strcmp(cmd, "merge") || !strcmp(cmd, "plot")) && !out)
+		return tb_cli_usage_error(prog, NULL, "%s needs -o FILE", cmd);
+	if (n_labels > n)
+		return tb_cli_usage_error(prog, NULL, "%d labels for %d files",
+					  n_labels, n);
 
 	memset(runs, 0, sizeof(runs));
 	for (int i = 0; i < n; i++) {

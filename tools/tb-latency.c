@@ -89,10 +89,8 @@ typedef struct opts {
 	tb_idle_kind_t idle;
 } opts_t;
 
-static const char *prog = "tb-latency";
+static const char prog[] = "tb-latency";
 static volatile sig_atomic_t stop;
-
-static void on_signal(int sig) { (void)sig; stop = 1; }
 
 static void usage(FILE *out)
 {
@@ -922,32 +920,22 @@ int main(int argc, char **argv)
 			    o.msg_timeout_ms > 86400000)
 				what = "--msg-timeout-ms: 1..86400000";
 			break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'h':
+		default: return tb_cli_usage_exit(usage, c);
 		}
-		if (what) {
-			fprintf(stderr, "%s: bad value '%s' for %s\n", prog,
-				optarg, what);
-			return 2;
-		}
+		if (what)
+			return tb_cli_bad_value(prog, NULL, what, optarg);
 	}
-	if (optind != argc) {
-		fprintf(stderr, "%s: unexpected argument '%s'\n", prog,
-			argv[optind]);
-		usage(stderr);
-		return 2;
-	}
-	if (!strcmp(o.ping_name, o.pong_name)) {
-		fprintf(stderr, "%s: --ping and --pong must be two streams\n",
-			prog);
-		return 2;
-	}
+	if (optind < argc)
+		return tb_cli_unexpected(prog, usage, argv[optind]);
+	if (!strcmp(o.ping_name, o.pong_name))
+		return tb_cli_usage_error(prog, NULL, "--ping and --pong must "
+					  "be two streams");
 	if (!o.pingpong && !rate_set)
 		o.rate = 100000;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	tb_cli_on_stop_signals(&stop);
 	tb_clock_now_ns(); /* calibrate now, not on the first sample */
 
 	if (!strcmp(o.role, "both") && !o.config)

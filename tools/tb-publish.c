@@ -6,7 +6,6 @@
  */
 #include <tickbus/tickbus.h>
 #include "tools/cli.h"
-
 #include "tools/demo_msg.h"
 
 #include <getopt.h>
@@ -18,9 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+static const char prog[] = "tb-publish";
 static volatile sig_atomic_t stop;
-
-static void on_signal(int sig) { (void)sig; stop = 1; }
 
 static void usage(FILE *out)
 {
@@ -70,37 +68,40 @@ int main(int argc, char **argv)
 	tb_idle_t idle;
 
 	while ((c = getopt_long(argc, argv, "c:s:n:r:z:h", opts, NULL)) != -1) {
+		const char *bad = NULL;
+
 		switch (c) {
 		case 'c': config = optarg; break;
 		case 's': stream = optarg; break;
 		case 'S': shm = optarg; break;
-		case 'R': if (tb_cli_u64(optarg, &ring)) goto bad; break;
-		case 'n': if (tb_cli_u64(optarg, &count)) goto bad; break;
-		case 'r': if (tb_cli_u64(optarg, &rate)) goto bad; break;
-		case 'z': if (tb_cli_u64(optarg, &size)) goto bad; break;
-		case 'L': if (tb_cli_u64(optarg, &linger)) goto bad; break;
-		case 'D': if (tb_cli_u64(optarg, &delay)) goto bad; break;
+		case 'R': if (tb_cli_u64(optarg, &ring)) bad = "--ring"; break;
+		case 'n': if (tb_cli_u64(optarg, &count)) bad = "--count"; break;
+		case 'r': if (tb_cli_u64(optarg, &rate)) bad = "--rate"; break;
+		case 'z':
+			if (tb_cli_u64(optarg, &size) || size < TB_DEMO_MIN_SIZE ||
+			    size > 65536)
+				bad = "--size";
+			break;
+		case 'L': if (tb_cli_u64(optarg, &linger)) bad = "--linger-ms"; break;
+		case 'D': if (tb_cli_u64(optarg, &delay)) bad = "--start-delay-ms"; break;
 		case 'P': report = 1; break;
-		case 'h': usage(stdout); return 0;
-		default: goto bad;
+		case 'h':
+		default: return tb_cli_usage_exit(usage, c);
 		}
+		if (bad)
+			return tb_cli_bad_value(prog, usage, bad, optarg);
 	}
-	if (optind != argc || (!shm && (!config || !stream)) ||
-	    size < TB_DEMO_MIN_SIZE || size > 65536) {
-bad:
-		usage(stderr);
-		return 2;
-	}
+	if (optind < argc)
+		return tb_cli_unexpected(prog, usage, argv[optind]);
+	if (!shm && (!config || !stream))
+		return tb_cli_usage_error(prog, usage, "-c FILE -s STREAM or "
+					  "--shm PATH is required");
 
 	if (shm) {
 		tb_stream_cfg_t cfg;
 
-		tb_stream_cfg_init(&cfg);
-		snprintf(cfg.name, sizeof(cfg.name), "test");
-		cfg.id = 1;
-		cfg.transport = TB_TRANSPORT_SHM;
+		tb_demo_shm_cfg(&cfg, shm);
 		cfg.ring_size = ring;
-		snprintf(cfg.shm_path, sizeof(cfg.shm_path), "%s", shm);
 		rc = tb_publisher_open(&pub, &cfg);
 	} else {
 		rc = tb_publisher_open_file(&pub, config, stream);
@@ -109,8 +110,7 @@ bad:
 		fprintf(stderr, "tb-publish: %s\n  (%s)\n", tb_errmsg(), tb_strerror(rc));
 		return 1;
 	}
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	tb_cli_on_stop_signals(&stop);
 	if (delay)
 		usleep((useconds_t)(delay * 1000));
 
@@ -122,13 +122,13 @@ bad:
 	tb_idle_init(&idle, TB_IDLE_SPIN_YIELD);
 	if (rate)
 		interval = 1000000000ull / rate;
-	start = last_report = tb_cli_mono_ns();
+	start = last_report = tb_clock_mono_ns();
 	next_due = start;
 	for (seq = 1; seq <= count && !stop; seq++) {
 		int64_t r;
 
 		if (interval) {
-			while (tb_cli_mono_ns() < next_due)
+			while (tb_clock_mono_ns() < next_due)
 				tb_idle_step(&idle, 0);
 			next_due += interval;
 		}
@@ -145,8 +145,8 @@ bad:
 			return 1;
 		}
 		sum = tb_demo_sum(sum, buf, (uint32_t)size, seq);
-		if (report && (seq & 1023) == 0 && tb_cli_mono_ns() - last_report >= 1000000000ull) {
-			uint64_t t = tb_cli_mono_ns();
+		if (report && (seq & 1023) == 0 && tb_clock_mono_ns() - last_report >= 1000000000ull) {
+			uint64_t t = tb_clock_mono_ns();
 
 			printf("publisher: t=%.0fs published=%" PRIu64 " rate=%.0f/s\n",
 			       (t - start) / 1e9, seq,
@@ -158,7 +158,7 @@ bad:
 	}
 	seq--;
 	{
-		double secs = (tb_cli_mono_ns() - start) / 1e9;
+		double secs = (tb_clock_mono_ns() - start) / 1e9;
 
 		printf("publisher: published=%" PRIu64 " checksum=0x%016" PRIx64
 		       " epoch=%" PRIu64 " seconds=%.3f rate=%.0f\n",

@@ -64,12 +64,10 @@ struct stream {
 };
 
 static volatile sig_atomic_t stop;
-static const char *prog = "tb-recoveryd";
+static const char prog[] = "tb-recoveryd";
 static char store_dir[TB_PATH_MAX];
 static tb_store_sync_t sync_mode = TB_STORE_SYNC_NONE;
 static uint64_t segment_bytes;
-
-static void on_signal(int sig) { (void)sig; stop = 1; }
 
 static void usage(FILE *out)
 {
@@ -373,33 +371,40 @@ int main(int argc, char **argv)
 
 	tb_recovery_server_cfg_init(&rcfg);
 	while ((c = getopt_long(argc, argv, "c:s:d:l:h", opts, NULL)) != -1) {
+		const char *bad = NULL;
+
 		switch (c) {
 		case 'c': config = optarg; break;
 		case 's':
 			if (n == MAX_STREAMS)
-				goto bad;
-			names[n++] = optarg;
+				bad = "--stream (up to 16)";
+			else
+				names[n++] = optarg;
 			break;
 		case 'd':
 			if (strlen(optarg) >= sizeof(store_dir) - 64)
-				goto bad;
-			snprintf(store_dir, sizeof(store_dir), "%s", optarg);
+				bad = "--dir (too long)";
+			else
+				snprintf(store_dir, sizeof(store_dir), "%s", optarg);
 			break;
 		case 'l': listen = optarg; break;
 		case 'M':
 			if (tb_cli_u64(optarg, &v) || v < 1 || v > TB_RECOVERY_PROTO_COUNT_MAX)
-				goto bad;
-			rcfg.max_count = (uint32_t)v;
+				bad = "--max-count";
+			else
+				rcfg.max_count = (uint32_t)v;
 			break;
 		case 'R':
 			if (tb_cli_u64(optarg, &v) || v > 1000000)
-				goto bad;
-			rcfg.rate = (uint32_t)v;
+				bad = "--rate";
+			else
+				rcfg.rate = (uint32_t)v;
 			break;
 		case 'B':
 			if (tb_cli_u64(optarg, &v) || v < 1 || v > 1000000)
-				goto bad;
-			rcfg.burst = (uint32_t)v;
+				bad = "--burst";
+			else
+				rcfg.burst = (uint32_t)v;
 			break;
 		case 'Y':
 			if (!strcmp(optarg, "none"))
@@ -409,23 +414,25 @@ int main(int argc, char **argv)
 			else if (!strcmp(optarg, "batch"))
 				sync_mode = TB_STORE_SYNC_BATCH;
 			else
-				goto bad;
+				bad = "--sync";
 			break;
 		case 'G':
 			if (tb_cli_u64(optarg, &segment_bytes) ||
 			    segment_bytes < TB_STORE_SEGMENT_MIN ||
 			    segment_bytes > TB_STORE_SEGMENT_MAX)
-				goto bad;
+				bad = "--segment-bytes";
 			break;
-		case 'h': usage(stdout); return 0;
-		default: goto bad;
+		case 'h':
+		default: return tb_cli_usage_exit(usage, c);
 		}
+		if (bad)
+			return tb_cli_bad_value(prog, usage, bad, optarg);
 	}
-	if (optind != argc || !config || n == 0 || !store_dir[0] || !listen) {
-bad:
-		usage(stderr);
-		return 2;
-	}
+	if (optind < argc)
+		return tb_cli_unexpected(prog, usage, argv[optind]);
+	if (!config || n == 0 || !store_dir[0] || !listen)
+		return tb_cli_usage_error(prog, usage, "--config, --stream, --dir "
+					  "and --listen are required");
 	if (tb_config_endpoint_parse(&rcfg.listen, listen) < 0) {
 		fprintf(stderr, "%s: --listen %s: %s\n", prog, listen, tb_errmsg());
 		return 2;
@@ -465,8 +472,7 @@ bad:
 	}
 	fprintf(stderr, "%s: listening on %s:%u\n", prog, rcfg.listen.host,
 		tb_recovery_server_port(srv));
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	tb_cli_on_stop_signals(&stop);
 
 	tb_idle_init(&idle, TB_IDLE_SPIN_YIELD);
 	while (!stop) {

@@ -15,6 +15,7 @@
  * rates are real); --json prints one JSON object per refresh, one per line.
  */
 #include <tickbus/tickbus.h>
+#include "tools/cli.h"
 
 #include "bus/counters.h"
 
@@ -31,10 +32,8 @@
 /* Processes one refresh keeps; more are counted but not shown. */
 #define PROCS_MAX 256
 
-static const char *prog = "tb-stat";
+static const char prog[] = "tb-stat";
 static volatile sig_atomic_t stop;
-
-static void on_signal(int sig) { (void)sig; stop = 1; }
 
 typedef struct snap {
 	int n, dropped;
@@ -326,45 +325,34 @@ int main(int argc, char **argv)
 	static snap_t a, b;
 	snap_t *cur = &a, *prev = &b;
 	const char *dir = NULL;
-	unsigned long long interval_ms = 1000, count = 0, done = 0;
+	uint64_t interval_ms = 1000, count = 0, done = 0;
 	int once = 0, json = 0, c, have_prev = 0, tty;
-	char *end;
 
 	while ((c = getopt_long(argc, argv, "1ji:n:d:h", opts, NULL)) != -1) {
 		switch (c) {
 		case '1': once = 1; break;
 		case 'j': json = 1; break;
 		case 'i':
-			errno = 0;
-			interval_ms = strtoull(optarg, &end, 10);
-			if (*end || errno || optarg[0] == '-' ||
-			    interval_ms < 10 || interval_ms > 3600000) {
-				fprintf(stderr, "%s: --interval-ms '%s' is not "
-					"in 10..3600000\n", prog, optarg);
-				return 2;
-			}
+			if (tb_cli_u64(optarg, &interval_ms) ||
+			    interval_ms < 10 || interval_ms > 3600000)
+				return tb_cli_usage_error(prog, NULL, "--interval-ms "
+							  "'%s' is not in "
+							  "10..3600000", optarg);
 			break;
 		case 'n':
-			errno = 0;
-			count = strtoull(optarg, &end, 10);
-			if (*end || errno || optarg[0] == '-' || count == 0) {
-				fprintf(stderr, "%s: --count '%s' is not a "
-					"number above 0\n", prog, optarg);
-				return 2;
-			}
+			if (tb_cli_u64(optarg, &count) || count == 0)
+				return tb_cli_usage_error(prog, NULL, "--count '%s' "
+							  "is not a number "
+							  "above 0", optarg);
 			break;
 		case 'd': dir = optarg; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'h':
+		default: return tb_cli_usage_exit(usage, c);
 		}
 	}
-	if (optind != argc) {
-		fprintf(stderr, "%s: unexpected argument '%s'\n", prog,
-			argv[optind]);
-		return 2;
-	}
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	if (optind < argc)
+		return tb_cli_unexpected(prog, NULL, argv[optind]);
+	tb_cli_on_stop_signals(&stop);
 	tty = !json && isatty(STDOUT_FILENO);
 	if (once)
 		count = 1;

@@ -5,9 +5,8 @@
  * distribution.  Used by `make demo`, the scenario tests and the benchmarks.
  */
 #include <tickbus/tickbus.h>
-#include "tools/cli.h"
-
 #include <tickbus/hist.h>
+#include "tools/cli.h"
 #include "tools/demo_msg.h"
 
 #include <getopt.h>
@@ -21,9 +20,8 @@
 
 #define LOSSES_SHOWN 16
 
+static const char prog[] = "tb-subscribe";
 static volatile sig_atomic_t stop;
-
-static void on_signal(int sig) { (void)sig; stop = 1; }
 
 struct state {
 	uint64_t delivered, first, last, sum;
@@ -92,9 +90,9 @@ static void on_msg(void *clientd, const tb_msg_t *m)
 		nanosleep(&ts, NULL);
 	}
 	if (s->slow_ns) {
-		uint64_t until = tb_cli_mono_ns() + s->slow_ns;
+		uint64_t until = tb_clock_mono_ns() + s->slow_ns;
 
-		while (tb_cli_mono_ns() < until)
+		while (tb_clock_mono_ns() < until)
 			;
 	}
 }
@@ -159,30 +157,34 @@ int main(int argc, char **argv)
 	memset(&s, 0, sizeof(s));
 	snprintf(name, sizeof(name), "%d", (int)getpid());
 	while ((c = getopt_long(argc, argv, "c:s:n:h", opts, NULL)) != -1) {
+		const char *bad = NULL;
+
 		switch (c) {
 		case 'c': config = optarg; break;
 		case 's': stream = optarg; break;
 		case 'S': shm = optarg; break;
-		case 'n': if (tb_cli_u64(optarg, &count)) goto bad; break;
-		case 'T': if (tb_cli_u64(optarg, &timeout_ms)) goto bad; break;
-		case 'W': if (tb_cli_u64(optarg, &s.slow_ns)) goto bad; break;
+		case 'n': if (tb_cli_u64(optarg, &count)) bad = "--count"; break;
+		case 'T': if (tb_cli_u64(optarg, &timeout_ms)) bad = "--timeout-ms"; break;
+		case 'W': if (tb_cli_u64(optarg, &s.slow_ns)) bad = "--slow-ns"; break;
 		case 'l': latency = 1; break;
 		case 'H': hgrm = optarg; latency = 1; break;
 		case 'N': snprintf(name, sizeof(name), "%s", optarg); break;
 		case 'G': loss_log = optarg; break;
 		case 'P': report = 1; break;
-		case 'E': if (tb_cli_u64(optarg, &s.stall_every)) goto bad; break;
-		case 'M': if (tb_cli_u64(optarg, &s.stall_ms)) goto bad; break;
-		case 'A': if (tb_cli_u64(optarg, &start_at) || !start_at) goto bad; break;
-		case 'h': usage(stdout); return 0;
-		default: goto bad;
+		case 'E': if (tb_cli_u64(optarg, &s.stall_every)) bad = "--stall-every"; break;
+		case 'M': if (tb_cli_u64(optarg, &s.stall_ms)) bad = "--stall-ms"; break;
+		case 'A': if (tb_cli_u64(optarg, &start_at) || !start_at) bad = "--start-at"; break;
+		case 'h':
+		default: return tb_cli_usage_exit(usage, c);
 		}
+		if (bad)
+			return tb_cli_bad_value(prog, usage, bad, optarg);
 	}
-	if (optind != argc || (!shm && (!config || !stream))) {
-bad:
-		usage(stderr);
-		return 2;
-	}
+	if (optind < argc)
+		return tb_cli_unexpected(prog, usage, argv[optind]);
+	if (!shm && (!config || !stream))
+		return tb_cli_usage_error(prog, usage, "-c FILE -s STREAM or "
+					  "--shm PATH is required");
 
 	if (latency && tb_hist_init(&s.lat, 1, 60000000000ll, 3) < 0) {
 		fprintf(stderr, "tb-subscribe: %s\n", tb_errmsg());
@@ -195,11 +197,7 @@ bad:
 	if (shm) {
 		tb_stream_cfg_t cfg;
 
-		tb_stream_cfg_init(&cfg);
-		snprintf(cfg.name, sizeof(cfg.name), "test");
-		cfg.id = 1;
-		cfg.transport = TB_TRANSPORT_SHM;
-		snprintf(cfg.shm_path, sizeof(cfg.shm_path), "%s", shm);
+		tb_demo_shm_cfg(&cfg, shm);
 		rc = tb_subscriber_open(&sub, &cfg);
 	} else {
 		rc = tb_subscriber_open_file(&sub, config, stream);
@@ -213,11 +211,10 @@ bad:
 		tb_subscriber_close(sub);
 		return 1;
 	}
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	tb_cli_on_stop_signals(&stop);
 
 	tb_idle_init(&idle, TB_IDLE_SPIN_YIELD);
-	start = last_report = tb_cli_mono_ns();
+	start = last_report = tb_clock_mono_ns();
 	while (!stop) {
 		int n = tb_sub_poll(sub, on_msg, &s, 256);
 
@@ -248,7 +245,7 @@ bad:
 		}
 		tb_idle_step(&idle, n > 0 ? n : 0);
 		if (n <= 0 && (timeout_ms || report)) {
-			uint64_t t = tb_cli_mono_ns();
+			uint64_t t = tb_clock_mono_ns();
 
 			if (timeout_ms && t - start > timeout_ms * 1000000ull) {
 				end = "timeout";

@@ -1,13 +1,15 @@
 /*
  * fuzz_itch.c - libFuzzer target for the MoldUDP64 and ITCH decoders
- * (tools/md/itch.c), the feed's first contact with bytes from the network.
+ * (tools/md/mold.c, tools/md/itch.c), the feed's first contact with bytes
+ * from the network.
  *
  * Build and run (from the top of the tree; not part of `make`):
  *
  *   mkdir -p build/fuzz
- *   clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ibus -Ipublisher \
+ *   clang -std=gnu11 -D_GNU_SOURCE -g -O1 -I. \
  *       -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
- *       tests/fuzz/fuzz_itch.c tools/md/itch.c -o build/fuzz/fuzz_itch
+ *       tests/fuzz/fuzz_itch.c tools/md/mold.c tools/md/itch.c \
+ *       -o build/fuzz/fuzz_itch
  *   build/fuzz/fuzz_itch -max_total_time=20 -max_len=1500
  *
  * The input is read as a downstream packet (a packet that parses must walk
@@ -16,6 +18,7 @@
  * re-request (one that decodes re-encodes to the same 20 bytes).
  */
 #include "tools/md/itch.h"
+#include "tools/md/mold.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/error.h"
 #include "tools/md/book.h"
+#include "tools/md/md_error.h"
 
 #define NINST 4
 #define MAXLEV 64
@@ -431,7 +431,7 @@ static void test_bad_arguments(void **state)
 
 	(void)state;
 	assert_int_equal(tb_book_create(&b, &c), TB_EINVAL);
-	assert_non_null(strstr(tb_errmsg(), "max_instruments"));
+	assert_non_null(strstr(tb_md_error_msg(), "max_instruments"));
 	c = (tb_book_cfg_t){ 1, 0, 10 };
 	assert_int_equal(tb_book_create(&b, &c), TB_EINVAL);
 	c = (tb_book_cfg_t){ 1, 10, 0 };

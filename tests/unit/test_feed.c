@@ -24,8 +24,8 @@
 #include <unistd.h>
 
 #include "bus/clock.h"
-#include "bus/error.h"
 #include "tools/md/feed.h"
+#include "tools/md/md_error.h"
 
 #define SESSION "UNITSESS01"
 #define MAXEV 4096
@@ -503,10 +503,10 @@ static void test_malformed(void **state)
 	want_next = 2;
 	assert_true(poll_until(next_is));
 	st = stats();
-	assert_int_equal(st.malformed_by_kind[-TB_ITCH_ESHORT - 101], 1);
-	assert_int_equal(st.malformed_by_kind[-TB_ITCH_ESEQ - 101], 1);
-	assert_int_equal(st.malformed_by_kind[-TB_ITCH_ECTLLEN - 101], 1);
-	assert_int_equal(st.malformed_by_kind[-TB_ITCH_EBLOCK - 101], 1);
+	assert_int_equal(st.malformed_by_kind[-TB_MOLD_ESHORT - 101], 1);
+	assert_int_equal(st.malformed_by_kind[-TB_MOLD_ESEQ - 101], 1);
+	assert_int_equal(st.malformed_by_kind[-TB_MOLD_ECTLLEN - 101], 1);
+	assert_int_equal(st.malformed_by_kind[-TB_MOLD_EBLOCK - 101], 1);
 	assert_int_equal(st.wrong_session, 1);
 
 	/* Inside a good packet: a message of the wrong length, an unknown
@@ -573,11 +573,11 @@ static void test_open_errors(void **state)
 	assert_null(f);
 	c.group = "not-an-address";
 	assert_int_equal(tb_feed_open(&f, &c), TB_EINVAL);
-	assert_non_null(strstr(tb_errmsg(), "not-an-address"));
+	assert_non_null(strstr(tb_md_error_msg(), "not-an-address"));
 	c.group = "127.0.0.1";
 	c.session = "ELEVENCHARS";
 	assert_int_equal(tb_feed_open(&f, &c), TB_EINVAL);
-	assert_non_null(strstr(tb_errmsg(), "session"));
+	assert_non_null(strstr(tb_md_error_msg(), "session"));
 	c.session = NULL;
 	c.retrans_host = "127.0.0.1";
 	c.retrans_port = 0;
@@ -589,7 +589,7 @@ static void test_open_errors(void **state)
 	c.group = "127.0.0.1";
 	c.max_levels = 0;
 	assert_int_equal(tb_feed_open(&f, &c), TB_EINVAL);
-	assert_non_null(strstr(tb_errmsg(), "feed: book"));
+	assert_non_null(strstr(tb_md_error_msg(), "feed: book"));
 }
 
 int main(void)

@@ -1,6 +1,6 @@
 /*
  * test_gateway_proto.c - unit tests of the order-gateway wire format
- * (tools/md/gateway_proto.h): the byte layout at the documented offsets, and
+ * (tools/md/gw.h): the byte layout at the documented offsets, and
  * one refusal per malformed kind.
  */
 #ifndef _GNU_SOURCE
@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "tools/md/gateway_proto.h"
+#include "tools/md/gw.h"
 
 static void le(uint8_t *p, uint64_t v, int n)
 {

@@ -11,12 +11,13 @@
  */
 #include "tools/md/book.h"
 
-#include "bus/barrier.h"
-#include "bus/error.h"
-#include "bus/mem.h"
+#include "tools/md/md_error.h"
+#include "tools/md/md_mem.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#define unlikely(x) __builtin_expect(!!(x), 0)
 
 typedef struct order_slot {
 	uint64_t ref;
@@ -30,10 +31,10 @@ typedef struct order_slot {
 
 struct tb_book {
 	tb_book_cfg_t cfg;
-	/* One pre-faulted, locked region (tb_mem_alloc) for the table, the
+	/* One pre-faulted, locked region (md_mem.h) for the table, the
 	 * levels and the level counts: the first order in a slot, or the
 	 * first level of an instrument, never takes a page fault. */
-	tb_mem_t mem;
+	tb_md_mem_t mem;
 	order_slot_t *slots;
 	uint64_t mask;          /* slot count - 1 (a power of two) */
 	uint64_t live;          /* live orders */
@@ -47,7 +48,7 @@ struct tb_book {
 
 static inline uint64_t home(const tb_book_t *b, uint64_t ref)
 {
-	return tb_book_mix64(ref) & b->mask;
+	return tb_hash_mix64(ref) & b->mask;
 }
 
 /* Slot index of `ref`, or -1. */
@@ -268,15 +269,16 @@ int tb_book_create(tb_book_t **out, const tb_book_cfg_t *cfg)
 	if (!cfg || cfg->max_instruments == 0 || cfg->max_orders == 0 ||
 	    cfg->max_levels == 0 || cfg->max_levels > 65535 ||
 	    cfg->max_instruments > (1u << 20) || cfg->max_orders > (1u << 30))
-		return tb_error_set(TB_EINVAL,
-				  "book: max_instruments 1..1048576, max_orders "
-				  "1..2^30 and max_levels 1..65535 required");
+		return tb_md_error_set(TB_EINVAL,
+				       "book: max_instruments 1..1048576, "
+				       "max_orders 1..2^30 and max_levels "
+				       "1..65535 required");
 	/* Load factor <= 1/2 keeps probe sequences short. */
 	while (slots < (uint64_t)cfg->max_orders * 2)
 		slots <<= 1;
 	b = calloc(1, sizeof(*b));
 	if (!b)
-		return tb_error_set(TB_ENOMEM, "book: out of memory");
+		return tb_md_error_set(TB_ENOMEM, "book: out of memory");
 	b->cfg = *cfg;
 	b->mask = slots - 1;
 	{
@@ -285,13 +287,15 @@ int tb_book_create(tb_book_t **out, const tb_book_cfg_t *cfg)
 				 cfg->max_levels * sizeof(*b->levels);
 		size_t n_bytes = (size_t)cfg->max_instruments * 2 *
 				 sizeof(*b->nlev);
-		int rc = tb_mem_alloc(&b->mem, s_bytes + l_bytes + n_bytes, -1, 0);
+		int rc = tb_md_mem_alloc(&b->mem, s_bytes + l_bytes + n_bytes);
 
 		if (rc) {
 			free(b);
-			return tb_error_prepend(rc, "book: %u orders, %u instruments "
-					      "x %u levels", cfg->max_orders,
-					      cfg->max_instruments, cfg->max_levels);
+			return tb_md_error_prepend(rc, "book: %u orders, %u "
+						   "instruments x %u levels",
+						   cfg->max_orders,
+						   cfg->max_instruments,
+						   cfg->max_levels);
 		}
 		/* Slots and levels are multiples of 8 bytes: all aligned. */
 		b->slots = b->mem.addr;
@@ -306,7 +310,7 @@ void tb_book_destroy(tb_book_t *b)
 {
 	if (!b)
 		return;
-	tb_mem_free(&b->mem);
+	tb_md_mem_free(&b->mem);
 	free(b);
 }
 
@@ -324,16 +328,16 @@ int tb_book_add(tb_book_t *b, uint32_t instrument, uint64_t ref,
 	order_slot_t o;
 	top_t before;
 
-	if (tb_unlikely(instrument >= b->cfg.max_instruments))
+	if (unlikely(instrument >= b->cfg.max_instruments))
 		return TB_BOOK_EINSTR;
-	if (tb_unlikely(qty == 0 || price <= 0 ||
+	if (unlikely(qty == 0 || price <= 0 ||
 			(side != TB_BOOK_BID && side != TB_BOOK_ASK)))
 		return TB_BOOK_EARG;
-	if (tb_unlikely(find(b, ref) >= 0))
+	if (unlikely(find(b, ref) >= 0))
 		return TB_BOOK_EDUP;
-	if (tb_unlikely(b->live >= b->cfg.max_orders))
+	if (unlikely(b->live >= b->cfg.max_orders))
 		return TB_BOOK_EFULL;
-	if (tb_unlikely(*side_count(b, instrument, side) >= b->cfg.max_levels &&
+	if (unlikely(*side_count(b, instrument, side) >= b->cfg.max_levels &&
 			!level_exists(b, instrument, side, price)))
 		return TB_BOOK_ELEVELS;
 	top_read(b, instrument, &before);
@@ -375,11 +379,11 @@ int tb_book_execute(tb_book_t *b, uint64_t ref, uint64_t qty, int64_t price,
 	int64_t i = find(b, ref);
 	tb_book_event_t ev;
 
-	if (tb_unlikely(i < 0))
+	if (unlikely(i < 0))
 		return TB_BOOK_ENOORDER;
-	if (tb_unlikely(qty == 0 || price < 0))
+	if (unlikely(qty == 0 || price < 0))
 		return TB_BOOK_EARG;
-	if (tb_unlikely(qty > b->slots[i].qty))
+	if (unlikely(qty > b->slots[i].qty))
 		return TB_BOOK_EQTY;
 	if (b->cb) {
 		memset(&ev, 0, sizeof(ev));
@@ -400,11 +404,11 @@ int tb_book_cancel(tb_book_t *b, uint64_t ref, uint64_t qty)
 {
 	int64_t i = find(b, ref);
 
-	if (tb_unlikely(i < 0))
+	if (unlikely(i < 0))
 		return TB_BOOK_ENOORDER;
-	if (tb_unlikely(qty == 0))
+	if (unlikely(qty == 0))
 		return TB_BOOK_EARG;
-	if (tb_unlikely(qty > b->slots[i].qty))
+	if (unlikely(qty > b->slots[i].qty))
 		return TB_BOOK_EQTY;
 	reduce(b, i, qty);
 	return 0;
@@ -414,7 +418,7 @@ int tb_book_delete(tb_book_t *b, uint64_t ref)
 {
 	int64_t i = find(b, ref);
 
-	if (tb_unlikely(i < 0))
+	if (unlikely(i < 0))
 		return TB_BOOK_ENOORDER;
 	reduce(b, i, b->slots[i].qty);
 	return 0;
@@ -429,11 +433,11 @@ int tb_book_replace(tb_book_t *b, uint64_t old_ref, uint64_t new_ref,
 	int alone, exists_after;
 	uint32_t n_after;
 
-	if (tb_unlikely(i < 0))
+	if (unlikely(i < 0))
 		return TB_BOOK_ENOORDER;
-	if (tb_unlikely(qty == 0 || price <= 0))
+	if (unlikely(qty == 0 || price <= 0))
 		return TB_BOOK_EARG;
-	if (tb_unlikely(new_ref != old_ref && find(b, new_ref) >= 0))
+	if (unlikely(new_ref != old_ref && find(b, new_ref) >= 0))
 		return TB_BOOK_EDUP;
 	o = b->slots[i];
 	/* Room for the new level, counting the one the old order may free. */
@@ -447,7 +451,7 @@ int tb_book_replace(tb_book_t *b, uint64_t old_ref, uint64_t new_ref,
 		n_after = n - (alone ? 1u : 0u);
 		exists_after = level_exists(b, o.instrument, o.side, price) &&
 			       !(price == o.price && alone);
-		if (tb_unlikely(!exists_after && n_after >= b->cfg.max_levels))
+		if (unlikely(!exists_after && n_after >= b->cfg.max_levels))
 			return TB_BOOK_ELEVELS;
 	}
 	top_read(b, o.instrument, &before);
@@ -467,9 +471,9 @@ int tb_book_trade(tb_book_t *b, uint32_t instrument, tb_book_side_t side,
 {
 	tb_book_event_t ev;
 
-	if (tb_unlikely(instrument >= b->cfg.max_instruments))
+	if (unlikely(instrument >= b->cfg.max_instruments))
 		return TB_BOOK_EINSTR;
-	if (tb_unlikely(qty == 0 || price <= 0 ||
+	if (unlikely(qty == 0 || price <= 0 ||
 			(side != TB_BOOK_BID && side != TB_BOOK_ASK)))
 		return TB_BOOK_EARG;
 	memset(&ev, 0, sizeof(ev));

@@ -9,8 +9,8 @@
  * a sorted array per instrument and side (best first: bids descending, asks
  * ascending) of at most `max_levels` entries, so a level's index is its
  * depth.  Everything is allocated in tb_book_create(), pre-faulted and
- * locked (tb_mem_alloc), so the per-message calls never allocate, lock,
- * make a system call or take a page fault.
+ * locked (md_mem.h), so the per-message calls never allocate, lock, make a
+ * system call or take a page fault.
  *
  * Every change is reported, in order, through the callback:
  *   LEVEL_ADD / LEVEL_MODIFY / LEVEL_DELETE  a level appeared at `level`
@@ -22,11 +22,13 @@
  *        side) or a non-displayed trade; comes before the level change.
  *
  * Threads: a book belongs to one thread; nothing here is shared.
- * Errors: operations return 0 or a negative TB_BOOK_E* code (own range,
- * tb_book_strerror()), and a failed operation changes nothing.
+ * Errors (md_error.h): operations return 0 or a negative TB_BOOK_E* code
+ * (own range, tb_book_strerror()), and a failed operation changes nothing.
  */
 #ifndef TB_BOOK_H
 #define TB_BOOK_H
+
+#include "tools/hash.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -90,7 +92,7 @@ typedef struct tb_book_level {
 typedef struct tb_book tb_book_t;
 
 /* Allocates a book for `cfg` (all memory, once).  Returns 0 or TB_EINVAL /
- * TB_ENOMEM with a message (tb_errmsg()). */
+ * TB_ENOMEM with a message (tb_md_error_msg()). */
 int tb_book_create(tb_book_t **out, const tb_book_cfg_t *cfg);
 void tb_book_destroy(tb_book_t *b);
 
@@ -135,23 +137,13 @@ int tb_book_order(const tb_book_t *b, uint64_t ref, uint32_t *instrument,
  * list and compare books without sharing any code but this hash. */
 uint64_t tb_book_checksum(const tb_book_t *b, uint32_t instrument);
 
-static inline uint64_t tb_book_mix64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	x ^= x >> 31;
-	return x;
-}
-
 static inline uint64_t tb_book_order_hash(uint32_t instrument, uint64_t ref,
 					  int side, int64_t price, uint64_t qty)
 {
-	uint64_t h = tb_book_mix64(ref ^ ((uint64_t)instrument << 48));
+	uint64_t h = tb_hash_mix64(ref ^ ((uint64_t)instrument << 48));
 
-	h = tb_book_mix64(h ^ (uint64_t)price ^ ((uint64_t)side << 63));
-	return tb_book_mix64(h + qty);
+	h = tb_hash_mix64(h ^ (uint64_t)price ^ ((uint64_t)side << 63));
+	return tb_hash_mix64(h + qty);
 }
 
 const char *tb_book_strerror(int code);

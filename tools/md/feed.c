@@ -9,10 +9,10 @@
  */
 #include "tools/md/feed.h"
 
-#include "bus/barrier.h"
-#include "bus/clock.h"
-#include "bus/error.h"
-#include "bus/mem.h"
+#include "tools/md/md_error.h"
+#include "tools/md/md_mem.h"
+
+#include <tickbus/tickbus.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -21,6 +21,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#define unlikely(x) __builtin_expect(!!(x), 0)
 
 /* Receive batch per socket and poll: 16 datagrams amortise the system call
  * without holding a fresh packet back for long. */
@@ -64,8 +66,8 @@ struct tb_feed {
 	uint32_t retries;
 	/* The pending packets, their heap, the free slots, the per-instrument
 	 * flags and the receive buffers share one pre-faulted, locked region
-	 * (tb_mem_alloc): the first gap takes no page fault. */
-	tb_mem_t mem;
+	 * (md_mem.h): the first gap takes no page fault. */
+	tb_md_mem_t mem;
 	/* Out-of-order packets. */
 	pending_t *pending;
 	pend_ref_t *heap;     /* min-heap by seq, npending entries */
@@ -124,7 +126,7 @@ static void apply_msg(tb_feed_t *f, const uint8_t *msg, size_t len,
 	int rc = tb_itch_decode(msg, len, &m);
 
 	f->st.messages++;
-	if (tb_unlikely(rc < 0)) {
+	if (unlikely(rc < 0)) {
 		if (rc == TB_ITCH_ETYPE)
 			f->st.unknown_types++;
 		else
@@ -179,7 +181,7 @@ static void apply_msg(tb_feed_t *f, const uint8_t *msg, size_t len,
 				   m.u.trade.match);
 		break;
 	}
-	if (tb_unlikely(rc < 0))
+	if (unlikely(rc < 0))
 		f->st.book_errors++;
 }
 
@@ -388,20 +390,20 @@ static int on_packet(tb_feed_t *f, const uint8_t *data, size_t len,
 	uint64_t end;
 
 	f->st.packets++;
-	if (tb_unlikely(rc < 0)) {
+	if (unlikely(rc < 0)) {
 		f->st.malformed_packets++;
 		f->st.malformed_by_kind[-rc - 101]++;
 		return 0;
 	}
-	if (tb_unlikely(!f->session_set)) {
+	if (unlikely(!f->session_set)) {
 		memcpy(f->session, p.session, TB_MOLD_SESSION_LEN);
 		f->session_set = 1;
-	} else if (tb_unlikely(memcmp(f->session, p.session,
+	} else if (unlikely(memcmp(f->session, p.session,
 				      TB_MOLD_SESSION_LEN) != 0)) {
 		f->st.wrong_session++;
 		return 0;
 	}
-	if (tb_unlikely(!f->started)) {
+	if (unlikely(!f->started)) {
 		f->started = 1;
 		if (f->next == 0)
 			f->next = p.seq;
@@ -450,11 +452,11 @@ static int read_socket(tb_feed_t *f, int fd, int retrans)
 		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
 		    errno == ECONNREFUSED)
 			return 0;
-		return tb_error_sys(errno, "feed: recvmmsg");
+		return tb_md_error_sys(errno, "feed: recvmmsg");
 	}
 	now = tb_clock_now_ns();
 	for (i = 0; i < n; i++) {
-		if (tb_unlikely(f->msgs[i].msg_hdr.msg_flags & MSG_TRUNC)) {
+		if (unlikely(f->msgs[i].msg_hdr.msg_flags & MSG_TRUNC)) {
 			f->st.packets++;
 			f->st.malformed_packets++;
 			continue;
@@ -492,7 +494,8 @@ static int parse_addr(const char *s, uint16_t port, struct sockaddr_in *sa)
 	if (!s)
 		sa->sin_addr.s_addr = htonl(INADDR_ANY);
 	else if (inet_pton(AF_INET, s, &sa->sin_addr) != 1)
-		return tb_error_set(TB_EINVAL, "feed: '%s' is not an IPv4 address", s);
+		return tb_md_error_set(TB_EINVAL,
+				       "feed: '%s' is not an IPv4 address", s);
 	return 0;
 }
 
@@ -508,7 +511,7 @@ static int open_live(tb_feed_t *f)
 		return rc;
 	f->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (f->fd < 0)
-		return tb_error_sys(errno, "feed: socket");
+		return tb_md_error_sys(errno, "feed: socket");
 	setsockopt(f->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	/* Past net.core.rmem_max when privileged, else as far as allowed. */
 	if (f->cfg.rcvbuf > 0 &&
@@ -518,8 +521,8 @@ static int open_live(tb_feed_t *f)
 			   sizeof(f->cfg.rcvbuf));
 	/* Bound to the group itself, the socket sees that group only. */
 	if (bind(f->fd, (struct sockaddr *)&group, sizeof(group)) < 0)
-		return tb_error_sys(errno, "feed: bind %s:%u", f->cfg.group,
-				  f->cfg.port);
+		return tb_md_error_sys(errno, "feed: bind %s:%u", f->cfg.group,
+				       f->cfg.port);
 	if (IN_MULTICAST(ntohl(group.sin_addr.s_addr))) {
 		struct ip_mreqn mr;
 
@@ -528,9 +531,9 @@ static int open_live(tb_feed_t *f)
 		mr.imr_address = iface.sin_addr;
 		if (setsockopt(f->fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &mr,
 			       sizeof(mr)) < 0)
-			return tb_error_sys(errno, "feed: join %s on %s",
-					  f->cfg.group,
-					  f->cfg.iface ? f->cfg.iface : "any");
+			return tb_md_error_sys(errno, "feed: join %s on %s",
+					       f->cfg.group,
+					       f->cfg.iface ? f->cfg.iface : "any");
 	}
 	return 0;
 }
@@ -546,14 +549,14 @@ static int open_retrans(tb_feed_t *f)
 	if (rc)
 		return rc;
 	if (f->cfg.retrans_port == 0)
-		return tb_error_set(TB_EINVAL, "feed: retransmission port 0");
+		return tb_md_error_set(TB_EINVAL, "feed: retransmission port 0");
 	f->rfd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (f->rfd < 0)
-		return tb_error_sys(errno, "feed: socket");
+		return tb_md_error_sys(errno, "feed: socket");
 	/* Connected: answers from anyone else are not ours to read. */
 	if (connect(f->rfd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		return tb_error_sys(errno, "feed: connect %s:%u",
-				  f->cfg.retrans_host, f->cfg.retrans_port);
+		return tb_md_error_sys(errno, "feed: connect %s:%u",
+				       f->cfg.retrans_host, f->cfg.retrans_port);
 	return 0;
 }
 
@@ -565,23 +568,23 @@ int tb_feed_open(tb_feed_t **out, const tb_feed_cfg_t *cfg)
 
 	*out = NULL;
 	if (!cfg || !cfg->group)
-		return tb_error_set(TB_EINVAL, "feed: no group address");
+		return tb_md_error_set(TB_EINVAL, "feed: no group address");
 	if (cfg->pending_max == 0 || cfg->req_max == 0 ||
 	    cfg->req_max == TB_MOLD_COUNT_END || cfg->gap_timeout_ns == 0)
-		return tb_error_set(TB_EINVAL,
-				  "feed: pending_max, req_max (< 65535) and "
-				  "gap_timeout_ns must be > 0");
+		return tb_md_error_set(TB_EINVAL,
+				       "feed: pending_max, req_max (< 65535) and "
+				       "gap_timeout_ns must be > 0");
 	f = calloc(1, sizeof(*f));
 	if (!f)
-		return tb_error_set(TB_ENOMEM, "feed: out of memory");
+		return tb_md_error_set(TB_ENOMEM, "feed: out of memory");
 	f->cfg = *cfg;
 	f->fd = f->rfd = -1;
 	if (cfg->session) {
 		size_t n = strlen(cfg->session);
 
 		if (n == 0 || n > TB_MOLD_SESSION_LEN) {
-			rc = tb_error_set(TB_EINVAL, "feed: session '%s' is not 1..10 "
-					"characters", cfg->session);
+			rc = tb_md_error_set(TB_EINVAL, "feed: session '%s' is "
+					     "not 1..10 characters", cfg->session);
 			goto fail;
 		}
 		memset(f->session, ' ', TB_MOLD_SESSION_LEN);
@@ -595,7 +598,7 @@ int tb_feed_open(tb_feed_t **out, const tb_feed_cfg_t *cfg)
 	bc.max_levels = cfg->max_levels;
 	rc = tb_book_create(&f->book, &bc);
 	if (rc) {
-		tb_error_prepend(rc, "feed");
+		tb_md_error_prepend(rc, "feed");
 		goto fail;
 	}
 	if (cfg->cb)
@@ -610,10 +613,11 @@ int tb_feed_open(tb_feed_t **out, const tb_feed_cfg_t *cfg)
 		size_t i_bytes = cfg->max_instruments;
 		char *base;
 
-		rc = tb_mem_alloc(&f->mem, p_bytes + h_bytes + s_bytes + b_bytes +
-				  i_bytes, -1, 0);
+		rc = tb_md_mem_alloc(&f->mem, p_bytes + h_bytes + s_bytes +
+				     b_bytes + i_bytes);
 		if (rc) {
-			tb_error_prepend(rc, "feed: %u pending packets", cfg->pending_max);
+			tb_md_error_prepend(rc, "feed: %u pending packets",
+					    cfg->pending_max);
 			goto fail;
 		}
 		base = f->mem.addr;
@@ -652,7 +656,7 @@ void tb_feed_close(tb_feed_t *f)
 	if (f->rfd >= 0)
 		close(f->rfd);
 	tb_book_destroy(f->book);
-	tb_mem_free(&f->mem);
+	tb_md_mem_free(&f->mem);
 	free(f);
 }
 

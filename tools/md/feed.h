@@ -54,6 +54,7 @@
 
 #include "tools/md/book.h"
 #include "tools/md/itch.h"
+#include "tools/md/mold.h"
 
 #include <stdint.h>
 
@@ -113,7 +114,8 @@ typedef struct tb_feed_stats {
 	uint64_t heartbeats;
 	uint64_t duplicates;         /* messages received again, skipped */
 	uint64_t malformed_packets;  /* failed tb_mold_parse(), or truncated */
-	uint64_t malformed_by_kind[12]; /* index -(code) - 101, TB_ITCH_E* */
+	uint64_t malformed_by_kind[TB_MOLD_NERR]; /* index -(code) - 101,
+						     TB_MOLD_E* */
 	uint64_t malformed_messages; /* bad message in a good packet */
 	uint64_t unknown_types;
 	uint64_t wrong_session;
@@ -139,15 +141,17 @@ typedef struct tb_feed tb_feed_t;
 void tb_feed_cfg_init(tb_feed_cfg_t *cfg);
 
 /* Opens the sockets, joins the group and allocates everything (books,
- * buffers).  Returns 0 or a TB_E* code with a message in tb_errmsg(). */
+ * buffers).  Returns 0 or a TB_E* code with a message in
+ * tb_md_error_msg() (md_error.h). */
 int tb_feed_open(tb_feed_t **out, const tb_feed_cfg_t *cfg);
 void tb_feed_close(tb_feed_t *f);
 
 /* Busy-poll step: reads what is waiting on both sockets (non-blocking,
  * one recvmmsg batch each), applies it, runs the gap timers.  Returns the
- * number of messages applied (0 = nothing new), or TB_ESYS if a socket
- * failed.  No allocation or lock; the system calls are the receives and,
- * during a gap, the requests. */
+ * number of messages applied (0 = nothing new), or a TB_E* code (TB_ESYS
+ * mostly) with a message in tb_md_error_msg() if a socket failed.  No
+ * allocation or lock; the system calls are the receives and, during a gap,
+ * the requests. */
 int tb_feed_poll(tb_feed_t *f);
 
 /* 1 once the end of session has been received and every sequence before

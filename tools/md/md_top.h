@@ -11,29 +11,20 @@
 #ifndef TB_MD_TOP_H
 #define TB_MD_TOP_H
 
-#include <stdint.h>
+#include "tools/hash.h"
 
-/* splitmix64 finaliser. */
-static inline uint64_t tb_md_top_mix(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	x ^= x >> 31;
-	return x;
-}
+#include <stdint.h>
 
 static inline uint64_t tb_md_top_hash(uint32_t instrument, int64_t bid_px,
 				      uint64_t bid_qty, int64_t ask_px,
 				      uint64_t ask_qty)
 {
-	uint64_t h = tb_md_top_mix(instrument + 0x9e3779b97f4a7c15ull);
+	uint64_t h = tb_hash_mix64(instrument + TB_HASH_GOLDEN);
 
-	h = tb_md_top_mix(h ^ (uint64_t)bid_px);
-	h = tb_md_top_mix(h ^ bid_qty);
-	h = tb_md_top_mix(h ^ (uint64_t)ask_px);
-	return tb_md_top_mix(h ^ ask_qty);
+	h = tb_hash_mix64(h ^ (uint64_t)bid_px);
+	h = tb_hash_mix64(h ^ bid_qty);
+	h = tb_hash_mix64(h ^ (uint64_t)ask_px);
+	return tb_hash_mix64(h ^ ask_qty);
 }
 
 /* Feed prices (4 implied decimals) to the schema's exponent -9. */

@@ -12,13 +12,13 @@
  * Summary line (stdout), parsed by the scenario tests:
  *   feedcheck: ended=0|1 messages=N packets=P ... orders=O checksum=0x...
  */
-#include "bus/clock.h"
-#include "bus/error.h"
+#include <tickbus/tickbus.h>
 #include <tickbus/hist.h>
 #include "tools/cli.h"
 #include "tools/md/feed.h"
+#include "tools/md/feed_opts.h"
+#include "tools/md/md_error.h"
 
-#include <arpa/inet.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <sched.h>
@@ -28,42 +28,26 @@
 #include <string.h>
 #include <time.h>
 
+static const char prog[] = "tb-feedcheck";
 static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
 
 static void usage(FILE *out)
 {
 	fprintf(out,
 "usage: tb-feedcheck [options]\n"
 "Reads a MoldUDP64/ITCH feed until the end of session and prints a summary.\n"
-"options:\n"
-"  -g, --group ADDR         multicast group (default 239.194.7.1)\n"
-"  -p, --port PORT          its port (default 31001)\n"
-"  -i, --iface ADDR         interface address to join on (default any)\n"
-"  -H, --retrans-host ADDR  retransmission server (default 127.0.0.1)\n"
-"  -R, --retrans-port PORT  its port, 0 = none (default 31002)\n"
-"      --first-seq N        first sequence expected, 0 = late join\n"
-"                           (default 1)\n"
-"      --gap-timeout-ms MS  first re-request timeout (default 20)\n"
-"      --gap-retries N      re-sends before giving a gap up (default 5)\n"
+"options:\n");
+	tb_feed_opts_usage(out);
+	fprintf(out,
 "      --timeout-ms MS      give up after this long (default 60000)\n"
-"      --session NAME       accept only this MoldUDP64 session (default:\n"
-"                           the first packet's)\n"
-"      --instruments N      instruments (stock locates) 0..N-1\n"
-"                           (default 1024)\n"
 "  -h, --help               this text\n"
 "exit status: 0 end of session reached, 1 timeout or error, 2 usage\n");
 }
 
 typedef struct check {
 	uint64_t ev[5];
-	int64_t top[1024][4];
-	int have_top[1024];
+	int64_t top[TB_FEED_OPTS_MAX_INSTRUMENTS][4];
+	int have_top[TB_FEED_OPTS_MAX_INSTRUMENTS];
 	uint64_t recv_zero;
 	tb_hist_t *lat;
 } check_t;
@@ -80,7 +64,7 @@ static void on_event(void *ctx, const tb_feed_event_t *ev)
 		tb_hist_record(c->lat, (int64_t)(tb_clock_now_ns() -
 						 ev->feed_receive_ns));
 	if (ev->kind == TB_FEED_EV_BOOK && ev->book.kind == TB_BOOK_EV_TOP &&
-	    ev->instrument < 1024) {
+	    ev->instrument < TB_FEED_OPTS_MAX_INSTRUMENTS) {
 		c->top[ev->instrument][0] = ev->book.bid_px;
 		c->top[ev->instrument][1] = (int64_t)ev->book.bid_qty;
 		c->top[ev->instrument][2] = ev->book.ask_px;
@@ -92,86 +76,60 @@ static void on_event(void *ctx, const tb_feed_event_t *ev)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"group", required_argument, 0, 'g'},
-		{"port", required_argument, 0, 'p'},
-		{"iface", required_argument, 0, 'i'},
-		{"retrans-host", required_argument, 0, 'H'},
-		{"retrans-port", required_argument, 0, 'R'},
-		{"first-seq", required_argument, 0, 'F'},
-		{"gap-timeout-ms", required_argument, 0, 'G'},
-		{"gap-retries", required_argument, 0, 'Y'},
+		TB_FEED_OPTS_LONG,
 		{"timeout-ms", required_argument, 0, 'T'},
-		{"instruments", required_argument, 0, 'N'},
-		{"session", required_argument, 0, 'S'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
-	tb_feed_cfg_t cfg;
+	tb_feed_opts_t fo;
 	tb_feed_t *f;
 	tb_feed_stats_t st;
 	static check_t chk;
-	uint64_t port = 31001, rport = 31002, timeout_ms = 60000, v, t0, idle = 0;
+	uint64_t timeout_ms = 60000, t0, idle = 0;
 	uint64_t mismatch = 0, i;
 	int c, rc;
 
-	tb_feed_cfg_init(&cfg);
-	cfg.group = "239.194.7.1";
-	cfg.retrans_host = "127.0.0.1";
-	cfg.first_seq = 1;
-	while ((c = getopt_long(argc, argv, "g:p:i:H:R:h", opts, NULL)) != -1) {
+	tb_feed_opts_init(&fo);
+	while ((c = getopt_long(argc, argv, TB_FEED_OPTS_SHORT "h", opts,
+				NULL)) != -1) {
 		const char *bad = NULL;
 
 		switch (c) {
-		case 'g': if (!tb_cli_is_ipv4(optarg)) bad = "--group"; else cfg.group = optarg; break;
-		case 'i': if (!tb_cli_is_ipv4(optarg)) bad = "--iface"; else cfg.iface = optarg; break;
-		case 'S': if (!*optarg || strlen(optarg) > TB_MOLD_SESSION_LEN) bad = "--session"; else cfg.session = optarg; break;
-		case 'H': if (!tb_cli_is_ipv4(optarg)) bad = "--retrans-host"; else cfg.retrans_host = optarg; break;
-		case 'p': if (tb_cli_u64_c(optarg, &port) || port == 0 || port > 65535) bad = "--port"; break;
-		case 'R': if (tb_cli_u64_c(optarg, &rport) || rport > 65535) bad = "--retrans-port"; break;
-		case 'F': if (tb_cli_u64_c(optarg, &cfg.first_seq)) bad = "--first-seq"; break;
-		case 'G': if (tb_cli_u64_c(optarg, &v) || v == 0) bad = "--gap-timeout-ms"; else cfg.gap_timeout_ns = v * 1000000ull; break;
-		case 'Y': if (tb_cli_u64_c(optarg, &v) || v > 100) bad = "--gap-retries"; else cfg.gap_retries = (uint32_t)v; break;
 		case 'T': if (tb_cli_u64_c(optarg, &timeout_ms) || timeout_ms == 0) bad = "--timeout-ms"; break;
-		case 'N': if (tb_cli_u64_c(optarg, &v) || v == 0 || v > 1024) bad = "--instruments"; else cfg.max_instruments = (uint32_t)v; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'h': return tb_cli_usage_exit(usage, c);
+		default:
+			if (!tb_feed_opts_take(&fo, c, optarg, &bad))
+				return tb_cli_usage_exit(usage, c);
+			break;
 		}
-		if (bad) {
-			fprintf(stderr, "tb-feedcheck: bad value '%s' for %s\n", optarg, bad);
-			return 2;
-		}
+		if (bad)
+			return tb_cli_bad_value(prog, NULL, bad, optarg);
 	}
-	if (optind < argc) {
-		fprintf(stderr, "tb-feedcheck: unexpected argument '%s'\n", argv[optind]);
-		return 2;
-	}
-	cfg.port = (uint16_t)port;
-	cfg.retrans_port = (uint16_t)rport;
-	if (rport == 0)
-		cfg.retrans_host = NULL;
-	cfg.cb = on_event;
-	cfg.ctx = &chk;
-	tb_clock_init();
+	if (optind < argc)
+		return tb_cli_unexpected(prog, NULL, argv[optind]);
+	tb_feed_opts_done(&fo);
+	fo.cfg.cb = on_event;
+	fo.cfg.ctx = &chk;
+	(void)tb_clock_now_ns(); /* calibrates now, not on the first packet */
 	/* 1 ns to 100 s, 3 digits. */
 	if (tb_hist_init(&chk.lat, 1, 100000000000ll, 3) != 0) {
 		fprintf(stderr, "tb-feedcheck: %s\n", tb_errmsg());
 		return 1;
 	}
-	rc = tb_feed_open(&f, &cfg);
+	rc = tb_feed_open(&f, &fo.cfg);
 	if (rc) {
-		fprintf(stderr, "tb-feedcheck: %s\n", tb_errmsg());
+		fprintf(stderr, "tb-feedcheck: %s\n", tb_md_error_msg());
 		tb_hist_free(chk.lat);
 		return 1;
 	}
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	tb_cli_on_stop_signals(&stop);
 	printf("feedcheck: ready port=%u\n", tb_feed_port(f));
 	fflush(stdout);
-	t0 = tb_cli_mono_ms();
-	while (!stop && !tb_feed_ended(f) && tb_cli_mono_ms() - t0 < timeout_ms) {
+	t0 = tb_clock_mono_ms();
+	while (!stop && !tb_feed_ended(f) && tb_clock_mono_ms() - t0 < timeout_ms) {
 		rc = tb_feed_poll(f);
 		if (rc < 0) {
-			fprintf(stderr, "tb-feedcheck: %s\n", tb_errmsg());
+			fprintf(stderr, "tb-feedcheck: %s\n", tb_md_error_msg());
 			break;
 		}
 		/* Spin while data flows, then yield, then nap: a checker must not
@@ -187,7 +145,7 @@ int main(int argc, char **argv)
 		}
 	}
 	tb_feed_stats(f, &st);
-	for (i = 0; i < cfg.max_instruments && i < 1024; i++) {
+	for (i = 0; i < fo.cfg.max_instruments; i++) {
 		tb_book_level_t b, a;
 		int nb = tb_book_levels(tb_feed_book(f), (uint32_t)i, TB_BOOK_BID, &b, 1);
 		int na = tb_book_levels(tb_feed_book(f), (uint32_t)i, TB_BOOK_ASK, &a, 1);

@@ -46,35 +46,28 @@
  *     malformed_messages=N messages=N book_errors=N top_checksum=0x...
  * top_checksum is md_top.h's sum over the last Quote of every instrument.
  */
-#include "bus/clock.h"
-#include "bus/error.h"
 #include <tickbus/tickbus.h>
 #include "tickbus_schema.h"
 #include "tools/cli.h"
 #include "tools/md/feed.h"
+#include "tools/md/feed_opts.h"
+#include "tools/md/md_error.h"
 #include "tools/md/md_top.h"
 
-#include <arpa/inet.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define MAX_INSTR 1024
+#define MAX_INSTR TB_FEED_OPTS_MAX_INSTRUMENTS
 #define MAX_PENDING_LEVELS 32 /* one ITCH message touches at most a few */
 #define MAX_STREAMS 4
 
+static const char prog[] = "tb-feedhandler";
 static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
 
 static void usage(FILE *out)
 {
@@ -85,26 +78,15 @@ static void usage(FILE *out)
 "each further -s STREAM, up to 4).\n"
 "options:\n"
 "  -c, --config FILE        tickbus config file (required)\n"
-"  -s, --stream NAME        stream to publish (required)\n"
-"  -g, --group ADDR         feed multicast group or local address\n"
-"                           (default 239.194.7.1)\n"
-"  -p, --port PORT          feed port (default 31001)\n"
-"  -i, --iface ADDR         interface address to join on (default any)\n"
-"  -H, --retrans-host ADDR  retransmission server (default 127.0.0.1)\n"
-"  -R, --retrans-port PORT  its port, 0 = none (default 31002)\n"
-"      --first-seq N        first sequence expected, 0 = late join\n"
-"                           (default 1)\n"
-"      --session NAME       accept only this MoldUDP64 session\n"
-"      --gap-timeout-ms MS  first re-request timeout (default 20)\n"
-"      --gap-retries N      re-sends before giving a gap up (default 5)\n"
-"      --instruments N      instruments (stock locates) 0..N-1, N <= %d\n"
-"                           (default %d)\n"
+"  -s, --stream NAME        stream to publish (required)\n");
+	tb_feed_opts_usage(out);
+	fprintf(out,
 "      --timeout-ms MS      stop after this long, 0 = never (default 0)\n"
 "      --linger-ms MS       wait before closing the stream (default 200)\n"
 "      --core N             pin the handler thread to core N\n"
 "  -h, --help               this text\n"
 "exit status: 0 end of session reached or stopped by a signal, 1 error or\n"
-"timeout, 2 usage\n", MAX_INSTR, MAX_INSTR);
+"timeout, 2 usage\n");
 }
 
 typedef struct handler {
@@ -398,16 +380,7 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{"config", required_argument, 0, 'c'},
 		{"stream", required_argument, 0, 's'},
-		{"group", required_argument, 0, 'g'},
-		{"port", required_argument, 0, 'p'},
-		{"iface", required_argument, 0, 'i'},
-		{"retrans-host", required_argument, 0, 'H'},
-		{"retrans-port", required_argument, 0, 'R'},
-		{"first-seq", required_argument, 0, 'F'},
-		{"session", required_argument, 0, 'S'},
-		{"gap-timeout-ms", required_argument, 0, 'G'},
-		{"gap-retries", required_argument, 0, 'Y'},
-		{"instruments", required_argument, 0, 'N'},
+		TB_FEED_OPTS_LONG,
 		{"timeout-ms", required_argument, 0, 'T'},
 		{"linger-ms", required_argument, 0, 'L'},
 		{"core", required_argument, 0, 'C'},
@@ -417,20 +390,17 @@ int main(int argc, char **argv)
 	static handler_t h;
 	const char *config = NULL, *streams[MAX_STREAMS];
 	int nstreams = 0;
-	tb_feed_cfg_t cfg;
+	tb_feed_opts_t fo;
 	tb_feed_t *f;
 	tb_feed_stats_t st;
-	uint64_t port = 31001, rport = 31002, timeout_ms = 0, linger_ms = 200;
-	uint64_t v, t0, core = UINT64_MAX, sum = 0, i;
+	uint64_t timeout_ms = 0, linger_ms = 200;
+	uint64_t t0, core = UINT64_MAX, sum = 0, i;
 	tb_idle_t idle;
 	int c, rc, ended;
 
-	tb_feed_cfg_init(&cfg);
-	cfg.group = "239.194.7.1";
-	cfg.retrans_host = "127.0.0.1";
-	cfg.first_seq = 1;
-	cfg.max_instruments = MAX_INSTR;
-	while ((c = getopt_long(argc, argv, "c:s:g:p:i:H:R:h", opts, NULL)) != -1) {
+	tb_feed_opts_init(&fo);
+	while ((c = getopt_long(argc, argv, "c:s:" TB_FEED_OPTS_SHORT "h", opts,
+				NULL)) != -1) {
 		const char *bad = NULL;
 
 		switch (c) {
@@ -441,43 +411,27 @@ int main(int argc, char **argv)
 			else
 				streams[nstreams++] = optarg;
 			break;
-		case 'g': if (!tb_cli_is_ipv4(optarg)) bad = "--group"; else cfg.group = optarg; break;
-		case 'i': if (!tb_cli_is_ipv4(optarg)) bad = "--iface"; else cfg.iface = optarg; break;
-		case 'H': if (!tb_cli_is_ipv4(optarg)) bad = "--retrans-host"; else cfg.retrans_host = optarg; break;
-		case 'S': if (!*optarg || strlen(optarg) > TB_MOLD_SESSION_LEN) bad = "--session"; else cfg.session = optarg; break;
-		case 'p': if (tb_cli_u64_c(optarg, &port) || port == 0 || port > 65535) bad = "--port"; break;
-		case 'R': if (tb_cli_u64_c(optarg, &rport) || rport > 65535) bad = "--retrans-port"; break;
-		case 'F': if (tb_cli_u64_c(optarg, &cfg.first_seq)) bad = "--first-seq"; break;
-		case 'G': if (tb_cli_u64_c(optarg, &v) || v == 0 || v > 60000) bad = "--gap-timeout-ms"; else cfg.gap_timeout_ns = v * 1000000ull; break;
-		case 'Y': if (tb_cli_u64_c(optarg, &v) || v > 100) bad = "--gap-retries"; else cfg.gap_retries = (uint32_t)v; break;
-		case 'N': if (tb_cli_u64_c(optarg, &v) || v == 0 || v > MAX_INSTR) bad = "--instruments"; else cfg.max_instruments = (uint32_t)v; break;
 		case 'T': if (tb_cli_u64_c(optarg, &timeout_ms)) bad = "--timeout-ms"; break;
 		case 'L': if (tb_cli_u64_c(optarg, &linger_ms) || linger_ms > 60000) bad = "--linger-ms"; break;
 		case 'C': if (tb_cli_u64_c(optarg, &core) || core > 4095) bad = "--core"; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'h': return tb_cli_usage_exit(usage, c);
+		default:
+			if (!tb_feed_opts_take(&fo, c, optarg, &bad))
+				return tb_cli_usage_exit(usage, c);
+			break;
 		}
-		if (bad) {
-			fprintf(stderr, "tb-feedhandler: bad value '%s' for %s\n", optarg, bad);
-			return 2;
-		}
+		if (bad)
+			return tb_cli_bad_value(prog, NULL, bad, optarg);
 	}
-	if (optind < argc) {
-		fprintf(stderr, "tb-feedhandler: unexpected argument '%s'\n", argv[optind]);
-		return 2;
-	}
-	if (!config || !nstreams) {
-		fprintf(stderr, "tb-feedhandler: --config and --stream are required\n");
-		usage(stderr);
-		return 2;
-	}
-	cfg.port = (uint16_t)port;
-	cfg.retrans_port = (uint16_t)rport;
-	if (rport == 0)
-		cfg.retrans_host = NULL;
-	cfg.cb = on_event;
-	cfg.ctx = &h;
-	tb_clock_init();
+	if (optind < argc)
+		return tb_cli_unexpected(prog, NULL, argv[optind]);
+	if (!config || !nstreams)
+		return tb_cli_usage_error(prog, usage, "--config and --stream "
+					  "are required");
+	tb_feed_opts_done(&fo);
+	fo.cfg.cb = on_event;
+	fo.cfg.ctx = &h;
+	(void)tb_clock_now_ns(); /* calibrates now, not on the first packet */
 	h.midnight_ns = midnight_utc_ns();
 	tb_idle_init(&h.idle, TB_IDLE_SPIN_YIELD);
 	if (core != UINT64_MAX && tb_thread_pin((int)core) != 0) {
@@ -495,24 +449,24 @@ int main(int argc, char **argv)
 		}
 		h.npub++;
 	}
-	rc = tb_feed_open(&f, &cfg);
+	rc = tb_feed_open(&f, &fo.cfg);
 	if (rc) {
-		fprintf(stderr, "tb-feedhandler: feed %s:%" PRIu64 ": %s\n",
-			cfg.group, port, tb_errmsg());
+		fprintf(stderr, "tb-feedhandler: feed %s:%u: %s\n", fo.cfg.group,
+			fo.cfg.port, tb_md_error_msg());
 		close_all(&h);
 		return 1;
 	}
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	tb_cli_on_stop_signals(&stop);
 	printf("feedhandler: ready port=%u streams=%d\n", tb_feed_port(f), h.npub);
 	fflush(stdout);
 	tb_idle_init(&idle, TB_IDLE_SPIN_YIELD);
-	t0 = tb_cli_mono_ms();
+	t0 = tb_clock_mono_ms();
 	while (!stop && !h.failed && !tb_feed_ended(f) &&
-	       (!timeout_ms || tb_cli_mono_ms() - t0 < timeout_ms)) {
+	       (!timeout_ms || tb_clock_mono_ms() - t0 < timeout_ms)) {
 		rc = tb_feed_poll(f);
 		if (rc < 0) {
-			fprintf(stderr, "tb-feedhandler: feed: %s\n", tb_errmsg());
+			fprintf(stderr, "tb-feedhandler: feed: %s\n",
+				tb_md_error_msg());
 			h.failed = 1;
 			break;
 		}
@@ -531,8 +485,8 @@ int main(int argc, char **argv)
 		sum += h.top_hash[i];
 	/* Let subscribers drain before the stream says closed; the idle loop
 	 * keeps heartbeats going where the transport needs polls. */
-	t0 = tb_cli_mono_ms();
-	while (tb_cli_mono_ms() - t0 < linger_ms) {
+	t0 = tb_clock_mono_ms();
+	while (tb_clock_mono_ms() - t0 < linger_ms) {
 		struct timespec ts = { 0, 1000000 };
 
 		flush_all(&h);

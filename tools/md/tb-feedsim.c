@@ -25,9 +25,12 @@
  *     bad_requests=B unknown_requests=U retrans_msgs=M last_seq=S
  *     orders=O checksum=0x... bytes_crc=0x...
  */
+#include <tickbus/tickbus.h>
 #include "tools/cli.h"
+#include "tools/hash.h"
 #include "tools/md/book.h"
 #include "tools/md/itch.h"
+#include "tools/md/mold.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -44,13 +47,8 @@
 #include <time.h>
 #include <unistd.h>
 
+static const char prog[] = "tb-feedsim";
 static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
 
 static void usage(FILE *out)
 {
@@ -107,7 +105,7 @@ static uint64_t xorshift(uint64_t *s)
 
 static uint64_t seed_state(uint64_t seed)
 {
-	uint64_t s = tb_book_mix64(seed + 0x9e3779b97f4a7c15ull);
+	uint64_t s = tb_hash_mix64(seed + TB_HASH_GOLDEN);
 
 	return s ? s : 1;
 }
@@ -317,15 +315,6 @@ static void gen_order_msg(sim_t *s)
 	if (o->qty == 0)
 		s->orders[i] = s->orders[--s->norders];
 	store(s, &m);
-}
-
-static uint64_t fnv1a(uint64_t h, const uint8_t *p, size_t n)
-{
-	while (n--) {
-		h ^= *p++;
-		h *= 0x100000001b3ull;
-	}
-	return h;
 }
 
 /* Packs messages from `seq` (up to `max` of them, none past `last`, and
@@ -589,18 +578,14 @@ int main(int argc, char **argv)
 		case 'H': if (tb_cli_u64_c(optarg, &hb_ms) || hb_ms == 0) bad = "--heartbeat-ms"; break;
 		case 'D': if (tb_cli_u64_c(optarg, &start_ms)) bad = "--start-delay-ms"; break;
 		case 'Z': if (tb_cli_u64_c(optarg, &end_ms)) bad = "--end-ms"; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'h':
+		default: return tb_cli_usage_exit(usage, c);
 		}
-		if (bad) {
-			fprintf(stderr, "tb-feedsim: bad value '%s' for %s\n", optarg, bad);
-			return 2;
-		}
+		if (bad)
+			return tb_cli_bad_value(prog, NULL, bad, optarg);
 	}
-	if (optind < argc) {
-		fprintf(stderr, "tb-feedsim: unexpected argument '%s'\n", argv[optind]);
-		return 2;
-	}
+	if (optind < argc)
+		return tb_cli_unexpected(prog, NULL, argv[optind]);
 
 	s.rng_msg = seed_state(seed);
 	s.rng_pkt = seed_state(seed ^ 0x5555555555555555ull);
@@ -624,28 +609,27 @@ int main(int argc, char **argv)
 		sim_free(&s);
 		return 1;
 	}
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	tb_cli_on_stop_signals(&stop);
 
 	gen_system(&s, TB_ITCH_EV_START_MESSAGES);
 	for (i = 1; i <= s.instruments; i++)
 		gen_directory(&s, i);
 	gen_system(&s, TB_ITCH_EV_START_MARKET);
 
-	s.bytes_crc = 0xcbf29ce484222325ull;
-	t0 = tb_cli_mono_ns();
+	s.bytes_crc = TB_HASH_FNV1A_INIT;
+	t0 = tb_clock_mono_ns();
 	last_send = 0;
-	while (!stop && tb_cli_mono_ns() - t0 < start_ms * 1000000ull) {
-		if (tb_cli_mono_ns() - last_send >= hb_ms * 1000000ull) {
+	while (!stop && tb_clock_mono_ns() - t0 < start_ms * 1000000ull) {
+		if (tb_clock_mono_ns() - last_send >= hb_ms * 1000000ull) {
 			send_ctl(&s, TB_MOLD_COUNT_HEARTBEAT);
-			last_send = tb_cli_mono_ns();
+			last_send = tb_clock_mono_ns();
 		}
 		serve_requests(&s);
 		nap(&s, 1000000);
 	}
-	t0 = next_due = last_send = tb_cli_mono_ns();
+	t0 = next_due = last_send = tb_clock_mono_ns();
 	for (;;) {
-		uint64_t now = tb_cli_mono_ns(), want, seq;
+		uint64_t now = tb_clock_mono_ns(), want, seq;
 		uint16_t n;
 		size_t len;
 
@@ -685,7 +669,7 @@ int main(int argc, char **argv)
 		}
 		seq = s.sent + 1;
 		len = pack(&s, pkt, seq, want, s.have, &n);
-		s.bytes_crc = fnv1a(s.bytes_crc, pkt, len);
+		s.bytes_crc = tb_hash_fnv1a64(s.bytes_crc, pkt, len);
 		send_live(&s, pkt, len, 1);
 		s.sent += n;
 		last_send = now;
@@ -702,13 +686,13 @@ int main(int argc, char **argv)
 	}
 	/* A stopped feed still ends its session at what was sent. */
 	s.have = s.sent;
-	t0 = tb_cli_mono_ns();
+	t0 = tb_clock_mono_ns();
 	last_send = 0;
 	stop = 0; /* a signal now ends the end-of-session phase early */
-	while (!stop && tb_cli_mono_ns() - t0 < end_ms * 1000000ull) {
-		if (tb_cli_mono_ns() - last_send >= 20000000ull) {
+	while (!stop && tb_clock_mono_ns() - t0 < end_ms * 1000000ull) {
+		if (tb_clock_mono_ns() - last_send >= 20000000ull) {
 			send_ctl(&s, TB_MOLD_COUNT_END);
-			last_send = tb_cli_mono_ns();
+			last_send = tb_clock_mono_ns();
 		}
 		serve_requests(&s);
 		nap(&s, 500000);

@@ -1,6 +1,6 @@
 /*
  * tb-gateway - the order-gateway sink: receives orders over UDP
- * (tools/md/gateway_proto.h), stamps each arrival with tb_clock_now_ns(),
+ * (tools/md/gw.h), stamps each arrival with tb_clock_now_ns(),
  * answers an ack carrying the arrival time, and counts.
  *
  * UDP rather than TCP: an order is one datagram and an ack one datagram, no
@@ -13,9 +13,9 @@
  *   gateway: orders=N acks=N bad=N bad_size=N bad_magic=N bad_version=N
  *            bad_type=N bad_field=N
  */
-#include "bus/clock.h"
+#include <tickbus/tickbus.h>
 #include "tools/cli.h"
-#include "tools/md/gateway_proto.h"
+#include "tools/md/gw.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -33,20 +33,15 @@
 
 #define BATCH 16
 
+static const char prog[] = "tb-gateway";
 static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
 
 static void usage(FILE *out)
 {
 	fprintf(out,
 "usage: tb-gateway [options]\n"
-"Receives orders (tools/md/gateway_proto.h) over UDP, acks each with its\n"
-"arrival time, and prints the counts at exit.\n"
+"Receives orders (tools/md/gw.h) over UDP, acks each with its arrival\n"
+"time, and prints the counts at exit.\n"
 "options:\n"
 "  -b, --bind ADDR     address to listen on (default 127.0.0.1)\n"
 "  -p, --port PORT     port, 0 = any free one (default 31010)\n"
@@ -87,18 +82,14 @@ int main(int argc, char **argv)
 		case 'n': if (tb_cli_u64_c(optarg, &count)) badopt = "--count"; break;
 		case 'd': if (tb_cli_u64_c(optarg, &duration)) badopt = "--duration"; break;
 		case 'S': spin = 1; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'h':
+		default: return tb_cli_usage_exit(usage, c);
 		}
-		if (badopt) {
-			fprintf(stderr, "tb-gateway: bad value '%s' for %s\n", optarg, badopt);
-			return 2;
-		}
+		if (badopt)
+			return tb_cli_bad_value(prog, NULL, badopt, optarg);
 	}
-	if (optind < argc) {
-		fprintf(stderr, "tb-gateway: unexpected argument '%s'\n", argv[optind]);
-		return 2;
-	}
+	if (optind < argc)
+		return tb_cli_unexpected(prog, NULL, argv[optind]);
 	memset(&sa, 0, sizeof(sa));
 	sa.sin_family = AF_INET;
 	sa.sin_port = htons((uint16_t)port);
@@ -106,7 +97,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "tb-gateway: --bind '%s' is not an IPv4 address\n", bind_addr);
 		return 2;
 	}
-	tb_clock_init();
+	(void)tb_clock_now_ns(); /* calibrates now, not on the first order */
 	fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
 	    getsockname(fd, (struct sockaddr *)&sa, &sl) < 0) {
@@ -114,14 +105,13 @@ int main(int argc, char **argv)
 			bind_addr, port, strerror(errno));
 		return 1;
 	}
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	tb_cli_on_stop_signals(&stop);
 	printf("gateway: ready port=%u\n", ntohs(sa.sin_port));
 	fflush(stdout);
 
-	t0 = tb_cli_mono_ns();
+	t0 = tb_clock_mono_ns();
 	while (!stop && (!count || orders < count) &&
-	       (!duration || tb_cli_mono_ns() - t0 < duration * 1000000000ull)) {
+	       (!duration || tb_clock_mono_ns() - t0 < duration * 1000000000ull)) {
 		uint64_t arrival;
 		int n;
 

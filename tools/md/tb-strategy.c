@@ -14,7 +14,7 @@
  * The rule.  On a Quote with both sides present whose spread (ask - bid) is
  * at most --max-spread, buy at the ask, min(ask qty, --qty) shares, IOC -
  * at most one order per --min-interval-us and --max-orders in all.  The
- * order goes to tb-gateway as one UDP datagram (tools/md/gateway_proto.h; the
+ * order goes to tb-gateway as one UDP datagram (tools/md/gw.h; the
  * schema's Order/OrderAck carry the same stamps, but the gateway speaks its
  * own small format, so the strategy does too).
  *
@@ -58,13 +58,11 @@
  *   hops: feed_to_publish_count=N feed_to_publish_p50=N ... tick_to_trade_max=N
  *     feed_to_publish_negative=N feed_to_publish_most_negative=N ...
  */
-#include "bus/clock.h"
-#include "bus/error.h"
 #include <tickbus/hist.h>
 #include <tickbus/tickbus.h>
 #include "tickbus_schema.h"
 #include "tools/cli.h"
-#include "tools/md/gateway_proto.h"
+#include "tools/md/gw.h"
 #include "tools/md/md_top.h"
 
 #include <arpa/inet.h>
@@ -90,13 +88,8 @@ static const char *const hop_name[NHOPS] = {
 	"decision_to_send", "send_to_gateway", "tick_to_trade",
 };
 
+static const char prog[] = "tb-strategy";
 static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
 
 static void usage(FILE *out)
 {
@@ -532,28 +525,21 @@ int main(int argc, char **argv)
 		case 'D': if (!*optarg) bad = "--hgrm-dir"; else hgrm_dir = optarg; break;
 		case 'T': if (tb_cli_u64_c(optarg, &timeout_ms)) bad = "--timeout-ms"; break;
 		case 'A': if (tb_cli_u64_c(optarg, &ack_wait_ms) || ack_wait_ms > 60000) bad = "--ack-wait-ms"; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'h':
+		default: return tb_cli_usage_exit(usage, c);
 		}
-		if (bad) {
-			fprintf(stderr, "tb-strategy: bad value '%s' for %s\n", optarg, bad);
-			return 2;
-		}
+		if (bad)
+			return tb_cli_bad_value(prog, NULL, bad, optarg);
 	}
-	if (optind < argc) {
-		fprintf(stderr, "tb-strategy: unexpected argument '%s'\n", argv[optind]);
-		return 2;
-	}
-	if (!config || !stream) {
-		fprintf(stderr, "tb-strategy: --config and --stream are required\n");
-		usage(stderr);
-		return 2;
-	}
-	if (parse_endpoint(gateway, &gw)) {
-		fprintf(stderr, "tb-strategy: bad gateway '%s'\n", gateway);
-		return 2;
-	}
-	tb_clock_init();
+	if (optind < argc)
+		return tb_cli_unexpected(prog, NULL, argv[optind]);
+	if (!config || !stream)
+		return tb_cli_usage_error(prog, usage, "--config and --stream "
+					  "are required");
+	if (parse_endpoint(gateway, &gw))
+		return tb_cli_usage_error(prog, NULL, "bad gateway '%s'",
+					  gateway);
+	(void)tb_clock_now_ns(); /* calibrates now, not on the first quote */
 	for (i = 0; i < NHOPS; i++)
 		if (tb_hist_init(&s.hop[i], 1, 100000000000ll, 3) != 0) {
 			fprintf(stderr, "tb-strategy: %s\n", tb_errmsg());
@@ -575,13 +561,12 @@ int main(int argc, char **argv)
 			config, tb_errmsg());
 		return 1;
 	}
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	tb_cli_on_stop_signals(&stop);
 	printf("%s: ready stream=%s gateway=%s\n", name, stream, gateway);
 	fflush(stdout);
 	tb_idle_init(&idle, TB_IDLE_SPIN_YIELD);
-	t0 = tb_cli_mono_ms();
-	while (!stop && !closed && (!timeout_ms || tb_cli_mono_ms() - t0 < timeout_ms)) {
+	t0 = tb_clock_mono_ms();
+	while (!stop && !closed && (!timeout_ms || tb_clock_mono_ms() - t0 < timeout_ms)) {
 		int n = tb_sub_poll(sub, on_msg, &s, 64);
 		uint64_t first = 0, last = 0;
 		/* Acks are read between polls, only while orders are out (a
@@ -622,8 +607,8 @@ int main(int argc, char **argv)
 				       "lapped" : "data_loss", first, last);
 		}
 	}
-	t0 = tb_cli_mono_ms();
-	while (s.outstanding && tb_cli_mono_ms() - t0 < ack_wait_ms) {
+	t0 = tb_clock_mono_ms();
+	while (s.outstanding && tb_clock_mono_ms() - t0 < ack_wait_ms) {
 		struct timespec ts = { 0, 1000000 };
 
 		if (read_acks(&s) == 0)
