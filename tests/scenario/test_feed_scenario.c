@@ -36,8 +36,8 @@
 #include "bus/clock.h"
 #include "tests/common/scenario.h"
 #include <tickbus/tickbus.h>
-#include "tools/md/gateway_proto.h"
-#include "tools/md/itch.h"
+#include "tools/md/gw.h"
+#include "tools/md/mold.h"
 
 #define GROUP "239.194.7.1"
 #define PORT 31001

@@ -43,7 +43,7 @@
 #include <unistd.h>
 
 #include "tests/common/scenario.h"
-#include "tools/md/itch.h"
+#include "tools/md/mold.h"
 
 #define GROUP "239.194.7.1"
 #define PORT 31001

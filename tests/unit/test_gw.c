@@ -1,5 +1,5 @@
 /*
- * test_gateway_proto.c - unit tests of the order-gateway wire format
+ * test_gw.c - unit tests of the order-gateway wire format
  * (tools/md/gw.h): the byte layout at the documented offsets, and
  * one refusal per malformed kind.
  */
