@@ -37,9 +37,19 @@
  * negative TB_* code from tickbus_err.h, with a message in tb_errmsg().
  * Recording returns nothing and cannot fail.
  *
+ * Where each part lives (this one header declares them all, its sections in
+ * this order):
+ *   set-up, recording, queries, iteration, merge   bus/hist.c
+ *   output (.hgrm, CSV)                             bus/hist_text.c
+ *   binary encoding (V2, and its base64)            bus/hist_encoding.c
+ *   interval histogram log                          bus/hist_log.c
+ *   recorder                                        bus/hist_recorder.c
+ *   inline internals (record, recorder record)      here, at the end
+ *
  * This header is public and compiles as C++ as well as C11, which is why it
- * uses the GCC __atomic builtins rather than <stdatomic.h> (barrier.h): they
- * give the same orderings and exist in both languages.
+ * uses the GCC __atomic builtins rather than <stdatomic.h> (barrier.h, which
+ * is internal): they give the same orderings and exist in both languages.
+ * Each one is labelled with the operation it pairs with, as barrier.h's are.
  */
 #ifndef TB_HIST_H
 #define TB_HIST_H
@@ -63,7 +73,7 @@ extern "C" {
 typedef struct tb_hist tb_hist_t;
 typedef struct tb_hist_recorder tb_hist_recorder_t;
 
-/* ------------------------------------------------------ set-up, teardown */
+/* ---------------------------------------------- set-up, teardown (hist.c) */
 
 /*
  * Allocates an empty histogram tracking [lowest_discernible,
@@ -93,7 +103,7 @@ void tb_hist_reset(tb_hist_t *h);
  */
 int tb_hist_merge(tb_hist_t *dst, const tb_hist_t *src);
 
-/* ------------------------------------------------------------- recording */
+/* ----------------------------------------------------- recording (hist.c) */
 
 static inline void tb_hist_record_n(tb_hist_t *h, int64_t value,
 				    int64_t count);
@@ -113,7 +123,7 @@ static inline void tb_hist_record(tb_hist_t *h, int64_t value);
 void tb_hist_record_corrected(tb_hist_t *h, int64_t value,
 			      int64_t expected_interval);
 
-/* -------------------------------------------------------------- queries */
+/* ------------------------------------------------------- queries (hist.c) */
 
 int64_t tb_hist_count(const tb_hist_t *h);     /* all recorded samples */
 int64_t tb_hist_overflow(const tb_hist_t *h);  /* samples > highest */
@@ -160,7 +170,7 @@ int tb_hist_sub_bucket_count(const tb_hist_t *h);
  * underflow counters, which no file carries, are not compared). */
 bool tb_hist_equal(const tb_hist_t *a, const tb_hist_t *b);
 
-/* ------------------------------------------------------------- iteration */
+/* ----------------------------------------------------- iteration (hist.c) */
 
 /* One non-empty bucket, as visited by tb_hist_iter_next. */
 typedef struct tb_hist_iter {
@@ -180,7 +190,7 @@ void tb_hist_iter_init(tb_hist_iter_t *it, const tb_hist_t *h);
  * (leaving `it` unchanged) when there is none. */
 bool tb_hist_iter_next(tb_hist_iter_t *it);
 
-/* --------------------------------------------------------------- output */
+/* --------------------------------------------------- output (hist_text.c) */
 
 /*
  * Writes the percentile distribution in HdrHistogram's .hgrm text format:
@@ -199,7 +209,7 @@ int tb_hist_write_hgrm(const tb_hist_t *h, FILE *out, double unit_ratio,
 int tb_hist_write_csv(const tb_hist_t *h, FILE *out, double unit_ratio,
 		      int ticks_per_half);
 
-/* ------------------------------------------------------- binary encoding */
+/* -------------------------------------- binary encoding (hist_encoding.c) */
 
 /*
  * Encodes `h` as HdrHistogram's V2 compressed histogram: big-endian cookie
@@ -218,7 +228,7 @@ int tb_hist_encode(const tb_hist_t *h, uint8_t **buf, size_t *len);
  */
 int tb_hist_decode(const void *buf, size_t len, tb_hist_t **h);
 
-/* ------------------------------------------------- interval histogram log */
+/* ------------------------------------ interval histogram log (hist_log.c) */
 
 typedef struct tb_hist_log_writer tb_hist_log_writer_t;
 typedef struct tb_hist_log_reader tb_hist_log_reader_t;
@@ -279,7 +289,7 @@ double tb_hist_log_reader_base_time(const tb_hist_log_reader_t *r);
 
 void tb_hist_log_reader_close(tb_hist_log_reader_t *r);
 
-/* ------------------------------------------ recorder: lock-free intervals */
+/* ------------------------ recorder: lock-free intervals (hist_recorder.c) */
 
 /*
  * A recorder lets one hot thread record while another takes interval
@@ -352,6 +362,10 @@ static inline int32_t tb_hist_index_(const tb_hist_t *h, int64_t v)
  * monitor reading tb_hist_count) sees no torn value; plain moves on x86. */
 static inline void tb_hist_add_(int64_t *cell, int64_t n)
 {
+	/* Relaxed, unpaired: the load reads this thread's own last store;
+	 * the store pairs with no acquire, only with the relaxed peeks of
+	 * tb_hist_count/overflow/underflow (hist.c), which order nothing on
+	 * it.  A sampler's view is ordered by the recorder's R1 instead. */
 	__atomic_store_n(cell, __atomic_load_n(cell, __ATOMIC_RELAXED) + n,
 			 __ATOMIC_RELAXED);
 }
@@ -391,9 +405,10 @@ static inline void tb_hist_record(tb_hist_t *h, int64_t value)
 }
 
 /*
- * The recorder (see the essay in hist.c for the full argument).  `epoch` is
- * odd while the recording thread is inside a record call; the sampler swaps
- * `active` and then waits for the epoch to move past an odd value it saw.
+ * The recorder (see the essay in hist_recorder.c for the full argument).
+ * `epoch` is odd while the recording thread is inside a record call; the
+ * sampler swaps `active` and then waits for the epoch to move past an odd
+ * value it saw.
  * The two words sit on their own cache lines: `epoch` is written by the
  * recorder on every call, `active` by the sampler once per interval.
  */
@@ -413,15 +428,16 @@ struct tb_hist_recorder {
 static inline void tb_hist_recorder_record_n(tb_hist_recorder_t *rec,
 					     int64_t value, int64_t count)
 {
-	/* Only this thread writes epoch: a relaxed read of our own value. */
+	/* Relaxed, unpaired: only this thread writes epoch, so this reads
+	 * back our own last store (R1 of the previous call). */
 	uint64_t e = __atomic_load_n(&rec->epoch, __ATOMIC_RELAXED);
 	tb_hist_t *h;
 
 	/* S1: enter (odd).  Seq-cst, with L1 and X1/A1 in the sampler: either
 	 * L1 sees the sampler's new histogram or A1 sees this odd epoch. */
 	__atomic_store_n(&rec->epoch, e + 1, __ATOMIC_SEQ_CST);
-	/* L1: pairs with X1 in tb_hist_recorder_sample (the histogram it
-	 * publishes was reset before X1). */
+	/* L1: pairs with X1 in tb_hist_recorder_sample (hist_recorder.c; the
+	 * histogram it publishes was reset before X1). */
 	h = __atomic_load_n(&rec->active, __ATOMIC_SEQ_CST);
 	tb_hist_record_n(h, value, count);
 	/* R1: leave (even); pairs with A1/A2 in tb_hist_recorder_sample, which
