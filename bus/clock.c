@@ -485,6 +485,22 @@ uint64_t tb_clock_mono_ms(void)
 	return tb_clock_mono_ns() / 1000000u;
 }
 
+uint64_t tb_clock_mono_coarse_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return ts_ns(&ts);
+}
+
+uint64_t tb_clock_realtime_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts_ns(&ts);
+}
+
 const char *tb_clock_source(void)
 {
 	tb_clock_init();

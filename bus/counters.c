@@ -30,6 +30,7 @@
  */
 #include "bus/counters.h"
 
+#include "bus/clock.h"
 #include "bus/error.h"
 
 #include <dirent.h>
@@ -42,7 +43,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define FILE_SIZE(n) (sizeof(tb_counters_hdr_t) + (size_t)(n) * sizeof(tb_counter_slot_t))
@@ -90,14 +90,6 @@ const char *tb_counter_role_name(int role)
 	case TB_ROLE_RECOVERY: return "recovery";
 	default: return "?";
 	}
-}
-
-static uint64_t realtime_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static const char *counters_dir(const char *dir)
@@ -216,7 +208,7 @@ static int open_locked(void)
 	h->n_counters = TB_CTR_COUNT;
 	h->pid = (int32_t)pid;
 	h->start_ticks = proc_start_ticks(pid);
-	h->start_ns = realtime_ns();
+	h->start_ns = tb_clock_realtime_ns();
 	snprintf(h->name, sizeof(h->name), "%s", program_invocation_short_name);
 	/* R1: the header is complete; pairs with A1 in read_mapped. */
 	tb_atomic_store_release(&h->version, TB_COUNTERS_VERSION);
@@ -333,7 +325,7 @@ void tb_counters_heartbeat(void)
 	tb_counters_hdr_t *h = W.hdr;
 
 	if (h && W.owner == getpid())
-		tb_atomic_store_relaxed(&h->heartbeat_ns, realtime_ns());
+		tb_atomic_store_relaxed(&h->heartbeat_ns, tb_clock_realtime_ns());
 }
 
 int tb_counters_close(void)

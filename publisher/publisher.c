@@ -115,11 +115,7 @@ static void stop_beat(tb_publisher_t *p)
 /* A new epoch: the wall clock in ns, made unique per process. */
 static uint64_t new_epoch(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
-	       ((uint64_t)getpid() << 48);
+	return tb_clock_realtime_ns() ^ ((uint64_t)getpid() << 48);
 }
 
 static void stop_retention(tb_publisher_t *p)
