@@ -302,6 +302,20 @@ out:
 	return s;
 }
 
+tb_counter_slot_t *tb_counters_take_stream(tb_counter_slot_t *own,
+					   uint32_t stream_id, const char *name,
+					   tb_counter_role_t role,
+					   const char *transport)
+{
+	tb_counter_slot_t *s = tb_counters_add_stream(stream_id, name, role,
+						      transport);
+
+	if (s)
+		return s;
+	tb_warn("stream '%s': counters not shared (%s)", name, tb_errmsg());
+	return own;
+}
+
 void tb_counters_remove_stream(tb_counter_slot_t *slot)
 {
 	uint32_t seq;

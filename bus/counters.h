@@ -8,7 +8,7 @@
  * them without disturbing the writer.
  *
  * Threads:
- *   tb_counters_open/add_stream/remove_stream/close   any thread (a mutex)
+ *   tb_counters_open/add/take/remove_stream/close   any thread (a mutex)
  *   tb_counter_add/inc on a slot    the one thread that owns the slot
  *   tb_counters_heartbeat           any thread, not racing with close
  *   readers                         any process, read-only
@@ -181,8 +181,21 @@ tb_counter_slot_t *tb_counters_add_stream(uint32_t stream_id, const char *name,
 					  tb_counter_role_t role,
 					  const char *transport);
 
-/* Frees a slot from tb_counters_add_stream (NULL is ignored).  The owner
- * thread must have stopped counting into it. */
+/*
+ * The slot a publisher or subscriber counts into: a shared one from
+ * tb_counters_add_stream or, when none can be had, `own` (the caller's,
+ * zeroed; counted into, seen by no tool) after a warning naming the stream
+ * and why.  Never NULL, never fails: counters are for watching, and a
+ * stream runs without them.
+ */
+tb_counter_slot_t *tb_counters_take_stream(tb_counter_slot_t *own,
+					   uint32_t stream_id, const char *name,
+					   tb_counter_role_t role,
+					   const char *transport);
+
+/* Frees a slot from tb_counters_add_stream or tb_counters_take_stream; NULL
+ * and slots that are not in this process's file (a take_stream `own`) are
+ * ignored.  The owner thread must have stopped counting into it. */
 void tb_counters_remove_stream(tb_counter_slot_t *slot);
 
 /* Records "alive now" for readers; cheap (one clock read, one store). */

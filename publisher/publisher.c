@@ -21,6 +21,7 @@
 #include <tickbus/tickbus.h>
 
 #include "bus/clock.h"
+#include "bus/config.h"
 #include "bus/counters.h"
 #include "bus/error.h"
 #include "bus/frame.h"
@@ -184,12 +185,8 @@ int tb_publisher_open(tb_publisher_t **out, const tb_stream_cfg_t *cfg)
 	p->stream_id = cfg->id;
 	p->next_seq = 1;
 	p->epoch = new_epoch();
-	p->ctr = tb_counters_add_stream(cfg->id, cfg->name, TB_ROLE_PUBLISHER,
-					ops->name);
-	if (!p->ctr) {
-		tb_warn("stream '%s': counters not shared (%s)", cfg->name, tb_errmsg());
-		p->ctr = &p->own_ctr;
-	}
+	p->ctr = tb_counters_take_stream(&p->own_ctr, cfg->id, cfg->name,
+					 TB_ROLE_PUBLISHER, ops->name);
 	if (cfg->publisher_core >= 0 && (rc = tb_thread_pin(cfg->publisher_core)) < 0)
 		goto fail;
 	rc = ops->open(&p->tx, cfg, p->epoch);
@@ -213,8 +210,7 @@ int tb_publisher_open(tb_publisher_t **out, const tb_stream_cfg_t *cfg)
 	*out = p;
 	return 0;
 fail:
-	if (p->ctr != &p->own_ctr)
-		tb_counters_remove_stream(p->ctr);
+	tb_counters_remove_stream(p->ctr);
 	free(p);
 	return tb_error_prepend(rc, "tb_publisher_open: stream '%s'", cfg->name);
 }
@@ -222,18 +218,12 @@ fail:
 int tb_publisher_open_file(tb_publisher_t **out, const char *path,
 			   const char *stream)
 {
-	const tb_stream_cfg_t *cfg;
-	tb_config_t *file;
+	tb_stream_cfg_t cfg;
 	int rc;
 
 	*out = NULL;
-	rc = tb_config_load(&file, path);
-	if (rc < 0)
-		return rc;
-	cfg = tb_config_stream(file, stream);
-	rc = cfg ? tb_publisher_open(out, cfg) : TB_ENOENT;
-	tb_config_free(file);
-	return rc;
+	rc = tb_config_load_stream(&cfg, path, stream);
+	return rc < 0 ? rc : tb_publisher_open(out, &cfg);
 }
 
 int tb_publisher_close(tb_publisher_t *p)
@@ -245,8 +235,7 @@ int tb_publisher_close(tb_publisher_t *p)
 	if (p->tx->ops->flush)
 		p->tx->ops->flush(p->tx);
 	p->tx->ops->close(p->tx, p->next_seq - 1);
-	if (p->ctr != &p->own_ctr)
-		tb_counters_remove_stream(p->ctr);
+	tb_counters_remove_stream(p->ctr);
 	free(p);
 	return 0;
 }

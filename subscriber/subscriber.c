@@ -53,6 +53,7 @@
 #include <tickbus/tickbus.h>
 
 #include "bus/clock.h"
+#include "bus/config.h"
 #include "bus/counters.h"
 #include "bus/error.h"
 #include "bus/fifo.h"
@@ -365,12 +366,8 @@ int tb_subscriber_open(tb_subscriber_t **out, const tb_stream_cfg_t *cfg)
 		return tb_error_set(TB_ENOMEM, "tb_subscriber_open: out of memory");
 	s->cfg = *cfg;
 	tb_seq_init(&s->seq, 0);
-	s->ctr = tb_counters_add_stream(cfg->id, cfg->name, TB_ROLE_SUBSCRIBER,
-					ops->name);
-	if (!s->ctr) {
-		tb_warn("stream '%s': counters not shared (%s)", cfg->name, tb_errmsg());
-		s->ctr = &s->own_ctr;
-	}
+	s->ctr = tb_counters_take_stream(&s->own_ctr, cfg->id, cfg->name,
+					 TB_ROLE_SUBSCRIBER, ops->name);
 	if (cfg->subscriber_core >= 0 && (rc = tb_thread_pin(cfg->subscriber_core)) < 0)
 		goto fail;
 	if (cfg->n_recovery > 0 && (rc = rec_open(s)) < 0)
@@ -383,8 +380,7 @@ int tb_subscriber_open(tb_subscriber_t **out, const tb_stream_cfg_t *cfg)
 	return 0;
 fail:
 	rec_free(s->rec);
-	if (s->ctr != &s->own_ctr)
-		tb_counters_remove_stream(s->ctr);
+	tb_counters_remove_stream(s->ctr);
 	free(s);
 	return tb_error_prepend(rc, "tb_subscriber_open: stream '%s'", cfg->name);
 }
@@ -392,18 +388,12 @@ fail:
 int tb_subscriber_open_file(tb_subscriber_t **out, const char *path,
 			    const char *stream)
 {
-	const tb_stream_cfg_t *cfg;
-	tb_config_t *file;
+	tb_stream_cfg_t cfg;
 	int rc;
 
 	*out = NULL;
-	rc = tb_config_load(&file, path);
-	if (rc < 0)
-		return rc;
-	cfg = tb_config_stream(file, stream);
-	rc = cfg ? tb_subscriber_open(out, cfg) : TB_ENOENT;
-	tb_config_free(file);
-	return rc;
+	rc = tb_config_load_stream(&cfg, path, stream);
+	return rc < 0 ? rc : tb_subscriber_open(out, &cfg);
 }
 
 int tb_subscriber_close(tb_subscriber_t *s)
@@ -412,8 +402,7 @@ int tb_subscriber_close(tb_subscriber_t *s)
 		return 0;
 	rec_free(s->rec);
 	s->rx->ops->close(s->rx);
-	if (s->ctr != &s->own_ctr)
-		tb_counters_remove_stream(s->ctr);
+	tb_counters_remove_stream(s->ctr);
 	free(s);
 	return 0;
 }
