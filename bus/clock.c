@@ -442,7 +442,8 @@ static void clock_setup(void)
 		tb_clock_calibrate(&cal, 0);
 	}
 	tb_clock_state_.cal = cal;
-	/* R1: publishes cal; pairs with A1 in tb_clock_now_ns_inline. */
+	/* R1: publishes cal; pairs with A1 in tb_clock_now_ns_inline (clock.h),
+	 * tb_clock_now_ns_slow, tb_clock_source and tb_clock_get. */
 	tb_atomic_store_release(&tb_clock_state_.mode, mode);
 }
 
@@ -455,7 +456,8 @@ int tb_clock_init(void)
 uint64_t tb_clock_now_ns_slow(void)
 {
 	struct timespec ts;
-	uint32_t mode = tb_atomic_load_acquire(&tb_clock_state_.mode); /* A1 */
+	/* A1 pairs with R1 in clock_setup: cal is complete once mode is set. */
+	uint32_t mode = tb_atomic_load_acquire(&tb_clock_state_.mode);
 
 	if (mode == TB_CLOCK_MODE_UNINIT) {
 		tb_clock_init();
@@ -504,6 +506,7 @@ uint64_t tb_clock_realtime_ns(void)
 const char *tb_clock_source(void)
 {
 	tb_clock_init();
+	/* A1 pairs with R1 in clock_setup (pthread_once has ordered it too). */
 	return tb_atomic_load_acquire(&tb_clock_state_.mode) == TB_CLOCK_MODE_TSC
 		       ? "tsc"
 		       : "gettime";
@@ -516,5 +519,7 @@ int tb_clock_get(tb_clock_calib_t *cal, int *from_file)
 		*cal = tb_clock_state_.cal;
 	if (from_file)
 		*from_file = tb_clock_state_.from_file;
+	/* A1 pairs with R1 in clock_setup; cal and from_file above are
+	 * ordered already by tb_clock_init's pthread_once. */
 	return (int)tb_atomic_load_acquire(&tb_clock_state_.mode);
 }

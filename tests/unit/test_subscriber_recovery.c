@@ -223,7 +223,8 @@ static void test_late_join_quiet_stream(void **state)
 	for (uint64_t s = 3001; s <= 3100; s++)
 		offer(pub, s);
 	until = tb_clock_mono_ms() + 20000;
-	while ((g.next <= 3100 || tb_sub_recovering(sub)) && tb_clock_mono_ms() < until)
+	while ((g.next <= 3100 || tb_sub_recovering(sub)) &&
+	       tb_clock_mono_ms() < until)
 		assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
 	assert_int_equal(g.n, 3100);
 	assert_int_equal(g.next, 3101);
@@ -343,7 +344,8 @@ static uint64_t queued_gaps(uint64_t held)
 	for (; seq <= last; seq++)
 		offer(pub, seq);
 	until = tb_clock_mono_ms() + 20000;
-	while ((g.next <= last || tb_sub_recovering(sub)) && tb_clock_mono_ms() < until) {
+	while ((g.next <= last || tb_sub_recovering(sub)) &&
+	       tb_clock_mono_ms() < until) {
 		int n = tb_sub_poll(sub, on_msg, &g, 64);
 
 		if (n == TB_LAPPED) {
