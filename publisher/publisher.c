@@ -69,11 +69,13 @@ static void *beat_main(void *arg)
 
 	pthread_mutex_lock(&p->beat_lock);
 	while (!p->beat_stop) {
+		uint64_t next;
+
 		p->tx->ops->beat(p->tx, tb_clock_now_ns(), p->next_seq - 1);
-		clock_gettime(CLOCK_MONOTONIC, &until);
-		until.tv_nsec += (long)(p->cfg.heartbeat_ms % 1000) * 1000000L;
-		until.tv_sec += p->cfg.heartbeat_ms / 1000 + until.tv_nsec / 1000000000L;
-		until.tv_nsec %= 1000000000L;
+		/* The condition variable waits on CLOCK_MONOTONIC (start_beat). */
+		next = tb_clock_mono_ns() + (uint64_t)p->cfg.heartbeat_ms * 1000000u;
+		until.tv_sec = (time_t)(next / 1000000000u);
+		until.tv_nsec = (long)(next % 1000000000u);
 		while (!p->beat_stop &&
 		       pthread_cond_timedwait(&p->beat_cond, &p->beat_lock, &until) == 0)
 			;
