@@ -108,6 +108,15 @@ static uint64_t ts_ns(const struct timespec *ts)
 	return (uint64_t)ts->tv_sec * 1000000000ull + (uint64_t)ts->tv_nsec;
 }
 
+/* One reading of a system clock, in ns. */
+static uint64_t system_ns(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return ts_ns(&ts);
+}
+
 /* ------------------------------------------------------------ detection */
 
 /* Whether the first "flags" line of /proc/cpuinfo lists `flag`. */
@@ -455,7 +464,6 @@ int tb_clock_init(void)
 
 uint64_t tb_clock_now_ns_slow(void)
 {
-	struct timespec ts;
 	/* A1 pairs with R1 in clock_setup: cal is complete once mode is set. */
 	uint32_t mode = tb_atomic_load_acquire(&tb_clock_state_.mode);
 
@@ -465,8 +473,7 @@ uint64_t tb_clock_now_ns_slow(void)
 	}
 	if (mode == TB_CLOCK_MODE_TSC)
 		return tb_clock_tsc_to_ns(tb_clock_tsc());
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ts_ns(&ts);
+	return system_ns(CLOCK_REALTIME);
 }
 
 uint64_t tb_clock_now_ns(void)
@@ -476,10 +483,7 @@ uint64_t tb_clock_now_ns(void)
 
 uint64_t tb_clock_mono_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts_ns(&ts);
+	return system_ns(CLOCK_MONOTONIC);
 }
 
 uint64_t tb_clock_mono_ms(void)
@@ -489,18 +493,12 @@ uint64_t tb_clock_mono_ms(void)
 
 uint64_t tb_clock_mono_coarse_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return ts_ns(&ts);
+	return system_ns(CLOCK_MONOTONIC_COARSE);
 }
 
 uint64_t tb_clock_realtime_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ts_ns(&ts);
+	return system_ns(CLOCK_REALTIME);
 }
 
 const char *tb_clock_source(void)
