@@ -108,6 +108,15 @@ static uint64_t ts_ns(const struct timespec *ts)
 	return (uint64_t)ts->tv_sec * 1000000000ull + (uint64_t)ts->tv_nsec;
 }
 
+/* One reading of a system clock, in ns. */
+static uint64_t system_ns(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return ts_ns(&ts);
+}
+
 /* ------------------------------------------------------------ detection */
 
 /* Whether the first "flags" line of /proc/cpuinfo lists `flag`. */
@@ -442,7 +451,8 @@ static void clock_setup(void)
 		tb_clock_calibrate(&cal, 0);
 	}
 	tb_clock_state_.cal = cal;
-	/* R1: publishes cal; pairs with A1 in tb_clock_now_ns_inline. */
+	/* R1: publishes cal; pairs with A1 in tb_clock_now_ns_inline (clock.h),
+	 * tb_clock_now_ns_slow, tb_clock_source and tb_clock_get. */
 	tb_atomic_store_release(&tb_clock_state_.mode, mode);
 }
 
@@ -454,8 +464,8 @@ int tb_clock_init(void)
 
 uint64_t tb_clock_now_ns_slow(void)
 {
-	struct timespec ts;
-	uint32_t mode = tb_atomic_load_acquire(&tb_clock_state_.mode); /* A1 */
+	/* A1 pairs with R1 in clock_setup: cal is complete once mode is set. */
+	uint32_t mode = tb_atomic_load_acquire(&tb_clock_state_.mode);
 
 	if (mode == TB_CLOCK_MODE_UNINIT) {
 		tb_clock_init();
@@ -463,8 +473,7 @@ uint64_t tb_clock_now_ns_slow(void)
 	}
 	if (mode == TB_CLOCK_MODE_TSC)
 		return tb_clock_tsc_to_ns(tb_clock_tsc());
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ts_ns(&ts);
+	return system_ns(CLOCK_REALTIME);
 }
 
 uint64_t tb_clock_now_ns(void)
@@ -474,10 +483,7 @@ uint64_t tb_clock_now_ns(void)
 
 uint64_t tb_clock_mono_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts_ns(&ts);
+	return system_ns(CLOCK_MONOTONIC);
 }
 
 uint64_t tb_clock_mono_ms(void)
@@ -485,9 +491,20 @@ uint64_t tb_clock_mono_ms(void)
 	return tb_clock_mono_ns() / 1000000u;
 }
 
+uint64_t tb_clock_mono_coarse_ns(void)
+{
+	return system_ns(CLOCK_MONOTONIC_COARSE);
+}
+
+uint64_t tb_clock_realtime_ns(void)
+{
+	return system_ns(CLOCK_REALTIME);
+}
+
 const char *tb_clock_source(void)
 {
 	tb_clock_init();
+	/* A1 pairs with R1 in clock_setup (pthread_once has ordered it too). */
 	return tb_atomic_load_acquire(&tb_clock_state_.mode) == TB_CLOCK_MODE_TSC
 		       ? "tsc"
 		       : "gettime";
@@ -500,5 +517,7 @@ int tb_clock_get(tb_clock_calib_t *cal, int *from_file)
 		*cal = tb_clock_state_.cal;
 	if (from_file)
 		*from_file = tb_clock_state_.from_file;
+	/* A1 pairs with R1 in clock_setup; cal and from_file above are
+	 * ordered already by tb_clock_init's pthread_once. */
 	return (int)tb_atomic_load_acquire(&tb_clock_state_.mode);
 }

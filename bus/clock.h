@@ -137,4 +137,25 @@ int tb_clock_load_or_create(const char *path, tb_clock_calib_t *cal,
  * mode, and whether it came from the shared file in `*from_file`. */
 int tb_clock_get(tb_clock_calib_t *cal, int *from_file);
 
+/* --------------------------------------------------- the system's clocks
+ * tb_clock_mono_ns / tb_clock_mono_ms (tickbus.h) and these two are the
+ * library's one home for clock_gettime: every other file asks here. */
+
+/*
+ * CLOCK_MONOTONIC_COARSE in ns: the monotonic clock at the kernel tick's
+ * resolution (1-4 ms), read from the vDSO without reading the clock source,
+ * a few ns where tb_clock_mono_ns costs some 20.  For interval checks on a
+ * hot path that tolerate a tick of error (the retransmit store's
+ * sync_interval_ms, checked at every append); never for measuring.
+ */
+uint64_t tb_clock_mono_coarse_ns(void);
+
+/*
+ * CLOCK_REALTIME in ns from clock_gettime: the wall time the kernel and the
+ * file system keep (file mtimes, epochs, the counters file's start time),
+ * as opposed to tb_clock_now_ns, the TSC, which follows it only within the
+ * calibration's drift.  A vDSO call; not for the hot path.
+ */
+uint64_t tb_clock_realtime_ns(void);
+
 #endif

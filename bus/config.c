@@ -1418,3 +1418,20 @@ const tb_stream_cfg_t *tb_config_stream(const tb_config_t *cfg,
 		   name, names);
 	return NULL;
 }
+
+int tb_config_load_stream(tb_stream_cfg_t *out, const char *path,
+			  const char *stream)
+{
+	const tb_stream_cfg_t *cfg;
+	tb_config_t *file;
+	int rc;
+
+	rc = tb_config_load(&file, path);
+	if (rc < 0)
+		return rc;
+	cfg = tb_config_stream(file, stream);
+	if (cfg)
+		*out = *cfg;
+	tb_config_free(file);
+	return cfg ? 0 : TB_ENOENT;
+}

@@ -30,6 +30,7 @@
  */
 #include "bus/counters.h"
 
+#include "bus/clock.h"
 #include "bus/error.h"
 
 #include <dirent.h>
@@ -42,7 +43,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define FILE_SIZE(n) (sizeof(tb_counters_hdr_t) + (size_t)(n) * sizeof(tb_counter_slot_t))
@@ -90,14 +90,6 @@ const char *tb_counter_role_name(int role)
 	case TB_ROLE_RECOVERY: return "recovery";
 	default: return "?";
 	}
-}
-
-static uint64_t realtime_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static const char *counters_dir(const char *dir)
@@ -216,7 +208,7 @@ static int open_locked(void)
 	h->n_counters = TB_CTR_COUNT;
 	h->pid = (int32_t)pid;
 	h->start_ticks = proc_start_ticks(pid);
-	h->start_ns = realtime_ns();
+	h->start_ns = tb_clock_realtime_ns();
 	snprintf(h->name, sizeof(h->name), "%s", program_invocation_short_name);
 	/* R1: the header is complete; pairs with A1 in read_mapped. */
 	tb_atomic_store_release(&h->version, TB_COUNTERS_VERSION);
@@ -250,12 +242,15 @@ int tb_counters_open(void)
 	return rc;
 }
 
-/* Opens the sequence lock of a slot (W1): readers now see it changing. */
+/* Opens the sequence lock of a slot (W1): readers now see it changing.
+ * Under W.lock, so the relaxed load reads the last writer's own store. */
 static uint32_t slot_write_begin(tb_counter_slot_t *s)
 {
 	uint32_t seq = tb_atomic_load_relaxed(&s->seq) + 1;
 
 	tb_atomic_store_relaxed(&s->seq, seq);
+	/* W1: the odd seq before any field changes; pairs with A3 in
+	 * copy_slot, which then sees the seq move. */
 	tb_atomic_fence_release();
 	return seq;
 }
@@ -282,6 +277,7 @@ tb_counter_slot_t *tb_counters_add_stream(uint32_t stream_id, const char *name,
 	pthread_mutex_lock(&W.lock);
 	if (open_locked() != 0)
 		goto out;
+	/* Relaxed: `active` changes only under W.lock, held here. */
 	for (int i = 0; i < TB_COUNTERS_SLOTS; i++)
 		if (!tb_atomic_load_relaxed(&W.slots[i].active)) {
 			s = &W.slots[i];
@@ -300,6 +296,7 @@ tb_counter_slot_t *tb_counters_add_stream(uint32_t stream_id, const char *name,
 	snprintf(s->stream_name, sizeof(s->stream_name), "%s", name ? name : "");
 	snprintf(s->transport, sizeof(s->transport), "%s",
 		 transport ? transport : "");
+	/* Relaxed: inside the sequence lock (W1 .. R2). */
 	for (int i = 0; i < TB_CTR_CAPACITY; i++)
 		tb_atomic_store_relaxed(&s->c[i], 0);
 	tb_atomic_store_relaxed(&s->active, 1);
@@ -308,6 +305,20 @@ tb_counter_slot_t *tb_counters_add_stream(uint32_t stream_id, const char *name,
 out:
 	pthread_mutex_unlock(&W.lock);
 	return s;
+}
+
+tb_counter_slot_t *tb_counters_take_stream(tb_counter_slot_t *own,
+					   uint32_t stream_id, const char *name,
+					   tb_counter_role_t role,
+					   const char *transport)
+{
+	tb_counter_slot_t *s = tb_counters_add_stream(stream_id, name, role,
+						      transport);
+
+	if (s)
+		return s;
+	tb_warn("stream '%s': counters not shared (%s)", name, tb_errmsg());
+	return own;
 }
 
 void tb_counters_remove_stream(tb_counter_slot_t *slot)
@@ -321,6 +332,7 @@ void tb_counters_remove_stream(tb_counter_slot_t *slot)
 	    slot < W.slots + TB_COUNTERS_SLOTS &&
 	    tb_atomic_load_relaxed(&slot->active)) {
 		seq = slot_write_begin(slot);
+		/* Relaxed: inside the sequence lock (W1 .. R2). */
 		tb_atomic_store_relaxed(&slot->active, 0);
 		slot_write_end(slot, seq);
 		W.n_active--;
@@ -333,7 +345,10 @@ void tb_counters_heartbeat(void)
 	tb_counters_hdr_t *h = W.hdr;
 
 	if (h && W.owner == getpid())
-		tb_atomic_store_relaxed(&h->heartbeat_ns, realtime_ns());
+		/* Relaxed, unpaired: readers take it as a number and read
+		 * nothing on its strength. */
+		tb_atomic_store_relaxed(&h->heartbeat_ns,
+					tb_clock_realtime_ns());
 }
 
 int tb_counters_close(void)
@@ -382,16 +397,20 @@ static int copy_slot(const tb_counter_slot_t *cs, uint32_t n_counters,
 	char name[sizeof(s->stream_name)], transport[sizeof(s->transport)];
 
 	for (int tries = 0; tries < SEQ_RETRIES; tries++) {
-		uint32_t seq = tb_atomic_load_acquire(&s->seq); /* A2 pairs with R2 */
+		/* A2 pairs with R2 in slot_write_end: a steady slot's fields. */
+		uint32_t seq = tb_atomic_load_acquire(&s->seq);
 		uint32_t active;
 
 		if (seq & 1)
 			continue;
+		/* Relaxed: validated by the seq re-check after A3. */
 		active = tb_atomic_load_relaxed(&s->active);
 		out->stream_id = s->stream_id;
 		out->role = s->role;
 		memcpy(name, s->stream_name, sizeof(name));
 		memcpy(transport, s->transport, sizeof(transport));
+		/* A3 pairs with W1 in slot_write_begin: if a field read above
+		 * was changed, this re-load sees seq moved. */
 		tb_atomic_fence_acquire();
 		if (tb_atomic_load_relaxed(&s->seq) != seq)
 			continue;
@@ -401,6 +420,8 @@ static int copy_slot(const tb_counter_slot_t *cs, uint32_t n_counters,
 		copy_str(out->transport, sizeof(out->transport), transport,
 			 sizeof(transport));
 		memset(out->c, 0, sizeof(out->c));
+		/* Relaxed, unpaired: each counter an untorn number, perhaps
+		 * a moment old (tb_counter_add). */
 		for (uint32_t i = 0; i < n_counters; i++)
 			out->c[i] = tb_atomic_load_relaxed(&s->c[i]);
 		return 1;
@@ -418,7 +439,8 @@ static int read_mapped(const char *path, const unsigned char *base,
 	if (size < offsetof(tb_counters_hdr_t, hdr_size))
 		return tb_error_set(TB_EFORMAT, "counters: %s: truncated "
 				  "(%zu bytes)", path, size);
-	version = tb_atomic_load_acquire(&h->version); /* A1 pairs with R1 */
+	/* A1 pairs with R1 in open_locked: the header is complete. */
+	version = tb_atomic_load_acquire(&h->version);
 	if (version != TB_COUNTERS_VERSION)
 		return tb_error_set(TB_EFORMAT, "counters: %s: format version "
 				  "%u, expected %u%s", path, version,
@@ -449,6 +471,7 @@ static int read_mapped(const char *path, const unsigned char *base,
 	copy_str(out->name, sizeof(out->name), h->name, sizeof(h->name));
 	out->start_ticks = h->start_ticks;
 	out->start_ns = h->start_ns;
+	/* Relaxed, unpaired: a number (tb_counters_heartbeat). */
 	out->heartbeat_ns = tb_atomic_load_relaxed(&h->heartbeat_ns);
 	out->n_counters = h->n_counters;
 	out->n_streams = 0;

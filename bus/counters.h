@@ -8,7 +8,7 @@
  * them without disturbing the writer.
  *
  * Threads:
- *   tb_counters_open/add_stream/remove_stream/close   any thread (a mutex)
+ *   tb_counters_open/add/take/remove_stream/close   any thread (a mutex)
  *   tb_counter_add/inc on a slot    the one thread that owns the slot
  *   tb_counters_heartbeat           any thread, not racing with close
  *   readers                         any process, read-only
@@ -81,7 +81,8 @@ typedef enum tb_counter_id {
  * File layout (native byte order: the file never leaves the host).
  *
  * Header, one 128-byte block.  `version` is stored last when the file is
- * created (release) and checked first by readers (acquire).
+ * created (release, R1 in open_locked) and checked first by readers
+ * (acquire, A1 in read_mapped, pairs with R1).
  */
 typedef struct tb_counters_hdr {
 	uint64_t magic;                /*   0 TB_COUNTERS_MAGIC */
@@ -105,8 +106,9 @@ typedef struct tb_counters_hdr {
  * with the hot increments of another slot.
  *
  * `seq` is a sequence lock over the identity: odd while add/remove rewrite
- * it.  Writer: seq odd (W1), fence, identity, store_release seq even (R2).
- * Reader: load_acquire seq (A2 pairs with R2), copy, fence, seq again.
+ * it.  Writer: seq odd, release fence (W1), identity, store_release seq
+ * even (R2).  Reader: load_acquire seq (A2 pairs with R2), copy, acquire
+ * fence (A3 pairs with W1), seq again.
  */
 typedef struct tb_counter_slot {
 	_Atomic uint32_t seq;              /*   0 */
@@ -148,7 +150,9 @@ _Static_assert(sizeof(_Atomic uint64_t) == 8, "counters layout");
  * Adds `n` to counter `id`.  Hot path: no lock, no system call, no
  * lock-prefixed instruction.  A relaxed load and a relaxed store suffice
  * because only the slot's owner thread writes it; readers see each value
- * whole (8-byte atomic), perhaps a moment late.
+ * whole (8-byte atomic), perhaps a moment late.  Unpaired: no reader
+ * (copy_slot in counters.c) reads anything else on the strength of a
+ * counter's value.
  */
 static inline void tb_counter_add(tb_counter_slot_t *slot, tb_counter_id_t id,
 				  uint64_t n)
@@ -163,6 +167,7 @@ static inline void tb_counter_inc(tb_counter_slot_t *slot, tb_counter_id_t id)
 	tb_counter_add(slot, id, 1);
 }
 
+/* The owner's own view of a counter (relaxed, unpaired, as tb_counter_add). */
 static inline uint64_t tb_counter_get(const tb_counter_slot_t *slot,
 				      tb_counter_id_t id)
 {
@@ -181,8 +186,21 @@ tb_counter_slot_t *tb_counters_add_stream(uint32_t stream_id, const char *name,
 					  tb_counter_role_t role,
 					  const char *transport);
 
-/* Frees a slot from tb_counters_add_stream (NULL is ignored).  The owner
- * thread must have stopped counting into it. */
+/*
+ * The slot a publisher or subscriber counts into: a shared one from
+ * tb_counters_add_stream or, when none can be had, `own` (the caller's,
+ * zeroed; counted into, seen by no tool) after a warning naming the stream
+ * and why.  Never NULL, never fails: counters are for watching, and a
+ * stream runs without them.
+ */
+tb_counter_slot_t *tb_counters_take_stream(tb_counter_slot_t *own,
+					   uint32_t stream_id, const char *name,
+					   tb_counter_role_t role,
+					   const char *transport);
+
+/* Frees a slot from tb_counters_add_stream or tb_counters_take_stream; NULL
+ * and slots that are not in this process's file (a take_stream `own`) are
+ * ignored.  The owner thread must have stopped counting into it. */
 void tb_counters_remove_stream(tb_counter_slot_t *slot);
 
 /* Records "alive now" for readers; cheap (one clock read, one store). */

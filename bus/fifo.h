@@ -78,6 +78,8 @@ static inline void tb_fifo_init(tb_fifo_t *q, void *base, uint64_t cap)
 	q->base = (uint8_t *)base;
 	q->mask = cap - 1;
 	q->reserved_at = q->reserved_end = 0;
+	/* Relaxed, unpaired: the queue is set up before either end runs;
+	 * whatever hands it over (pthread_create) orders these. */
 	tb_atomic_store_relaxed(&q->tail, 0);
 	tb_atomic_store_relaxed(&q->head, 0);
 }
@@ -93,8 +95,11 @@ static inline uint64_t tb_fifo_max_payload(const tb_fifo_t *q)
  * now.  Fill it, then tb_fifo_commit. */
 static inline tb_fifo_ent_t *tb_fifo_reserve(tb_fifo_t *q, uint32_t payload)
 {
+	/* Relaxed: the producer reads back its own tail. */
 	uint64_t tail = tb_atomic_load_relaxed(&q->tail);
-	uint64_t head = tb_atomic_load_acquire(&q->head); /* A1 pairs with R2 */
+	/* A1 pairs with R2 in tb_fifo_peek / tb_fifo_release: the consumer is
+	 * done with the bytes below head, so they may be written again. */
+	uint64_t head = tb_atomic_load_acquire(&q->head);
 	uint64_t cap = q->mask + 1, off = tail & q->mask;
 	uint32_t space = tb_fifo_space(payload);
 	uint64_t pad = off + space > cap ? cap - off : 0;
@@ -120,15 +125,19 @@ static inline tb_fifo_ent_t *tb_fifo_reserve(tb_fifo_t *q, uint32_t payload)
 
 static inline void tb_fifo_commit(tb_fifo_t *q)
 {
-	tb_atomic_store_release(&q->tail, q->reserved_end); /* R1 */
+	/* R1: the entry is written; pairs with A2 in tb_fifo_peek and
+	 * tb_fifo_empty. */
+	tb_atomic_store_release(&q->tail, q->reserved_end);
 }
 
 /* Consumer: the oldest entry, or NULL when empty.  PAD entries are stepped
  * over here. */
 static inline tb_fifo_ent_t *tb_fifo_peek(tb_fifo_t *q)
 {
+	/* Relaxed: the consumer reads back its own head. */
 	uint64_t head = tb_atomic_load_relaxed(&q->head);
-	uint64_t tail = tb_atomic_load_acquire(&q->tail); /* A2 pairs with R1 */
+	/* A2 pairs with R1 in tb_fifo_commit: entries below tail are whole. */
+	uint64_t tail = tb_atomic_load_acquire(&q->tail);
 	tb_fifo_ent_t *e;
 
 	if (head == tail)
@@ -136,7 +145,8 @@ static inline tb_fifo_ent_t *tb_fifo_peek(tb_fifo_t *q)
 	e = (tb_fifo_ent_t *)(q->base + (head & q->mask));
 	if (e->kind == TB_FIFO_PAD) {
 		head += e->space;
-		tb_atomic_store_release(&q->head, head); /* R2 */
+		/* R2: pairs with A1 in tb_fifo_reserve. */
+		tb_atomic_store_release(&q->head, head);
 		if (head == tail)
 			return NULL;
 		e = (tb_fifo_ent_t *)(q->base + (head & q->mask));
@@ -147,12 +157,18 @@ static inline tb_fifo_ent_t *tb_fifo_peek(tb_fifo_t *q)
 /* Consumer: drops the entry tb_fifo_peek returned. */
 static inline void tb_fifo_release(tb_fifo_t *q, const tb_fifo_ent_t *e)
 {
-	tb_atomic_store_release(&q->head, tb_atomic_load_relaxed(&q->head) + e->space); /* R2 */
+	/* R2: done with the entry's bytes; pairs with A1 in tb_fifo_reserve.
+	 * The relaxed load reads back the consumer's own head. */
+	tb_atomic_store_release(&q->head,
+				tb_atomic_load_relaxed(&q->head) + e->space);
 }
 
+/* Consumer: nothing to peek.  Relaxed head (its own); A2 on tail, pairs
+ * with R1 in tb_fifo_commit. */
 static inline int tb_fifo_empty(tb_fifo_t *q)
 {
-	return tb_atomic_load_relaxed(&q->head) == tb_atomic_load_acquire(&q->tail);
+	return tb_atomic_load_relaxed(&q->head) ==
+	       tb_atomic_load_acquire(&q->tail);
 }
 
 static inline void *tb_fifo_payload(tb_fifo_ent_t *e)

@@ -174,6 +174,8 @@ static void lock_memory(tb_mem_t *m, unsigned flags)
 static void prefault(tb_mem_t *m, int write)
 {
 	size_t step = page_size();
+	/* volatile only so that the compiler keeps every touch; nothing
+	 * synchronises through it: it only brings the pages in. */
 	volatile char *p = m->addr;
 	char sink = 0;
 

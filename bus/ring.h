@@ -22,7 +22,8 @@
  *
  * Memory ordering: claim stores intent then fences (R0) before any frame
  * byte is written; commit store-releases tail (R1).  Readers pair A1 with
- * R1 and A0 with R0 (tb_shm_reader_poll).
+ * R1 and A0 with R0 (tb_shm_reader_poll in transport/shm.h; the
+ * publisher's retention reads intent behind A0 too, publisher/retention.c).
  *
  * Threads: one writer thread; claim, commit and abort are its hot path and
  * make no allocation, lock or system call.
@@ -87,6 +88,9 @@ static inline void tb_ring_init(tb_ring_t *r, void *base, uint64_t size,
 	r->stream_id = stream_id;
 	r->intent_pub = intent_pub ? intent_pub : &r->own[0];
 	r->tail_pub = tail_pub ? tail_pub : &r->own[1];
+	/* Relaxed, unpaired: both are 0 before the first frame.  A shm
+	 * ring's header already says so (published by R2 in
+	 * tb_shm_writer_open); a private ring has no reader yet. */
 	tb_atomic_store_relaxed(r->intent_pub, 0);
 	tb_atomic_store_relaxed(r->tail_pub, 0);
 }
@@ -134,7 +138,9 @@ static inline tb_frame_hdr_t *tb_ring_claim(tb_ring_t *r, uint32_t payload_len,
 	r->claim_pos = pos + pad;
 	r->claim_tail = pos + pad + space;
 	tb_atomic_store_relaxed(r->intent_pub, r->claim_tail);
-	tb_atomic_fence_release(); /* R0: intent visible before any byte is written */
+	/* R0: intent visible before any byte is written; pairs with A0 in
+	 * tb_shm_reader_poll (shm.h) and in copy_frame/held (retention.c). */
+	tb_atomic_fence_release();
 	if (pad) {
 		tb_frame_init_pad((tb_frame_hdr_t *)(r->base + off), (uint32_t)pad,
 				  r->stream_id, next_seq);
@@ -148,7 +154,9 @@ static inline void tb_ring_commit(tb_ring_t *r)
 {
 	r->tail = r->claim_tail;
 	r->claim_tail = 0;
-	tb_atomic_store_release(r->tail_pub, r->tail); /* R1 */
+	/* R1: the frame is whole; pairs with A1 in tb_shm_reader_poll and
+	 * the reader's attach (transport/shm.h, shm.c). */
+	tb_atomic_store_release(r->tail_pub, r->tail);
 }
 
 /* Gives the claimed space back.  A padding frame it wrote lies beyond the
@@ -156,6 +164,8 @@ static inline void tb_ring_commit(tb_ring_t *r)
 static inline void tb_ring_abort(tb_ring_t *r)
 {
 	r->claim_tail = 0;
+	/* Relaxed, unpaired: taking intent back promises readers nothing
+	 * (they only test whether it passed what they copied). */
 	tb_atomic_store_relaxed(r->intent_pub, r->tail);
 }
 

@@ -21,6 +21,7 @@
 #include <tickbus/tickbus.h>
 
 #include "bus/clock.h"
+#include "bus/config.h"
 #include "bus/counters.h"
 #include "bus/error.h"
 #include "bus/frame.h"
@@ -68,11 +69,13 @@ static void *beat_main(void *arg)
 
 	pthread_mutex_lock(&p->beat_lock);
 	while (!p->beat_stop) {
+		uint64_t next;
+
 		p->tx->ops->beat(p->tx, tb_clock_now_ns(), p->next_seq - 1);
-		clock_gettime(CLOCK_MONOTONIC, &until);
-		until.tv_nsec += (long)(p->cfg.heartbeat_ms % 1000) * 1000000L;
-		until.tv_sec += p->cfg.heartbeat_ms / 1000 + until.tv_nsec / 1000000000L;
-		until.tv_nsec %= 1000000000L;
+		/* The condition variable waits on CLOCK_MONOTONIC (start_beat). */
+		next = tb_clock_mono_ns() + (uint64_t)p->cfg.heartbeat_ms * 1000000u;
+		until.tv_sec = (time_t)(next / 1000000000u);
+		until.tv_nsec = (long)(next % 1000000000u);
 		while (!p->beat_stop &&
 		       pthread_cond_timedwait(&p->beat_cond, &p->beat_lock, &until) == 0)
 			;
@@ -115,11 +118,7 @@ static void stop_beat(tb_publisher_t *p)
 /* A new epoch: the wall clock in ns, made unique per process. */
 static uint64_t new_epoch(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
-	       ((uint64_t)getpid() << 48);
+	return tb_clock_realtime_ns() ^ ((uint64_t)getpid() << 48);
 }
 
 static void stop_retention(tb_publisher_t *p)
@@ -188,12 +187,8 @@ int tb_publisher_open(tb_publisher_t **out, const tb_stream_cfg_t *cfg)
 	p->stream_id = cfg->id;
 	p->next_seq = 1;
 	p->epoch = new_epoch();
-	p->ctr = tb_counters_add_stream(cfg->id, cfg->name, TB_ROLE_PUBLISHER,
-					ops->name);
-	if (!p->ctr) {
-		tb_warn("stream '%s': counters not shared (%s)", cfg->name, tb_errmsg());
-		p->ctr = &p->own_ctr;
-	}
+	p->ctr = tb_counters_take_stream(&p->own_ctr, cfg->id, cfg->name,
+					 TB_ROLE_PUBLISHER, ops->name);
 	if (cfg->publisher_core >= 0 && (rc = tb_thread_pin(cfg->publisher_core)) < 0)
 		goto fail;
 	rc = ops->open(&p->tx, cfg, p->epoch);
@@ -217,8 +212,7 @@ int tb_publisher_open(tb_publisher_t **out, const tb_stream_cfg_t *cfg)
 	*out = p;
 	return 0;
 fail:
-	if (p->ctr != &p->own_ctr)
-		tb_counters_remove_stream(p->ctr);
+	tb_counters_remove_stream(p->ctr);
 	free(p);
 	return tb_error_prepend(rc, "tb_publisher_open: stream '%s'", cfg->name);
 }
@@ -226,18 +220,12 @@ fail:
 int tb_publisher_open_file(tb_publisher_t **out, const char *path,
 			   const char *stream)
 {
-	const tb_stream_cfg_t *cfg;
-	tb_config_t *file;
+	tb_stream_cfg_t cfg;
 	int rc;
 
 	*out = NULL;
-	rc = tb_config_load(&file, path);
-	if (rc < 0)
-		return rc;
-	cfg = tb_config_stream(file, stream);
-	rc = cfg ? tb_publisher_open(out, cfg) : TB_ENOENT;
-	tb_config_free(file);
-	return rc;
+	rc = tb_config_load_stream(&cfg, path, stream);
+	return rc < 0 ? rc : tb_publisher_open(out, &cfg);
 }
 
 int tb_publisher_close(tb_publisher_t *p)
@@ -249,8 +237,7 @@ int tb_publisher_close(tb_publisher_t *p)
 	if (p->tx->ops->flush)
 		p->tx->ops->flush(p->tx);
 	p->tx->ops->close(p->tx, p->next_seq - 1);
-	if (p->ctr != &p->own_ctr)
-		tb_counters_remove_stream(p->ctr);
+	tb_counters_remove_stream(p->ctr);
 	free(p);
 	return 0;
 }

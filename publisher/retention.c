@@ -26,6 +26,8 @@ int tb_retention_init(tb_retention_t *r, uint64_t n, const tb_ring_t *ring,
 	r->ring = ring;
 	r->stream_id = stream_id;
 	r->epoch = epoch;
+	/* Relaxed, unpaired: no reader runs before the recovery server is
+	 * opened (after this, on this thread). */
 	tb_atomic_store_relaxed(&r->last, 0);
 	return 0;
 }
@@ -43,12 +45,15 @@ static int64_t copy_frame(const tb_retention_t *r, uint64_t seq, uint8_t *buf,
 {
 	const tb_ring_t *ring = r->ring;
 	uint64_t size = ring->mask + 1;
+	/* Relaxed: seq <= last, which A3 loaded, so R3 ordered this. */
 	uint64_t pos = tb_atomic_load_relaxed(&r->pos[seq & r->mask]);
 	uint64_t off = pos & ring->mask;
 	const tb_frame_hdr_t *f = (const tb_frame_hdr_t *)(ring->base + off);
 	tb_frame_hdr_t *c = (tb_frame_hdr_t *)buf;
 	uint32_t len;
 
+	/* Relaxed, unpaired: an early out; the test that counts is after
+	 * A0 below. */
 	if (tb_atomic_load_relaxed(ring->intent_pub) - pos > size)
 		return 0;
 	len = f->length;
@@ -57,7 +62,9 @@ static int64_t copy_frame(const tb_retention_t *r, uint64_t seq, uint8_t *buf,
 	if (len > cap)
 		return -1;
 	memcpy(buf, f, len);
-	tb_atomic_fence_acquire(); /* A0 pairs with R0 in tb_ring_claim */
+	/* A0 pairs with R0 in tb_ring_claim: if the writer had begun to
+	 * overwrite what was copied, its intent store is seen now. */
+	tb_atomic_fence_acquire();
 	if (tb_atomic_load_relaxed(ring->intent_pub) - pos > size)
 		return 0;
 	if (tb_frame_check(c, len) < 0 || c->type != TB_FRAME_DATA ||
@@ -70,11 +77,12 @@ static int held(const tb_retention_t *r, uint64_t seq)
 {
 	uint8_t buf[TB_FRAME_HDR_LEN];
 	const tb_ring_t *ring = r->ring;
+	/* Relaxed: seq <= last, which A3 loaded, so R3 ordered this. */
 	uint64_t pos = tb_atomic_load_relaxed(&r->pos[seq & r->mask]);
 	tb_frame_hdr_t c;
 
 	memcpy(buf, ring->base + (pos & ring->mask), sizeof(buf));
-	tb_atomic_fence_acquire(); /* A0 pairs with R0 */
+	tb_atomic_fence_acquire(); /* A0 pairs with R0 in tb_ring_claim */
 	if (tb_atomic_load_relaxed(ring->intent_pub) - pos > ring->mask + 1)
 		return 0;
 	memcpy(&c, buf, sizeof(c));
@@ -85,7 +93,8 @@ void tb_retention_bounds(void *arg, uint64_t *epoch, uint64_t *first,
 			 uint64_t *last)
 {
 	tb_retention_t *r = arg;
-	uint64_t l = tb_atomic_load_acquire(&r->last); /* A3 pairs with R3 */
+	/* A3 pairs with R3 in tb_retention_record. */
+	uint64_t l = tb_atomic_load_acquire(&r->last);
 	uint64_t lo, hi;
 
 	*epoch = r->epoch;
@@ -116,7 +125,8 @@ int tb_retention_read(void *arg, uint64_t first, int max, tb_store_read_fn fn,
 		      void *clientd)
 {
 	tb_retention_t *r = arg;
-	uint64_t l = tb_atomic_load_acquire(&r->last); /* A3 pairs with R3 */
+	/* A3 pairs with R3 in tb_retention_record. */
+	uint64_t l = tb_atomic_load_acquire(&r->last);
 	/* Most frames are small: start with 4 KiB on the stack, take the
 	 * ring's largest frame from the heap only when one needs it. */
 	uint64_t small[512];

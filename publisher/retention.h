@@ -53,8 +53,12 @@ void tb_retention_free(tb_retention_t *r);
 static inline void tb_retention_record(tb_retention_t *r, uint64_t seq,
 				       uint64_t pos)
 {
+	/* Relaxed: ordered for readers by R3 just after. */
 	tb_atomic_store_relaxed(&r->pos[seq & r->mask], pos);
-	tb_atomic_store_release(&r->last, seq); /* R3 */
+	/* R3: pairs with A3 in tb_retention_bounds / tb_retention_read.  It
+	 * comes after the frame's commit (R1 in tb_ring_commit), so a reader
+	 * that sees `seq` sees its frame's bytes too. */
+	tb_atomic_store_release(&r->last, seq);
 }
 
 /* The epoch, and the range that can be read now ([0, 0] before the first

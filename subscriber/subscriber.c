@@ -1,5 +1,6 @@
 /*
- * subscriber.c - the subscribing end of a stream.
+ * subscriber.c - the subscribing end of a stream: open and close, the poll
+ * loop, late join, and the small accessors.
  *
  * A subscriber polls its transport and delivers frames in sequence order.
  * Loss is never silent.
@@ -9,340 +10,38 @@
  * tb_sub_loss() names the range, and the next poll goes on with the frame
  * after it.
  *
- * With recovery endpoints, a gap or a lap is recovered above the transport,
- * so the same code serves shm, rc, ud and udp:
+ * With recovery endpoints, a gap, a lap or a late join hands the poll loop
+ * to the recovering state machine (subscriber/recovering.c, whose essay
+ * tells how): tb_sub_poll then calls tb_recovering_poll until it is live
+ * again, and the missing frames come back in order (TB_MSG_F_REPLAY) or as
+ * one TB_DATA_LOSS with its exact range.
  *
- *   live ──gap──> RECOVERING ──replay done, buffer drained──> live
- *
- * - The poll thread keeps a bounded live buffer (`live`, a tb_fifo of
- *   cfg.recovery_buffer bytes).  From the gap on, frames the transport
- *   delivers are copied into it (a ring slot may be reused as soon as the
- *   transport moves on), after a GAP marker for the missing range; further
- *   gaps and conditions (TB_CLOSED, TB_NEW_EPOCH, ...) go in as markers at
- *   their place.  When the buffer is full, the frames that do not fit are
- *   not kept: a GAP marker takes their place and they are recovered in
- *   their turn, and while it stays full the transport is not polled (its
- *   own loss detection then names whatever it loses, recovered likewise).
- *   So a full buffer costs recovery work, never a message.
- * - A recovery thread per subscriber runs the blocking TCP work
- *   (recovery/client.h: endpoints in order, timeouts, backoff, failover),
- *   handing frames back through a lock-free SPSC queue (`replay`), then a
- *   LOSS entry for anything that could not be had within
- *   cfg.recovery_timeout_ms (or that no service holds), then DONE.  The poll
- *   thread wakes it with one eventfd write per gap: a loss event, not the
- *   per-message path.  A job also covers the gaps already queued behind
- *   its own (up to COALESCE_MAX sequences on), so that heavy loss costs a
- *   round trip per round trip, not one per gap; what it fetches twice,
- *   deliver drops, and a loss it meets past its own gap is left to the
- *   live buffer and the later gaps' jobs (rec_loss).
- * - The poll thread delivers the replayed frames (TB_MSG_F_REPLAY), returns
- *   TB_DATA_LOSS once for a lost range (tb_sub_loss gives it exactly), then
- *   drains the live buffer, starting the next job at the next GAP marker,
- *   and goes live again once everything is delivered.  Every sequence is
- *   thus delivered once, in order, or reported lost: while recovering,
- *   `deliver_next` drops anything already handed out and clips ranges to
- *   what is not.
- * - Late join (tb_sub_start_at): the transport's tracker starts at the
- *   asked sequence, so the first live frame is a gap like any other.  On a
- *   quiet stream there may be no such frame for a long time, so the first
- *   idle poll posts an open job ("from seq up to the latest you hold");
- *   live frames and a later gap then overlap it and are deduplicated.
- *
- * tb_sub_poll never blocks: it only peeks at the queues.
+ * The live hot path is tb_sub_poll's first lines: one test of `recovering`,
+ * one indirect call into the transport per poll, a counter add.
  */
 #include <tickbus/tickbus.h>
 
-#include "bus/clock.h"
+#include "bus/config.h"
 #include "bus/counters.h"
 #include "bus/error.h"
-#include "bus/fifo.h"
-#include "bus/frame.h"
-#include "bus/recovery/client.h"
 #include "bus/seq.h"
 #include "bus/transport/transport.h"
+#include "subscriber/recovering.h"
 
-#include <errno.h>
-#include <poll.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/eventfd.h>
-#include <time.h>
-#include <unistd.h>
-
-/* Replay queue: at least this big, and room for four largest frames. */
-#define REPLAY_MIN (4u << 20)
-/* How long the recovery thread waits for room in a full replay queue
- * before it looks at its stop flag again. */
-#define PUSH_WAIT_NS 50000L
-/* A recovery job covers the gaps queued behind its own up to this many
- * sequences past it (see post_job). */
-#define COALESCE_MAX 4096u
-
-struct recovery {
-	/* Poll thread only. */
-	tb_fifo_t live;
-	int job_active;      /* a job is posted and its DONE not yet seen */
-	int live_paused;     /* a condition is queued: do not poll the
-				transport until it is delivered */
-	uint64_t dropped;    /* first frame the live buffer had no room
-				for (0: none); see buffer_frame */
-	tb_fifo_t replay;    /* consumer side */
-	uint64_t tail_gap_last, tail_gap_epoch; /* the newest GAP marker */
-
-	/* The job, handed over by job_gen (R4 / A4). */
-	uint64_t job_epoch, job_first, job_last;
-	uint64_t job_gap_last; /* the gap's own end; job_last may go on to
-				  cover the gaps queued after it */
-	int job_open;        /* fetch up to the latest (a late join's probe) */
-	int job_cut;         /* recovery thread: the fetch went past a loss
-				beyond the gap; the rest is left to live */
-	uint64_t job_lost;   /* recovery thread: sequences reported lost */
-	_Atomic uint64_t job_gen;
-	int efd;
-	_Atomic int stop;
-	pthread_t thread;
-	int started;
-	tb_recovery_client_cfg_t ccfg;
-	tb_endpoint_t eps[TB_RECOVERY_MAX];
-	char token[TB_TOKEN_MAX];
-	uint32_t stream_id;
-	void *live_mem, *replay_mem;
-};
 
 struct tb_subscriber {
 	tb_rx_t *rx;
 	tb_seq_t seq;
 	tb_seq_range_t loss;
 	int has_loss;
-	int recovering;            /* the hot path's one extra test */
+	int recovering;            /* the hot path's one extra test: mirrors
+				      tb_recovering_active(rec) */
 	int probe;                 /* tb_sub_start_at asked; see start_probe */
-	uint64_t deliver_next;     /* while recovering: next sequence to hand
-				      out; anything below is a duplicate */
 	tb_counter_slot_t *ctr;    /* in the counters file, or `own_ctr` */
-	struct recovery *rec;      /* NULL: no recovery endpoints */
-	tb_stream_cfg_t cfg;
+	tb_recovering_t *rec;      /* NULL: no recovery endpoints */
 	tb_counter_slot_t own_ctr;
 };
-
-/* ---------------------------------------------------- the recovery thread */
-
-static int rec_cancelled(void *arg)
-{
-	struct recovery *r = arg;
-
-	return atomic_load(&r->stop);
-}
-
-/* Reserves a replay entry, waiting while the poll thread drains the
- * queue; NULL when stopping. */
-static tb_fifo_ent_t *replay_reserve(struct recovery *r, uint32_t payload)
-{
-	struct timespec ts = {0, PUSH_WAIT_NS};
-	tb_fifo_ent_t *e;
-
-	while (!(e = tb_fifo_reserve(&r->replay, payload))) {
-		if (atomic_load(&r->stop))
-			return NULL;
-		nanosleep(&ts, NULL);
-	}
-	return e;
-}
-
-static void replay_marker(struct recovery *r, int kind, uint64_t first,
-			  uint64_t last, int code, uint64_t aux)
-{
-	tb_fifo_ent_t *e = replay_reserve(r, 0);
-
-	if (!e)
-		return;
-	e->kind = (uint16_t)kind;
-	e->seq = first;
-	e->last = last;
-	e->code = code;
-	e->aux = aux;
-	tb_fifo_commit(&r->replay);
-}
-
-static int rec_frame(void *arg, const tb_frame_hdr_t *f)
-{
-	struct recovery *r = arg;
-	uint32_t len = f->length - TB_FRAME_HDR_LEN;
-	tb_fifo_ent_t *e;
-
-	if (r->job_cut)
-		return 1; /* stops the fetch */
-	if (len > tb_fifo_max_payload(&r->replay)) {
-		/* Cannot happen with frames of this stream's ring; if a
-		 * server sends one anyway, it is reported, not dropped. */
-		replay_marker(r, TB_FIFO_LOSS, f->seq, f->seq, 0, 0);
-		return 0;
-	}
-	e = replay_reserve(r, len);
-	if (!e)
-		return 1;
-	e->kind = TB_FIFO_FRAME;
-	e->template_id = f->template_id;
-	e->stream_id = f->stream_id;
-	e->flags = TB_MSG_F_REPLAY;
-	e->seq = f->seq;
-	e->publish_ns = f->publish_ns;
-	memcpy(tb_fifo_payload(e), (const uint8_t *)f + TB_FRAME_HDR_LEN, len);
-	tb_fifo_commit(&r->replay);
-	return 0;
-}
-
-/*
- * A coalesced job (job_last > job_gap_last) fetches the frames between
- * the gaps too, which the live buffer also holds.  A loss past the first
- * gap must then not be reported whole: some of it may be in the live
- * buffer.  The job reports the loss up to the gap's end and stops there
- * (job_cut); the live buffer and the later gaps' own jobs do the rest.
- */
-static void rec_loss(void *arg, uint64_t first, uint64_t last)
-{
-	struct recovery *r = arg;
-
-	if (r->job_cut)
-		return;
-	if (first <= r->job_gap_last) {
-		uint64_t end = last < r->job_gap_last ? last : r->job_gap_last;
-
-		replay_marker(r, TB_FIFO_LOSS, first, end, 0, 0);
-		r->job_lost += end - first + 1;
-	}
-	if (last > r->job_gap_last)
-		r->job_cut = 1;
-}
-
-static void *rec_main(void *arg)
-{
-	struct recovery *r = arg;
-	uint64_t done_gen = 0;
-
-	while (!atomic_load(&r->stop)) {
-		struct pollfd pfd = {.fd = r->efd, .events = POLLIN};
-		tb_recovery_client_stats_t st;
-		uint64_t gen, next, v;
-		int rc;
-
-		if (poll(&pfd, 1, 100) > 0 &&
-		    read(r->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-			break;
-		gen = tb_atomic_load_acquire(&r->job_gen); /* A4 pairs with R4 */
-		if (gen == done_gen)
-			continue;
-		r->ccfg.until_latest = r->job_open;
-		r->job_cut = 0;
-		r->job_lost = 0;
-		rc = tb_recovery_client_fetch(&r->ccfg, r->job_epoch, r->job_first,
-				      r->job_last, rec_frame, rec_loss, r, &st,
-				      &next);
-		if (rc == TB_ESTATE && atomic_load(&r->stop))
-			break;
-		/* A probe that finds no service says nothing about loss: the
-		 * next live frame names the gap, recovered then. */
-		if (rc < 0 && !r->job_cut && next <= r->job_gap_last &&
-		    !r->job_open) {
-			/* Nobody answered in time: the rest of the gap is
-			 * lost (what lies past it is left to live). */
-			replay_marker(r, TB_FIFO_LOSS, next, r->job_gap_last, 0, 0);
-			r->job_lost += r->job_gap_last - next + 1;
-		}
-		/* DONE carries the job's figures for the owner's counters. */
-		/* Failed: something was lost, or a probe found no service;
-		 * not a shared request that only missed what lies past its
-		 * own gap. */
-		replay_marker(r, TB_FIFO_DONE, st.requests, r->job_lost,
-			      r->job_lost || (rc < 0 && r->job_open) ? 1 : 0,
-			      st.frames);
-		done_gen = gen;
-	}
-	return NULL;
-}
-
-static uint64_t pow2_at_least(uint64_t v)
-{
-	uint64_t p = 1;
-
-	while (p < v)
-		p <<= 1;
-	return p;
-}
-
-static void rec_free(struct recovery *r)
-{
-	if (!r)
-		return;
-	if (r->started) {
-		uint64_t one = 1;
-
-		atomic_store(&r->stop, 1);
-		if (write(r->efd, &one, sizeof(one)) < 0) {
-			/* The thread still sees `stop` within its 100 ms
-			 * poll. */
-		}
-		pthread_join(r->thread, NULL);
-	}
-	if (r->efd >= 0)
-		close(r->efd);
-	free(r->live_mem);
-	free(r->replay_mem);
-	free(r);
-}
-
-static int rec_open(tb_subscriber_t *s)
-{
-	const tb_stream_cfg_t *cfg = &s->cfg;
-	uint64_t max_entry = tb_fifo_space(tb_ring_max_frame(cfg->ring_size));
-	uint64_t live_cap = pow2_at_least(cfg->recovery_buffer);
-	uint64_t replay_cap = pow2_at_least(4 * max_entry);
-	struct recovery *r;
-	int rc;
-
-	if (replay_cap < REPLAY_MIN)
-		replay_cap = REPLAY_MIN;
-	r = calloc(1, sizeof(*r));
-	if (!r)
-		return tb_error_set(TB_ENOMEM, "recovery: out of memory");
-	r->efd = -1;
-	r->live_mem = aligned_alloc(TB_FIFO_ALIGN, live_cap);
-	r->replay_mem = aligned_alloc(TB_FIFO_ALIGN, replay_cap);
-	if (!r->live_mem || !r->replay_mem) {
-		rec_free(r);
-		return tb_error_set(TB_ENOMEM, "recovery: buffers of %llu and "
-				  "%llu bytes", (unsigned long long)live_cap,
-				  (unsigned long long)replay_cap);
-	}
-	tb_fifo_init(&r->live, r->live_mem, live_cap);
-	tb_fifo_init(&r->replay, r->replay_mem, replay_cap);
-	memcpy(r->eps, cfg->recovery, sizeof(r->eps));
-	memcpy(r->token, cfg->token, sizeof(r->token));
-	tb_recovery_client_cfg_init(&r->ccfg);
-	r->ccfg.endpoints = r->eps;
-	r->ccfg.n_endpoints = cfg->n_recovery;
-	r->ccfg.stream_id = cfg->id;
-	r->ccfg.token = r->token;
-	r->ccfg.deadline_ms = cfg->recovery_timeout_ms;
-	if (r->ccfg.io_timeout_ms > cfg->recovery_timeout_ms / 2)
-		r->ccfg.io_timeout_ms = cfg->recovery_timeout_ms / 2;
-	r->ccfg.cancelled = rec_cancelled;
-	r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (r->efd < 0) {
-		rc = tb_error_sys(errno, "recovery: eventfd");
-		rec_free(r);
-		return rc;
-	}
-	rc = pthread_create(&r->thread, NULL, rec_main, r);
-	if (rc != 0) {
-		rec_free(r);
-		return tb_error_sys(rc, "recovery: start its thread");
-	}
-	r->started = 1;
-	s->rec = r;
-	return 0;
-}
 
 /* ------------------------------------------------------------ open/close */
 
@@ -363,28 +62,24 @@ int tb_subscriber_open(tb_subscriber_t **out, const tb_stream_cfg_t *cfg)
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return tb_error_set(TB_ENOMEM, "tb_subscriber_open: out of memory");
-	s->cfg = *cfg;
 	tb_seq_init(&s->seq, 0);
-	s->ctr = tb_counters_add_stream(cfg->id, cfg->name, TB_ROLE_SUBSCRIBER,
-					ops->name);
-	if (!s->ctr) {
-		tb_warn("stream '%s': counters not shared (%s)", cfg->name, tb_errmsg());
-		s->ctr = &s->own_ctr;
-	}
+	s->ctr = tb_counters_take_stream(&s->own_ctr, cfg->id, cfg->name,
+					 TB_ROLE_SUBSCRIBER, ops->name);
 	if (cfg->subscriber_core >= 0 && (rc = tb_thread_pin(cfg->subscriber_core)) < 0)
 		goto fail;
-	if (cfg->n_recovery > 0 && (rc = rec_open(s)) < 0)
+	if (cfg->n_recovery > 0 && (rc = tb_recovering_open(&s->rec, cfg)) < 0)
 		goto fail;
 	rc = ops->open(&s->rx, cfg);
 	if (rc < 0)
 		goto fail;
 	s->rx->ctr = s->ctr;
+	if (s->rec)
+		tb_recovering_bind(s->rec, s->rx, &s->seq, s->ctr);
 	*out = s;
 	return 0;
 fail:
-	rec_free(s->rec);
-	if (s->ctr != &s->own_ctr)
-		tb_counters_remove_stream(s->ctr);
+	tb_recovering_close(s->rec);
+	tb_counters_remove_stream(s->ctr);
 	free(s);
 	return tb_error_prepend(rc, "tb_subscriber_open: stream '%s'", cfg->name);
 }
@@ -392,28 +87,21 @@ fail:
 int tb_subscriber_open_file(tb_subscriber_t **out, const char *path,
 			    const char *stream)
 {
-	const tb_stream_cfg_t *cfg;
-	tb_config_t *file;
+	tb_stream_cfg_t cfg;
 	int rc;
 
 	*out = NULL;
-	rc = tb_config_load(&file, path);
-	if (rc < 0)
-		return rc;
-	cfg = tb_config_stream(file, stream);
-	rc = cfg ? tb_subscriber_open(out, cfg) : TB_ENOENT;
-	tb_config_free(file);
-	return rc;
+	rc = tb_config_load_stream(&cfg, path, stream);
+	return rc < 0 ? rc : tb_subscriber_open(out, &cfg);
 }
 
 int tb_subscriber_close(tb_subscriber_t *s)
 {
 	if (!s)
 		return 0;
-	rec_free(s->rec);
+	tb_recovering_close(s->rec);
 	s->rx->ops->close(s->rx);
-	if (s->ctr != &s->own_ctr)
-		tb_counters_remove_stream(s->ctr);
+	tb_counters_remove_stream(s->ctr);
 	free(s);
 	return 0;
 }
@@ -431,278 +119,19 @@ int tb_sub_start_at(tb_subscriber_t *s, uint64_t seq)
 	return 0;
 }
 
-/* ------------------------------------------------------------ recovering */
+/* ------------------------------------------------------------- hot path */
 
-/* Markers are 64-byte entries, which never need a padding entry before
- * them, so this reserve always holds one. */
-static int live_marker(struct recovery *r, int kind, uint64_t first,
-		       uint64_t last, int code, uint64_t aux)
+/* After a call into the recovering machine: the hot path's flag follows
+ * it, and a TB_DATA_LOSS is remembered for tb_sub_loss. */
+static int recovered(tb_subscriber_t *s, int n)
 {
-	tb_fifo_ent_t *e = tb_fifo_reserve(&r->live, 0);
-
-	if (tb_unlikely(!e))
-		return -1;
-	e->kind = (uint16_t)kind;
-	e->seq = first;
-	e->last = last;
-	e->code = code;
-	e->aux = aux;
-	tb_fifo_commit(&r->live);
-	if (kind == TB_FIFO_GAP) {
-		r->tail_gap_last = last;
-		r->tail_gap_epoch = aux;
-	}
-	return 0;
-}
-
-/* Room for one more live frame of `len` bytes: its entry, a padding entry
- * before it in the worst case, and two marker entries behind it. */
-static int live_fits(const tb_fifo_t *q, uint32_t len)
-{
-	uint64_t used = tb_atomic_load_relaxed(&q->tail) - tb_atomic_load_relaxed(&q->head);
-	uint64_t need = 2 * (uint64_t)tb_fifo_space(len) + 2 * sizeof(tb_fifo_ent_t);
-
-	return len <= tb_fifo_max_payload(q) && used + need <= q->mask + 1;
-}
-
-/* The handler the transport calls while recovering: copy the frame out
- * (the transport may reuse its slot as soon as it moves on). */
-static void buffer_frame(void *clientd, const tb_msg_t *m)
-{
-	tb_subscriber_t *s = clientd;
-	struct recovery *r = s->rec;
-	tb_fifo_ent_t *e;
-
-	if (r->dropped) /* frames after a dropped one are dropped too */
-		return;
-	if (tb_unlikely(!live_fits(&r->live, m->len) ||
-			!(e = tb_fifo_reserve(&r->live, m->len)))) {
-		/* The buffer is full: this frame and the rest of this poll
-		 * become a gap, recovered in their turn (poll_live). */
-		r->dropped = m->seq;
-		return;
-	}
-	e->kind = TB_FIFO_FRAME;
-	e->template_id = m->template_id;
-	e->stream_id = m->stream_id;
-	e->flags = m->flags;
-	e->seq = m->seq;
-	e->publish_ns = m->publish_ns;
-	e->receive_ns = m->receive_ns;
-	memcpy(tb_fifo_payload(e), m->data, m->len);
-	tb_fifo_commit(&r->live);
-}
-
-/* Polls the transport into the live buffer.  While the buffer is full the
- * transport is not polled; frames that did not fit are marked as a gap. */
-static void poll_live(tb_subscriber_t *s)
-{
-	struct recovery *r = s->rec;
-	tb_seq_range_t loss;
-	int n;
-
-	if (r->live_paused || !live_fits(&r->live, 0))
-		return;
-	n = s->rx->ops->poll(s->rx, &s->seq, &loss, buffer_frame, s, 256);
-	if (tb_unlikely(r->dropped)) {
-		live_marker(r, TB_FIFO_GAP, r->dropped, s->seq.expected - 1, 0,
-			    s->rx->ops->epoch(s->rx));
-		r->dropped = 0;
-	}
-	if (n >= 0 || n == TB_NOT_CONNECTED)
-		return;
-	if (n == TB_GAP || n == TB_LAPPED) {
-		tb_counter_inc(s->ctr, n == TB_LAPPED ? TB_CTR_LAPPED : TB_CTR_GAPS);
-		live_marker(r, TB_FIFO_GAP, loss.first, loss.last, 0,
-			    s->rx->ops->epoch(s->rx));
-		return;
-	}
-	/* TB_CLOSED, TB_NEW_EPOCH, TB_PUBLISHER_DEAD, an error: delivered
-	 * at its place, after everything before it. */
-	live_marker(r, TB_FIFO_COND, 0, 0, n, 0);
-	r->live_paused = 1;
-}
-
-static void post_job(tb_subscriber_t *s, const tb_fifo_ent_t *gap)
-{
-	struct recovery *r = s->rec;
-	uint64_t one = 1;
-
-	r->job_epoch = gap->aux;
-	r->job_first = gap->seq;
-	r->job_last = r->job_gap_last = gap->last;
-	r->job_open = gap->code;
-	/* Gaps queued behind this one go in the same request: one round
-	 * trip for all the loss of the last round trip, not one each.
-	 * The frames between them come twice and are dropped by deliver. */
-	if (!gap->code && r->tail_gap_epoch == gap->aux &&
-	    r->tail_gap_last > gap->last)
-		r->job_last = r->tail_gap_last - gap->last > COALESCE_MAX ?
-			      gap->last + COALESCE_MAX : r->tail_gap_last;
-	tb_atomic_store_release(&r->job_gen, tb_atomic_load_relaxed(&r->job_gen) + 1); /* R4 */
-	/* One system call per gap, to wake the recovery thread at once;
-	 * if it fails, the thread's 100 ms poll finds the job anyway. */
-	if (write(r->efd, &one, sizeof(one)) < 0) {
-		/* see above */
-	}
-	r->job_active = 1;
-}
-
-/* Hands out one frame unless it was handed out already (a probe and a
- * live gap may both bring it).  Returns 1 if delivered. */
-static int deliver(tb_subscriber_t *s, tb_fifo_ent_t *e, tb_handler_t handler,
-		   void *clientd)
-{
-	tb_msg_t m;
-
-	if (s->deliver_next && e->seq < s->deliver_next) {
-		s->seq.duplicates++;
-		tb_counter_inc(s->ctr, TB_CTR_DUPLICATES);
-		return 0;
-	}
-	s->deliver_next = e->seq + 1;
-
-	m.data = tb_fifo_payload(e);
-	m.len = e->len;
-	m.template_id = e->template_id;
-	m.flags = (uint16_t)e->flags;
-	m.stream_id = e->stream_id;
-	m.seq = e->seq;
-	m.publish_ns = e->publish_ns;
-	m.receive_ns = e->kind == TB_FIFO_FRAME && e->receive_ns ?
-		       e->receive_ns : tb_clock_now_ns_inline();
-	handler(clientd, &m);
-	return 1;
-}
-
-/* Clips a GAP or LOSS range to what is not yet delivered; 0 when nothing
- * of it is left. */
-static int clip(const tb_subscriber_t *s, uint64_t *first, uint64_t last)
-{
-	if (s->deliver_next && last < s->deliver_next)
-		return 0;
-	if (s->deliver_next && *first < s->deliver_next)
-		*first = s->deliver_next;
-	return 1;
-}
-
-static int poll_recovering(tb_subscriber_t *s, tb_handler_t handler,
-			   void *clientd, int limit)
-{
-	struct recovery *r = s->rec;
-	int n = 0;
-
-	poll_live(s);
-	while (n < limit) {
-		tb_fifo_ent_t *e;
-
-		if (r->job_active) {
-			e = tb_fifo_peek(&r->replay);
-			if (!e)
-				break; /* the recovery thread is working */
-			if (e->kind == TB_FIFO_FRAME) {
-				e->receive_ns = 0;
-				if (deliver(s, e, handler, clientd)) {
-					tb_counter_inc(s->ctr, TB_CTR_REPLAYED);
-					n++;
-				}
-				tb_fifo_release(&r->replay, e);
-				continue;
-			}
-			if (e->kind == TB_FIFO_LOSS) {
-				uint64_t first = e->seq;
-
-				if (!clip(s, &first, e->last)) {
-					tb_fifo_release(&r->replay, e);
-					continue;
-				}
-				if (n > 0)
-					break; /* the loss on its own poll */
-				s->loss.first = first;
-				s->loss.last = e->last;
-				s->has_loss = 1;
-				s->deliver_next = e->last + 1;
-				tb_fifo_release(&r->replay, e);
-				tb_counter_inc(s->ctr, TB_CTR_DATA_LOSS);
-				return TB_DATA_LOSS;
-			}
-			/* DONE: seq = requests, last = lost, aux = frames. */
-			tb_counter_add(s->ctr, TB_CTR_RECOVERY_REQUESTS, e->seq);
-			tb_counter_inc(s->ctr, e->code ? TB_CTR_RECOVERY_FAILED :
-				       TB_CTR_RECOVERY_OK);
-			tb_fifo_release(&r->replay, e);
-			r->job_active = 0;
-			continue;
-		}
-		e = tb_fifo_peek(&r->live);
-		if (!e) {
-			/* Caught up: live again, once the transport is past
-			 * what recovery delivered (a probe may have fetched
-			 * beyond what the transport has read). */
-			if (!r->live_paused &&
-			    (!s->deliver_next || s->seq.expected >= s->deliver_next))
-				s->recovering = 0;
-			break;
-		}
-		if (e->kind == TB_FIFO_FRAME) {
-			n += deliver(s, e, handler, clientd);
-			tb_fifo_release(&r->live, e);
-			continue;
-		}
-		if (e->kind == TB_FIFO_GAP) {
-			uint64_t first = e->seq;
-
-			if (clip(s, &first, e->last)) {
-				e->seq = first;
-				post_job(s, e);
-			}
-			tb_fifo_release(&r->live, e);
-			continue;
-		}
-		/* COND */
-		if (n > 0)
-			break;
-		{
-			int code = e->code;
-
-			tb_fifo_release(&r->live, e);
-			r->live_paused = 0;
-			if (code == TB_NEW_EPOCH)
-				s->deliver_next = 0; /* sequences restart */
-			if (tb_fifo_empty(&r->live))
-				s->recovering = 0;
-			return code;
-		}
-	}
-	if (n > 0)
-		tb_counter_add(s->ctr, TB_CTR_DELIVERED, (uint64_t)n);
+	s->recovering = tb_recovering_active(s->rec);
+	if (n == TB_DATA_LOSS)
+		s->has_loss = 1;
 	return n;
 }
 
-/* ------------------------------------------------------------- hot path */
-
-static int start_recovering(tb_subscriber_t *s, int n, tb_handler_t handler,
-			    void *clientd, int limit)
-{
-	tb_counter_inc(s->ctr, n == TB_LAPPED ? TB_CTR_LAPPED : TB_CTR_GAPS);
-	/* Everything before the gap is delivered; after a probe, perhaps
-	 * some of the gap too. */
-	if (s->deliver_next < s->loss.first)
-		s->deliver_next = s->loss.first;
-	s->probe = 0;
-	live_marker(s->rec, TB_FIFO_GAP, s->loss.first, s->loss.last, 0,
-		    s->rx->ops->epoch(s->rx));
-	s->recovering = 1;
-	return poll_recovering(s, handler, clientd, limit);
-}
-
-/*
- * A late joiner (tb_sub_start_at) on a stream with nothing new to read
- * would not see its gap until the next message is published.  So on its
- * first idle poll it asks the recovery services for everything from the
- * start sequence up to the latest they hold (an open job); live frames are
- * buffered meanwhile, and whatever both bring is delivered once.
- */
+/* A late joiner's first idle poll (see tb_recovering_start_probe). */
 static int start_probe(tb_subscriber_t *s, tb_handler_t handler,
 		       void *clientd, int limit)
 {
@@ -713,11 +142,8 @@ static int start_probe(tb_subscriber_t *s, tb_handler_t handler,
 	s->probe = 0;
 	if (s->seq.delivered > 0)
 		return 0;
-	s->deliver_next = s->seq.expected;
-	live_marker(s->rec, TB_FIFO_GAP, s->seq.expected,
-		    s->seq.expected + TB_RECOVERY_PROTO_COUNT_MAX - 1, 1, epoch);
-	s->recovering = 1;
-	return poll_recovering(s, handler, clientd, limit);
+	return recovered(s, tb_recovering_start_probe(s->rec, epoch, handler,
+						      clientd, limit, &s->loss));
 }
 
 int tb_sub_poll(tb_subscriber_t *s, tb_handler_t handler, void *clientd,
@@ -728,7 +154,8 @@ int tb_sub_poll(tb_subscriber_t *s, tb_handler_t handler, void *clientd,
 	/* Hot path: one indirect call per poll, not per message; no
 	 * allocation, lock or system call while live. */
 	if (tb_unlikely(s->recovering))
-		return poll_recovering(s, handler, clientd, limit);
+		return recovered(s, tb_recovering_poll(s->rec, handler, clientd,
+						       limit, &s->loss));
 	n = s->rx->ops->poll(s->rx, &s->seq, &s->loss, handler, clientd, limit);
 	if (tb_likely(n > 0)) {
 		tb_counter_add(s->ctr, TB_CTR_DELIVERED, (uint64_t)n);
@@ -736,13 +163,18 @@ int tb_sub_poll(tb_subscriber_t *s, tb_handler_t handler, void *clientd,
 		if (tb_unlikely(s->probe))
 			return start_probe(s, handler, clientd, limit);
 	} else if (n == TB_NEW_EPOCH) {
-		s->deliver_next = 0;
+		if (s->rec)
+			tb_recovering_new_epoch(s->rec);
 		s->probe = 0;
 	} else if (n == TB_LAPPED || n == TB_GAP) {
-		if (s->rec)
-			return start_recovering(s, n, handler, clientd, limit);
-		s->has_loss = 1;
 		tb_counter_inc(s->ctr, n == TB_LAPPED ? TB_CTR_LAPPED : TB_CTR_GAPS);
+		if (s->rec) {
+			s->probe = 0;
+			return recovered(s, tb_recovering_start_gap(
+					s->rec, s->loss.first, s->loss.last,
+					handler, clientd, limit, &s->loss));
+		}
+		s->has_loss = 1;
 	}
 	return n;
 }

@@ -88,6 +88,8 @@
  */
 #include "bus/recovery/store.h"
 
+#include "bus/clock.h"
+#include "bus/crc32c.h"
 #include "bus/error.h"
 
 #include <dirent.h>
@@ -95,14 +97,12 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -178,103 +178,6 @@ static inline uint32_t rec_space(uint32_t frame_len)
 	       ((frame_len + STORE_REC_ALIGN - 1) & ~(STORE_REC_ALIGN - 1));
 }
 
-/* -------------------------------------------------------------- CRC32C */
-
-/* Reflected Castagnoli polynomial. */
-#define CRC32C_POLY 0x82f63b78u
-
-static uint32_t crc_table[8][256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_table_init(void)
-{
-	for (uint32_t i = 0; i < 256; i++) {
-		uint32_t c = i;
-
-		for (int k = 0; k < 8; k++)
-			c = (c >> 1) ^ (CRC32C_POLY & (0u - (c & 1)));
-		crc_table[0][i] = c;
-	}
-	for (uint32_t i = 0; i < 256; i++)
-		for (int t = 1; t < 8; t++)
-			crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^
-					  crc_table[0][crc_table[t - 1][i] & 0xff];
-}
-
-/* Slicing by 8: eight table lookups per 8 bytes. */
-static uint32_t crc_sw(uint32_t c, const uint8_t *p, size_t n)
-{
-	pthread_once(&crc_once, crc_table_init);
-	for (; n && ((uintptr_t)p & 7); n--)
-		c = (c >> 8) ^ crc_table[0][(c ^ *p++) & 0xff];
-	for (; n >= 8; n -= 8, p += 8) {
-		uint64_t v;
-
-		memcpy(&v, p, 8);
-		v ^= c;
-		c = crc_table[7][v & 0xff] ^ crc_table[6][(v >> 8) & 0xff] ^
-		    crc_table[5][(v >> 16) & 0xff] ^ crc_table[4][(v >> 24) & 0xff] ^
-		    crc_table[3][(v >> 32) & 0xff] ^ crc_table[2][(v >> 40) & 0xff] ^
-		    crc_table[1][(v >> 48) & 0xff] ^ crc_table[0][v >> 56];
-	}
-	while (n--)
-		c = (c >> 8) ^ crc_table[0][(c ^ *p++) & 0xff];
-	return c;
-}
-
-#if defined(__x86_64__)
-__attribute__((target("sse4.2")))
-static uint32_t crc_hw(uint32_t c, const uint8_t *p, size_t n)
-{
-	uint64_t c64;
-
-	for (; n && ((uintptr_t)p & 7); n--)
-		c = __builtin_ia32_crc32qi(c, *p++);
-	c64 = c;
-	for (; n >= 8; n -= 8, p += 8) {
-		uint64_t v;
-
-		memcpy(&v, p, 8);
-		c64 = __builtin_ia32_crc32di(c64, v);
-	}
-	c = (uint32_t)c64;
-	while (n--)
-		c = __builtin_ia32_crc32qi(c, *p++);
-	return c;
-}
-
-int tb_crc32c_hw_available(void)
-{
-	return __builtin_cpu_supports("sse4.2") != 0;
-}
-#else
-static uint32_t crc_hw(uint32_t c, const uint8_t *p, size_t n)
-{
-	return crc_sw(c, p, n);
-}
-
-int tb_crc32c_hw_available(void) { return 0; }
-#endif
-
-uint32_t tb_crc32c_sw(uint32_t crc, const void *buf, size_t len)
-{
-	return ~crc_sw(~crc, buf, len);
-}
-
-uint32_t tb_crc32c_hw(uint32_t crc, const void *buf, size_t len)
-{
-	if (!tb_crc32c_hw_available())
-		return tb_crc32c_sw(crc, buf, len);
-	return ~crc_hw(~crc, buf, len);
-}
-
-uint32_t tb_crc32c(uint32_t crc, const void *buf, size_t len)
-{
-	if (tb_likely(tb_crc32c_hw_available()))
-		return ~crc_hw(~crc, buf, len);
-	return ~crc_sw(~crc, buf, len);
-}
-
 /* ---------------------------------------------------------------- state */
 
 typedef struct seg {
@@ -312,27 +215,18 @@ struct tb_store {
 	size_t bufcap, w_len;
 	uint64_t w_key, w_off;
 
-	uint64_t last_sync_ns; /* CLOCK_MONOTONIC */
+	uint64_t last_sync_ns; /* tb_clock_mono_coarse_ns: checked at every
+				  append, where a tick's error is nothing */
 	int dirty;             /* appended since the last sync */
 	tb_store_stats_t st;
 };
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
+/* The configured wall clock (tests move it), else the system's. */
 static uint64_t wall_ns(const tb_store_t *s)
 {
-	struct timespec ts;
-
 	if (s->cfg.clock)
 		return s->cfg.clock(s->cfg.clockd);
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return tb_clock_realtime_ns();
 }
 
 static void file_name(char out[32], uint64_t first_seq, const char *ext)
@@ -798,7 +692,7 @@ static int do_sync(tb_store_t *s)
 		return tb_error_sys(errno, "store: fdatasync %s", s->path);
 	s->st.syncs++;
 	s->dirty = 0;
-	s->last_sync_ns = mono_ns();
+	s->last_sync_ns = tb_clock_mono_coarse_ns();
 	return 0;
 }
 
@@ -1261,7 +1155,7 @@ int tb_store_open(tb_store_t **sp, const tb_store_cfg_t *cfg)
 		tb_error_prepend(r, "tb_store_open");
 		goto fail;
 	}
-	s->last_sync_ns = mono_ns();
+	s->last_sync_ns = tb_clock_mono_coarse_ns();
 	r = tb_store_retain(s);
 	if (r < 0)
 		goto fail;
@@ -1433,7 +1327,7 @@ int tb_store_append_batch(tb_store_t *s, const tb_frame_hdr_t *const *frames,
 			tb_store_retain(s);
 	}
 	if (s->cfg.sync == TB_STORE_SYNC_INTERVAL &&
-	    mono_ns() - s->last_sync_ns >=
+	    tb_clock_mono_coarse_ns() - s->last_sync_ns >=
 	    (uint64_t)s->cfg.sync_interval_ms * 1000000ull) {
 		r = do_sync(s);
 		if (r < 0)
@@ -1459,7 +1353,7 @@ int tb_store_flush(tb_store_t *s)
 		return 0;
 	if (s->cfg.sync == TB_STORE_SYNC_BATCH ||
 	    (s->cfg.sync == TB_STORE_SYNC_INTERVAL &&
-	     mono_ns() - s->last_sync_ns >=
+	     tb_clock_mono_coarse_ns() - s->last_sync_ns >=
 	     (uint64_t)s->cfg.sync_interval_ms * 1000000ull))
 		r = do_sync(s);
 	if (r < 0)

@@ -70,7 +70,7 @@ typedef struct tb_store_cfg {
 	int read_only;          /* no appends, no repair on disk, no retention */
 	/* Wall clock for age retention and file headers, in ns on the
 	 * CLOCK_REALTIME base (segment mtimes are compared with it).  NULL:
-	 * clock_gettime.  Tests set it to move time forward. */
+	 * tb_clock_realtime_ns.  Tests set it to move time forward. */
 	uint64_t (*clock)(void *clockd);
 	void *clockd;
 } tb_store_cfg_t;
@@ -164,18 +164,5 @@ void tb_store_stats(const tb_store_t *s, tb_store_stats_t *st);
  */
 int tb_store_epochs(const char *dir, uint32_t stream_id, uint64_t *epochs,
 		    size_t max);
-
-/*
- * CRC32C (Castagnoli), the record checksum.  zlib's crc32 uses the other
- * polynomial, hence this.  `crc` is 0 to start, or a previous result to go
- * on: tb_crc32c(0, "123456789", 9) == 0xE3069283.  tb_crc32c picks the SSE4.2
- * instruction when the CPU has it, else the table; the two variants are
- * exported for the tests (tb_crc32c_hw returns the table result when the
- * CPU lacks SSE4.2; tb_crc32c_hw_available() says which).
- */
-uint32_t tb_crc32c(uint32_t crc, const void *buf, size_t len);
-uint32_t tb_crc32c_sw(uint32_t crc, const void *buf, size_t len);
-uint32_t tb_crc32c_hw(uint32_t crc, const void *buf, size_t len);
-int tb_crc32c_hw_available(void);
 
 #endif

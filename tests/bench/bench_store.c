@@ -18,6 +18,7 @@
  */
 #include "bus/recovery/store.h"
 
+#include "bus/crc32c.h"
 #include "bus/error.h"
 
 #include <fcntl.h>

@@ -1,6 +1,7 @@
 /*
  * test_clock.c - the TSC clock: accuracy against clock_gettime, monotonicity,
- * the shared calibration file, two processes agreeing, the gettime fallback.
+ * the shared calibration file, two processes agreeing, the gettime fallback;
+ * and the system clocks' wrappers (mono, mono coarse, realtime).
  *
  * The whole binary uses its own calibration file (TICKBUS_CLOCK_FILE, set in
  * main) and removes it at the end.  Child processes are this binary again,
@@ -178,6 +179,34 @@ static void test_monotonic(void **state)
 		prev = t;
 	}
 	assert_int_equal(backwards, 0);
+}
+
+/* The system clocks' wrappers read the clock they name: each result lies
+ * between two direct readings of it. */
+static void test_system_clocks(void **state)
+{
+	(void)state;
+	uint64_t a, t, b, prev = 0;
+
+	a = ts_now(CLOCK_REALTIME);
+	t = tb_clock_realtime_ns();
+	b = ts_now(CLOCK_REALTIME);
+	assert_true(a <= t && t <= b);
+
+	a = ts_now(CLOCK_MONOTONIC);
+	t = tb_clock_mono_ns();
+	b = ts_now(CLOCK_MONOTONIC);
+	assert_true(a <= t && t <= b);
+	assert_true(a / 1000000u <= tb_clock_mono_ms());
+
+	for (int i = 0; i < 1000; i++) {
+		a = ts_now(CLOCK_MONOTONIC_COARSE);
+		t = tb_clock_mono_coarse_ns();
+		b = ts_now(CLOCK_MONOTONIC_COARSE);
+		assert_true(a <= t && t <= b);
+		assert_true(t >= prev);
+		prev = t;
+	}
 }
 
 /* -------------------------------------------------------- the shared file */
@@ -487,6 +516,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_calibration_accuracy),
 		cmocka_unit_test(test_now_agrees_with_realtime),
 		cmocka_unit_test(test_monotonic),
+		cmocka_unit_test(test_system_clocks),
 		cmocka_unit_test(test_file_created_then_reused),
 		cmocka_unit_test(test_file_bad_is_replaced),
 		cmocka_unit_test(test_file_race_one_calibration),

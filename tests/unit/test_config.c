@@ -644,6 +644,43 @@ static void test_several_streams_and_lookup(void **state)
 	tb_config_free(NULL);
 }
 
+/* tb_config_load_stream (what both *_open_file calls use): one stream's
+ * struct copied out, the file's errors and the missing stream's message as
+ * tb_config_load and tb_config_stream give them. */
+static void test_load_stream(void **state)
+{
+	static const char two[] = "[stream a]\nid = 1\ntransport = shm\n"
+				  "[stream b]\nid = 2\ntransport = udp\n"
+				  "group = 239.1.1.1:5000\n";
+	static const char no_transport[] = "[stream a]\nid = 1\n";
+	char missing[PATH_MAX + 16], want[PATH_MAX + 128];
+	tb_stream_cfg_t c;
+
+	(void)state;
+	write_file(two, strlen(two));
+	memset(&c, 0, sizeof(c));
+	assert_int_equal(tb_config_load_stream(&c, path, "b"), 0);
+	assert_string_equal(c.name, "b");
+	assert_int_equal(c.id, 2);
+	assert_int_equal(c.transport, TB_TRANSPORT_UDP);
+	assert_int_equal(c.group.port, 5000);
+
+	assert_int_equal(tb_config_load_stream(&c, path, "nope"), TB_ENOENT);
+	snprintf(want, sizeof(want), "%s: no stream 'nope'; the file has: a, b",
+		 path);
+	assert_string_equal(tb_errmsg(), want);
+	assert_string_equal(c.name, "b"); /* untouched on failure */
+
+	snprintf(missing, sizeof(missing), "%s/nope.ini", dir);
+	assert_int_equal(tb_config_load_stream(&c, missing, "a"), TB_ENOENT);
+	snprintf(want, sizeof(want), "%s: cannot open config file: No such "
+		 "file or directory", missing);
+	assert_string_equal(tb_errmsg(), want);
+
+	write_file(no_transport, strlen(no_transport));
+	assert_int_equal(tb_config_load_stream(&c, path, "a"), TB_ECONFIG);
+}
+
 /* Comments, blank lines, indentation, CRLF, a BOM, inline ';' comments and
  * "key: value" all parse, and line numbers stay right through them. */
 static void test_layout_and_line_numbers(void **state)
@@ -1395,6 +1432,7 @@ int main(void)
 		cmocka_unit_test(test_ud_full),
 		cmocka_unit_test(test_udp_full),
 		cmocka_unit_test(test_several_streams_and_lookup),
+		cmocka_unit_test(test_load_stream),
 		cmocka_unit_test(test_layout_and_line_numbers),
 		cmocka_unit_test(test_indented_line_is_not_a_continuation),
 		cmocka_unit_test(test_long_stream_name),

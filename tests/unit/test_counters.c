@@ -174,7 +174,7 @@ static void test_write_and_read_back(void **state)
 static void test_slots_run_out_and_names_truncate(void **state)
 {
 	(void)state;
-	tb_counter_slot_t *slots[TB_COUNTERS_SLOTS];
+	tb_counter_slot_t *slots[TB_COUNTERS_SLOTS], own;
 	tb_counters_proc_t *p = malloc(sizeof(*p));
 	char longname[200];
 
@@ -189,6 +189,13 @@ static void test_slots_run_out_and_names_truncate(void **state)
 	}
 	assert_null(tb_counters_add_stream(99, "x", TB_ROLE_PUBLISHER, "shm"));
 	assert_non_null(strstr(tb_errmsg(), "slots"));
+	/* take_stream falls back to the caller's own slot, which remove
+	 * then ignores. */
+	memset(&own, 0, sizeof(own));
+	assert_ptr_equal(tb_counters_take_stream(&own, 99, "x",
+						 TB_ROLE_PUBLISHER, "shm"),
+			 &own);
+	tb_counters_remove_stream(&own);
 	assert_int_equal(tb_counters_read_file(tb_counters_path(), p), 0);
 	assert_int_equal(p->n_streams, TB_COUNTERS_SLOTS);
 	assert_int_equal(strlen(p->streams[0].name), 63);

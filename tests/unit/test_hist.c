@@ -1,5 +1,8 @@
 /*
- * test_hist.c - unit tests of the histogram module (bus/hist.c).
+ * test_hist.c - unit tests of the histogram module: bus/hist.c (layout,
+ * recording, queries, iteration, merge), hist_text.c (.hgrm, CSV),
+ * hist_encoding.c (V2 encoding, base64), hist_log.c (interval log) and
+ * hist_recorder.c (the interval recorder), all through <tickbus/hist.h>.
  *
  * Expected values are computed here independently of the module wherever
  * that is possible: exact percentiles from a sorted array, exact mean and
@@ -93,7 +96,8 @@ static char *slurp(FILE *f)
 	return s;
 }
 
-/* Our own base64 encoder for crafting log lines (independent of hist.c). */
+/* Our own base64 encoder for crafting log lines (independent of
+ * hist_encoding.c). */
 static char *b64(const uint8_t *p, size_t n)
 {
 	static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

@@ -1,6 +1,7 @@
 /*
- * Subscriber-side recovery in one process, over shm, served by the
- * publisher's retention endpoint:
+ * Subscriber-side recovery (subscriber/recovering.c, through the public
+ * tb_sub_* calls) in one process, over shm, served by the publisher's
+ * retention endpoint:
  *  - a late joiner from sequence 1 gets 1..N exactly once, in order, the
  *    missed ones flagged TB_MSG_F_REPLAY, even with the smallest live
  *    buffer (64 KiB), which fills while the replay runs and pauses the
@@ -43,14 +44,6 @@ static uint16_t free_port(void)
 	getsockname(fd, (struct sockaddr *)&sa, &sl);
 	close(fd);
 	return ntohs(sa.sin_port);
-}
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 static void stream_cfg(tb_stream_cfg_t *c, int retention)
@@ -119,14 +112,14 @@ static void test_late_join_small_buffer(void **state)
 		offer(pub, seq);
 	assert_int_equal(tb_subscriber_open(&sub, &c), 0);
 	assert_int_equal(tb_sub_start_at(sub, 1), 0);
-	until = mono_ms() + 30000;
+	until = tb_clock_mono_ms() + 30000;
 	/* The first poll finds the gap and starts the replay; a burst of
 	 * 1,500 live frames (190 KiB of entries) then overflows the 64 KiB
 	 * live buffer while it runs. */
 	assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
 	for (; seq <= 6500; seq++)
 		offer(pub, seq);
-	while (g.next <= 25000 && mono_ms() < until) {
+	while (g.next <= 25000 && tb_clock_mono_ms() < until) {
 		int n;
 
 		/* Keep publishing while it recovers: 64 KiB holds about 700
@@ -177,9 +170,9 @@ static void test_no_service_is_exact_data_loss(void **state)
 	assert_int_equal(tb_sub_loss(sub, &first, &last), TB_ENOENT);
 	for (uint64_t s = 101; s <= 200; s++)
 		offer(pub, s);
-	t0 = mono_ms();
+	t0 = tb_clock_mono_ms();
 	until = t0 + 30000;
-	while (g.next <= 200 && mono_ms() < until) {
+	while (g.next <= 200 && tb_clock_mono_ms() < until) {
 		int n = tb_sub_poll(sub, on_msg, &g, 64);
 
 		if (n == TB_DATA_LOSS) {
@@ -193,7 +186,7 @@ static void test_no_service_is_exact_data_loss(void **state)
 	assert_int_equal(losses, 1);
 	assert_int_equal(first, 1);
 	assert_int_equal(last, 100);
-	assert_true(mono_ms() - t0 >= 250); /* it did try for its time */
+	assert_true(tb_clock_mono_ms() - t0 >= 250); /* it did try for its time */
 	assert_int_equal(g.n, 100);
 	assert_int_equal(g.next, 201);
 	assert_int_equal(g.bad, 0);
@@ -221,16 +214,17 @@ static void test_late_join_quiet_stream(void **state)
 		offer(pub, s);
 	assert_int_equal(tb_subscriber_open(&sub, &c), 0);
 	assert_int_equal(tb_sub_start_at(sub, 1), 0);
-	until = mono_ms() + 20000;
-	while (g.next <= 3000 && mono_ms() < until)
+	until = tb_clock_mono_ms() + 20000;
+	while (g.next <= 3000 && tb_clock_mono_ms() < until)
 		assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
 	assert_int_equal(g.n, 3000);
 	assert_int_equal(g.replayed, 3000);
 	assert_int_equal(g.bad, 0);
 	for (uint64_t s = 3001; s <= 3100; s++)
 		offer(pub, s);
-	until = mono_ms() + 20000;
-	while ((g.next <= 3100 || tb_sub_recovering(sub)) && mono_ms() < until)
+	until = tb_clock_mono_ms() + 20000;
+	while ((g.next <= 3100 || tb_sub_recovering(sub)) &&
+	       tb_clock_mono_ms() < until)
 		assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
 	assert_int_equal(g.n, 3100);
 	assert_int_equal(g.next, 3101);
@@ -349,8 +343,9 @@ static uint64_t queued_gaps(uint64_t held)
 	}
 	for (; seq <= last; seq++)
 		offer(pub, seq);
-	until = mono_ms() + 20000;
-	while ((g.next <= last || tb_sub_recovering(sub)) && mono_ms() < until) {
+	until = tb_clock_mono_ms() + 20000;
+	while ((g.next <= last || tb_sub_recovering(sub)) &&
+	       tb_clock_mono_ms() < until) {
 		int n = tb_sub_poll(sub, on_msg, &g, 64);
 
 		if (n == TB_LAPPED) {

@@ -34,12 +34,23 @@
  *   |                    | init/free: while neither of the others runs       |
  *
  * Results: set-up, output and decoding calls return 0 (or a count) or a
- * negative TB_* code from tickbus_err.h, with a message in tb_errmsg().
- * Recording returns nothing and cannot fail.
+ * negative TB_* code from tickbus_err.h, with a message in tb_errmsg(); the
+ * "Errors:" line of each lists the codes it can return ("none": it cannot
+ * fail).  Recording returns nothing and cannot fail.
+ *
+ * Where each part lives (this one header declares them all, its sections in
+ * this order):
+ *   set-up, recording, queries, iteration, merge   bus/hist.c
+ *   output (.hgrm, CSV)                             bus/hist_text.c
+ *   binary encoding (V2, and its base64)            bus/hist_encoding.c
+ *   interval histogram log                          bus/hist_log.c
+ *   recorder                                        bus/hist_recorder.c
+ *   inline internals (record, recorder record)      here, at the end
  *
  * This header is public and compiles as C++ as well as C11, which is why it
- * uses the GCC __atomic builtins rather than <stdatomic.h> (barrier.h): they
- * give the same orderings and exist in both languages.
+ * uses the GCC __atomic builtins rather than <stdatomic.h> (barrier.h, which
+ * is internal): they give the same orderings and exist in both languages.
+ * Each one is labelled with the operation it pairs with, as barrier.h's are.
  */
 #ifndef TB_HIST_H
 #define TB_HIST_H
@@ -63,37 +74,41 @@ extern "C" {
 typedef struct tb_hist tb_hist_t;
 typedef struct tb_hist_recorder tb_hist_recorder_t;
 
-/* ------------------------------------------------------ set-up, teardown */
+/* ---------------------------------------------- set-up, teardown (hist.c) */
 
 /*
  * Allocates an empty histogram tracking [lowest_discernible,
  * highest_trackable] with `significant_digits` (1..5) decimal digits of
  * precision.  lowest_discernible >= 1 is the finest resolution wanted (1 for
- * ns-exact); highest_trackable >= 2 * lowest_discernible.  Returns 0 or
- * TB_EINVAL / TB_ENOMEM; *h is NULL on failure.
+ * ns-exact); highest_trackable >= 2 * lowest_discernible.  Returns 0; *h
+ * is NULL on failure.
+ * Errors: TB_EINVAL (h NULL, digits not in 1..5, lowest below 1, highest
+ * below 2 * lowest, or digits above lowest needing more than 63 bits),
+ * TB_ENOMEM.
  */
 int tb_hist_init(tb_hist_t **h, int64_t lowest_discernible,
 		 int64_t highest_trackable, int significant_digits);
 
-/* Frees `h`; NULL is a no-op. */
+/* Frees `h`; NULL is a no-op.  Errors: none. */
 void tb_hist_free(tb_hist_t *h);
 
 /* Allocates *dst as an exact copy of `src` (layout, counts and counters).
- * Returns 0 or TB_EINVAL / TB_ENOMEM. */
+ * Returns 0.  Errors: TB_EINVAL (dst or src NULL), TB_ENOMEM. */
 int tb_hist_copy(tb_hist_t **dst, const tb_hist_t *src);
 
-/* Zeroes every count and counter; keeps the layout. */
+/* Zeroes every count and counter; keeps the layout.  Errors: none. */
 void tb_hist_reset(tb_hist_t *h);
 
 /*
  * Adds every count of `src` to `dst`.  With the same lowest and digits (any
  * highest not above dst's) this is an add per cell; otherwise each src bucket
  * is re-recorded at its lowest equivalent value, values beyond dst's range
- * clamping as tb_hist_record does.  Returns 0 or TB_EINVAL.
+ * clamping as tb_hist_record does.  Returns 0.
+ * Errors: TB_EINVAL (dst or src NULL).
  */
 int tb_hist_merge(tb_hist_t *dst, const tb_hist_t *src);
 
-/* ------------------------------------------------------------- recording */
+/* ----------------------------------------------------- recording (hist.c) */
 
 static inline void tb_hist_record_n(tb_hist_t *h, int64_t value,
 				    int64_t count);
@@ -108,12 +123,14 @@ static inline void tb_hist_record(tb_hist_t *h, int64_t value);
  * (coordinated-omission correction, as HdrHistogram's
  * recordValueWithExpectedInterval).  Time is proportional to the number of
  * buckets the missing samples span, not to their count.  Not for the hot
- * path.
+ * path.  Errors: none.
  */
 void tb_hist_record_corrected(tb_hist_t *h, int64_t value,
 			      int64_t expected_interval);
 
-/* -------------------------------------------------------------- queries */
+/* ------------------------------------------------------- queries (hist.c) */
+
+/* The queries read the histogram and cannot fail: Errors: none, for each. */
 
 int64_t tb_hist_count(const tb_hist_t *h);     /* all recorded samples */
 int64_t tb_hist_overflow(const tb_hist_t *h);  /* samples > highest */
@@ -160,7 +177,7 @@ int tb_hist_sub_bucket_count(const tb_hist_t *h);
  * underflow counters, which no file carries, are not compared). */
 bool tb_hist_equal(const tb_hist_t *a, const tb_hist_t *b);
 
-/* ------------------------------------------------------------- iteration */
+/* ----------------------------------------------------- iteration (hist.c) */
 
 /* One non-empty bucket, as visited by tb_hist_iter_next. */
 typedef struct tb_hist_iter {
@@ -173,14 +190,14 @@ typedef struct tb_hist_iter {
 } tb_hist_iter_t;
 
 /* Positions `it` before the first bucket of `h`.  `h` must not change while
- * it is iterated. */
+ * it is iterated.  Errors: none. */
 void tb_hist_iter_init(tb_hist_iter_t *it, const tb_hist_t *h);
 
 /* Moves to the next non-empty bucket, in ascending value order; returns false
- * (leaving `it` unchanged) when there is none. */
+ * (leaving `it` unchanged) when there is none.  Errors: none. */
 bool tb_hist_iter_next(tb_hist_iter_t *it);
 
-/* --------------------------------------------------------------- output */
+/* --------------------------------------------------- output (hist_text.c) */
 
 /*
  * Writes the percentile distribution in HdrHistogram's .hgrm text format:
@@ -188,25 +205,30 @@ bool tb_hist_iter_next(tb_hist_iter_t *it);
  * `ticks_per_half` lines per halving of the distance to 100% (0 means
  * TB_HIST_TICKS_DEFAULT), then the Mean/StdDeviation, Max/Total count and
  * Buckets/SubBuckets footer.  Numbers use the C locale whatever the process
- * locale.  Returns 0, TB_EINVAL or TB_EIO.
+ * locale.  Returns 0.
+ * Errors: TB_EINVAL (h or out NULL, unit_ratio not a positive number,
+ * ticks_per_half negative or above 1000000), TB_ENOMEM (no C locale
+ * object), TB_EIO (a write failed).
  */
 int tb_hist_write_hgrm(const tb_hist_t *h, FILE *out, double unit_ratio,
 		       int ticks_per_half);
 
 /* The same distribution as CSV: a "value,percentile,total_count,inverse"
  * header, then one line per tick; the last line's inverse is "Infinity".
- * Returns 0, TB_EINVAL or TB_EIO. */
+ * Returns 0.  Errors: as tb_hist_write_hgrm. */
 int tb_hist_write_csv(const tb_hist_t *h, FILE *out, double unit_ratio,
 		      int ticks_per_half);
 
-/* ------------------------------------------------------- binary encoding */
+/* -------------------------------------- binary encoding (hist_encoding.c) */
 
 /*
  * Encodes `h` as HdrHistogram's V2 compressed histogram: big-endian cookie
  * 0x1c849314 and length, then zlib-deflated V2 (cookie 0x1c849313, payload
  * length, normalizing offset, digits, lowest, highest, ratio 1.0, ZigZag
  * LEB128 counts, zero runs as negative counts).  *buf is malloc'd, to be
- * freed by the caller.  Returns 0 or TB_EINVAL / TB_ENOMEM.
+ * freed by the caller.  Returns 0.
+ * Errors: TB_EINVAL (a NULL argument, or zlib's compress2 failing other
+ * than for memory), TB_ENOMEM.
  */
 int tb_hist_encode(const tb_hist_t *h, uint8_t **buf, size_t *len);
 
@@ -214,11 +236,13 @@ int tb_hist_encode(const tb_hist_t *h, uint8_t **buf, size_t *len);
  * Decodes what tb_hist_encode (or HdrHistogram) wrote into a new histogram.
  * Every length is checked: bad cookie, truncation, bad zlib data, bad
  * parameters, counts past the end of the layout or trailing bytes give
- * TB_EFORMAT and a message saying which.  Also TB_ENOMEM.
+ * TB_EFORMAT and a message saying which.  Returns 0; *h is NULL on failure.
+ * Errors: TB_EINVAL (h NULL, or buf NULL with len > 0), TB_EFORMAT,
+ * TB_ENOMEM.
  */
 int tb_hist_decode(const void *buf, size_t len, tb_hist_t **h);
 
-/* ------------------------------------------------- interval histogram log */
+/* ------------------------------------ interval histogram log (hist_log.c) */
 
 typedef struct tb_hist_log_writer tb_hist_log_writer_t;
 typedef struct tb_hist_log_reader tb_hist_log_reader_t;
@@ -227,13 +251,16 @@ typedef struct tb_hist_log_reader tb_hist_log_reader_t;
  * Starts an interval log on `out` (left open by close): writes the format
  * version 1.3, the StartTime `start_time_sec` (seconds since the epoch) and
  * the column legend.  `max_unit_ratio` divides the Interval_Max column
- * (1e6: milliseconds from ns, HdrHistogram's default).  Returns 0,
- * TB_EINVAL, TB_ENOMEM or TB_EIO.
+ * (1e6: milliseconds from ns, HdrHistogram's default).  Returns 0.
+ * Errors: TB_EINVAL (w or out NULL, start time negative or not finite,
+ * max_unit_ratio not a positive number), TB_ENOMEM, TB_EIO (the header's
+ * write failed).
  */
 int tb_hist_log_writer_open(tb_hist_log_writer_t **w, FILE *out,
 			    double start_time_sec, double max_unit_ratio);
 
-/* Writes "#<text>" as a comment line.  Returns 0, TB_EINVAL or TB_EIO. */
+/* Writes "#<text>" as a comment line.  Returns 0.
+ * Errors: TB_EINVAL (w or text NULL, or text holds a newline), TB_EIO. */
 int tb_hist_log_writer_comment(tb_hist_log_writer_t *w, const char *text);
 
 /*
@@ -241,14 +268,18 @@ int tb_hist_log_writer_comment(tb_hist_log_writer_t *w, const char *text);
  * Times are seconds, relative to StartTime or absolute as the caller
  * chooses (HdrHistogram's readers accept both).  `tag` may be NULL; else
  * it must be shorter than TB_HIST_TAG_MAX and hold no ',' or white space.
- * Returns 0, TB_EINVAL, TB_ENOMEM or TB_EIO.
+ * Returns 0.
+ * Errors: TB_EINVAL (w or h NULL, a bad tag, times not finite; or zlib
+ * failing, as tb_hist_encode), TB_ENOMEM, TB_EIO.
  */
 int tb_hist_log_writer_write(tb_hist_log_writer_t *w, const char *tag,
 			     double start_sec, double length_sec,
 			     const tb_hist_t *h);
 
-/* Frees the writer and flushes its stream (which stays open).  Returns 0 or
- * TB_EIO when the flush fails. */
+/* Frees the writer and flushes its stream (which stays open); NULL is a
+ * no-op.  Returns 0; the writer is freed either way.
+ * Errors: the flush's errno as tb_error_sys maps it: TB_EIO, or TB_ESYS
+ * (e.g. ENOSPC). */
 int tb_hist_log_writer_close(tb_hist_log_writer_t *w);
 
 /* One interval read back from a log. */
@@ -260,36 +291,42 @@ typedef struct tb_hist_log_entry {
 	tb_hist_t *hist;           /* the caller's, to tb_hist_free */
 } tb_hist_log_entry_t;
 
-/* Opens a reader on `in` (left open by close).  Returns 0, TB_EINVAL or
- * TB_ENOMEM. */
+/* Opens a reader on `in` (left open by close).  Returns 0.
+ * Errors: TB_EINVAL (r or in NULL), TB_ENOMEM. */
 int tb_hist_log_reader_open(tb_hist_log_reader_t **r, FILE *in);
 
 /*
  * Reads up to the next interval line, taking in the header lines on the way.
- * Returns 1 with `e` filled, 0 at end of input, TB_EIO on a read error, or
- * TB_EFORMAT with the line number in the message (the bad line is consumed,
- * so reading may go on).  Also TB_ENOMEM.
+ * Returns 1 with `e` filled, 0 at end of input, or an error; on TB_EFORMAT
+ * the bad line is consumed, so reading may go on.
+ * Errors: TB_EINVAL (r or e NULL), TB_EIO (a read error), TB_EFORMAT (a bad
+ * line: the message gives its number and what is wrong), TB_ENOMEM.
  */
 int tb_hist_log_read(tb_hist_log_reader_t *r, tb_hist_log_entry_t *e);
 
 /* The "#[StartTime: ...]" and "#[BaseTime: ...]" seen so far, in seconds
- * since the epoch, or NaN when there has been none. */
+ * since the epoch, or NaN when there has been none.  Errors: none. */
 double tb_hist_log_reader_start_time(const tb_hist_log_reader_t *r);
 double tb_hist_log_reader_base_time(const tb_hist_log_reader_t *r);
 
+/* Frees the reader (its stream stays open); NULL is a no-op.
+ * Errors: none. */
 void tb_hist_log_reader_close(tb_hist_log_reader_t *r);
 
-/* ------------------------------------------ recorder: lock-free intervals */
+/* ------------------------ recorder: lock-free intervals (hist_recorder.c) */
 
 /*
  * A recorder lets one hot thread record while another takes interval
  * snapshots, without a lock on the recording side (a writer/reader phaser
  * with one writer).  Allocates its two histograms with the given layout.
- * Returns 0 or TB_EINVAL / TB_ENOMEM.
+ * Returns 0; *rec is NULL on failure.
+ * Errors: TB_EINVAL (rec NULL, or a layout tb_hist_init refuses),
+ * TB_ENOMEM.
  */
 int tb_hist_recorder_init(tb_hist_recorder_t **rec, int64_t lowest_discernible,
 			  int64_t highest_trackable, int significant_digits);
 
+/* Frees the recorder and its histograms; NULL is a no-op.  Errors: none. */
 void tb_hist_recorder_free(tb_hist_recorder_t *rec);
 
 static inline void tb_hist_recorder_record_n(tb_hist_recorder_t *rec,
@@ -301,8 +338,8 @@ static inline void tb_hist_recorder_record(tb_hist_recorder_t *rec,
  * Sampling thread: replaces *out's counts with everything recorded since the
  * previous sample (or init), and starts a new interval.  Waits at most for
  * one record call in flight to finish (spinning a bounded number of times,
- * then sched_yield()ing).  `out` may have any layout.  Returns 0 or
- * TB_EINVAL.
+ * then sched_yield()ing).  `out` may have any layout.  Returns 0.
+ * Errors: TB_EINVAL (rec or out NULL).
  */
 int tb_hist_recorder_sample(tb_hist_recorder_t *rec, tb_hist_t *out);
 
@@ -352,6 +389,10 @@ static inline int32_t tb_hist_index_(const tb_hist_t *h, int64_t v)
  * monitor reading tb_hist_count) sees no torn value; plain moves on x86. */
 static inline void tb_hist_add_(int64_t *cell, int64_t n)
 {
+	/* Relaxed, unpaired: the load reads this thread's own last store;
+	 * the store pairs with no acquire, only with the relaxed peeks of
+	 * tb_hist_count/overflow/underflow (hist.c), which order nothing on
+	 * it.  A sampler's view is ordered by the recorder's R1 instead. */
 	__atomic_store_n(cell, __atomic_load_n(cell, __ATOMIC_RELAXED) + n,
 			 __ATOMIC_RELAXED);
 }
@@ -391,9 +432,10 @@ static inline void tb_hist_record(tb_hist_t *h, int64_t value)
 }
 
 /*
- * The recorder (see the essay in hist.c for the full argument).  `epoch` is
- * odd while the recording thread is inside a record call; the sampler swaps
- * `active` and then waits for the epoch to move past an odd value it saw.
+ * The recorder (see the essay in hist_recorder.c for the full argument).
+ * `epoch` is odd while the recording thread is inside a record call; the
+ * sampler swaps `active` and then waits for the epoch to move past an odd
+ * value it saw.
  * The two words sit on their own cache lines: `epoch` is written by the
  * recorder on every call, `active` by the sampler once per interval.
  */
@@ -413,15 +455,16 @@ struct tb_hist_recorder {
 static inline void tb_hist_recorder_record_n(tb_hist_recorder_t *rec,
 					     int64_t value, int64_t count)
 {
-	/* Only this thread writes epoch: a relaxed read of our own value. */
+	/* Relaxed, unpaired: only this thread writes epoch, so this reads
+	 * back our own last store (R1 of the previous call). */
 	uint64_t e = __atomic_load_n(&rec->epoch, __ATOMIC_RELAXED);
 	tb_hist_t *h;
 
 	/* S1: enter (odd).  Seq-cst, with L1 and X1/A1 in the sampler: either
 	 * L1 sees the sampler's new histogram or A1 sees this odd epoch. */
 	__atomic_store_n(&rec->epoch, e + 1, __ATOMIC_SEQ_CST);
-	/* L1: pairs with X1 in tb_hist_recorder_sample (the histogram it
-	 * publishes was reset before X1). */
+	/* L1: pairs with X1 in tb_hist_recorder_sample (hist_recorder.c; the
+	 * histogram it publishes was reset before X1). */
 	h = __atomic_load_n(&rec->active, __ATOMIC_SEQ_CST);
 	tb_hist_record_n(h, value, count);
 	/* R1: leave (even); pairs with A1/A2 in tb_hist_recorder_sample, which

@@ -70,22 +70,27 @@ typedef struct tb_hop_stamps {
 
 typedef struct tb_hop_recorder tb_hop_recorder_t;
 
-/* "feed_receive", "publish", ...; "?" for a value out of range. */
+/* "feed_receive", "publish", ...; "?" for a value out of range.
+ * Errors: none. */
 const char *tb_hop_name(int hop);
 
 /*
  * Allocates a recorder: one histogram per hop plus the end-to-end one, each
  * tracking 1 ns .. highest_ns with `significant_digits` (1..5).  Returns 0
- * or TB_EINVAL / TB_ENOMEM with a message.
+ * with *rec set, or an error with a message and *rec NULL.
+ * Errors: TB_EINVAL (rec NULL, highest_ns below 2, digits not in 1..5),
+ * TB_ENOMEM.
  */
 int tb_hop_recorder_init(tb_hop_recorder_t **rec, int64_t highest_ns,
 			 int significant_digits);
+/* Frees the recorder and its histograms; NULL is a no-op.  Errors: none. */
 void tb_hop_recorder_free(tb_hop_recorder_t *rec);
-/* Zeroes every histogram. */
+/* Zeroes every histogram.  Errors: none. */
 void tb_hop_recorder_reset(tb_hop_recorder_t *rec);
 
 /* The histogram of the time into `hop` from the stamped hop before it (NULL
- * when hop is out of range), and the end-to-end one. */
+ * when hop is out of range, or rec NULL), and the end-to-end one.
+ * Errors: none (no message is set for a NULL result). */
 const tb_hist_t *tb_hop_hist(const tb_hop_recorder_t *rec, int hop);
 const tb_hist_t *tb_hop_total(const tb_hop_recorder_t *rec);
 
@@ -94,7 +99,8 @@ const tb_hist_t *tb_hop_total(const tb_hop_recorder_t *rec);
  * end-to-end line ("hop total ..."):
  *   hop NAME count=N p50=.. p90=.. p99=.. p99.9=.. max=.. negative=N
  * values in ns, NAME being the hop measured into (from the stamped hop
- * before it).  Returns 0, or TB_EINVAL / TB_EIO with a message.
+ * before it).  Returns 0.
+ * Errors: TB_EINVAL (rec or out NULL), TB_EIO (a write failed).
  */
 int tb_hop_write_summary(const tb_hop_recorder_t *rec, FILE *out);
 

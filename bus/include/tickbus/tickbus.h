@@ -15,7 +15,8 @@
  * Results: every function returns 0 or a count on success, a negative TB_*
  * code otherwise (tickbus_err.h).  Hot-path results (TB_BACK_PRESSURED,
  * TB_NOT_CONNECTED, TB_LAPPED, ...) are expected outcomes; set-up errors
- * leave a message in tb_errmsg().
+ * leave a message in tb_errmsg().  Each set-up call's "Errors:" line lists
+ * the codes it can return; "Errors: none" means it cannot fail.
  *
  * The header compiles as C11 and as C++.
  */
@@ -105,23 +106,36 @@ typedef struct tb_stream_cfg {
 	uint32_t rcvbuf;               /* SO_RCVBUF bytes; 0 = system default */
 } tb_stream_cfg_t;
 
-/* Fills `cfg` with the defaults above; name, id and transport stay unset. */
+/* Fills `cfg` with the defaults above; name, id and transport stay unset.
+ * Errors: none. */
 void tb_stream_cfg_init(tb_stream_cfg_t *cfg);
 
 /* Checks a filled struct: every value in range, every required field set.
- * Returns 0 or TB_ECONFIG with a message naming the field. */
+ * Returns 0 or an error with a message naming the field.
+ * Errors: TB_EINVAL (cfg is NULL), TB_ECONFIG (a field missing or out of
+ * range, or the shm path too long). */
 int tb_stream_cfg_validate(const tb_stream_cfg_t *cfg);
 
 typedef struct tb_config tb_config_t;
 
 /* Reads an INI file of [stream NAME] sections.  Unknown keys, bad values and
  * missing required keys fail with TB_ECONFIG and a message naming the file,
- * the line and the key. */
+ * the line and the key.
+ * Errors: TB_EINVAL (cfg or path NULL), TB_ECONFIG (the file's contents),
+ * TB_ENOMEM, TB_EIO (inih failed), and for a file that cannot be opened or
+ * read the code of its errno (tb_error_sys: TB_ENOENT, TB_EIO, or TB_ESYS
+ * for e.g. permission denied or a directory). */
 int tb_config_load(tb_config_t **cfg, const char *path);
+/* Frees what tb_config_load made; NULL is a no-op.  Errors: none. */
 void tb_config_free(tb_config_t *cfg);
+/* Streams in the file; 0 for NULL.  Errors: none. */
 int tb_config_stream_count(const tb_config_t *cfg);
+/* The i-th stream, in file order, or NULL with a message.
+ * Errors (message only): TB_EINVAL (i out of range, or cfg NULL). */
 const tb_stream_cfg_t *tb_config_stream_at(const tb_config_t *cfg, int i);
-/* The stream called `name`, or NULL (with a message) when there is none. */
+/* The stream called `name`, or NULL (with a message) when there is none.
+ * Errors (message only): TB_EINVAL (NULL argument), TB_ENOENT (no such
+ * stream; the message lists those the file has). */
 const tb_stream_cfg_t *tb_config_stream(const tb_config_t *cfg,
 					const char *name);
 
@@ -129,13 +143,28 @@ const tb_stream_cfg_t *tb_config_stream(const tb_config_t *cfg,
 
 typedef struct tb_publisher tb_publisher_t;
 
-/* Opens the publishing end of a stream.  For shm it creates (or takes over)
- * the ring file and starts a new epoch.  Returns 0 or a TB_E* code. */
+/*
+ * Opens the publishing end of a stream.  For shm it creates (or takes over)
+ * the ring file and starts a new epoch.  Returns 0 or a TB_E* code.
+ * Errors: tb_stream_cfg_validate's (TB_EINVAL, TB_ECONFIG); TB_ENOTSUP
+ * (transport not in this build, no RDMA on this host, or shm with
+ * slow_consumer = backpressure); TB_EINVAL (publisher_core does not exist
+ * or is not allowed, a retention_endpoint host that does not resolve);
+ * TB_ECONFIG (a group, interface, GID or control endpoint this host cannot
+ * use); TB_ENOENT (no such RDMA device or active port); TB_EBUSY (the shm
+ * ring is owned by a running publisher, or an endpoint's port is in use);
+ * TB_ENOMEM; and, for a failed system or verbs call (named in the
+ * message), the code of its errno (tb_error_sys: TB_ESYS, or e.g. TB_EIO,
+ * TB_EBUSY).
+ */
 int tb_publisher_open(tb_publisher_t **pub, const tb_stream_cfg_t *cfg);
-/* As above, reading stream `stream` from config file `path`. */
+/* As above, reading stream `stream` from config file `path`.
+ * Errors: tb_config_load's, TB_ENOENT (no such stream in the file), and
+ * tb_publisher_open's. */
 int tb_publisher_open_file(tb_publisher_t **pub, const char *path,
 			   const char *stream);
-/* Marks the stream closed (subscribers see TB_CLOSED) and frees it. */
+/* Marks the stream closed (subscribers see TB_CLOSED) and frees it; NULL is
+ * a no-op.  Returns 0.  Errors: none. */
 int tb_publisher_close(tb_publisher_t *pub);
 
 /* Copies `len` bytes in as one message.  Returns its sequence number (> 0),
@@ -157,7 +186,8 @@ int tb_pub_claim(tb_publisher_t *pub, uint16_t template_id, uint32_t len,
 		 tb_claim_t *claim);
 /* Publishes a claimed message; returns its sequence number.  Hot path. */
 int64_t tb_pub_commit(tb_publisher_t *pub, tb_claim_t *claim);
-/* Gives a claim back unpublished: the sequence number is not consumed. */
+/* Gives a claim back unpublished: the sequence number is not consumed.
+ * Errors: TB_ESTATE (no claim open, or not this one). */
 int tb_pub_abort(tb_publisher_t *pub, tb_claim_t *claim);
 
 /* Sends whatever a batching transport holds (ud and udp with batch_us > 0
@@ -166,9 +196,10 @@ int tb_pub_abort(tb_publisher_t *pub, tb_claim_t *claim);
  * no-op for shm.  Hot path. */
 int tb_pub_flush(tb_publisher_t *pub);
 
-/* Sequence number the next message will carry. */
+/* Sequence number the next message will carry.  Errors: none. */
 uint64_t tb_pub_next_seq(const tb_publisher_t *pub);
-/* The epoch this publisher opened (a new one on every open). */
+/* The epoch this publisher opened (a new one on every open).
+ * Errors: none. */
 uint64_t tb_pub_epoch(const tb_publisher_t *pub);
 
 /* ------------------------------------------------------------- subscriber */
@@ -192,12 +223,28 @@ typedef void (*tb_handler_t)(void *clientd, const tb_msg_t *msg);
 
 typedef struct tb_subscriber tb_subscriber_t;
 
-/* Opens the subscribing end.  A subscriber may open before its publisher:
+/*
+ * Opens the subscribing end.  A subscriber may open before its publisher:
  * polls return TB_NOT_CONNECTED until it appears.  A late joiner starts at
- * the live position. */
+ * the live position.
+ * Errors: tb_stream_cfg_validate's (TB_EINVAL, TB_ECONFIG); TB_ENOTSUP
+ * (transport not in this build, no RDMA on this host); TB_EINVAL
+ * (subscriber_core does not exist or is not allowed, a malformed
+ * TICKBUS_UDP_DROP test hook); TB_ECONFIG (a group, interface, GID or
+ * control endpoint this host cannot use); TB_ENOENT (no such RDMA device or
+ * active port); TB_EFORMAT (the shm file is not a ring of this format);
+ * TB_ENOMEM; and, for a failed system or verbs call (named in the
+ * message; the recovery thread's eventfd and pthread_create among them),
+ * the code of its errno (tb_error_sys: TB_ESYS, or e.g. TB_EIO, TB_EBUSY).
+ */
 int tb_subscriber_open(tb_subscriber_t **sub, const tb_stream_cfg_t *cfg);
+/* As above, reading stream `stream` from config file `path`.
+ * Errors: tb_config_load's, TB_ENOENT (no such stream in the file), and
+ * tb_subscriber_open's. */
 int tb_subscriber_open_file(tb_subscriber_t **sub, const char *path,
 			    const char *stream);
+/* Stops recovery, closes the transport and frees; NULL is a no-op.
+ * Returns 0.  Errors: none. */
 int tb_subscriber_close(tb_subscriber_t *sub);
 
 /*
@@ -218,8 +265,8 @@ int tb_subscriber_close(tb_subscriber_t *sub);
 int tb_sub_poll(tb_subscriber_t *sub, tb_handler_t handler, void *clientd,
 		int limit);
 
-/* The range of the last TB_LAPPED, TB_GAP or TB_DATA_LOSS; returns 0, or
- * TB_ENOENT when there has been none. */
+/* The range of the last TB_LAPPED, TB_GAP or TB_DATA_LOSS; returns 0.
+ * Errors: TB_ENOENT (there has been none), without a message. */
 int tb_sub_loss(const tb_subscriber_t *sub, uint64_t *first, uint64_t *last);
 /*
  * Late join: deliver from sequence `seq` of the epoch (1 = its start)
@@ -229,22 +276,28 @@ int tb_sub_loss(const tb_subscriber_t *sub, uint64_t *first, uint64_t *last);
  * TB_MSG_F_REPLAY; on a quiet stream the first idle poll asks the services
  * up to the latest they hold), else reported as TB_GAP when the next
  * message arrives.  A subscriber that attaches to a ring before its first
- * message starts at 1 anyway.  Returns 0, TB_EINVAL (seq 0) or TB_ESTATE
- * (messages already delivered).
+ * message starts at 1 anyway.  Returns 0.
+ * Errors: TB_EINVAL (seq 0), TB_ESTATE (messages already delivered, or a
+ * recovery under way).
  */
 int tb_sub_start_at(tb_subscriber_t *sub, uint64_t seq);
 /* 1 while a gap is being recovered (messages come from recovery and the
- * live buffer), 0 when live. */
+ * live buffer), 0 when live.  Errors: none. */
 int tb_sub_recovering(const tb_subscriber_t *sub);
 
-/* Epoch of the publisher this subscriber follows (0 before it connects). */
+/* Epoch of the publisher this subscriber follows (0 before it connects).
+ * Errors: none. */
 uint64_t tb_sub_epoch(const tb_subscriber_t *sub);
-/* Next sequence number this subscriber expects (0 before the first). */
+/* Next sequence number this subscriber expects (0 before the first).
+ * Errors: none. */
 uint64_t tb_sub_next_seq(const tb_subscriber_t *sub);
 
 /* ------------------------------------------------------ threads and time */
 
-/* Pins the calling thread to `core`; warns if the core is not isolated. */
+/* Pins the calling thread to `core`; warns if the core is not isolated.
+ * Errors: TB_EINVAL (no such core, or offline or not allowed to this
+ * process: the message lists the allowed ones), TB_ESYS (sched_setaffinity
+ * refused otherwise, e.g. EPERM). */
 int tb_thread_pin(int core);
 
 /* Nanoseconds from the calibrated invariant TSC (CLOCK_REALTIME epoch), or
@@ -254,7 +307,7 @@ uint64_t tb_clock_now_ns(void);
 
 /* CLOCK_MONOTONIC in nanoseconds (milliseconds): for time limits, rates and
  * intervals, never for stamps.  A system call (vDSO) each; not for the hot
- * path. */
+ * path.  Errors: none. */
 uint64_t tb_clock_mono_ns(void);
 uint64_t tb_clock_mono_ms(void);
 
@@ -268,8 +321,11 @@ typedef struct tb_idle {
 	uint32_t sleep_max_ns;
 } tb_idle_t;
 
+/* Sets the kind and the default bounds (bus/idle.h); the counters start at
+ * 0.  Errors: none. */
 void tb_idle_init(tb_idle_t *idle, tb_idle_kind_t kind);
-/* Resets when `work` > 0, otherwise spins, yields or sleeps per the kind. */
+/* Resets when `work` > 0, otherwise spins, yields or sleeps per the kind.
+ * Errors: none. */
 void tb_idle_step(tb_idle_t *idle, int work);
 
 #ifdef __cplusplus

@@ -48,10 +48,11 @@ enum tb_result {
 	TB_ESTATE = -33,     /* call not valid in the current state */
 };
 
-/* Name and one-line meaning of a result code; never NULL. */
+/* Name and one-line meaning of a result code; never NULL.  Errors: none. */
 const char *tb_strerror(int code);
 
-/* Detailed message of the last set-up error on this thread ("" if none). */
+/* Detailed message of the last set-up error on this thread ("" if none).
+ * Errors: none. */
 const char *tb_errmsg(void);
 
 #ifdef __cplusplus

@@ -1,0 +1,88 @@
+/*
+ * recovering.h - a subscriber's gap recovery (subscriber/recovering.c): the
+ * state machine that turns a gap or a lap into the missing frames, fetched
+ * from the recovery services and delivered in order before the live ones
+ * that came after, or into one TB_DATA_LOSS naming exactly what could not
+ * be had.
+ *
+ * A subscriber with recovery endpoints opens one beside its transport.
+ * While the transport delivers in order the machine is idle and costs
+ * nothing: tb_sub_poll tests a flag of its own and calls in only after a
+ * gap, a lap or a late join, until tb_recovering_active says it is done.
+ * Nothing here is on the live hot path, so nothing needs to be inline.
+ *
+ * Results of the poll-side calls are tb_sub_poll's: a count of messages
+ * delivered, or a condition at its place in the stream (TB_DATA_LOSS with
+ * the range in *loss, or one the transport reported: TB_CLOSED,
+ * TB_NEW_EPOCH, TB_PUBLISHER_DEAD, ...).
+ *
+ * Threads: every call is made by the subscriber's poll thread (open and
+ * close by whoever opens and closes the subscriber).  The machine runs a
+ * thread of its own for the blocking TCP work, from open to close.
+ */
+#ifndef TB_RECOVERING_H
+#define TB_RECOVERING_H
+
+#include <tickbus/tickbus.h>
+
+#include "bus/counters.h"
+#include "bus/seq.h"
+#include "bus/transport/transport.h"
+
+#include <stdint.h>
+
+typedef struct tb_recovering tb_recovering_t;
+
+/*
+ * Allocates the live and replay buffers for stream `cfg` (recovery
+ * endpoints, token, recovery_buffer, recovery_timeout_ms, ring_size) and
+ * starts the recovery thread.  Returns 0 or TB_ENOMEM / TB_ESYS (eventfd,
+ * pthread_create) with a message; *r is NULL on failure.
+ */
+int tb_recovering_open(tb_recovering_t **r, const tb_stream_cfg_t *cfg);
+
+/* Hands the machine the subscriber's transport, sequence tracker and
+ * counters slot, which it polls, advances and counts into while active.
+ * Once, after the transport is open and before the first poll. */
+void tb_recovering_bind(tb_recovering_t *r, tb_rx_t *rx, tb_seq_t *seq,
+			tb_counter_slot_t *ctr);
+
+/* Stops and joins the recovery thread (at most its 100 ms poll), frees
+ * everything.  NULL is a no-op. */
+void tb_recovering_close(tb_recovering_t *r);
+
+/*
+ * The transport reported [first, last] missing (TB_GAP or TB_LAPPED): queue
+ * it for recovery, buffer live frames from here on, and deliver what can be
+ * delivered at once, as tb_recovering_poll.
+ */
+int tb_recovering_start_gap(tb_recovering_t *r, uint64_t first, uint64_t last,
+			    tb_handler_t handler, void *clientd, int limit,
+			    tb_seq_range_t *loss);
+
+/*
+ * A late joiner's first idle poll, its transport attached to `epoch` (> 0):
+ * ask the services for everything from the tracker's expected sequence up
+ * to the latest they hold, then as tb_recovering_poll.
+ */
+int tb_recovering_start_probe(tb_recovering_t *r, uint64_t epoch,
+			      tb_handler_t handler, void *clientd, int limit,
+			      tb_seq_range_t *loss);
+
+/*
+ * While active: polls the transport into the live buffer, then delivers up
+ * to `limit` messages in order, replayed ones first (TB_MSG_F_REPLAY).  A
+ * loss or a condition is returned alone, on a poll of its own.  Never
+ * blocks.
+ */
+int tb_recovering_poll(tb_recovering_t *r, tb_handler_t handler, void *clientd,
+		       int limit, tb_seq_range_t *loss);
+
+/* 1 while recovering (started and not yet drained), 0 when live again. */
+int tb_recovering_active(const tb_recovering_t *r);
+
+/* The live transport saw TB_NEW_EPOCH: sequences restart, so nothing below
+ * the last one handed out is a duplicate any more. */
+void tb_recovering_new_epoch(tb_recovering_t *r);
+
+#endif
