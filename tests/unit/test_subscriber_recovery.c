@@ -23,6 +23,7 @@
 
 #include "bus/frame.h"
 #include "bus/recovery/server.h"
+#include "tests/common/recovery_src.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -238,47 +239,6 @@ static void test_late_join_quiet_stream(void **state)
 
 /* A recovery service in this process, holding 1..last of one epoch, whose
  * first answer takes 300 ms: long enough for more gaps to queue behind. */
-struct slow_src {
-	uint64_t epoch, last;
-	uint32_t stream_id;
-	int reads;
-};
-
-static void slow_bounds(void *sd, uint64_t *epoch, uint64_t *first,
-			uint64_t *last)
-{
-	struct slow_src *x = sd;
-
-	*epoch = x->epoch;
-	*first = 1;
-	*last = x->last;
-}
-
-static int slow_read(void *sd, uint64_t first, int max, tb_store_read_fn fn,
-		     void *cd)
-{
-	struct slow_src *x = sd;
-	uint8_t buf[TB_FRAME_HDR_LEN + 24];
-	tb_frame_hdr_t *f = (tb_frame_hdr_t *)buf;
-	int n = 0;
-
-	if (x->reads++ == 0) {
-		struct timespec ts = {0, 300000000};
-
-		nanosleep(&ts, NULL);
-	}
-	if (first > x->last)
-		return TB_STORE_NOT_YET;
-	for (uint64_t q = first; q <= x->last && n < max; q++) {
-		tb_frame_init(f, 24, 1, x->stream_id, q, 1);
-		memset(buf + TB_FRAME_HDR_LEN, (int)(q & 0xff), 24);
-		n++;
-		if (fn(cd, f))
-			break;
-	}
-	return n;
-}
-
 /*
  * Gap 1..100 is recovered slowly while the ring laps the reader twice, so
  * two more gaps queue behind it, with ten live frames after each.  The
@@ -291,11 +251,12 @@ static uint64_t queued_gaps(uint64_t held)
 	tb_stream_cfg_t c;
 	tb_publisher_t *pub;
 	tb_subscriber_t *sub;
-	tb_recovery_server_cfg_t rc;
 	tb_recovery_server_t *srv;
 	tb_recovery_server_stats_t st;
-	struct slow_src x = {0};
-	tb_recovery_server_source_t src = {0, "tok", slow_bounds, slow_read, &x};
+	/* Holding 1..held, 300 ms to give its first answer: long enough
+	 * for more gaps to queue behind. */
+	recovery_src_t x = {.first = 1, .payload = 24,
+			    .first_read_delay_ms = 300};
 	struct got g = {1, 0, 0, 0};
 	uint64_t seq = 1, until, last = 4000, gap3_first = 0, gap3_last = 0;
 	uint64_t lost_first = 0, lost_last = 0;
@@ -308,11 +269,7 @@ static uint64_t queued_gaps(uint64_t held)
 	x.epoch = tb_pub_epoch(pub);
 	x.last = held;
 	x.stream_id = c.id;
-	src.stream_id = c.id;
-	tb_recovery_server_cfg_init(&rc);
-	strcpy(rc.listen.host, "127.0.0.1");
-	rc.listen.port = 0;
-	assert_int_equal(tb_recovery_server_open(&srv, &rc, &src, 1), 0);
+	assert_int_equal(recovery_src_serve(&srv, &x, "tok", NULL), 0);
 	c.recovery[0].port = tb_recovery_server_port(srv);
 
 	for (; seq <= 100; seq++)
