@@ -1690,21 +1690,17 @@ static int rc_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 				f->length != wc->byte_len ||
 				(f->seq & TB_RC_IMM_SEQ_MASK) != tb_rc_imm_seq_bits(imm)))
 			goto corrupt;
-		if (tb_unlikely(f->seq != seq->expected)) {
-			if (seq->expected == 0) {
-				seq->expected = f->seq;   /* late join: live */
-			} else if (f->seq < seq->expected) {
-				seq->duplicates++;
-				goto consumed;
-			} else {
-				if (n > 0)
-					break;    /* report the loss on its own */
-				tb_seq_gap_to(seq, f->seq, loss);
-				return TB_LAPPED;  /* rc is reliable: we were skipped */
-			}
+		switch (tb_seq_admit(seq, f->seq)) {
+		case TB_SEQ_NEXT:
+			break;
+		case TB_SEQ_DUPLICATE:
+			goto consumed;
+		case TB_SEQ_GAP:
+			if (n > 0)
+				goto out;         /* report the loss on its own */
+			tb_seq_gap_to(seq, f->seq, loss);
+			return TB_LAPPED;  /* rc is reliable: we were skipped */
 		}
-		seq->expected++;
-		seq->delivered++;
 		tb_frame_to_msg(f, &msg);
 		msg.receive_ns = now_ns;
 		handler(clientd, &msg);
@@ -1726,6 +1722,7 @@ corrupt:
 		r->wc_i++;
 		break;
 	}
+out:
 	if (r->recv_owed >= TB_RC_RECV_BATCH || r->cpos - r->credited >= size / 8)
 		rx_credit(r);
 	return n;
