@@ -17,7 +17,6 @@
 #include "bus/recovery/server.h"
 
 #include "bus/error.h"
-#include "bus/transport/control.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -261,7 +260,8 @@ static int serve(struct slot *c, const tb_recovery_proto_request_t *q)
 	if (!src)
 		return send_reject(c, 0, TB_RECOVERY_PROTO_REJ_UNKNOWN_STREAM, 0,
 				   "stream %u is not served here", q->stream_id);
-	if (!tb_control_token_equal(q->token, src->token))
+	if (!tb_wire_token_equal(q->token, src->token,
+				 TB_RECOVERY_PROTO_TOKEN_LEN))
 		return send_reject(c, q->stream_id, TB_RECOVERY_PROTO_REJ_UNAUTHORISED, 0,
 				   "bad token for stream %u", q->stream_id);
 	src->bounds(src->sd, &epoch, &first, &last);
