@@ -120,7 +120,6 @@ typedef struct rc_tx {
 	uint64_t size;
 	/* Cold. */
 	tb_verbs_dev_t dev;
-	uint32_t max_inline;        /* granted to its queue pairs */
 	tb_mem_t ring_mem;
 	tb_mem_t slot_mem;
 	struct ibv_mr *ring_mr;
@@ -461,6 +460,7 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 		.inline_min = TB_RC_INLINE, .access = IBV_ACCESS_REMOTE_WRITE,
 	};
 	tb_verbs_peer_t peer = {0};
+	uint32_t inline_got = 0;
 	_Atomic uint64_t *slot;
 	rc_sub_t *s;
 	char why[160];
@@ -500,15 +500,14 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 	if (!s->credit_mr || !s->cq)
 		goto internal;
 	qc.cq = s->cq;
-	s->qp = tb_verbs_qp_create(&t->dev, &qc, &t->max_inline);
+	s->qp = tb_verbs_qp_create(&t->dev, &qc, &inline_got);
 	peer.qpn = m->qpn;
 	peer.psn = m->psn;
 	memcpy(peer.gid, m->gid, sizeof(peer.gid));
 	if (!s->qp || tb_verbs_rc_connect(&t->dev, s->qp, &peer, t->psn,
 					  mtu_min(t->dev.mtu, m->mtu)) < 0)
 		goto internal;
-	s->max_inline = t->max_inline < TB_RC_INLINE ? t->max_inline
-						     : TB_RC_INLINE;
+	s->max_inline = inline_got < TB_RC_INLINE ? inline_got : TB_RC_INLINE;
 	s->raddr = m->ring_addr;
 	s->rkey = m->rkey;
 	s->sge.lkey = t->lkey;
