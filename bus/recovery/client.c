@@ -5,23 +5,21 @@
  * Every read is bounded twice: by the bytes the protocol allows at that
  * point (a protocol message by tb_recovery_proto_frame_need, at most
  * TB_RECOVERY_PROTO_MSG_MAX; a frame by tb_recovery_proto_replay_need, at most
- * TB_FRAME_MAX_LEN) and by the I/O timeout, with poll() before each
- * recv().  Reads go through a 64 KiB buffer so that a replay of small
- * frames costs one system call per buffer, not per frame.
+ * TB_FRAME_MAX_LEN) and by the I/O timeout, a deadline for each message or
+ * frame (net.h).  Reads go through a 64 KiB buffer (a tb_net_reader_t) so
+ * that a replay of small frames costs one system call per buffer, not per
+ * frame.
  */
 #include "bus/recovery/client.h"
 
+#include "bus/clock.h"
 #include "bus/error.h"
+#include "bus/net.h"
 
 #include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,17 +28,9 @@
 typedef struct conn {
 	int fd;
 	uint32_t timeout_ms;
-	size_t have, off;
+	tb_net_reader_t in;
 	uint8_t buf[CONN_BUF];
 } conn_t;
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 void tb_recovery_client_cfg_init(tb_recovery_client_cfg_t *cfg)
 {
@@ -51,142 +41,15 @@ void tb_recovery_client_cfg_init(tb_recovery_client_cfg_t *cfg)
 	cfg->backoff_max_ms = 500;
 }
 
-/* Connects to `ep` within timeout_ms.  Returns the socket or a TB_E* code. */
-static int dial(const tb_endpoint_t *ep, uint32_t timeout_ms)
-{
-	struct addrinfo hints, *ai = NULL, *a;
-	char port[8], host[TB_HOST_MAX];
-	int fd = -1, rc, err = 0, one = 1;
-	size_t hl = strnlen(ep->host, sizeof(ep->host));
-
-	/* "[::1]" in a config becomes "::1" for getaddrinfo. */
-	if (hl >= 2 && ep->host[0] == '[' && ep->host[hl - 1] == ']')
-		snprintf(host, sizeof(host), "%.*s", (int)hl - 2, ep->host + 1);
-	else
-		snprintf(host, sizeof(host), "%.*s", (int)hl, ep->host);
-	snprintf(port, sizeof(port), "%u", ep->port);
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_socktype = SOCK_STREAM;
-	rc = getaddrinfo(host, port, &hints, &ai);
-	if (rc != 0)
-		return tb_error_set(TB_ESYS, "resolve %s: %s", host, gai_strerror(rc));
-	for (a = ai; a; a = a->ai_next) {
-		struct pollfd pfd;
-		socklen_t len = sizeof(err);
-
-		fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-			    a->ai_protocol);
-		if (fd < 0) {
-			err = errno;
-			continue;
-		}
-		if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
-			break;
-		err = errno;
-		if (err == EINPROGRESS) {
-			pfd.fd = fd;
-			pfd.events = POLLOUT;
-			rc = poll(&pfd, 1, (int)timeout_ms);
-			if (rc == 0) {
-				err = ETIMEDOUT;
-			} else if (rc > 0 &&
-				   getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
-				   err == 0) {
-				break;
-			} else if (rc < 0) {
-				err = errno;
-			}
-		}
-		close(fd);
-		fd = -1;
-	}
-	freeaddrinfo(ai);
-	if (fd < 0)
-		return tb_error_sys(err ? err : ECONNREFUSED, "connect %s:%u", host,
-				  ep->port);
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	return fd;
-}
-
-/* Waits for the socket to be readable; TB_ETIMEDOUT after the timeout. */
-static int wait_in(conn_t *c)
-{
-	struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-	int rc;
-
-	do
-		rc = poll(&pfd, 1, (int)c->timeout_ms);
-	while (rc < 0 && errno == EINTR);
-	if (rc == 0)
-		return tb_error_set(TB_ETIMEDOUT, "no answer within %u ms",
-				  c->timeout_ms);
-	if (rc < 0)
-		return tb_error_sys(errno, "poll");
-	return 0;
-}
-
-/* Copies exactly `n` bytes to `dst`. */
+/* Copies exactly `n` bytes to `dst`, within the I/O timeout. */
 static int read_exact(conn_t *c, void *dst, size_t n)
 {
-	uint8_t *d = dst;
+	int rc = tb_net_reader_read(&c->in, dst, n, c->timeout_ms);
 
-	while (n > 0) {
-		ssize_t r;
-		size_t k;
-
-		if (c->off < c->have) {
-			k = c->have - c->off < n ? c->have - c->off : n;
-			memcpy(d, c->buf + c->off, k);
-			c->off += k;
-			d += k;
-			n -= k;
-			continue;
-		}
-		r = recv(c->fd, c->buf, sizeof(c->buf), MSG_DONTWAIT);
-		if (r > 0) {
-			c->have = (size_t)r;
-			c->off = 0;
-			continue;
-		}
-		if (r == 0)
-			return tb_error_set(TB_EIO, "the server closed the "
-					  "connection mid-answer");
-		if (errno == EINTR)
-			continue;
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return tb_error_sys(errno, "recv");
-		r = wait_in(c);
-		if (r < 0)
-			return (int)r;
-	}
-	return 0;
-}
-
-static int write_all(int fd, const void *buf, size_t n, uint32_t timeout_ms)
-{
-	const uint8_t *p = buf;
-
-	while (n > 0) {
-		ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-
-		if (w > 0) {
-			p += w;
-			n -= (size_t)w;
-			continue;
-		}
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-
-			if (poll(&pfd, 1, (int)timeout_ms) <= 0)
-				return tb_error_set(TB_ETIMEDOUT, "send: no room "
-						  "within %u ms", timeout_ms);
-			continue;
-		}
-		return tb_error_sys(w < 0 ? errno : EIO, "send");
-	}
-	return 0;
+	if (rc == TB_CLOSED)
+		return tb_error_set(TB_EIO, "the server closed the connection "
+				  "mid-answer");
+	return rc;
 }
 
 /* Reads one protocol message (not a frame). */
@@ -235,15 +98,15 @@ int tb_recovery_client_fetch_one(const tb_endpoint_t *ep, const tb_recovery_prot
 	c = malloc(sizeof(*c));
 	if (!c)
 		return tb_error_set(TB_ENOMEM, "recovery client: out of memory");
-	c->have = c->off = 0;
 	c->timeout_ms = io_timeout_ms;
-	c->fd = dial(ep, io_timeout_ms);
+	c->fd = tb_net_dial(ep, io_timeout_ms);
 	if (c->fd < 0) {
 		rc = c->fd;
 		free(c);
 		return rc;
 	}
-	rc = write_all(c->fd, out, (size_t)n, io_timeout_ms);
+	tb_net_reader_init(&c->in, c->fd, c->buf, sizeof(c->buf));
+	rc = tb_net_send_all(c->fd, out, (size_t)n, io_timeout_ms);
 	if (rc < 0)
 		goto out;
 	rc = read_msg(c, &m);
@@ -418,7 +281,7 @@ int tb_recovery_client_fetch(const tb_recovery_client_cfg_t *cfg, uint64_t epoch
 		return tb_error_set(TB_EINVAL, "recovery fetch: %s",
 				  !cfg->n_endpoints ? "no endpoints" :
 				  "bad range, epoch or callback");
-	deadline = mono_ms() + cfg->deadline_ms;
+	deadline = tb_clock_mono_ms() + cfg->deadline_ms;
 	while (x.next <= last) {
 		uint64_t progress = x.next, oldest_earliest = 0;
 		uint32_t wait_ms = 0;
@@ -502,12 +365,12 @@ int tb_recovery_client_fetch(const tb_recovery_client_cfg_t *cfg, uint64_t epoch
 			backoff = cfg->backoff_ms ? cfg->backoff_ms : 1;
 			continue;
 		}
-		if (mono_ms() >= deadline)
+		if (tb_clock_mono_ms() >= deadline)
 			break;
 		if (wait_ms < backoff)
 			wait_ms = backoff;
-		if (mono_ms() + wait_ms > deadline)
-			wait_ms = (uint32_t)(deadline - mono_ms());
+		if (tb_clock_mono_ms() + wait_ms > deadline)
+			wait_ms = (uint32_t)(deadline - tb_clock_mono_ms());
 		sleep_ms(wait_ms);
 		backoff = backoff * 2 > cfg->backoff_max_ms ? cfg->backoff_max_ms :
 			  backoff * 2;

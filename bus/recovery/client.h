@@ -5,8 +5,9 @@
  *
  * tb_recovery_client_fetch_one() is one request to one endpoint: connect, send,
  * read RESPONSE_BEGIN, the frames and RESPONSE_END (or a REJECT), every
- * length and every frame checked before it is used, every wait bounded by
- * the I/O timeout.
+ * length and every frame checked before it is used.  The I/O timeout is a
+ * deadline per step (net.h): the connection, the request's write, and the
+ * read of each protocol message and of each frame.
  *
  * tb_recovery_client_fetch() is the policy around it: the range is asked for in
  * requests of at most TB_RECOVERY_PROTO_COUNT_MAX (or the server's max_count), the
@@ -38,7 +39,7 @@ typedef struct tb_recovery_client_cfg {
 	int n_endpoints;
 	uint32_t stream_id;
 	const char *token;
-	uint32_t io_timeout_ms;     /* connect, and each wait for bytes */
+	uint32_t io_timeout_ms;     /* connect, send, each message or frame */
 	uint32_t deadline_ms;       /* the whole fetch */
 	uint32_t backoff_ms;        /* first pause after a failed round */
 	uint32_t backoff_max_ms;
@@ -73,7 +74,8 @@ void tb_recovery_client_cfg_init(tb_recovery_client_cfg_t *cfg);
  * `fn` in order.  Returns the number of frames delivered (which is less
  * than req->count only when the server truncated the answer), or
  * TB_RECOVERY_CLIENT_REJECTED (*reject filled), TB_ESYS (cannot connect),
- * TB_ETIMEDOUT, TB_EIO (connection closed early), TB_EPROTO / TB_EFORMAT
+ * TB_ECONFIG (the endpoint does not resolve), TB_ETIMEDOUT, TB_EIO
+ * (connection closed early), TB_EPROTO / TB_EFORMAT
  * (a malformed answer), TB_ESTATE (fn stopped it); with a message.
  * Frames delivered before a failure stay delivered: *delivered says how
  * many (may be NULL).

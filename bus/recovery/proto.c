@@ -27,9 +27,10 @@
  *
  * Versioning
  * ----------
- * The rules are those of the control protocol (control.c): a frozen 8-byte
- * header, one fixed layout per (version, type), reserved fields and string
- * tails zero, every new field, type, enum value or flag a new version.  The
+ * The rules are those of every tickbus TCP protocol (wire.h): a frozen
+ * 8-byte header, one fixed layout per (version, type), reserved fields and
+ * string tails zero, every new field, type, enum value or flag a new
+ * version; this file is the protocol's table for the shared codec.  The
  * subscriber asks in the highest version it speaks; a newer server answers
  * in the subscriber's version; an older server answers REJECT(malformed) in
  * its own version, whose layout (stream id, reason, detail, text at 8, 12,
@@ -37,7 +38,7 @@
  * naming both versions.  The frames in a response carry their own version
  * (TB_FRAME_VERSION), checked frame by frame.  This build speaks version 1.
  *
- * Errors: as control.c; messages start "recovery <TYPE>:" and name the
+ * Errors: as wire.h; messages start "recovery <TYPE>:" and name the
  * field.
  */
 #include "bus/recovery/proto.h"
@@ -45,31 +46,8 @@
 #include "bus/error.h"
 
 #include <endian.h>
+#include <stddef.h>
 #include <string.h>
-
-static const uint32_t rproto_size[TB_RECOVERY_PROTO_TYPE_MAX + 1] = {
-	[TB_RECOVERY_PROTO_REQUEST] = sizeof(tb_recovery_proto_wire_request_t),
-	[TB_RECOVERY_PROTO_RESPONSE_BEGIN] = sizeof(tb_recovery_proto_wire_begin_t),
-	[TB_RECOVERY_PROTO_RESPONSE_END] = sizeof(tb_recovery_proto_wire_end_t),
-	[TB_RECOVERY_PROTO_REJECT] = sizeof(tb_recovery_proto_wire_reject_t),
-};
-
-static const char *const rproto_type_names[TB_RECOVERY_PROTO_TYPE_MAX + 1] = {
-	[TB_RECOVERY_PROTO_REQUEST] = "REQUEST",
-	[TB_RECOVERY_PROTO_RESPONSE_BEGIN] = "RESPONSE_BEGIN",
-	[TB_RECOVERY_PROTO_RESPONSE_END] = "RESPONSE_END",
-	[TB_RECOVERY_PROTO_REJECT] = "REJECT",
-};
-
-static const tb_wire_proto_t rproto = {
-	.name = "recovery",
-	.magic = TB_RECOVERY_PROTO_MAGIC,
-	.version = TB_RECOVERY_PROTO_VERSION,
-	.type_max = TB_RECOVERY_PROTO_TYPE_MAX,
-	.msg_max = TB_RECOVERY_PROTO_MSG_MAX,
-	.size = rproto_size,
-	.type_name = rproto_type_names,
-};
 
 static const char *const reject_names[TB_RECOVERY_PROTO_REJ_MAX + 1] = {
 	[TB_RECOVERY_PROTO_REJ_TOO_OLD] = "too old",
@@ -82,66 +60,50 @@ static const char *const reject_names[TB_RECOVERY_PROTO_REJ_MAX + 1] = {
 	[TB_RECOVERY_PROTO_REJ_EPOCH_MISMATCH] = "epoch mismatch",
 };
 
-const char *tb_recovery_proto_type_name(unsigned type)
-{
-	return type >= 1 && type <= TB_RECOVERY_PROTO_TYPE_MAX ? rproto_type_names[type]
-						       : "?";
-}
-
 const char *tb_recovery_proto_reject_name(unsigned reason)
 {
-	return reason >= 1 && reason <= TB_RECOVERY_PROTO_REJ_MAX ? reject_names[reason]
-							  : "?";
-}
-
-int tb_recovery_proto_frame_need(const void *buf, size_t have)
-{
-	return tb_wire_frame_need(&rproto, buf, have);
+	return tb_wire_enum_name(reject_names, TB_RECOVERY_PROTO_REJ_MAX, reason);
 }
 
 /* -------------------------------------------- field rules, shared by both
  * directions: `code` is TB_EINVAL when encoding, TB_EPROTO when decoding. */
 
 /* The range rules a REQUEST and a RESPONSE_BEGIN share. */
-static int check_range(const char *ctx, uint32_t stream_id, uint64_t epoch,
-		       uint64_t first, uint32_t count, int code)
+static int check_range(const char *ctx, const tb_recovery_proto_begin_t *r,
+		       int code)
 {
-	if (stream_id == 0)
-		return tb_error_set(code, "%s: stream_id 0 names no stream", ctx);
-	if (epoch == 0)
-		return tb_error_set(code, "%s: epoch 0 is not an epoch", ctx);
-	if (first == 0)
-		return tb_error_set(code, "%s: first 0 (sequences start at 1)",
-				  ctx);
-	if (count == 0 || count > TB_RECOVERY_PROTO_COUNT_MAX)
+	int rc;
+
+	if ((rc = tb_wire_stream_id_check(ctx, r->stream_id, code)) < 0 ||
+	    (rc = tb_wire_epoch_check(ctx, r->epoch, code)) < 0 ||
+	    (rc = tb_wire_seq_check(ctx, "first", r->first, code)) < 0)
+		return rc;
+	if (r->count == 0 || r->count > TB_RECOVERY_PROTO_COUNT_MAX)
 		return tb_error_set(code, "%s: count %u is outside 1..%u", ctx,
-				  count, TB_RECOVERY_PROTO_COUNT_MAX);
-	if (first > UINT64_MAX - count)
+				  r->count, TB_RECOVERY_PROTO_COUNT_MAX);
+	if (r->first > UINT64_MAX - r->count)
 		return tb_error_set(code, "%s: first %llu + count %u overflows "
-				  "64 bits", ctx, (unsigned long long)first,
-				  count);
+				  "64 bits", ctx, (unsigned long long)r->first,
+				  r->count);
 	return 0;
 }
 
-static int check_request(const tb_recovery_proto_request_t *m, int code)
+/* The range a REQUEST asks for, as a RESPONSE_BEGIN would announce it. */
+static tb_recovery_proto_begin_t range_of(const tb_recovery_proto_request_t *q)
 {
-	return check_range("recovery REQUEST", m->stream_id, m->epoch,
-			   m->first, m->count, code);
-}
-
-static int check_begin(const tb_recovery_proto_begin_t *m, int code)
-{
-	return check_range("recovery RESPONSE_BEGIN", m->stream_id, m->epoch,
-			   m->first, m->count, code);
+	return (tb_recovery_proto_begin_t){.stream_id = q->stream_id,
+		.count = q->count, .epoch = q->epoch, .first = q->first};
 }
 
 static int check_end(const tb_recovery_proto_end_t *m, int code)
 {
 	const char *ctx = "recovery RESPONSE_END";
+	int rc;
 
-	if (m->status < 1 || m->status > TB_RECOVERY_PROTO_END_MAX)
-		return tb_error_set(code, "%s: status %u is not an end status "
-				  "(1..%u)", ctx, m->status, TB_RECOVERY_PROTO_END_MAX);
+	if ((rc = tb_wire_enum_check(ctx, "status", m->status,
+				     TB_RECOVERY_PROTO_END_MAX, "an end status",
+				     code)) < 0)
+		return rc;
 	if (m->status == TB_RECOVERY_PROTO_END_COMPLETE && m->last_seq == 0)
 		return tb_error_set(code, "%s: last_seq 0 with status complete",
 				  ctx);
@@ -153,7 +115,12 @@ static int check_reject(const tb_recovery_proto_reject_t *m, int code)
 	const char *ctx = "recovery REJECT";
 	uint64_t lo = 0, hi = 0;
 	const char *what = "detail";
+	int rc;
 
+	if ((rc = tb_wire_enum_check(ctx, "reason", m->reason,
+				     TB_RECOVERY_PROTO_REJ_MAX, "a reject reason",
+				     code)) < 0)
+		return rc;
 	switch (m->reason) {
 	case TB_RECOVERY_PROTO_REJ_TOO_OLD:
 		what = "earliest_seq", lo = 1, hi = UINT64_MAX;
@@ -170,13 +137,8 @@ static int check_reject(const tb_recovery_proto_reject_t *m, int code)
 	case TB_RECOVERY_PROTO_REJ_EPOCH_MISMATCH:
 		what = "current_epoch", lo = 1, hi = UINT64_MAX;
 		break;
-	case TB_RECOVERY_PROTO_REJ_UNAUTHORISED:
-	case TB_RECOVERY_PROTO_REJ_MALFORMED:
-	case TB_RECOVERY_PROTO_REJ_UNKNOWN_STREAM:
-		break; /* detail must be 0 */
 	default:
-		return tb_error_set(code, "%s: reason %u is not a reject reason "
-				  "(1..%u)", ctx, m->reason, TB_RECOVERY_PROTO_REJ_MAX);
+		break; /* unauthorised, malformed, unknown stream: detail 0 */
 	}
 	if (m->detail < lo || m->detail > hi)
 		return tb_error_set(code, "%s: %s %llu is outside %llu..%llu for "
@@ -187,189 +149,226 @@ static int check_reject(const tb_recovery_proto_reject_t *m, int code)
 	return 0;
 }
 
-static int too_small(const char *type, size_t cap, size_t need)
+/* ------------------------------------------------------ bodies, both ways
+ * put_*: host -> wire, into a zeroed wire struct (tb_wire_encode fills the
+ * header); get_*: wire -> host, after tb_wire_hdr_check (the whole body is
+ * there, aligned).  A REQUEST's body is a RESPONSE_BEGIN's and a token: the
+ * range moves the same way in both. */
+
+_Static_assert(offsetof(tb_recovery_proto_wire_request_t, first) ==
+	       offsetof(tb_recovery_proto_wire_begin_t, first),
+	       "REQUEST starts as RESPONSE_BEGIN");
+
+static void range_put(void *wire, const tb_recovery_proto_begin_t *r)
 {
-	return tb_error_set(TB_EMSGSIZE, "recovery %s: buffer of %zu bytes, the "
-			  "message is %zu", type, cap, need);
+	tb_recovery_proto_wire_begin_t *w = wire;
+
+	w->stream_id = htole32(r->stream_id);
+	w->count = htole32(r->count);
+	w->epoch = htole64(r->epoch);
+	w->first = htole64(r->first);
 }
 
-/* ---------------------------------------------------------------- encode */
-
-int tb_recovery_proto_encode_request(void *buf, size_t cap,
-			     const tb_recovery_proto_request_t *m)
+static void range_get(const void *wire, tb_recovery_proto_begin_t *r)
 {
-	tb_recovery_proto_wire_request_t w;
+	const tb_recovery_proto_wire_begin_t *w = wire;
+
+	r->stream_id = le32toh(w->stream_id);
+	r->count = le32toh(w->count);
+	r->epoch = le64toh(w->epoch);
+	r->first = le64toh(w->first);
+}
+
+static int put_request(void *wire, const void *msg)
+{
+	tb_recovery_proto_wire_request_t *w = wire;
+	const tb_recovery_proto_request_t *m = msg;
+	tb_recovery_proto_begin_t r = range_of(m);
 	int rc;
 
-	if (cap < sizeof(w))
-		return too_small("REQUEST", cap, sizeof(w));
-	if ((rc = check_request(m, TB_EINVAL)) < 0)
-		return rc;
-	memset(&w, 0, sizeof(w));
-	if ((rc = tb_wire_str_put("recovery REQUEST", "token", w.token,
-				  m->token, sizeof(w.token),
+	if ((rc = check_range("recovery REQUEST", &r, TB_EINVAL)) < 0 ||
+	    (rc = tb_wire_str_put("recovery REQUEST", "token", w->token,
+				  m->token, sizeof(w->token),
 				  TB_WIRE_STR_TOKEN)) < 0)
 		return rc;
-	tb_wire_hdr_put(&w.hdr, TB_RECOVERY_PROTO_MAGIC, TB_RECOVERY_PROTO_VERSION,
-			TB_RECOVERY_PROTO_REQUEST, sizeof(w));
-	w.stream_id = htole32(m->stream_id);
-	w.count = htole32(m->count);
-	w.epoch = htole64(m->epoch);
-	w.first = htole64(m->first);
-	memcpy(buf, &w, sizeof(w));
-	return (int)sizeof(w);
-}
-
-int tb_recovery_proto_encode_begin(void *buf, size_t cap, const tb_recovery_proto_begin_t *m)
-{
-	tb_recovery_proto_wire_begin_t w;
-	int rc;
-
-	if (cap < sizeof(w))
-		return too_small("RESPONSE_BEGIN", cap, sizeof(w));
-	if ((rc = check_begin(m, TB_EINVAL)) < 0)
-		return rc;
-	memset(&w, 0, sizeof(w));
-	tb_wire_hdr_put(&w.hdr, TB_RECOVERY_PROTO_MAGIC, TB_RECOVERY_PROTO_VERSION,
-			TB_RECOVERY_PROTO_RESPONSE_BEGIN, sizeof(w));
-	w.stream_id = htole32(m->stream_id);
-	w.count = htole32(m->count);
-	w.epoch = htole64(m->epoch);
-	w.first = htole64(m->first);
-	memcpy(buf, &w, sizeof(w));
-	return (int)sizeof(w);
-}
-
-int tb_recovery_proto_encode_end(void *buf, size_t cap, const tb_recovery_proto_end_t *m)
-{
-	tb_recovery_proto_wire_end_t w;
-	int rc;
-
-	if (cap < sizeof(w))
-		return too_small("RESPONSE_END", cap, sizeof(w));
-	if ((rc = check_end(m, TB_EINVAL)) < 0)
-		return rc;
-	memset(&w, 0, sizeof(w));
-	tb_wire_hdr_put(&w.hdr, TB_RECOVERY_PROTO_MAGIC, TB_RECOVERY_PROTO_VERSION,
-			TB_RECOVERY_PROTO_RESPONSE_END, sizeof(w));
-	w.status = htole32(m->status);
-	w.last_seq = htole64(m->last_seq);
-	memcpy(buf, &w, sizeof(w));
-	return (int)sizeof(w);
-}
-
-int tb_recovery_proto_encode_reject(void *buf, size_t cap, const tb_recovery_proto_reject_t *m)
-{
-	tb_recovery_proto_wire_reject_t w;
-	int rc;
-
-	if (cap < sizeof(w))
-		return too_small("REJECT", cap, sizeof(w));
-	if ((rc = check_reject(m, TB_EINVAL)) < 0)
-		return rc;
-	memset(&w, 0, sizeof(w));
-	if ((rc = tb_wire_str_put("recovery REJECT", "text", w.text, m->text,
-				  sizeof(w.text), TB_WIRE_STR_TEXT)) < 0)
-		return rc;
-	tb_wire_hdr_put(&w.hdr, TB_RECOVERY_PROTO_MAGIC, TB_RECOVERY_PROTO_VERSION,
-			TB_RECOVERY_PROTO_REJECT, sizeof(w));
-	w.stream_id = htole32(m->stream_id);
-	w.reason = htole32(m->reason);
-	w.detail = htole64(m->detail);
-	memcpy(buf, &w, sizeof(w));
-	return (int)sizeof(w);
-}
-
-/* ---------------------------------------------------------------- decode
- * Each decode_* runs after tb_wire_hdr_check(): the whole body is there. */
-
-static int decode_request(const void *buf, tb_recovery_proto_request_t *m)
-{
-	tb_recovery_proto_wire_request_t w;
-	int rc;
-
-	memcpy(&w, buf, sizeof(w));
-	m->stream_id = le32toh(w.stream_id);
-	m->count = le32toh(w.count);
-	m->epoch = le64toh(w.epoch);
-	m->first = le64toh(w.first);
-	if ((rc = check_request(m, TB_EPROTO)) < 0)
-		return rc;
-	if ((rc = tb_wire_str_check("recovery REQUEST", "token", w.token,
-				    sizeof(w.token), TB_WIRE_STR_TOKEN)) < 0)
-		return rc;
-	memcpy(m->token, w.token, sizeof(m->token));
+	range_put(w, &r);
 	return 0;
 }
 
-static int decode_begin(const void *buf, tb_recovery_proto_begin_t *m)
+static int get_request(const void *wire, void *msg)
 {
-	tb_recovery_proto_wire_begin_t w;
+	const tb_recovery_proto_wire_request_t *w = wire;
+	tb_recovery_proto_request_t *m = msg;
+	tb_recovery_proto_begin_t r;
+	int rc;
 
-	memcpy(&w, buf, sizeof(w));
-	m->stream_id = le32toh(w.stream_id);
-	m->count = le32toh(w.count);
-	m->epoch = le64toh(w.epoch);
-	m->first = le64toh(w.first);
-	return check_begin(m, TB_EPROTO);
+	range_get(w, &r);
+	if ((rc = check_range("recovery REQUEST", &r, TB_EPROTO)) < 0 ||
+	    (rc = tb_wire_str_check("recovery REQUEST", "token", w->token,
+				    sizeof(w->token), TB_WIRE_STR_TOKEN)) < 0)
+		return rc;
+	m->stream_id = r.stream_id;
+	m->count = r.count;
+	m->epoch = r.epoch;
+	m->first = r.first;
+	memcpy(m->token, w->token, sizeof(m->token));
+	return 0;
 }
 
-static int decode_end(const void *buf, tb_recovery_proto_end_t *m)
+static int put_begin(void *wire, const void *msg)
 {
-	tb_recovery_proto_wire_end_t w;
+	int rc;
 
-	memcpy(&w, buf, sizeof(w));
-	if (w.reserved != 0)
-		return tb_error_set(TB_EPROTO, "recovery RESPONSE_END: reserved "
-				  "is not zero");
-	m->status = le32toh(w.status);
-	m->last_seq = le64toh(w.last_seq);
+	if ((rc = check_range("recovery RESPONSE_BEGIN", msg, TB_EINVAL)) < 0)
+		return rc;
+	range_put(wire, msg);
+	return 0;
+}
+
+static int get_begin(const void *wire, void *msg)
+{
+	range_get(wire, msg);
+	return check_range("recovery RESPONSE_BEGIN", msg, TB_EPROTO);
+}
+
+static int put_end(void *wire, const void *msg)
+{
+	tb_recovery_proto_wire_end_t *w = wire;
+	const tb_recovery_proto_end_t *m = msg;
+	int rc;
+
+	if ((rc = check_end(m, TB_EINVAL)) < 0)
+		return rc;
+	w->status = htole32(m->status);
+	w->last_seq = htole64(m->last_seq);
+	return 0;
+}
+
+static int get_end(const void *wire, void *msg)
+{
+	const tb_recovery_proto_wire_end_t *w = wire;
+	tb_recovery_proto_end_t *m = msg;
+	int rc;
+
+	if ((rc = tb_wire_reserved_check("recovery RESPONSE_END", "reserved",
+					 w->reserved)) < 0)
+		return rc;
+	m->status = le32toh(w->status);
+	m->last_seq = le64toh(w->last_seq);
 	return check_end(m, TB_EPROTO);
 }
 
-static int decode_reject(const void *buf, tb_recovery_proto_reject_t *m)
+static int put_reject(void *wire, const void *msg)
 {
-	tb_recovery_proto_wire_reject_t w;
+	tb_recovery_proto_wire_reject_t *w = wire;
+	const tb_recovery_proto_reject_t *m = msg;
 	int rc;
 
-	memcpy(&w, buf, sizeof(w));
-	m->stream_id = le32toh(w.stream_id);
-	m->reason = le32toh(w.reason);
-	m->detail = le64toh(w.detail);
-	if ((rc = check_reject(m, TB_EPROTO)) < 0)
+	if ((rc = check_reject(m, TB_EINVAL)) < 0 ||
+	    (rc = tb_wire_str_put("recovery REJECT", "text", w->text, m->text,
+				  sizeof(w->text), TB_WIRE_STR_TEXT)) < 0)
 		return rc;
-	if ((rc = tb_wire_str_check("recovery REJECT", "text", w.text,
-				    sizeof(w.text), TB_WIRE_STR_TEXT)) < 0)
-		return rc;
-	memcpy(m->text, w.text, sizeof(m->text));
+	w->stream_id = htole32(m->stream_id);
+	w->reason = htole32(m->reason);
+	w->detail = htole64(m->detail);
 	return 0;
 }
 
-int tb_recovery_proto_decode(const void *buf, size_t len, tb_recovery_proto_msg_t *out)
+static int get_reject(const void *wire, void *msg)
 {
-	tb_wire_hdr_t h;
-	tb_recovery_proto_msg_t m;
+	const tb_recovery_proto_wire_reject_t *w = wire;
+	tb_recovery_proto_reject_t *m = msg;
 	int rc;
 
-	if ((rc = tb_wire_hdr_check(&rproto, buf, len, &h)) < 0)
+	m->stream_id = le32toh(w->stream_id);
+	m->reason = le32toh(w->reason);
+	m->detail = le64toh(w->detail);
+	if ((rc = check_reject(m, TB_EPROTO)) < 0 ||
+	    (rc = tb_wire_str_check("recovery REJECT", "text", w->text,
+				    sizeof(w->text), TB_WIRE_STR_TEXT)) < 0)
 		return rc;
+	memcpy(m->text, w->text, sizeof(m->text));
+	return 0;
+}
+
+/* ------------------------------------------------------ the protocol table */
+
+static const tb_wire_type_t rproto_types[TB_RECOVERY_PROTO_TYPE_MAX + 1] = {
+	[TB_RECOVERY_PROTO_REQUEST] = {"REQUEST",
+		sizeof(tb_recovery_proto_wire_request_t), put_request, get_request},
+	[TB_RECOVERY_PROTO_RESPONSE_BEGIN] = {"RESPONSE_BEGIN",
+		sizeof(tb_recovery_proto_wire_begin_t), put_begin, get_begin},
+	[TB_RECOVERY_PROTO_RESPONSE_END] = {"RESPONSE_END",
+		sizeof(tb_recovery_proto_wire_end_t), put_end, get_end},
+	[TB_RECOVERY_PROTO_REJECT] = {"REJECT",
+		sizeof(tb_recovery_proto_wire_reject_t), put_reject, get_reject},
+};
+
+static const tb_wire_proto_t rproto = {
+	.name = "recovery",
+	.magic = TB_RECOVERY_PROTO_MAGIC,
+	.version = TB_RECOVERY_PROTO_VERSION,
+	.type_max = TB_RECOVERY_PROTO_TYPE_MAX,
+	.msg_max = TB_RECOVERY_PROTO_MSG_MAX,
+	.types = rproto_types,
+};
+
+_Static_assert(TB_RECOVERY_PROTO_MSG_MAX <= TB_WIRE_MSG_MAX,
+	       "recovery: wire scratch");
+
+const char *tb_recovery_proto_type_name(unsigned type)
+{
+	return tb_wire_type_name(&rproto, type);
+}
+
+/* ------------------------------------------------------- encode, decode */
+
+int tb_recovery_proto_frame_need(const void *buf, size_t have)
+{
+	return tb_wire_frame_need(&rproto, buf, have);
+}
+
+int tb_recovery_proto_encode_request(void *buf, size_t cap,
+				     const tb_recovery_proto_request_t *m)
+{
+	return tb_wire_encode(&rproto, TB_RECOVERY_PROTO_REQUEST, buf, cap, m);
+}
+
+int tb_recovery_proto_encode_begin(void *buf, size_t cap,
+				   const tb_recovery_proto_begin_t *m)
+{
+	return tb_wire_encode(&rproto, TB_RECOVERY_PROTO_RESPONSE_BEGIN, buf, cap,
+			      m);
+}
+
+int tb_recovery_proto_encode_end(void *buf, size_t cap,
+				 const tb_recovery_proto_end_t *m)
+{
+	return tb_wire_encode(&rproto, TB_RECOVERY_PROTO_RESPONSE_END, buf, cap, m);
+}
+
+int tb_recovery_proto_encode_reject(void *buf, size_t cap,
+				    const tb_recovery_proto_reject_t *m)
+{
+	return tb_wire_encode(&rproto, TB_RECOVERY_PROTO_REJECT, buf, cap, m);
+}
+
+int tb_recovery_proto_decode(const void *buf, size_t len,
+			     tb_recovery_proto_msg_t *out)
+{
+	tb_recovery_proto_msg_t m;
+	tb_wire_hdr_t h;
+	int rc;
+
 	memset(&m, 0, sizeof(m));
+	/* The body goes to the union: every member starts where request does. */
+	if ((rc = tb_wire_decode(&rproto, buf, len, &h, &m.request)) < 0)
+		return rc;
 	m.type = h.type;
 	m.version = h.version;
 	m.length = h.length;
-	switch (h.type) {
-	case TB_RECOVERY_PROTO_REQUEST: rc = decode_request(buf, &m.request); break;
-	case TB_RECOVERY_PROTO_RESPONSE_BEGIN: rc = decode_begin(buf, &m.begin); break;
-	case TB_RECOVERY_PROTO_RESPONSE_END: rc = decode_end(buf, &m.end); break;
-	case TB_RECOVERY_PROTO_REJECT: rc = decode_reject(buf, &m.reject); break;
-	default: /* tb_wire_hdr_check() admits only known types */
-		rc = tb_error_set(TB_EPROTO, "recovery: unknown message type %u",
-				h.type);
-	}
-	if (rc < 0)
-		return rc;
 	*out = m;
-	return (int)h.length;
+	return rc;
 }
 
 /* ------------------------------------------------ frames inside a response */

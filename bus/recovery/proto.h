@@ -12,11 +12,12 @@
  *                           sequence, latest, max count, retry delay,
  *                           current epoch) and a line of text
  *
- * One request is answered before the next is read.  The header convention
- * is control.h's (tb_wire_hdr_t: magic, version, type, length; fixed body
- * per type), with its own magic, TB_RECOVERY_PROTO_MAGIC ("TR" on the wire), so
- * that a subscriber that dials the wrong port finds out at once.  The
- * server compares tokens with tb_control_token_equal() (constant time).
+ * One request is answered before the next is read.  Messages follow the
+ * convention of tickbus's TCP protocols (wire.h: tb_wire_hdr_t with magic,
+ * version, type, length; a fixed body per type), with this protocol's own
+ * magic, TB_RECOVERY_PROTO_MAGIC ("TR" on the wire), so that a subscriber
+ * that dials the wrong port finds out at once.  The server compares tokens
+ * with tb_wire_token_equal() (constant time).
  *
  * Threads: every function is pure apart from the thread-local tb_errmsg().
  */
@@ -24,17 +25,21 @@
 #define TB_RECOVERY_PROTO_H
 
 #include "bus/frame.h"
-#include "bus/transport/control.h"
+#include "bus/wire.h"
+#include <tickbus/tickbus.h>
 
 #include <stddef.h>
 #include <stdint.h>
 
 #define TB_RECOVERY_PROTO_MAGIC 0x5254u   /* bytes 'T','R' */
 #define TB_RECOVERY_PROTO_VERSION 1u
-/* The biggest v1 message (REJECT) is 224 bytes; see TB_CONTROL_MSG_MAX. */
+/* The biggest v1 message (REJECT) is 224 bytes; 512 leaves later versions
+ * room to grow a body without a reader having to trust a bigger length. */
 #define TB_RECOVERY_PROTO_MSG_MAX 512u
-#define TB_RECOVERY_PROTO_TOKEN_LEN TB_CONTROL_TOKEN_LEN
-#define TB_RECOVERY_PROTO_TEXT_LEN TB_CONTROL_TEXT_LEN
+/* Fixed string fields, as the control protocol's: the config file's token
+ * (TB_TOKEN_MAX), and a line of text. */
+#define TB_RECOVERY_PROTO_TOKEN_LEN TB_TOKEN_MAX
+#define TB_RECOVERY_PROTO_TEXT_LEN 200u
 
 /* Frames one request may ask for.  The 10,000-message gap of the recovery
  * benchmark fits in one request; a bigger gap is asked for in several, so

@@ -3,10 +3,16 @@
  * for the order of checks).
  *
  * Connections live in a fixed table of max_clients slots, each served by
- * its own thread with blocking, time-bounded I/O (poll before every recv
- * and send).  The accept thread joins a finished slot's thread before it
- * reuses the slot; close shuts every socket down so that each thread leaves
- * its poll at once, then joins them all.
+ * its own thread with time-bounded I/O (net.h: io_timeout_ms is the
+ * deadline of each request's read and of each chunk's write).  The accept
+ * thread joins a finished slot's thread before it reuses the slot; close
+ * shuts every socket down so that each thread leaves its wait at once,
+ * then joins them all.
+ *
+ * Edges between the threads (barrier.h), beside the lock:
+ *   S1        close stops the accept thread and the connection threads.
+ *   R2 -> A2  a connection thread marks its slot done (its socket closed);
+ *             the accept thread joins it and reuses the slot.
  *
  * An answer is streamed in chunks: up to CHUNK_FRAMES frames are read from
  * the source into the connection's buffer (the source's lock, if any, is
@@ -16,29 +22,24 @@
  */
 #include "bus/recovery/server.h"
 
+#include "bus/barrier.h"
+#include "bus/clock.h"
 #include "bus/error.h"
-#include "bus/transport/control.h"
+#include "bus/net.h"
 
-#include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <arpa/inet.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #define CHUNK_FRAMES 256
 #define RATE_SLOTS 256 /* client addresses remembered by the rate limiter */
 
 struct bucket {
-	char addr[INET6_ADDRSTRLEN];
+	char addr[TB_NET_ADDR_MAX];
 	double tokens;
 	uint64_t last_ms;
 };
@@ -48,8 +49,8 @@ struct slot {
 	pthread_t thread;
 	int fd;         /* -1: free */
 	int running;    /* thread not yet joined */
-	_Atomic int done;
-	char addr[INET6_ADDRSTRLEN];
+	_Atomic int done;   /* R2: its thread is finishing, its socket closed */
+	char addr[TB_NET_ADDR_MAX];
 	uint8_t *buf;
 	size_t cap, len;
 };
@@ -60,21 +61,13 @@ struct tb_rsrv {
 	int n_src;
 	int lfd;
 	uint16_t port;
-	_Atomic int stop;
+	_Atomic int stop;   /* S1 */
 	pthread_t accept_thread;
 	pthread_mutex_t lock; /* slots' fds, buckets, stats */
 	struct slot *slots;
 	struct bucket buckets[RATE_SLOTS];
 	tb_recovery_server_stats_t st;
 };
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 void tb_recovery_server_cfg_init(tb_recovery_server_cfg_t *cfg)
 {
@@ -87,58 +80,18 @@ void tb_recovery_server_cfg_init(tb_recovery_server_cfg_t *cfg)
 
 /* ------------------------------------------------------------------ I/O */
 
+/* All of `buf` within the I/O timeout; -1 when the connection must end
+ * (close() shuts it down to end a write in progress). */
 static int send_all(struct slot *c, const void *buf, size_t n)
 {
-	const uint8_t *p = buf;
-
-	while (n > 0) {
-		ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-
-		if (w > 0) {
-			p += w;
-			n -= (size_t)w;
-		} else if (w < 0 && errno == EINTR) {
-			continue;
-		} else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			struct pollfd pfd = {.fd = c->fd, .events = POLLOUT};
-
-			if (poll(&pfd, 1, (int)c->srv->cfg.io_timeout_ms) <= 0 ||
-			    atomic_load(&c->srv->stop))
-				return -1;
-		} else {
-			return -1;
-		}
-	}
-	return 0;
+	return tb_net_send_all(c->fd, buf, n, c->srv->cfg.io_timeout_ms) < 0 ? -1 : 0;
 }
 
-/* Reads exactly n bytes; 1 on a clean close before the first byte, 0 when
- * done, -1 on error or timeout. */
+/* Exactly `n` bytes within the I/O timeout: 0, or non-zero when the
+ * connection ends (the client closed, went quiet, or broke). */
 static int recv_all(struct slot *c, void *buf, size_t n)
 {
-	uint8_t *p = buf;
-	size_t got = 0;
-
-	while (got < n) {
-		struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-		ssize_t r;
-		int rc = poll(&pfd, 1, (int)c->srv->cfg.io_timeout_ms);
-
-		if (rc < 0 && errno == EINTR)
-			continue;
-		if (rc <= 0 || atomic_load(&c->srv->stop))
-			return -1;
-		r = recv(c->fd, p + got, n - got, MSG_DONTWAIT);
-		if (r == 0)
-			return got == 0 ? 1 : -1;
-		if (r < 0) {
-			if (errno == EINTR || errno == EAGAIN)
-				continue;
-			return -1;
-		}
-		got += (size_t)r;
-	}
-	return 0;
+	return tb_net_recv_all(c->fd, buf, n, c->srv->cfg.io_timeout_ms);
 }
 
 static int send_reject(struct slot *c, uint32_t stream_id, uint32_t reason,
@@ -179,7 +132,7 @@ static int send_reject(struct slot *c, uint32_t stream_id, uint32_t reason,
 static uint32_t rate_check(tb_recovery_server_t *s, const char *addr)
 {
 	struct bucket *b = NULL, *oldest = &s->buckets[0];
-	uint64_t now = mono_ms();
+	uint64_t now = tb_clock_mono_ms();
 	uint32_t wait = 0;
 	double burst;
 
@@ -261,7 +214,8 @@ static int serve(struct slot *c, const tb_recovery_proto_request_t *q)
 	if (!src)
 		return send_reject(c, 0, TB_RECOVERY_PROTO_REJ_UNKNOWN_STREAM, 0,
 				   "stream %u is not served here", q->stream_id);
-	if (!tb_control_token_equal(q->token, src->token))
+	if (!tb_wire_token_equal(q->token, src->token,
+				 TB_RECOVERY_PROTO_TOKEN_LEN))
 		return send_reject(c, q->stream_id, TB_RECOVERY_PROTO_REJ_UNAUTHORISED, 0,
 				   "bad token for stream %u", q->stream_id);
 	src->bounds(src->sd, &epoch, &first, &last);
@@ -339,7 +293,7 @@ static void *conn_main(void *arg)
 	struct slot *c = arg;
 	tb_recovery_server_t *s = c->srv;
 
-	while (!atomic_load(&s->stop)) {
+	while (!tb_atomic_load_seq_cst(&s->stop)) { /* S1 pairs with S1 in close */
 		uint8_t buf[TB_RECOVERY_PROTO_MSG_MAX];
 		tb_recovery_proto_msg_t m;
 		int need, rc;
@@ -371,7 +325,7 @@ static void *conn_main(void *arg)
 	close(c->fd);
 	c->fd = -1;
 	pthread_mutex_unlock(&s->lock);
-	atomic_store(&c->done, 1);
+	tb_atomic_store_release(&c->done, 1); /* R2 pairs with A2 in accept_main */
 	return NULL;
 }
 
@@ -379,23 +333,24 @@ static void *accept_main(void *arg)
 {
 	tb_recovery_server_t *s = arg;
 
-	while (!atomic_load(&s->stop)) {
+	while (!tb_atomic_load_seq_cst(&s->stop)) { /* S1 pairs with S1 in close */
 		struct pollfd pfd = {.fd = s->lfd, .events = POLLIN};
-		struct sockaddr_storage sa;
-		socklen_t sl = sizeof(sa);
+		char addr[TB_NET_ADDR_MAX];
 		struct slot *c = NULL;
-		int fd, one = 1;
+		int fd;
 
 		if (poll(&pfd, 1, 100) <= 0)
 			continue;
-		fd = accept4(s->lfd, (struct sockaddr *)&sa, &sl, SOCK_CLOEXEC);
+		fd = tb_net_accept(s->lfd, addr, sizeof(addr));
 		if (fd < 0)
 			continue;
 		pthread_mutex_lock(&s->lock);
 		for (int i = 0; i < s->cfg.max_clients; i++) {
 			struct slot *x = &s->slots[i];
 
-			if (x->running && atomic_load(&x->done)) {
+			/* A2 pairs with R2 in conn_main: its thread is done
+			 * with the slot. */
+			if (x->running && tb_atomic_load_acquire(&x->done)) {
 				pthread_mutex_unlock(&s->lock);
 				pthread_join(x->thread, NULL);
 				pthread_mutex_lock(&s->lock);
@@ -407,7 +362,9 @@ static void *accept_main(void *arg)
 		if (c) {
 			c->fd = fd;
 			c->running = 1;
-			atomic_store(&c->done, 0);
+			/* Relaxed: no thread runs on the slot; pthread_create
+			 * below orders it before the new one. */
+			tb_atomic_store_relaxed(&c->done, 0);
 			s->st.connections++;
 		}
 		pthread_mutex_unlock(&s->lock);
@@ -415,15 +372,7 @@ static void *accept_main(void *arg)
 			close(fd); /* full: the client fails over */
 			continue;
 		}
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		if (sa.ss_family == AF_INET)
-			inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr,
-				  c->addr, sizeof(c->addr));
-		else if (sa.ss_family == AF_INET6)
-			inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr,
-				  c->addr, sizeof(c->addr));
-		else
-			snprintf(c->addr, sizeof(c->addr), "?");
+		snprintf(c->addr, sizeof(c->addr), "%s", addr);
 		if (pthread_create(&c->thread, NULL, conn_main, c) != 0) {
 			pthread_mutex_lock(&s->lock);
 			close(fd);
@@ -437,43 +386,10 @@ static void *accept_main(void *arg)
 
 static int listen_on(tb_recovery_server_t *s)
 {
-	struct addrinfo hints, *ai = NULL;
-	struct sockaddr_storage sa;
-	socklen_t sl = sizeof(sa);
-	char port[8], host[TB_HOST_MAX];
-	size_t hl = strnlen(s->cfg.listen.host, sizeof(s->cfg.listen.host));
-	int fd, rc, one = 1;
+	int fd = tb_net_listen(&s->cfg.listen, &s->port);
 
-	if (hl >= 2 && s->cfg.listen.host[0] == '[')
-		snprintf(host, sizeof(host), "%.*s", (int)hl - 2,
-			 s->cfg.listen.host + 1);
-	else
-		snprintf(host, sizeof(host), "%.*s", (int)hl, s->cfg.listen.host);
-	snprintf(port, sizeof(port), "%u", s->cfg.listen.port);
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_PASSIVE;
-	rc = getaddrinfo(hl ? host : NULL, port, &hints, &ai);
-	if (rc != 0)
-		return tb_error_set(TB_EINVAL, "listen address %s: %s", host,
-				  gai_strerror(rc));
-	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		freeaddrinfo(ai);
-		return tb_error_sys(errno, "socket");
-	}
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 64) < 0) {
-		rc = tb_error_sys(errno, "listen on %s:%u", host, s->cfg.listen.port);
-		freeaddrinfo(ai);
-		close(fd);
-		return rc;
-	}
-	freeaddrinfo(ai);
-	getsockname(fd, (struct sockaddr *)&sa, &sl);
-	s->port = ntohs(sa.ss_family == AF_INET6 ?
-			((struct sockaddr_in6 *)&sa)->sin6_port :
-			((struct sockaddr_in *)&sa)->sin_port);
+	if (fd < 0)
+		return fd;
 	s->lfd = fd;
 	return 0;
 }
@@ -539,7 +455,7 @@ void tb_recovery_server_close(tb_recovery_server_t *s)
 {
 	if (!s)
 		return;
-	atomic_store(&s->stop, 1);
+	tb_atomic_store_seq_cst(&s->stop, 1); /* S1 pairs with S1 in the threads */
 	pthread_join(s->accept_thread, NULL);
 	close(s->lfd);
 	pthread_mutex_lock(&s->lock);

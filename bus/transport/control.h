@@ -13,20 +13,15 @@
  *   either  HEARTBEAT  I am alive; the last sequence I know of
  *   either  BYE        I am going, and why
  *
- * Every message is a fixed 8-byte header followed by a fixed body whose size
- * depends only on (version, type).  All fields little-endian:
- *
- *   offset  size  field
- *        0     2  magic     TB_CONTROL_MAGIC ("TC" on the wire)
- *        2     1  version   TB_CONTROL_VERSION
- *        3     1  type      TB_CONTROL_HELLO .. TB_CONTROL_BYE
- *        4     4  length    of the whole message, header included
- *
- * The header convention (tb_wire_hdr_t and the tb_wire_* helpers at the end
- * of this file) is shared with the recovery protocol (recovery/proto.h),
- * which differs in magic, types and bodies.  The body layouts are the
- * tb_control_wire_* structs below, each offset pinned by a _Static_assert; the
- * decoded, host-order form a caller works with is the tb_control_* structs.
+ * Every message follows the convention of tickbus's TCP protocols (wire.h):
+ * a fixed 8-byte header (magic TB_CONTROL_MAGIC, "TC" on the wire; version
+ * TB_CONTROL_VERSION; type TB_CONTROL_HELLO .. TB_CONTROL_BYE; length of
+ * the whole message) and a fixed body whose size depends only on (version,
+ * type), all fields little-endian.  The recovery protocol
+ * (recovery/proto.h) follows it too, with its own magic, types and bodies.
+ * The body layouts are the tb_control_wire_* structs below, each offset
+ * pinned by a _Static_assert; the decoded, host-order form a caller works
+ * with is the tb_control_* structs.
  *
  * Threads: every function is pure apart from the thread-local tb_errmsg();
  * any thread may call any of them.
@@ -35,27 +30,11 @@
 #define TB_CONTROL_H
 
 #include "bus/ring.h"
+#include "bus/wire.h"
 #include <tickbus/tickbus.h>
 
 #include <stddef.h>
 #include <stdint.h>
-
-/* ------------------------------------------- the shared header convention */
-
-typedef struct tb_wire_hdr {
-	uint16_t magic;
-	uint8_t version;
-	uint8_t type;
-	uint32_t length;
-} tb_wire_hdr_t;
-
-_Static_assert(offsetof(tb_wire_hdr_t, magic) == 0, "wire header layout");
-_Static_assert(offsetof(tb_wire_hdr_t, version) == 2, "wire header layout");
-_Static_assert(offsetof(tb_wire_hdr_t, type) == 3, "wire header layout");
-_Static_assert(offsetof(tb_wire_hdr_t, length) == 4, "wire header layout");
-_Static_assert(sizeof(tb_wire_hdr_t) == 8, "wire header layout");
-
-#define TB_WIRE_HDR_LEN 8u
 
 /* ------------------------------------------------------------- constants */
 
@@ -340,9 +319,8 @@ int tb_control_frame_need(const void *buf, size_t have);
 
 /*
  * 1 if the NUL-terminated tokens `a` and `b` (each read up to
- * TB_CONTROL_TOKEN_LEN bytes) are equal, else 0.  The time taken depends on the
- * two lengths only, never on where the contents differ: every one of the
- * TB_CONTROL_TOKEN_LEN positions is compared, with no early exit.
+ * TB_CONTROL_TOKEN_LEN bytes) are equal, else 0, in constant time
+ * (tb_wire_token_equal).  The recovery protocol's tokens are the same.
  */
 int tb_control_token_equal(const char *a, const char *b);
 
@@ -350,50 +328,5 @@ int tb_control_token_equal(const char *a, const char *b);
 const char *tb_control_type_name(unsigned type);
 const char *tb_control_reject_name(unsigned reason);
 const char *tb_control_bye_name(unsigned reason);
-
-/* ------------------------- the header convention, shared by TCP protocols */
-
-/* What a protocol tells the shared header checks about itself. */
-typedef struct tb_wire_proto {
-	const char *name;          /* "control", "recovery": starts messages */
-	uint16_t magic;
-	uint8_t version;           /* the one version this build speaks */
-	uint8_t type_max;          /* types are 1..type_max */
-	uint32_t msg_max;          /* no message is longer */
-	const uint32_t *size;      /* size[type]: whole message, this version */
-	const char *const *type_name; /* type_name[type] */
-} tb_wire_proto_t;
-
-/* tb_control_frame_need for any protocol described by `p`. */
-int tb_wire_frame_need(const tb_wire_proto_t *p, const void *buf,
-		       size_t have);
-
-/* Checks the header of the message at `buf` against `p` and `len` (magic,
- * version, type, length = the type's size, whole message present) and
- * returns it in host order in `*h`.  Returns 0, TB_EFORMAT or TB_EPROTO. */
-int tb_wire_hdr_check(const tb_wire_proto_t *p, const void *buf, size_t len,
-		      tb_wire_hdr_t *h);
-
-/* Fills a header in wire order. */
-void tb_wire_hdr_put(tb_wire_hdr_t *w, uint16_t magic, uint8_t version,
-		     uint8_t type, uint32_t length);
-
-/* String rules for a fixed field: `what` is the field's name in messages. */
-enum tb_wire_str_rule {
-	TB_WIRE_STR_TEXT = 0,     /* printable ASCII with spaces, may be "" */
-	TB_WIRE_STR_WORD = 1,     /* printable ASCII without spaces, may be "" */
-	TB_WIRE_STR_TOKEN = 2,    /* a WORD that must not be "" */
-};
-
-/* Checks a string field as received: a NUL within the `size` bytes, the
- * text before it obeys `rule`, only zeros after it.  0 or TB_EPROTO naming
- * `proto` and `what`. */
-int tb_wire_str_check(const char *proto, const char *what, const char *f,
-		      size_t size, enum tb_wire_str_rule rule);
-
-/* Checks a host string against `rule` (a NUL within `size` bytes) and
- * copies it into wire field `dst` zero-padded.  0 or TB_EINVAL. */
-int tb_wire_str_put(const char *proto, const char *what, char *dst,
-		    const char *src, size_t size, enum tb_wire_str_rule rule);
 
 #endif

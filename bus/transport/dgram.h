@@ -347,12 +347,13 @@ static inline int tb_dgram_rx_input(tb_dgram_rx_t *rx, tb_seq_t *seq,
 			*done = 1;
 			break;
 		}
-		if (tb_unlikely(f->seq != seq->expected)) {
-			if (f->seq < seq->expected) {
-				seq->duplicates++;
-				tb_counter_inc(rx->ctr, TB_CTR_DUPLICATES);
-				continue;
-			}
+		switch (tb_seq_admit(seq, f->seq)) {
+		case TB_SEQ_NEXT:
+			break;
+		case TB_SEQ_DUPLICATE:
+			tb_counter_inc(rx->ctr, TB_CTR_DUPLICATES);
+			continue;
+		case TB_SEQ_GAP:
 			/* Only the first frame can jump (begin checked the
 			 * rest are consecutive): report the gap alone. */
 			rx->it = at;
@@ -362,8 +363,6 @@ static inline int tb_dgram_rx_input(tb_dgram_rx_t *rx, tb_seq_t *seq,
 			rx->last_gap = *loss;
 			return TB_GAP;
 		}
-		seq->expected++;
-		seq->delivered++;
 		tb_frame_to_msg(f, &msg);
 		handler(clientd, &msg);
 		n++;

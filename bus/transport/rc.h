@@ -29,12 +29,27 @@
  * WRITE_WITH_IMM the subscriber has no receive for (receiver-not-ready
  * would stall that queue pair).
  *
+ * Device.  The device, port and GID come from the stream keys as
+ * transport/verbs.h reads them for rc and ud alike.  rc runs on RoCE only:
+ * on InfiniBand a queue pair is addressed by LID, which version 1 of the
+ * control protocol does not carry, so InfiniBand ports are passed over and
+ * a host with no other is refused with that reason.
+ *
  * Threads: the publishing thread reads the subscriber table under QSBR RCU
  * (liburcu) without locks; the control thread (one per publisher, and one
- * per subscriber) does every TCP exchange and queue-pair set-up.
+ * per subscriber) does every TCP exchange (net.h, through rc_ctl.h) and
+ * queue-pair set-up.  Every edge between them is labelled where it is
+ * made: R1/A1, S1 and V1 in rc_pub.c; R2/A2 to S6 in rc_sub.c.
+ *
+ * Files: this header (the wire formats above, the constants, the ops),
+ * rc_pub.c (the publisher: hot path and control thread), rc_sub.c (the
+ * subscriber: poll loop and control thread), rc_ctl.h (the control
+ * connection both share).
  */
 #ifndef TB_TRANSPORT_RC_H
 #define TB_TRANSPORT_RC_H
+
+#include "bus/transport/transport.h"
 
 #include <stdint.h>
 
@@ -77,5 +92,14 @@ static inline uint64_t tb_rc_credit(uint64_t consumed_pos, uint32_t regranted)
 	       ((uint64_t)(regranted & TB_RC_CREDIT_RECV_MASK)
 		<< TB_RC_CREDIT_POS_BITS);
 }
+
+/* The publisher's ops: a lapping stream never asks for room (a slow
+ * subscriber is skipped and sees a gap); a back-pressure stream
+ * (slow_consumer = backpressure) asks before every claim.  Open picks
+ * between them by the stream's configuration. */
+extern const tb_tx_ops_t tb_rc_tx_ops;
+extern const tb_tx_ops_t tb_rc_bp_tx_ops;
+/* The subscriber's ops. */
+extern const tb_rx_ops_t tb_rc_rx_ops;
 
 #endif

@@ -229,25 +229,21 @@ static inline int tb_shm_reader_poll(tb_shm_reader_t *r, tb_seq_t *seq,
 			r->pos += c->length;
 			continue;
 		}
-		if (tb_unlikely(c->seq != seq->expected)) {
-			if (seq->expected == 0) {
-				seq->expected = c->seq; /* late join: first frame */
-			} else if (c->seq < seq->expected) {
-				seq->duplicates++;
-				r->pos += tb_frame_space(c->length);
-				continue;
-			} else {
-				if (n > 0)
-					return n; /* report the loss on its own */
-				tb_seq_gap_to(seq, c->seq, loss);
-				n = r->lapped ? TB_LAPPED : TB_GAP;
-				r->lapped = 0;
-				return n;
-			}
+		switch (tb_seq_admit(seq, c->seq)) {
+		case TB_SEQ_NEXT:
+			break;
+		case TB_SEQ_DUPLICATE:
+			r->pos += tb_frame_space(c->length);
+			continue;
+		case TB_SEQ_GAP:
+			if (n > 0)
+				return n; /* report the loss on its own */
+			tb_seq_gap_to(seq, c->seq, loss);
+			n = r->lapped ? TB_LAPPED : TB_GAP;
+			r->lapped = 0;
+			return n;
 		}
 		r->lapped = 0;
-		seq->expected++;
-		seq->delivered++;
 		r->pos += tb_frame_space(c->length);
 		tb_frame_to_msg(c, &msg);
 		msg.receive_ns = now_ns;

@@ -44,227 +44,62 @@ int tb_ud_mgid(const char *group, union ibv_gid *mgid)
 	return 0;
 }
 
-static int gid_is_v4(const union ibv_gid *g)
-{
-	return !memcmp(g->raw, v4_prefix, sizeof(v4_prefix));
-}
-
-static int gid_is_zero(const union ibv_gid *g)
-{
-	static const union ibv_gid zero;
-
-	return !memcmp(g, &zero, sizeof(zero));
-}
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* ------------------------------------------------------------- device */
 
-/* The first port of `ctx` that is active and Ethernet (RoCE), or that is
- * `want` when set; 0 if none.  IB link layers are refused: multicast there
- * needs a subnet-manager join, which tickbus does not make. */
-static int pick_port(struct ibv_context *ctx, int want, struct ibv_port_attr *pa,
-		     int *ib_seen)
-{
-	struct ibv_device_attr da;
-	int first, last;
-
-	if (ibv_query_device(ctx, &da) != 0)
-		return 0;
-	first = want ? want : 1;
-	last = want ? want : da.phys_port_cnt;
-	for (int p = first; p <= last && p <= da.phys_port_cnt; p++) {
-		if (ibv_query_port(ctx, (uint8_t)p, pa) != 0 ||
-		    pa->state != IBV_PORT_ACTIVE)
-			continue;
-		if (pa->link_layer != IBV_LINK_LAYER_ETHERNET) {
-			*ib_seen = 1;
-			continue;
-		}
-		return p;
-	}
-	return 0;
-}
-
-/* cfg.gid_index, or the first RoCE v2 IPv4-mapped GID, or the first
- * IPv4-mapped one, or index 0. */
-static int pick_gid(tb_ud_dev_t *d, const tb_stream_cfg_t *cfg, int tbl_len)
-{
-	struct ibv_gid_entry e;
-	int fallback = -1;
-
-	if (cfg->gid_index >= 0) {
-		if (cfg->gid_index >= tbl_len ||
-		    ibv_query_gid(d->ctx, d->port, cfg->gid_index, &d->gid) != 0 ||
-		    gid_is_zero(&d->gid))
-			return tb_error_set(TB_ECONFIG, "ud: %s port %u has no GID at "
-					  "gid_index %d (table of %d)", d->name,
-					  d->port, cfg->gid_index, tbl_len);
-		d->gid_index = cfg->gid_index;
-		if (ibv_query_gid_ex(d->ctx, d->port, (uint32_t)d->gid_index, &e,
-				     0) == 0)
-			d->ifindex = (int)e.ndev_ifindex;
-		return 0;
-	}
-	for (int i = 0; i < tbl_len; i++) {
-		if (ibv_query_gid_ex(d->ctx, d->port, (uint32_t)i, &e, 0) != 0 ||
-		    gid_is_zero(&e.gid) || !gid_is_v4(&e.gid))
-			continue;
-		if (e.gid_type == IBV_GID_TYPE_ROCE_V2) {
-			d->gid_index = i;
-			d->gid = e.gid;
-			d->ifindex = (int)e.ndev_ifindex;
-			return 0;
-		}
-		if (fallback < 0)
-			fallback = i;
-	}
-	d->gid_index = fallback >= 0 ? fallback : 0;
-	if (ibv_query_gid(d->ctx, d->port, d->gid_index, &d->gid) != 0)
-		return tb_error_sys(errno, "ud: %s port %u: query GID %d", d->name,
-				  d->port, d->gid_index);
-	if (ibv_query_gid_ex(d->ctx, d->port, (uint32_t)d->gid_index, &e, 0) == 0)
-		d->ifindex = (int)e.ndev_ifindex;
-	return 0;
-}
+/* Why ud passes InfiniBand ports over (tb_verbs_open's no_ib). */
+#define UD_NO_IB "multicast there needs a subnet manager join, which " \
+	"tickbus does not make"
 
 static void dev_close(tb_ud_dev_t *d)
 {
-	if (d->pd)
-		ibv_dealloc_pd(d->pd);
-	if (d->ctx)
-		ibv_close_device(d->ctx);
-	d->pd = NULL;
-	d->ctx = NULL;
+	tb_verbs_close(&d->v);
 }
 
+/* The group, then the device (verbs.h), then the datagram bound. */
 static int dev_open(tb_ud_dev_t *d, const tb_stream_cfg_t *cfg)
 {
-	struct ibv_device **list;
-	struct ibv_port_attr pa;
-	int n = 0, port = 0, ib_seen = 0, rc;
+	int rc;
 
 	memset(d, 0, sizeof(*d));
 	rc = tb_ud_mgid(cfg->group.host, &d->mgid);
 	if (rc < 0)
 		return rc;
-	errno = 0;
-	list = ibv_get_device_list(&n);
-	if (!list || n == 0) {
-		int e = errno;
-
-		if (list)
-			ibv_free_device_list(list);
-		return tb_error_set(TB_ENOTSUP, "ud: no RDMA device on this host (%s); "
-				  "without a NIC, run on softrdma: "
-				  "LD_LIBRARY_PATH=build/softrdma",
-				  e ? strerror(e) : "none listed");
-	}
-	for (int i = 0; i < n && !port; i++) {
-		const char *name = ibv_get_device_name(list[i]);
-
-		if (cfg->rdma_device[0] && strcmp(cfg->rdma_device, name) != 0)
-			continue;
-		d->ctx = ibv_open_device(list[i]);
-		if (!d->ctx)
-			continue;
-		port = pick_port(d->ctx, cfg->rdma_port, &pa, &ib_seen);
-		if (port) {
-			snprintf(d->name, sizeof(d->name), "%s", name);
-			break;
-		}
-		ibv_close_device(d->ctx);
-		d->ctx = NULL;
-	}
-	ibv_free_device_list(list);
-	if (!port) {
-		if (ib_seen)
-			return tb_error_set(TB_ENOTSUP, "ud: the active ports are "
-					  "InfiniBand; multicast there needs a "
-					  "subnet manager join, which tickbus does "
-					  "not make: use a RoCE port");
-		if (cfg->rdma_port)
-			return tb_error_set(TB_ENOENT, "ud: no RDMA device '%s' with "
-					  "an active Ethernet port %d",
-					  cfg->rdma_device[0] ? cfg->rdma_device
-							      : "(any)",
-					  cfg->rdma_port);
-		return tb_error_set(TB_ENOENT, "ud: no RDMA device '%s' with an "
-				  "active Ethernet port",
-				  cfg->rdma_device[0] ? cfg->rdma_device : "(any)");
-	}
-	d->port = (uint8_t)port;
-	d->path_mtu = 128u << pa.active_mtu; /* IBV_MTU_256 = 1 ... 4096 = 5 */
+	rc = tb_verbs_open(&d->v, cfg, UD_NO_IB);
+	if (rc < 0)
+		return tb_error_prepend(rc, "ud");
+	d->path_mtu = tb_verbs_mtu_bytes(d->v.mtu);
 	d->mtu = d->path_mtu;
 	if (cfg->mtu) {
 		if (cfg->mtu > d->path_mtu) {
 			rc = tb_error_set(TB_ECONFIG, "ud: mtu %u exceeds the path MTU "
-					"%u of %s port %d", cfg->mtu, d->path_mtu,
-					d->name, port);
-			goto fail;
+					"%u of %s port %u", cfg->mtu, d->path_mtu,
+					d->v.name, d->v.port);
+			dev_close(d);
+			return rc;
 		}
 		d->mtu = cfg->mtu;
 	}
-	rc = pick_gid(d, cfg, pa.gid_tbl_len);
-	if (rc < 0)
-		goto fail;
-	d->pd = ibv_alloc_pd(d->ctx);
-	if (!d->pd) {
-		rc = tb_error_sys(errno, "ud: %s: ibv_alloc_pd", d->name);
-		goto fail;
-	}
 	return 0;
-fail:
-	dev_close(d);
-	return rc;
 }
 
-/* A UD QP in RTS with `qkey`. */
+/* A UD QP in RTS with `qkey`; a device without inline sends gets none. */
 static struct ibv_qp *ud_qp(tb_ud_dev_t *d, struct ibv_cq *cq, uint32_t sq,
 			    uint32_t rq, uint32_t inline_max, uint32_t qkey,
 			    uint32_t *inline_got)
 {
-	struct ibv_qp_init_attr ia = {
-		.send_cq = cq,
-		.recv_cq = cq,
-		.cap = {.max_send_wr = sq, .max_recv_wr = rq, .max_send_sge = 2,
-			.max_recv_sge = 1, .max_inline_data = inline_max},
-		.qp_type = IBV_QPT_UD,
+	tb_verbs_qp_cfg_t c = {
+		.type = IBV_QPT_UD, .cq = cq, .send_wr = sq, .recv_wr = rq,
+		.send_sge = 2, .inline_want = inline_max, .inline_min = 0,
+		.qkey = qkey,
 	};
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0,
-				.port_num = d->port, .qkey = qkey};
-	struct ibv_qp *qp = ibv_create_qp(d->pd, &ia);
+	struct ibv_qp *qp = tb_verbs_qp_create(&d->v, &c, inline_got);
 
-	if (!qp && inline_max) {
-		ia.cap.max_inline_data = 0; /* a device without inline sends */
-		qp = ibv_create_qp(d->pd, &ia);
-	}
 	if (!qp) {
-		tb_error_sys(errno, "ud: %s: create a UD QP (%u send, %u receive WRs)",
-			   d->name, sq, rq);
+		tb_error_prepend(TB_ESYS, "ud");
 		return NULL;
 	}
-	if (inline_got)
-		*inline_got = ia.cap.max_inline_data;
-	errno = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-					      IBV_QP_PORT | IBV_QP_QKEY);
-	if (!errno) {
-		a.qp_state = IBV_QPS_RTR;
-		errno = ibv_modify_qp(qp, &a, IBV_QP_STATE);
-	}
-	if (!errno) {
-		a.qp_state = IBV_QPS_RTS;
-		a.sq_psn = 0;
-		errno = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
-	}
-	if (errno) {
-		tb_error_sys(errno, "ud: %s: bring the UD QP to RTS", d->name);
+	if (tb_verbs_ud_ready(&d->v, qp) < 0) {
+		tb_error_prepend(TB_ESYS, "ud");
 		ibv_destroy_qp(qp);
 		return NULL;
 	}
@@ -274,10 +109,10 @@ static struct ibv_qp *ud_qp(tb_ud_dev_t *d, struct ibv_cq *cq, uint32_t sq,
 /* Waits (set-up and teardown only) until `cq` yields a completion. */
 static int wait_one(struct ibv_cq *cq, struct ibv_wc *wc)
 {
-	uint64_t end = mono_ns() + TB_UD_WAIT_NS;
+	uint64_t end = tb_clock_mono_ns() + TB_UD_WAIT_NS;
 	int n;
 
-	while ((n = ibv_poll_cq(cq, 1, wc)) == 0 && mono_ns() < end) {
+	while ((n = ibv_poll_cq(cq, 1, wc)) == 0 && tb_clock_mono_ns() < end) {
 		struct timespec ts = {0, 20000};
 
 		nanosleep(&ts, NULL);
@@ -465,14 +300,14 @@ static void ud_tx_close(tb_tx_t *tx, uint64_t final_seq)
 {
 	tb_ud_tx_t *u = (tb_ud_tx_t *)tx;
 	tb_packet_hdr_t end;
-	uint64_t until = mono_ns() + TB_UD_WAIT_NS;
+	uint64_t until = tb_clock_mono_ns() + TB_UD_WAIT_NS;
 
 	tb_packet_init(&end, TB_PACKET_F_END, u->dg.stream_id, u->dg.epoch,
 		    final_seq + 1, 0, TB_PACKET_HDR_LEN);
 	for (int i = 0; i < TB_UD_END_COPIES; i++)
 		if (post_one(u, &end, NULL, 0, i == TB_UD_END_COPIES - 1) < 0)
 			break;
-	while (u->completed < u->posted && mono_ns() < until) {
+	while (u->completed < u->posted && tb_clock_mono_ns() < until) {
 		struct ibv_wc wc;
 
 		if (wait_one(u->cq, &wc) != 1)
@@ -487,12 +322,12 @@ static void ud_tx_close(tb_tx_t *tx, uint64_t final_seq)
 static int tx_verbs(tb_ud_tx_t *u, const tb_stream_cfg_t *cfg)
 {
 	tb_ud_dev_t *d = &u->dev;
-	struct ibv_ah_attr ah = {.is_global = 1, .port_num = d->port};
+	struct ibv_ah_attr ah = {.is_global = 1, .port_num = d->v.port};
 
-	u->cq = ibv_create_cq(d->ctx, (int)u->sq_depth + 1, NULL, NULL, 0);
-	u->beat_cq = ibv_create_cq(d->ctx, 4, NULL, NULL, 0);
+	u->cq = ibv_create_cq(d->v.ctx, (int)u->sq_depth + 1, NULL, NULL, 0);
+	u->beat_cq = ibv_create_cq(d->v.ctx, 4, NULL, NULL, 0);
 	if (!u->cq || !u->beat_cq)
-		return tb_error_sys(errno, "ud: %s: ibv_create_cq", d->name);
+		return tb_error_sys(errno, "ud: %s: ibv_create_cq", d->v.name);
 	u->qp = ud_qp(d, u->cq, u->sq_depth, 1, TB_UD_INLINE, u->qkey,
 		      &u->max_inline);
 	if (!u->qp)
@@ -501,19 +336,19 @@ static int tx_verbs(tb_ud_tx_t *u, const tb_stream_cfg_t *cfg)
 	if (!u->beat_qp)
 		return TB_ESYS;
 	/* The ring and the header slabs: read by the NIC only. */
-	u->ring_mr = ibv_reg_mr(d->pd, u->ring_mem, cfg->ring_size, 0);
-	u->slab_mr = ibv_reg_mr(d->pd, u->slab,
+	u->ring_mr = ibv_reg_mr(d->v.pd, u->ring_mem, cfg->ring_size, 0);
+	u->slab_mr = ibv_reg_mr(d->v.pd, u->slab,
 				(size_t)u->sq_depth * sizeof(tb_packet_hdr_t), 0);
-	u->beat_mr = ibv_reg_mr(d->pd, u->beat_hdr, sizeof(tb_packet_hdr_t), 0);
+	u->beat_mr = ibv_reg_mr(d->v.pd, u->beat_hdr, sizeof(tb_packet_hdr_t), 0);
 	if (!u->ring_mr || !u->slab_mr || !u->beat_mr)
-		return tb_error_sys(errno, "ud: %s: register the ring", d->name);
+		return tb_error_sys(errno, "ud: %s: register the ring", d->v.name);
 	ah.grh.dgid = d->mgid;
-	ah.grh.sgid_index = (uint8_t)d->gid_index;
+	ah.grh.sgid_index = (uint8_t)d->v.gid_index;
 	ah.grh.hop_limit = (uint8_t)(cfg->ttl > 0 ? cfg->ttl : 1);
-	u->ah = ibv_create_ah(d->pd, &ah);
+	u->ah = ibv_create_ah(d->v.pd, &ah);
 	if (!u->ah)
 		return tb_error_sys(errno, "ud: %s: address handle for group %s",
-				  d->name, cfg->group.host);
+				  d->v.name, cfg->group.host);
 	return 0;
 }
 
@@ -564,8 +399,8 @@ static int ud_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 		goto fail;
 	tb_info("ud: stream '%s': publishing to %s (MGID ::ffff:%s) from %s port "
 		"%u GID %d, datagrams of %u bytes, QP %u", cfg->name,
-		cfg->group.host, cfg->group.host, u->dev.name, u->dev.port,
-		u->dev.gid_index, u->dev.mtu, u->qp->qp_num);
+		cfg->group.host, cfg->group.host, u->dev.v.name, u->dev.v.port,
+		u->dev.v.gid_index, u->dev.mtu, u->qp->qp_num);
 	u->tx.ops = &tb_ud_tx_ops;
 	*out = &u->tx;
 	return 0;
@@ -724,7 +559,7 @@ static void igmp_join(tb_ud_rx_t *r, const tb_stream_cfg_t *cfg)
 
 	memset(&m, 0, sizeof(m));
 	memcpy(&m.imr_multiaddr, r->dev.mgid.raw + 12, 4);
-	m.imr_ifindex = r->dev.ifindex;
+	m.imr_ifindex = r->dev.v.ifindex;
 	if (cfg->interface[0] &&
 	    inet_pton(AF_INET, cfg->interface, &m.imr_address) != 1)
 		m.imr_ifindex = (int)if_nametoindex(cfg->interface);
@@ -746,6 +581,7 @@ static int rx_verbs(tb_ud_rx_t *r)
 {
 	tb_ud_dev_t *d = &r->dev;
 	size_t size;
+	int e;
 
 	r->stride = (TB_UD_GRH + d->path_mtu + 63u) & ~63u;
 	size = (size_t)TB_UD_RECVS * r->stride;
@@ -754,12 +590,12 @@ static int rx_verbs(tb_ud_rx_t *r)
 		return tb_error_set(TB_ENOMEM, "ud: no memory for receive buffers");
 	}
 	memset(r->bufs, 0, size);
-	r->mr = ibv_reg_mr(d->pd, r->bufs, size, IBV_ACCESS_LOCAL_WRITE);
+	r->mr = ibv_reg_mr(d->v.pd, r->bufs, size, IBV_ACCESS_LOCAL_WRITE);
 	if (!r->mr)
-		return tb_error_sys(errno, "ud: %s: register receive buffers", d->name);
-	r->cq = ibv_create_cq(d->ctx, TB_UD_RECVS + 1, NULL, NULL, 0);
+		return tb_error_sys(errno, "ud: %s: register receive buffers", d->v.name);
+	r->cq = ibv_create_cq(d->v.ctx, TB_UD_RECVS + 1, NULL, NULL, 0);
 	if (!r->cq)
-		return tb_error_sys(errno, "ud: %s: ibv_create_cq", d->name);
+		return tb_error_sys(errno, "ud: %s: ibv_create_cq", d->v.name);
 	r->qp = ud_qp(d, r->cq, 1, TB_UD_RECVS, 0, r->qkey, NULL);
 	if (!r->qp)
 		return TB_ESYS;
@@ -774,10 +610,10 @@ static int rx_verbs(tb_ud_rx_t *r)
 		recycle(r, id);
 	if (r->wc_errors)
 		return tb_error_set(TB_ESYS, "ud: %s: post the receive buffers",
-				  d->name);
-	errno = ibv_attach_mcast(r->qp, &d->mgid, 0);
-	if (errno)
-		return tb_error_sys(errno, "ud: %s: attach to the group", d->name);
+				  d->v.name);
+	e = ibv_attach_mcast(r->qp, &d->mgid, 0);
+	if (e != 0)
+		return tb_error_sys(e, "ud: %s: attach to the group", d->v.name);
 	r->attached = 1;
 	return 0;
 }
@@ -802,8 +638,8 @@ static int ud_rx_open(tb_rx_t **out, const tb_stream_cfg_t *cfg)
 		goto fail;
 	igmp_join(r, cfg);
 	tb_info("ud: stream '%s': subscriber QP %u joined %s on %s port %u",
-		cfg->name, r->qp->qp_num, cfg->group.host, r->dev.name,
-		r->dev.port);
+		cfg->name, r->qp->qp_num, cfg->group.host, r->dev.v.name,
+		r->dev.v.port);
 	r->rx.ops = &tb_ud_rx_ops;
 	*out = &r->rx;
 	return 0;

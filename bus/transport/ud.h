@@ -4,13 +4,16 @@
  * only the way bytes move differs: the NIC replicates one post to every QP
  * attached to the group.
  *
- * Device.  cfg.rdma_device names the device ("" = the first with an active
- * port), cfg.rdma_port the port (0 = its first active one), cfg.gid_index
- * the source GID (-1 = the first RoCE v2 GID in IPv4-mapped form, else the
- * first IPv4-mapped GID, else index 0).  One PD per endpoint.  The group is
- * cfg.group, an IPv4 multicast address; its MGID is the IPv4-mapped form a
- * RoCE NIC uses, ::ffff:a.b.c.d.  The path MTU is the port's active MTU;
- * cfg.mtu, when set, lowers the datagram bound (never above the path MTU).
+ * Device.  cfg.rdma_device, cfg.rdma_port and cfg.gid_index choose the
+ * device, port and source GID as transport/verbs.h reads them for rc and
+ * ud alike (automatic GID: the first RoCE v2 GID in IPv4-mapped form).
+ * ud runs on RoCE only: multicast on InfiniBand needs a subnet-manager
+ * join, which tickbus does not make, so InfiniBand ports are passed over
+ * and a host with no other is refused, saying so.  One PD per endpoint.
+ * The group is cfg.group, an IPv4 multicast address; its MGID is the
+ * IPv4-mapped form a RoCE NIC uses, ::ffff:a.b.c.d.  The path MTU is the
+ * port's active MTU; cfg.mtu, when set, lowers the datagram bound (never
+ * above the path MTU).
  *
  * Publisher.  A private ring (ring.h) of cfg.ring_size bytes registered
  * once, a UD QP, an address handle for the group.  `send` packs the
@@ -80,6 +83,7 @@
 
 #include "bus/transport/dgram.h"
 #include "bus/transport/transport.h"
+#include "bus/transport/verbs.h"
 
 #include <infiniband/verbs.h>
 #include <stdint.h>
@@ -103,18 +107,12 @@
 /* ENDs sent at close: one may be lost like any datagram. */
 #define TB_UD_END_COPIES 3
 
-/* One endpoint's device, port, GID, PD and group. */
+/* One endpoint's device and group. */
 typedef struct tb_ud_dev {
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
-	uint8_t port;
-	int gid_index;
-	union ibv_gid gid;     /* our source GID */
+	tb_verbs_dev_t v;      /* device, port, source GID (and its netdev), PD */
 	union ibv_gid mgid;    /* ::ffff:group */
 	uint32_t path_mtu;     /* bytes */
 	uint32_t mtu;          /* datagram bound: path MTU or cfg.mtu */
-	int ifindex;           /* the GID's netdev, 0 if unknown */
-	char name[IBV_SYSFS_NAME_MAX];
 } tb_ud_dev_t;
 
 typedef struct tb_ud_tx {

@@ -8,6 +8,7 @@
 
 #include "bus/error.h"
 #include "bus/recovery/proto.h"
+#include "bus/transport/control.h"
 
 #include <stdio.h>
 #include <string.h>

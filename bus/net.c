@@ -1,0 +1,361 @@
+/*
+ * net.c - TCP endpoints, connections and timed reads and writes (the
+ * policy is in net.h).
+ *
+ * Every wait is a poll() bounded by what is left of the call's deadline,
+ * taken from the one monotonic clock (clock.h); every read and write is
+ * MSG_DONTWAIT, so a socket that a caller made blocking behaves the same.
+ */
+#include "bus/net.h"
+
+#include "bus/clock.h"
+#include "bus/error.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define LISTEN_BACKLOG 64
+
+/* ------------------------------------------------------------- deadlines */
+
+static uint64_t deadline_of(uint32_t timeout_ms)
+{
+	return tb_clock_mono_ns() + (uint64_t)timeout_ms * 1000000u;
+}
+
+/* Waits for `events` on `fd` until `deadline`: 1 ready, 0 timed out, or
+ * TB_ESYS with a message. */
+static int wait_until(int fd, short events, uint64_t deadline)
+{
+	for (;;) {
+		struct pollfd pf = {.fd = fd, .events = events};
+		uint64_t now = tb_clock_mono_ns();
+		int ms, rc;
+
+		if (now >= deadline)
+			ms = 0;
+		else    /* rounded up, so a wait never ends just before it */
+			ms = (int)((deadline - now + 999999u) / 1000000u);
+		rc = poll(&pf, 1, ms);
+		if (rc > 0)
+			return 1;
+		if (rc == 0 && tb_clock_mono_ns() >= deadline)
+			return 0;
+		if (rc < 0 && errno != EINTR)
+			return tb_error_sys(errno, "poll");
+	}
+}
+
+/* ------------------------------------------------------------- endpoints */
+
+/* The host as the resolver wants it: "[::1]" -> "::1"; "" -> NULL. */
+static const char *host_of(const tb_endpoint_t *ep, char *buf, size_t cap)
+{
+	size_t n = strnlen(ep->host, sizeof(ep->host));
+
+	if (n == 0)
+		return NULL;
+	if (n >= 2 && ep->host[0] == '[' && ep->host[n - 1] == ']')
+		snprintf(buf, cap, "%.*s", (int)n - 2, ep->host + 1);
+	else
+		snprintf(buf, cap, "%.*s", (int)n, ep->host);
+	return buf;
+}
+
+static int addrinfo_of(const tb_endpoint_t *ep, int passive,
+		       struct addrinfo **res)
+{
+	struct addrinfo hints;
+	char host[TB_HOST_MAX], port[8];
+	int rc;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = passive ? AI_PASSIVE : 0;
+	snprintf(port, sizeof(port), "%u", ep->port);
+	rc = getaddrinfo(host_of(ep, host, sizeof(host)), port, &hints, res);
+	if (rc == 0)
+		return 0;
+	return tb_error_set(rc == EAI_AGAIN || rc == EAI_MEMORY || rc == EAI_SYSTEM
+				    ? TB_ESYS : TB_ECONFIG,
+			    "%s:%u: %s", ep->host[0] ? ep->host : "(any)",
+			    ep->port, rc == EAI_SYSTEM ? strerror(errno)
+						       : gai_strerror(rc));
+}
+
+int tb_net_resolve(const tb_endpoint_t *ep, int passive,
+		   struct sockaddr_storage *ss, socklen_t *len)
+{
+	struct addrinfo *res;
+	int rc = addrinfo_of(ep, passive, &res);
+
+	if (rc < 0)
+		return rc;
+	memcpy(ss, res->ai_addr, res->ai_addrlen);
+	*len = res->ai_addrlen;
+	freeaddrinfo(res);
+	return 0;
+}
+
+static void nodelay(int fd)
+{
+	int one = 1;
+
+	/* Best effort: without it the protocols are slower, not wrong. */
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* ----------------------------------------------------------- connecting */
+
+/* One address: 0 with *fd connected, or an errno value. */
+static int dial_one(const struct addrinfo *a, uint64_t deadline, int *fd)
+{
+	int err = 0;
+	socklen_t el = sizeof(err);
+	int s = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		       a->ai_protocol);
+
+	if (s < 0)
+		return errno;
+	if (connect(s, a->ai_addr, a->ai_addrlen) < 0) {
+		int w;
+
+		if (errno != EINPROGRESS) {
+			err = errno;
+			close(s);
+			return err;
+		}
+		w = wait_until(s, POLLOUT, deadline);
+		if (w <= 0) {
+			close(s);
+			return w == 0 ? ETIMEDOUT : EIO;
+		}
+		if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
+			err = errno;
+		if (err) {
+			close(s);
+			return err;
+		}
+	}
+	*fd = s;
+	return 0;
+}
+
+int tb_net_dial(const tb_endpoint_t *ep, uint32_t timeout_ms)
+{
+	uint64_t deadline = deadline_of(timeout_ms);
+	struct addrinfo *res, *a;
+	int fd = -1, err = ECONNREFUSED, rc;
+
+	if ((rc = addrinfo_of(ep, 0, &res)) < 0)
+		return rc;
+	for (a = res; a && fd < 0; a = a->ai_next) {
+		err = dial_one(a, deadline, &fd);
+		if (err == ETIMEDOUT)
+			break;     /* the deadline is the call's: none is left */
+	}
+	freeaddrinfo(res);
+	if (fd < 0)
+		return tb_error_sys(err, "connect %s:%u",
+				    ep->host[0] ? ep->host : "(loopback)",
+				    ep->port);
+	nodelay(fd);
+	return fd;
+}
+
+int tb_net_listen(const tb_endpoint_t *ep, uint16_t *port)
+{
+	struct sockaddr_storage ss;
+	socklen_t len, sl = sizeof(ss);
+	int fd, rc, one = 1;
+
+	if ((rc = tb_net_resolve(ep, 1, &ss, &len)) < 0)
+		return rc;
+	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return tb_error_sys(errno, "socket");
+	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&ss, len) < 0 ||
+	    listen(fd, LISTEN_BACKLOG) < 0) {
+		rc = tb_error_sys(errno, "listen on %s:%u",
+				  ep->host[0] ? ep->host : "(any)", ep->port);
+		close(fd);
+		return rc;
+	}
+	if (port) {
+		if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
+			rc = tb_error_sys(errno, "getsockname");
+			close(fd);
+			return rc;
+		}
+		*port = ntohs(ss.ss_family == AF_INET6
+				      ? ((struct sockaddr_in6 *)&ss)->sin6_port
+				      : ((struct sockaddr_in *)&ss)->sin_port);
+	}
+	return fd;
+}
+
+int tb_net_accept(int lfd, char *peer, size_t peer_len)
+{
+	struct sockaddr_storage sa;
+	socklen_t sl = sizeof(sa);
+	int fd = accept4(lfd, (struct sockaddr *)&sa, &sl,
+			 SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+	if (fd < 0) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
+		    errno == ECONNABORTED)
+			return TB_NOT_CONNECTED;
+		return tb_error_sys(errno, "accept");
+	}
+	nodelay(fd);
+	if (peer) {
+		const void *addr = NULL;
+
+		if (sa.ss_family == AF_INET)
+			addr = &((struct sockaddr_in *)&sa)->sin_addr;
+		else if (sa.ss_family == AF_INET6)
+			addr = &((struct sockaddr_in6 *)&sa)->sin6_addr;
+		if (!addr || !inet_ntop(sa.ss_family, addr, peer, (socklen_t)peer_len))
+			snprintf(peer, peer_len, "?");
+	}
+	return fd;
+}
+
+/* ------------------------------------------------------- reading, writing */
+
+int tb_net_send_all(int fd, const void *buf, size_t len, uint32_t timeout_ms)
+{
+	uint64_t deadline = deadline_of(timeout_ms);
+	const uint8_t *p = buf;
+	size_t sent = 0;
+
+	while (sent < len) {
+		ssize_t n = send(fd, p + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+		int w;
+
+		if (n > 0) {
+			sent += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+			return tb_error_sys(n == 0 ? EIO : errno, "send");
+		w = wait_until(fd, POLLOUT, deadline);
+		if (w < 0)
+			return w;
+		if (w == 0)
+			return tb_error_set(TB_ETIMEDOUT, "send: the peer took %zu "
+					  "of %zu bytes in %u ms", sent, len,
+					  timeout_ms);
+	}
+	return 0;
+}
+
+/* tb_net_recv_some against an absolute deadline. */
+static int recv_until(int fd, void *buf, size_t cap, uint64_t deadline)
+{
+	for (;;) {
+		ssize_t n = recv(fd, buf, cap, MSG_DONTWAIT);
+		int w;
+
+		if (n > 0)
+			return (int)n;
+		if (n == 0)
+			return TB_CLOSED;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return tb_error_sys(errno, "recv");
+		w = wait_until(fd, POLLIN, deadline);
+		if (w <= 0)
+			return w;
+	}
+}
+
+int tb_net_recv_some(int fd, void *buf, size_t cap, uint32_t timeout_ms)
+{
+	if (cap > INT32_MAX)
+		cap = INT32_MAX;
+	return recv_until(fd, buf, cap, deadline_of(timeout_ms));
+}
+
+/* What a read of `len` bytes that got `got` and then `rc` (0: the
+ * deadline, TB_CLOSED: the peer) comes to. */
+static int short_read(int rc, size_t got, size_t len, uint32_t timeout_ms)
+{
+	if (rc == TB_CLOSED)
+		return got == 0 ? TB_CLOSED
+				: tb_error_set(TB_EIO, "recv: the peer closed the "
+					       "connection after %zu of %zu bytes",
+					       got, len);
+	if (rc == 0)
+		return got == 0 ? tb_error_set(TB_ETIMEDOUT, "recv: nothing "
+					       "within %u ms", timeout_ms)
+				: tb_error_set(TB_ETIMEDOUT, "recv: %zu of %zu "
+					       "bytes within %u ms", got, len,
+					       timeout_ms);
+	return rc;
+}
+
+int tb_net_recv_all(int fd, void *buf, size_t len, uint32_t timeout_ms)
+{
+	uint64_t deadline = deadline_of(timeout_ms);
+	uint8_t *p = buf;
+	size_t got = 0;
+
+	while (got < len) {
+		size_t want = len - got < INT32_MAX ? len - got : INT32_MAX;
+		int n = recv_until(fd, p + got, want, deadline);
+
+		if (n <= 0)
+			return short_read(n, got, len, timeout_ms);
+		got += (size_t)n;
+	}
+	return 0;
+}
+
+void tb_net_reader_init(tb_net_reader_t *r, int fd, void *buf, size_t cap)
+{
+	r->fd = fd;
+	r->buf = buf;
+	r->cap = cap < INT32_MAX ? cap : INT32_MAX;
+	r->have = r->off = 0;
+}
+
+int tb_net_reader_read(tb_net_reader_t *r, void *dst, size_t len,
+		       uint32_t timeout_ms)
+{
+	uint64_t deadline = deadline_of(timeout_ms);
+	uint8_t *d = dst;
+	size_t got = 0;
+
+	while (got < len) {
+		size_t k = r->have - r->off;
+		int n;
+
+		if (k > 0) {
+			if (k > len - got)
+				k = len - got;
+			memcpy(d + got, r->buf + r->off, k);
+			r->off += k;
+			got += k;
+			continue;
+		}
+		n = recv_until(r->fd, r->buf, r->cap, deadline);
+		if (n <= 0)
+			return short_read(n, got, len, timeout_ms);
+		r->have = (size_t)n;
+		r->off = 0;
+	}
+	return 0;
+}

@@ -1,0 +1,116 @@
+/*
+ * net.h - TCP for tickbus: the one home of sockets for the two TCP
+ * protocols, the rc control connection (transport/rc_pub.c, rc_sub.c) and
+ * gap recovery (recovery/client.c, recovery/server.c).  The datagram
+ * transports (udp, ud's IGMP join) keep their own sockets: they share
+ * nothing with a byte stream.
+ *
+ * Endpoints.  A tb_endpoint_t's host is a numeric IPv4 or IPv6 address,
+ * with or without brackets ("[::1]" as in a config file), or a name for
+ * the resolver; "" means any address to a listener and the loopback to a
+ * dialler.  A dialler tries each address the name resolves to, in order.
+ *
+ * Sockets.  Every socket made here is non-blocking and close-on-exec, and
+ * every connected one has TCP_NODELAY: both protocols send small messages
+ * and wait for the answer, which Nagle's algorithm would hold back for up
+ * to 40 ms.  A listener has SO_REUSEADDR (a restarted publisher rebinds
+ * its control port at once) and a backlog of 64.
+ *
+ * Timeouts: one policy.  A call that may wait takes `timeout_ms`, a
+ * deadline for the whole call from the moment it starts, not a bound on
+ * each wait inside it: tb_net_dial for the connection (every address
+ * tried), tb_net_send_all for the last byte to leave, tb_net_recv_all and
+ * tb_net_reader_read for the last byte asked for.  0 means do not wait.
+ * A protocol therefore states its timeouts per message, which is what a
+ * peer can be held to.
+ *
+ * Errors: the set-up convention (error.h), a negative TB_* code with a
+ * message; conditions a caller expects (no connection waiting, nothing to
+ * read yet, the peer closed between messages) are codes without a message.
+ *
+ * Threads: no shared state; any thread may call any function, one thread
+ * at a time per socket (per reader).  Every call here is a system call:
+ * never on a hot path.
+ */
+#ifndef TB_NET_H
+#define TB_NET_H
+
+#include <tickbus/tickbus.h>
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+/* Room for a peer's address as text: INET6_ADDRSTRLEN. */
+#define TB_NET_ADDR_MAX 46
+
+/*
+ * Resolves `ep` for a listener (`passive`: "" = any address) or a dialler
+ * ("" = loopback) into *ss / *len, the first address the resolver gives.
+ * Returns 0, TB_ECONFIG for a host that does not resolve, or TB_ESYS when
+ * the resolver itself failed (try again later).
+ */
+int tb_net_resolve(const tb_endpoint_t *ep, int passive,
+		   struct sockaddr_storage *ss, socklen_t *len);
+
+/*
+ * Connects to `ep` within timeout_ms.  Returns the connected socket (>= 0),
+ * or TB_ECONFIG (does not resolve), TB_ETIMEDOUT (no answer in time),
+ * TB_ESYS (refused, unreachable, ...), with a message naming the endpoint.
+ */
+int tb_net_dial(const tb_endpoint_t *ep, uint32_t timeout_ms);
+
+/*
+ * Listens on `ep` (port 0: any free port).  Returns the listening socket
+ * (>= 0) and, when `port` is not NULL, the port it got; or TB_ECONFIG
+ * (does not resolve), TB_EBUSY (address in use), TB_ESYS, with a message.
+ */
+int tb_net_listen(const tb_endpoint_t *ep, uint16_t *port);
+
+/*
+ * Takes one connection waiting on listener `lfd`, without waiting.  Returns
+ * its socket (>= 0) with the peer's address as text in `peer` (when not
+ * NULL; `peer_len` bytes, "?" if not IP), TB_NOT_CONNECTED when none is
+ * waiting (no message), or TB_ESYS (out of descriptors, ...).
+ */
+int tb_net_accept(int lfd, char *peer, size_t peer_len);
+
+/*
+ * Sends all `len` bytes within timeout_ms.  Returns 0, TB_ETIMEDOUT (the
+ * peer is not reading), or TB_ESYS / TB_EIO (the connection broke), with a
+ * message.  Never raises SIGPIPE.
+ */
+int tb_net_send_all(int fd, const void *buf, size_t len, uint32_t timeout_ms);
+
+/*
+ * Reads what is there, up to `cap` bytes, waiting up to timeout_ms for the
+ * first.  Returns the count (> 0), 0 when nothing came in time (no
+ * message), TB_CLOSED when the peer closed (no message), or TB_ESYS.
+ */
+int tb_net_recv_some(int fd, void *buf, size_t cap, uint32_t timeout_ms);
+
+/*
+ * Reads exactly `len` bytes within timeout_ms.  Returns 0; TB_CLOSED when
+ * the peer closed before the first byte (a clean end between messages, no
+ * message); TB_EIO when it closed after some; TB_ETIMEDOUT; TB_ESYS.
+ */
+int tb_net_recv_all(int fd, void *buf, size_t len, uint32_t timeout_ms);
+
+/* A buffered reader: one recv() fills `buf`, and messages and frames are
+ * taken from it, so a stream of small records costs one system call per
+ * buffer, not per record. */
+typedef struct tb_net_reader {
+	int fd;
+	uint8_t *buf;
+	size_t cap;
+	size_t have, off;   /* buf[off, have) is read and not yet taken */
+} tb_net_reader_t;
+
+/* Reads socket `fd` through `buf` (`cap` bytes, owned by the caller). */
+void tb_net_reader_init(tb_net_reader_t *r, int fd, void *buf, size_t cap);
+
+/* tb_net_recv_all through the reader's buffer: the same results. */
+int tb_net_reader_read(tb_net_reader_t *r, void *dst, size_t len,
+		       uint32_t timeout_ms);
+
+#endif

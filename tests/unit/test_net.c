@@ -1,0 +1,387 @@
+/*
+ * TCP helpers (net.h) on the loopback: endpoints with and without IPv6
+ * brackets, dial and its deadline, listen and accept, and the one timeout
+ * policy of reads and writes (a deadline per call, not per wait).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "bus/clock.h"
+#include "bus/error.h"
+#include "bus/net.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static tb_endpoint_t ep(const char *host, uint16_t port)
+{
+	tb_endpoint_t e;
+
+	memset(&e, 0, sizeof(e));
+	snprintf(e.host, sizeof(e.host), "%s", host);
+	e.port = port;
+	return e;
+}
+
+static uint64_t ms_since(uint64_t t0)
+{
+	return (tb_clock_mono_ns() - t0) / 1000000u;
+}
+
+/* A connected pair over the loopback: *a dialled, *b accepted. */
+static void pair(int *a, int *b)
+{
+	uint16_t port = 0;
+	tb_endpoint_t l = ep("127.0.0.1", 0);
+	int lfd = tb_net_listen(&l, &port);
+	tb_endpoint_t d = ep("127.0.0.1", port);
+	struct pollfd pf;
+
+	assert_true(lfd >= 0);
+	*a = tb_net_dial(&d, 1000);
+	assert_true(*a >= 0);
+	pf = (struct pollfd){.fd = lfd, .events = POLLIN};
+	assert_int_equal(poll(&pf, 1, 1000), 1);
+	*b = tb_net_accept(lfd, NULL, 0);
+	assert_true(*b >= 0);
+	close(lfd);
+}
+
+/* ------------------------------------------------------------ endpoints */
+
+static void resolve_numeric_bracketed_named_and_empty(void **state)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	tb_endpoint_t e;
+
+	(void)state;
+	e = ep("127.0.0.1", 7000);
+	assert_int_equal(tb_net_resolve(&e, 0, &ss, &len), 0);
+	assert_int_equal(ss.ss_family, AF_INET);
+	assert_int_equal(ntohs(((struct sockaddr_in *)&ss)->sin_port), 7000);
+	e = ep("[::1]", 7001);
+	assert_int_equal(tb_net_resolve(&e, 0, &ss, &len), 0);
+	assert_int_equal(ss.ss_family, AF_INET6);
+	assert_int_equal(len, sizeof(struct sockaddr_in6));
+	e = ep("::1", 7001);
+	assert_int_equal(tb_net_resolve(&e, 0, &ss, &len), 0);
+	assert_int_equal(ss.ss_family, AF_INET6);
+	e = ep("localhost", 7002);
+	assert_int_equal(tb_net_resolve(&e, 0, &ss, &len), 0);
+	/* "": any address to a listener, the loopback to a dialler. */
+	e = ep("", 7003);
+	assert_int_equal(tb_net_resolve(&e, 1, &ss, &len), 0);
+	if (ss.ss_family == AF_INET)
+		assert_int_equal(((struct sockaddr_in *)&ss)->sin_addr.s_addr,
+				 htonl(INADDR_ANY));
+	assert_int_equal(tb_net_resolve(&e, 0, &ss, &len), 0);
+	if (ss.ss_family == AF_INET)
+		assert_int_equal(((struct sockaddr_in *)&ss)->sin_addr.s_addr,
+				 htonl(INADDR_LOOPBACK));
+}
+
+static void resolve_refuses_bad_hosts(void **state)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	tb_endpoint_t e;
+
+	(void)state;
+	e = ep("no-such-host.invalid", 7000);
+	assert_int_equal(tb_net_resolve(&e, 0, &ss, &len), TB_ECONFIG);
+	assert_non_null(strstr(tb_errmsg(), "no-such-host.invalid:7000"));
+	e = ep("[::1", 7000);   /* one bracket: not stripped, not an address */
+	assert_int_equal(tb_net_resolve(&e, 0, &ss, &len), TB_ECONFIG);
+	e = ep("300.1.1.1", 7000);
+	assert_int_equal(tb_net_resolve(&e, 0, &ss, &len), TB_ECONFIG);
+}
+
+/* -------------------------------------------------- listen, accept, dial */
+
+static void listen_accept_dial(void **state)
+{
+	uint16_t port = 0, port2 = 0;
+	tb_endpoint_t l = ep("127.0.0.1", 0), d;
+	char peer[TB_NET_ADDR_MAX];
+	struct pollfd pf;
+	int lfd, fd, c, one = 0;
+	socklen_t ol = sizeof(one);
+
+	(void)state;
+	lfd = tb_net_listen(&l, &port);
+	assert_true(lfd >= 0);
+	assert_true(port > 0);
+	assert_true(fcntl(lfd, F_GETFL) & O_NONBLOCK);
+	assert_true(fcntl(lfd, F_GETFD) & FD_CLOEXEC);
+	assert_int_equal(tb_net_accept(lfd, peer, sizeof(peer)), TB_NOT_CONNECTED);
+	/* The port is taken now. */
+	l.port = port;
+	assert_int_equal(tb_net_listen(&l, &port2), TB_EBUSY);
+	assert_non_null(strstr(tb_errmsg(), "listen on 127.0.0.1"));
+
+	d = ep("127.0.0.1", port);
+	c = tb_net_dial(&d, 1000);
+	assert_true(c >= 0);
+	assert_true(fcntl(c, F_GETFL) & O_NONBLOCK);
+	assert_int_equal(getsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, &ol), 0);
+	assert_int_equal(one, 1);
+	pf = (struct pollfd){.fd = lfd, .events = POLLIN};
+	assert_int_equal(poll(&pf, 1, 1000), 1);
+	fd = tb_net_accept(lfd, peer, sizeof(peer));
+	assert_true(fd >= 0);
+	assert_string_equal(peer, "127.0.0.1");
+	assert_true(fcntl(fd, F_GETFL) & O_NONBLOCK);
+	close(fd);
+	close(c);
+	close(lfd);
+}
+
+static void listen_and_dial_ipv6_with_brackets(void **state)
+{
+	uint16_t port = 0;
+	tb_endpoint_t l = ep("[::1]", 0), d;
+	char peer[TB_NET_ADDR_MAX];
+	struct pollfd pf;
+	int lfd, c, fd;
+
+	(void)state;
+	lfd = tb_net_listen(&l, &port);
+	if (lfd == TB_ESYS || lfd == TB_ECONFIG) {
+		print_message("no IPv6 loopback here (%s); skipped\n", tb_errmsg());
+		return;
+	}
+	assert_true(lfd >= 0);
+	d = ep("[::1]", port);
+	c = tb_net_dial(&d, 1000);
+	assert_true(c >= 0);
+	pf = (struct pollfd){.fd = lfd, .events = POLLIN};
+	assert_int_equal(poll(&pf, 1, 1000), 1);
+	fd = tb_net_accept(lfd, peer, sizeof(peer));
+	assert_true(fd >= 0);
+	assert_string_equal(peer, "::1");
+	close(fd);
+	close(c);
+	close(lfd);
+}
+
+static void dial_refused_and_unresolvable(void **state)
+{
+	uint16_t port = 0;
+	tb_endpoint_t l = ep("127.0.0.1", 0), d;
+	int lfd;
+
+	(void)state;
+	lfd = tb_net_listen(&l, &port);
+	assert_true(lfd >= 0);
+	close(lfd);                      /* nobody listens there now */
+	d = ep("127.0.0.1", port);
+	assert_int_equal(tb_net_dial(&d, 1000), TB_ESYS);
+	assert_non_null(strstr(tb_errmsg(), "connect 127.0.0.1:"));
+	assert_non_null(strstr(tb_errmsg(), "refused"));
+	d = ep("no-such-host.invalid", 1);
+	assert_int_equal(tb_net_dial(&d, 1000), TB_ECONFIG);
+}
+
+/* A listener whose accept queue is full drops new SYNs: the dial must give
+ * up at its deadline. */
+static void dial_gives_up_at_its_deadline(void **state)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+	int lfd = socket(AF_INET, SOCK_STREAM, 0), c[8], n = 0, rc = 0;
+	uint64_t t0 = 0;
+	tb_endpoint_t d;
+
+	(void)state;
+	assert_true(lfd >= 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 0), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0);
+	d = ep("127.0.0.1", ntohs(sa.sin_port));
+	while (n < 8) {
+		t0 = tb_clock_mono_ns();
+		rc = tb_net_dial(&d, 300);
+		if (rc < 0)
+			break;
+		c[n++] = rc;
+	}
+	assert_int_equal(rc, TB_ETIMEDOUT);
+	assert_true(ms_since(t0) >= 290);
+	assert_true(ms_since(t0) < 2000);
+	while (n > 0)
+		close(c[--n]);
+	close(lfd);
+}
+
+/* -------------------------------------------------------- reads, writes */
+
+static void send_and_receive_exactly(void **state)
+{
+	char out[] = "0123456789", in[sizeof(out)];
+	int a, b;
+
+	(void)state;
+	pair(&a, &b);
+	assert_int_equal(tb_net_send_all(a, out, sizeof(out), 1000), 0);
+	assert_int_equal(tb_net_recv_all(b, in, 4, 1000), 0);
+	assert_int_equal(tb_net_recv_all(b, in + 4, sizeof(in) - 4, 1000), 0);
+	assert_memory_equal(in, out, sizeof(out));
+	/* Nothing more: recv_some says 0 at once, recv_all times out. */
+	assert_int_equal(tb_net_recv_some(b, in, sizeof(in), 0), 0);
+	assert_int_equal(tb_net_recv_all(b, in, 1, 50), TB_ETIMEDOUT);
+	assert_non_null(strstr(tb_errmsg(), "nothing within 50 ms"));
+	assert_int_equal(tb_net_send_all(a, out, 3, 1000), 0);
+	assert_int_equal(tb_net_recv_some(b, in, sizeof(in), 1000), 3);
+	close(a);
+	close(b);
+}
+
+static void peer_closing_before_or_within_a_read(void **state)
+{
+	char buf[16];
+	int a, b;
+
+	(void)state;
+	pair(&a, &b);
+	close(a);
+	assert_int_equal(tb_net_recv_all(b, buf, 8, 1000), TB_CLOSED);
+	assert_int_equal(tb_net_recv_some(b, buf, 8, 1000), TB_CLOSED);
+	close(b);
+
+	pair(&a, &b);
+	assert_int_equal(tb_net_send_all(a, "abc", 3, 1000), 0);
+	close(a);
+	assert_int_equal(tb_net_recv_all(b, buf, 8, 1000), TB_EIO);
+	assert_non_null(strstr(tb_errmsg(), "after 3 of 8 bytes"));
+	/* Writing to a closed peer fails without SIGPIPE. */
+	{
+		static char big[1 << 20];
+		int rc = 0;
+
+		for (int i = 0; i < 8 && rc == 0; i++)
+			rc = tb_net_send_all(b, big, sizeof(big), 1000);
+		assert_true(rc == TB_ESYS || rc == TB_EIO);
+	}
+	close(b);
+}
+
+/* A peer that trickles one byte every 40 ms never lets a per-wait timeout
+ * of 150 ms expire; the per-call deadline still ends the read. */
+struct trickle {
+	int fd;
+	int bytes;
+};
+
+static void *trickle_main(void *arg)
+{
+	struct trickle *t = arg;
+
+	for (int i = 0; i < t->bytes; i++) {
+		struct timespec ts = {0, 40 * 1000000L};
+
+		if (send(t->fd, "x", 1, MSG_NOSIGNAL) != 1)
+			break;
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
+static void a_deadline_per_call_not_per_wait(void **state)
+{
+	struct trickle t;
+	pthread_t th;
+	char buf[64];
+	uint64_t t0;
+	int a, b;
+
+	(void)state;
+	pair(&a, &b);
+	t = (struct trickle){.fd = a, .bytes = 20};
+	assert_int_equal(pthread_create(&th, NULL, trickle_main, &t), 0);
+	t0 = tb_clock_mono_ns();
+	assert_int_equal(tb_net_recv_all(b, buf, 20, 150), TB_ETIMEDOUT);
+	assert_true(ms_since(t0) >= 145);
+	assert_true(ms_since(t0) < 600);
+	assert_non_null(strstr(tb_errmsg(), "of 20 bytes within 150 ms"));
+	pthread_join(th, NULL);
+	close(a);
+	close(b);
+}
+
+static void send_to_a_peer_that_does_not_read(void **state)
+{
+	size_t len = 64u << 20;
+	char *big = calloc(1, len);
+	uint64_t t0;
+	int a, b;
+
+	(void)state;
+	assert_non_null(big);
+	pair(&a, &b);
+	t0 = tb_clock_mono_ns();
+	assert_int_equal(tb_net_send_all(a, big, len, 200), TB_ETIMEDOUT);
+	assert_true(ms_since(t0) >= 195);
+	assert_true(ms_since(t0) < 2000);
+	assert_non_null(strstr(tb_errmsg(), "in 200 ms"));
+	close(a);
+	close(b);
+	free(big);
+}
+
+static void buffered_reader(void **state)
+{
+	uint8_t rbuf[64], out[100], in[100];
+	tb_net_reader_t r;
+	int a, b;
+
+	(void)state;
+	for (int i = 0; i < 100; i++)
+		out[i] = (uint8_t)i;
+	pair(&a, &b);
+	tb_net_reader_init(&r, b, rbuf, sizeof(rbuf));
+	assert_int_equal(tb_net_send_all(a, out, sizeof(out), 1000), 0);
+	/* Records smaller and larger than the buffer, across refills. */
+	assert_int_equal(tb_net_reader_read(&r, in, 3, 1000), 0);
+	assert_int_equal(tb_net_reader_read(&r, in + 3, 90, 1000), 0);
+	assert_int_equal(tb_net_reader_read(&r, in + 93, 7, 1000), 0);
+	assert_memory_equal(in, out, sizeof(out));
+	assert_int_equal(tb_net_reader_read(&r, in, 1, 30), TB_ETIMEDOUT);
+	assert_int_equal(tb_net_send_all(a, out, 5, 1000), 0);
+	close(a);
+	assert_int_equal(tb_net_reader_read(&r, in, 4, 1000), 0);
+	assert_int_equal(tb_net_reader_read(&r, in, 4, 1000), TB_EIO);
+	assert_int_equal(tb_net_reader_read(&r, in, 4, 1000), TB_CLOSED);
+	close(b);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(resolve_numeric_bracketed_named_and_empty),
+		cmocka_unit_test(resolve_refuses_bad_hosts),
+		cmocka_unit_test(listen_accept_dial),
+		cmocka_unit_test(listen_and_dial_ipv6_with_brackets),
+		cmocka_unit_test(dial_refused_and_unresolvable),
+		cmocka_unit_test(dial_gives_up_at_its_deadline),
+		cmocka_unit_test(send_and_receive_exactly),
+		cmocka_unit_test(peer_closing_before_or_within_a_read),
+		cmocka_unit_test(a_deadline_per_call_not_per_wait),
+		cmocka_unit_test(send_to_a_peer_that_does_not_read),
+		cmocka_unit_test(buffered_reader),
+	};
+	return cmocka_run_group_tests_name("net", tests, NULL, NULL);
+}
