@@ -17,7 +17,7 @@
  * sequence order with the shared tracker (seq.h) and returns a count or a
  * condition, exactly as tb_sub_poll documents.
  *
- * Each transport lives in bus/transport_<name>.c and exports one
+ * Each transport lives in bus/transport/<name>.c and exports one
  * tb_<name>_tx_ops and one tb_<name>_rx_ops; bus/transport.c maps the
  * configured tb_transport_t to them.
  *

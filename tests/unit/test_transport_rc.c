@@ -24,6 +24,7 @@
 #include "bus/frame.h"
 #include "bus/transport/control.h"
 #include "bus/transport/rc.h"
+#include "tests/common/proc.h"
 #include <tickbus/tickbus.h>
 
 #include <arpa/inet.h>
@@ -285,7 +286,14 @@ static void subscribe(peer_t *p, int port, const char *token,
 
 static int test_port(int k)
 {
-	return 30000 + (int)(getpid() % 10000) * 2 + k;
+	/* A port the kernel says is free, once per k: fixed ports in the
+	 * ephemeral range collide with sockets other tests left in
+	 * TIME-WAIT. */
+	static int port[8];
+
+	if (!port[k])
+		port[k] = (int)proc_free_port();
+	return port[k];
 }
 
 static void rc_cfg(tb_stream_cfg_t *c, int port, uint64_t ring)
