@@ -134,7 +134,7 @@ PUBLIC_HEADERS := $(wildcard bus/include/tickbus/*.h)
 
 ALL_TARGETS := $(STATIC_LIB) $(SHARED_LIB) $(PROGS) $(TESTS) $(BENCHES) \
 	$(EXAMPLES) $(BUILD)/cxx_header_check $(FUZZ_REPLAYS) $(UDP_LOSS_LIB)
-TEST_BINS := $(TESTS) $(FUZZ_REPLAYS)
+TEST_BINS := $(TESTS) $(FUZZ_REPLAYS) $(BUILD)/tests/test_layout
 
 -include $(wildcard tools/*/*.mk schema/*.mk)
 
@@ -220,6 +220,11 @@ fuzz-build: $(FUZZ_BINS)
 # would delete them after each link; keep them.
 .SECONDARY: $(FUZZ_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/tests/fuzz/replay.o \
 	$(BUILD)/obj/tests/common/udp_loss.nosan.o
+
+# No include runs upward or sideways (tests/layout.sh says the rules).
+$(BUILD)/tests/test_layout: tests/layout.sh
+	@mkdir -p $(dir $@)
+	cp $< $@ && chmod +x $@
 
 # The public headers must compile as C++ too.
 $(BUILD)/cxx_header_check: tests/cxx_header_check.cpp $(PUBLIC_HEADERS)

@@ -18,7 +18,7 @@
  * condition, exactly as tb_sub_poll documents.
  *
  * Each transport lives in bus/transport/<name>.c and exports one
- * tb_<name>_tx_ops and one tb_<name>_rx_ops; bus/transport.c maps the
+ * tb_<name>_tx_ops and one tb_<name>_rx_ops; bus/transport/transport.c maps the
  * configured tb_transport_t to them.
  *
  * Threads: ops marked "hot" are called from the single publishing or
