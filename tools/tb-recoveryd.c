@@ -496,11 +496,8 @@ int main(int argc, char **argv)
 			}
 		}
 		if (work == 0) {
-			struct timespec ts;
-			uint64_t now;
+			uint64_t now = tb_clock_mono_ms();
 
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 			if (now - last_flush >= 10) {
 				for (int i = 0; i < n; i++) {
 					pthread_mutex_lock(&streams[i].lock);

@@ -12,6 +12,8 @@
 #ifndef TB_TEST_RNG_H
 #define TB_TEST_RNG_H
 
+#include "tools/hash.h"
+
 #include <stdint.h>
 
 #define RNG_SPLITMIX64_GAMMA 0x9e3779b97f4a7c15ull
@@ -24,12 +26,11 @@ static inline uint64_t rng_xorshift64s(uint64_t *state)
 	return *state * 0x2545f4914f6cdd1dull;
 }
 
-/* The output of splitmix64 for the state after a step. */
+/* The output of splitmix64 for the state after a step: the tools' one
+ * finaliser (tools/hash.h). */
 static inline uint64_t rng_splitmix64_mix(uint64_t z)
 {
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
+	return tb_hash_mix64(z);
 }
 
 static inline uint64_t rng_splitmix64(uint64_t *state)
