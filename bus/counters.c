@@ -75,6 +75,8 @@ static const char *const counter_names[TB_CTR_COUNT] = {
 	[TB_CTR_STALE_EPOCH] = "stale_epoch",
 	[TB_CTR_REPLAYED] = "replayed",
 	[TB_CTR_DATA_LOSS] = "data_loss",
+	[TB_CTR_DGRAM_FORGED] = "dgram_forged",
+	[TB_CTR_DGRAM_REPLAYED] = "dgram_replayed",
 };
 
 const char *tb_counter_name(int id)

@@ -72,6 +72,11 @@ typedef enum tb_counter_id {
 	TB_CTR_STALE_EPOCH, /* datagrams of a publisher epoch already left */
 	TB_CTR_REPLAYED,      /* frames delivered by recovery */
 	TB_CTR_DATA_LOSS,     /* TB_DATA_LOSS events: recovery gave up */
+	/* Datagrams (ud, udp) dropped before anything in them was acted on:
+	 * a tag that did not verify (dgram_auth.h), and a nonce already seen
+	 * in the epoch (a replay, or a copy the fabric made). */
+	TB_CTR_DGRAM_FORGED,
+	TB_CTR_DGRAM_REPLAYED,
 	TB_CTR_COUNT,
 } tb_counter_id_t;
 

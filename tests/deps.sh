@@ -8,7 +8,7 @@ set -eu
 # clang (with its libFuzzer runtime, libclang-common-*-dev) is for
 # `make fuzz` only.
 PKGS="build-essential pkg-config libibverbs-dev ibverbs-utils libnuma-dev \
-liburcu-dev libcmocka-dev libinih-dev libxml2-dev zlib1g-dev valgrind \
+liburcu-dev libcmocka-dev libinih-dev libxml2-dev zlib1g-dev nettle-dev valgrind \
 iproute2 procps clang"
 
 missing=""

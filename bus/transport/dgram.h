@@ -21,6 +21,11 @@
  *   - at a pack or flush when its oldest frame is batch_ns old or older,
  *   - at flush (tb_pub_flush, and before close).
  *
+ * Each datagram is numbered (its nonce) and signed as it closes
+ * (dgram_auth.h: the tag covers the header and the frames, under the
+ * epoch's key from the stream's token); heartbeats and ENDs are signed the
+ * same way by tb_dgram_tx_beat and tb_dgram_tx_end.
+ *
  * A ready datagram's pieces must stay untouched until the wire has read
  * them: the header sits in tx->hdr[] until the pack after
  * tb_dgram_tx_sent(), the frames in the ring until the publisher writes
@@ -36,18 +41,29 @@
  *
  * Subscribing (tb_dgram_rx_t).  tb_dgram_rx_input() takes one received
  * datagram and, in order:
- *   1. validates it whole (tb_packet_check, then every frame with
- *      tb_packet_frame_next) before delivering anything: a malformed datagram
- *      is dropped entirely and counted by kind, in faults[] and in the
- *      process counters (TB_CTR_MALFORMED and TB_CTR_MALFORMED_<kind>);
- *   2. checks the epoch: the first one seen is adopted (a late joiner
+ *   1. checks its header (tb_packet_check): a malformed datagram is
+ *      dropped and counted by kind, in faults[] and in the process counters
+ *      (TB_CTR_MALFORMED and TB_CTR_MALFORMED_<kind>); one of another
+ *      packet version is also told once, in words;
+ *   2. authenticates it before acting on any field: a datagram of an epoch
+ *      already left (below) is dropped as stale unread; otherwise its tag
+ *      is checked under the key of the epoch it names (derived once per
+ *      epoch, dgram_auth.h), and a wrong one is dropped and counted
+ *      (forged, TB_CTR_DGRAM_FORGED); a nonce of the followed epoch seen
+ *      before, or older than the replay window, is dropped and counted
+ *      (replayed, TB_CTR_DGRAM_REPLAYED; a copy the fabric made is one);
+ *   3. validates every frame (tb_packet_frame_next) before delivering
+ *      anything: a datagram is delivered whole or not at all;
+ *   4. checks the epoch: the first one seen is adopted (a late joiner
  *      starts at the first frame it sees); a different epoch is a publisher
  *      restart, reported once as TB_NEW_EPOCH, after which sequences start
  *      again from 1; a datagram of an epoch followed before (an older
- *      publisher still draining) is dropped and counted (stale_epoch,
- *      TB_CTR_STALE_EPOCH).
+ *      publisher still draining), or of an epoch that started before the
+ *      followed one did (`since`: a recording replayed after a restart), is
+ *      dropped and counted (stale_epoch, TB_CTR_STALE_EPOCH).
  *      Epoch values are not ordered (publisher.c mixes the pid in), so
- *      "older" means "one this receiver has already left";
+ *      "older" means "one this receiver has already left", or an earlier
+ *      `since`;
  *   3. classifies every frame with seq.h: the next one goes to the
  *      handler, an older one is dropped as a duplicate (TB_CTR_DUPLICATES),
  *      and a jump reports TB_GAP with the exact missing range before the
@@ -79,6 +95,7 @@
 #define TB_DGRAM_H
 
 #include "bus/barrier.h"
+#include "bus/transport/dgram_auth.h"
 #include "bus/clock.h"
 #include "bus/counters.h"
 #include "bus/frame.h"
@@ -124,17 +141,32 @@ typedef struct tb_dgram_tx {
 	int n_ready;
 	uint64_t ready_next;    /* the sequence after the last ready frame */
 	_Atomic uint64_t sent_next; /* sequence after the last one sent */
+	uint64_t nonce;         /* the next data datagram's (and END's) number */
 	uint64_t datagrams;     /* made ready, ever */
 	uint64_t frames;        /* packed, ever */
+	/* What every header of the epoch carries: magic, version, stream,
+	 * epoch, mtu, since. */
+	tb_packet_hdr_t tmpl;
+	tb_dgram_key_t key;     /* the epoch's; read by both threads */
+	uint64_t beat_nonce;    /* heartbeat thread: the next beat's number */
 	tb_dgram_out_t out[TB_DGRAM_READY_MAX];
 	tb_packet_hdr_t hdr[TB_DGRAM_READY_MAX];
 } tb_dgram_tx_t;
 
 /* Prepares packing of `ring` into datagrams of at most `mtu` bytes for
- * `stream_id` in `epoch`; batch_us as tb_stream_cfg_t.  Returns 0 or
- * TB_EINVAL (an mtu too small for one frame). */
+ * `stream_id` in `epoch`, signed with the key of `token` (dgram_auth.h);
+ * batch_us as tb_stream_cfg_t.  The epoch's `since` is now.  Returns 0 or
+ * TB_EINVAL (an mtu too small for one frame, or above 65535). */
 int tb_dgram_tx_init(tb_dgram_tx_t *tx, const tb_ring_t *ring, uint32_t mtu,
-		     uint32_t stream_id, uint64_t epoch, uint32_t batch_us);
+		     uint32_t stream_id, uint64_t epoch, uint32_t batch_us,
+		     const char *token);
+
+/* Forgets the key. */
+void tb_dgram_tx_fini(tb_dgram_tx_t *tx);
+
+/* Warns (once per call) when `cfg` has no token: its datagrams are then
+ * signed with a key anyone can derive.  Set-up. */
+void tb_dgram_token_check(const tb_stream_cfg_t *cfg);
 
 /* The largest frame (header included) a datagram of `mtu` bytes carries;
  * the transport caps ring.max_frame with it, so larger offers fail with
@@ -146,16 +178,22 @@ static inline uint32_t tb_dgram_max_frame(uint32_t mtu)
 	return p ? p + TB_FRAME_HDR_LEN : 0;
 }
 
-/* Closes the open datagram into the ready list. */
+/* Closes the open datagram into the ready list, numbered and signed. */
 static inline void tb_dgram_tx_close_open_(tb_dgram_tx_t *tx)
 {
 	int i = tx->n_ready;
 	uint32_t len = (uint32_t)(tx->pos - tx->open_from);
+	tb_packet_hdr_t *h = &tx->hdr[i];
+	const void *frames = tb_ring_at(tx->ring, tx->open_from);
 
-	tb_packet_init(&tx->hdr[i], 0, tx->stream_id, tx->epoch, tx->open_seq,
-		    (uint16_t)tx->open_count, TB_PACKET_HDR_LEN + len);
-	tx->out[i].hdr = &tx->hdr[i];
-	tx->out[i].frames = tb_ring_at(tx->ring, tx->open_from);
+	*h = tx->tmpl;
+	h->first_seq = tx->open_seq;
+	h->count = (uint16_t)tx->open_count;
+	h->length = TB_PACKET_HDR_LEN + len;
+	h->nonce = tx->nonce++;
+	tb_dgram_auth_sign(&tx->key, h, frames, len);
+	tx->out[i].hdr = h;
+	tx->out[i].frames = frames;
 	tx->out[i].frames_len = len;
 	tx->out[i].first_seq = tx->open_seq;
 	tx->out[i].count = (uint16_t)tx->open_count;
@@ -253,7 +291,46 @@ static inline uint64_t tb_dgram_tx_sent_next(tb_dgram_tx_t *tx)
 	return tb_atomic_load_acquire(&tx->sent_next);
 }
 
+/* Fills `h` as a signed heartbeat or END (`flag`) naming `next`, numbered
+ * `nonce`. */
+static inline void tb_dgram_tx_control_(const tb_dgram_tx_t *tx,
+					tb_packet_hdr_t *h, uint8_t flag,
+					uint64_t next, uint64_t nonce)
+{
+	*h = tx->tmpl;
+	h->flags = flag;
+	h->first_seq = next;
+	h->length = TB_PACKET_HDR_LEN;
+	h->nonce = nonce;
+	tb_dgram_auth_sign(&tx->key, h, NULL, 0);
+}
+
+/* Heartbeat thread: fills `h` as a heartbeat carrying `next` (what
+ * tb_dgram_tx_sent_next said), numbered from the heartbeat thread's own
+ * nonces. */
+static inline void tb_dgram_tx_beat(tb_dgram_tx_t *tx, tb_packet_hdr_t *h,
+				    uint64_t next)
+{
+	tb_dgram_tx_control_(tx, h, TB_PACKET_F_HEARTBEAT, next,
+			     TB_PACKET_NONCE_BEAT | tx->beat_nonce++);
+}
+
+/* Publishing thread (at close, the heartbeat thread stopped): fills `h` as
+ * one END of a stream whose last message was `final_seq`.  Each copy gets
+ * a nonce of its own, so that copies are not taken for replays. */
+static inline void tb_dgram_tx_end(tb_dgram_tx_t *tx, tb_packet_hdr_t *h,
+				   uint64_t final_seq)
+{
+	tb_dgram_tx_control_(tx, h, TB_PACKET_F_END, final_seq + 1, tx->nonce++);
+}
+
 /* ----------------------------------------------------------- subscribing */
+
+/* Nonces a receiver remembers behind the highest it has seen, per sender:
+ * datagrams of one sender arrive in order on a LAN, so this only has to
+ * cover the fabric's rare reordering; anything older is taken as a replay
+ * (its frames would have been dropped as reordered anyway). */
+#define TB_DGRAM_REPLAY_WINDOW 64
 
 _Static_assert(TB_CTR_MALFORMED_BAD_SEQ - TB_CTR_MALFORMED_SHORT ==
 	       TB_PACKET_BAD_SEQ - TB_PACKET_SHORT &&
@@ -271,11 +348,28 @@ enum tb_dgram_rx_state {
 	TB_DGRAM_CLOSED = 3,   /* END seen; waits for a new epoch */
 };
 
+/* The nonces of one sender seen in the followed epoch: the highest, and a
+ * bit for each of the TB_DGRAM_REPLAY_WINDOW up to it (bit i: top - i). */
+typedef struct tb_dgram_window {
+	uint64_t top;
+	uint64_t seen;           /* 0: nothing yet */
+} tb_dgram_window_t;
+
 typedef struct tb_dgram_rx {
 	uint32_t stream_id;
 	int state;
 	uint64_t epoch;          /* followed; 0 = none yet */
+	uint64_t since;          /* the followed epoch's start */
 	uint64_t old_epochs[TB_DGRAM_OLD_EPOCHS];
+	/* Authentication: the stream's root, the followed epoch's key
+	 * (keys[cur]) and the last other epoch's (keys[!cur], if cand). */
+	tb_dgram_auth_t auth;
+	tb_dgram_key_t keys[2];
+	int cur, cand;
+	tb_dgram_window_t win[2]; /* data, heartbeat sender */
+	int held;                /* the next datagram is the last one again */
+	uint32_t max_len;        /* largest datagram the transport receives */
+	int told;                /* TB_DGRAM_TOLD_* said once already */
 	uint64_t liveness_ns;
 	uint64_t last_heard_ns;  /* last valid datagram of the epoch */
 	tb_counter_slot_t *ctr;  /* the process counters, or &own_ctr */
@@ -286,6 +380,9 @@ typedef struct tb_dgram_rx {
 	tb_seq_range_t last_gap; /* for telling reordered from duplicate */
 	/* Statistics beyond the process counters. */
 	uint64_t faults[TB_PACKET_FAULT_COUNT]; /* malformed datagrams by kind */
+	uint64_t forged;         /* tags that did not verify */
+	uint64_t replayed;       /* nonces seen before in the epoch */
+	uint64_t mtu_over;       /* datagrams announcing an mtu above max_len */
 	uint64_t stale_epoch;    /* datagrams of an epoch left behind */
 	uint64_t reordered;      /* datagrams that came after their gap */
 	uint64_t duplicates;     /* datagrams whose frames were all seen */
@@ -294,10 +391,22 @@ typedef struct tb_dgram_rx {
 	tb_counter_slot_t own_ctr;
 } tb_dgram_rx_t;
 
-/* Prepares a receiver of `stream_id`; silence for `liveness_ms` is a dead
- * publisher. */
+/* What a receiver has said once in words (tb_warn), so as not to flood. */
+enum {
+	TB_DGRAM_TOLD_VERSION = 1, /* a datagram of another packet version */
+	TB_DGRAM_TOLD_MTU = 2,     /* a publisher mtu above max_len */
+};
+
+/* Prepares a receiver of `stream_id` whose datagrams are signed with the
+ * key of `token` (dgram_auth.h); silence for `liveness_ms` is a dead
+ * publisher; `max_len` is the largest datagram the transport can receive
+ * (a publisher announcing more is told once). */
 void tb_dgram_rx_init(tb_dgram_rx_t *rx, uint32_t stream_id,
-		      uint32_t liveness_ms);
+		      uint32_t liveness_ms, const char *token,
+		      uint32_t max_len);
+
+/* Forgets the keys. */
+void tb_dgram_rx_fini(tb_dgram_rx_t *rx);
 
 /* Counts into `ctr` (a subscriber's slot) from now on; NULL: own slot. */
 static inline void tb_dgram_rx_set_counters(tb_dgram_rx_t *rx,
@@ -391,7 +500,7 @@ static inline int tb_dgram_rx_idle(tb_dgram_rx_t *rx, uint64_t now_ns)
 	return 0;
 }
 
-/* Malformed datagrams of one kind, and in all. */
+/* Malformed datagrams of one kind. */
 static inline uint64_t tb_dgram_rx_faults(const tb_dgram_rx_t *rx,
 					  enum tb_packet_fault kind)
 {

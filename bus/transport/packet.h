@@ -1,7 +1,7 @@
 /*
  * packet.h - the datagram that carries frames over ud and udp multicast.
  *
- * One datagram is a 32-byte packet header followed by `count` whole frames
+ * One datagram is a 64-byte packet header followed by `count` whole frames
  * (frame.h), each at a TB_FRAME_ALIGN boundary, with consecutive sequence
  * numbers starting at `first_seq` (MoldUDP64's idea: a receiver knows from
  * the header alone which sequences the datagram covers, so loss is found
@@ -19,16 +19,35 @@
  *                            or an end, the sequence the next frame would
  *                            carry (so a lost tail is seen as a gap)
  *       24     2  count      frames that follow; 0 for heartbeat and end
- *       26     2  reserved   zero
+ *       26     2  mtu        the publisher's datagram bound in bytes, the
+ *                            same in every datagram of the epoch, so that
+ *                            a subscriber whose buffers are smaller can
+ *                            say so (the group-wide bound, ud.h)
  *       28     4  length     bytes of the whole datagram, header included
+ *       32     8  nonce      the datagram's number from its sender, unique
+ *                            in the epoch: data from 0 up, heartbeats from
+ *                            TB_PACKET_NONCE_BEAT up (two threads send)
+ *       40     8  since      the epoch's start, the publisher's
+ *                            CLOCK_REALTIME in ns: a later epoch never
+ *                            starts earlier, so a recorded one replayed
+ *                            after a restart is refused as older
+ *       48    16  tag        GMAC of bytes 0..47 and the frames under the
+ *                            epoch's key (dgram_auth.h)
  *
  * All fields little-endian.  On ud the immediate carries first_seq's low 32
  * bits, big-endian as verbs requires, as a cross-check.
  *
+ * Versions.  1 had a 32-byte header without mtu, nonce, since and tag;
+ * version 2 readers count a version-1 datagram as bad-version (and say once
+ * which version they read), as version 1 readers count a version-2 one.
+ * Magic and version sit where they did, so that check needs only 4 bytes.
+ *
  * tb_packet_check() validates a datagram from the network before anything else
  * reads it, and names the first thing wrong so that the transport can count
  * malformed datagrams by kind; tb_packet_frame_next() then walks the frames,
- * each one checked (tb_frame_check) against the bytes that remain.
+ * each one checked (tb_frame_check) against the bytes that remain.  Neither
+ * trusts the datagram: its tag is checked (dgram_auth.h) before any field is
+ * acted on.
  */
 #ifndef TB_PACKET_H
 #define TB_PACKET_H
@@ -37,10 +56,16 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define TB_PACKET_MAGIC 0x5054u /* bytes 'T','P' */
-#define TB_PACKET_VERSION 1u
-#define TB_PACKET_HDR_LEN 32u
+#define TB_PACKET_VERSION 2u
+#define TB_PACKET_HDR_LEN 64u
+/* Bytes the tag covers in the header: all but the tag. */
+#define TB_PACKET_AUTH_LEN 48u
+#define TB_PACKET_TAG_LEN 16u
+/* Nonces of the heartbeat thread's datagrams: the top bit set. */
+#define TB_PACKET_NONCE_BEAT (1ull << 63)
 
 enum tb_packet_flag {
 	TB_PACKET_F_HEARTBEAT = 1u << 0, /* no frames: "I am alive, next is X" */
@@ -56,8 +81,11 @@ typedef struct tb_packet_hdr {
 	uint64_t epoch;
 	uint64_t first_seq;
 	uint16_t count;
-	uint16_t reserved;
+	uint16_t mtu;
 	uint32_t length;
+	uint64_t nonce;
+	uint64_t since;
+	uint8_t tag[TB_PACKET_TAG_LEN];
 } tb_packet_hdr_t;
 
 _Static_assert(offsetof(tb_packet_hdr_t, magic) == 0, "packet layout");
@@ -67,15 +95,18 @@ _Static_assert(offsetof(tb_packet_hdr_t, stream_id) == 4, "packet layout");
 _Static_assert(offsetof(tb_packet_hdr_t, epoch) == 8, "packet layout");
 _Static_assert(offsetof(tb_packet_hdr_t, first_seq) == 16, "packet layout");
 _Static_assert(offsetof(tb_packet_hdr_t, count) == 24, "packet layout");
-_Static_assert(offsetof(tb_packet_hdr_t, reserved) == 26, "packet layout");
+_Static_assert(offsetof(tb_packet_hdr_t, mtu) == 26, "packet layout");
 _Static_assert(offsetof(tb_packet_hdr_t, length) == 28, "packet layout");
+_Static_assert(offsetof(tb_packet_hdr_t, nonce) == 32, "packet layout");
+_Static_assert(offsetof(tb_packet_hdr_t, since) == 40, "packet layout");
+_Static_assert(offsetof(tb_packet_hdr_t, tag) == TB_PACKET_AUTH_LEN, "packet layout");
 _Static_assert(sizeof(tb_packet_hdr_t) == TB_PACKET_HDR_LEN, "packet layout");
 _Static_assert(TB_PACKET_HDR_LEN % TB_FRAME_ALIGN == 0, "frames stay aligned");
 
 /* What tb_packet_check found wrong; a transport counts each kind. */
 enum tb_packet_fault {
 	TB_PACKET_OK = 0,
-	TB_PACKET_SHORT,        /* fewer bytes than a header */
+	TB_PACKET_SHORT,        /* fewer bytes than a header (or its first 4) */
 	TB_PACKET_BAD_MAGIC,
 	TB_PACKET_BAD_VERSION,
 	TB_PACKET_BAD_LENGTH,   /* header length differs from the bytes received */
@@ -97,12 +128,14 @@ static inline uint32_t tb_packet_max_payload(uint32_t mtu)
 	return room - TB_PACKET_HDR_LEN - TB_FRAME_HDR_LEN;
 }
 
-/* Fills a packet header; `length` is the datagram's total. */
+/* Fills a packet header; `length` is the datagram's total.  mtu, nonce,
+ * since and tag are zero: the sender sets them (dgram.h, dgram_auth.h). */
 static inline void tb_packet_init(tb_packet_hdr_t *p, uint8_t flags,
 			       uint32_t stream_id, uint64_t epoch,
 			       uint64_t first_seq, uint16_t count,
 			       uint32_t length)
 {
+	memset(p, 0, sizeof(*p));
 	p->magic = TB_PACKET_MAGIC;
 	p->version = TB_PACKET_VERSION;
 	p->flags = flags;
@@ -110,28 +143,31 @@ static inline void tb_packet_init(tb_packet_hdr_t *p, uint8_t flags,
 	p->epoch = epoch;
 	p->first_seq = first_seq;
 	p->count = count;
-	p->reserved = 0;
 	p->length = length;
 }
 
 /*
  * Validates the header of the `len`-byte datagram at `buf` for stream
- * `stream_id`.  Checks, in order: room for a header, magic, version, the
- * header's length against `len`, flags, stream, and that `count` frames of
- * at least a header each could fit.  Frames themselves are checked as they
- * are walked.  Never reads past `len`.
+ * `stream_id`.  Checks, in order: room for magic and version, magic,
+ * version (so a datagram of another version is told as such, whatever its
+ * size), room for a header, the header's length against `len`, flags,
+ * stream, and that `count` frames of at least a header each could fit.
+ * Frames themselves are checked as they are walked; the tag is not checked
+ * here.  Never reads past `len`.
  */
 static inline enum tb_packet_fault tb_packet_check(const void *buf, size_t len,
 					     uint32_t stream_id)
 {
 	const tb_packet_hdr_t *p = (const tb_packet_hdr_t *)buf;
 
-	if (tb_unlikely(len < TB_PACKET_HDR_LEN))
+	if (tb_unlikely(len < 4))
 		return TB_PACKET_SHORT;
 	if (tb_unlikely(p->magic != TB_PACKET_MAGIC))
 		return TB_PACKET_BAD_MAGIC;
 	if (tb_unlikely(p->version != TB_PACKET_VERSION))
 		return TB_PACKET_BAD_VERSION;
+	if (tb_unlikely(len < TB_PACKET_HDR_LEN))
+		return TB_PACKET_SHORT;
 	if (tb_unlikely(p->length != len))
 		return TB_PACKET_BAD_LENGTH;
 	if (tb_unlikely(p->flags & ~TB_PACKET_F_ALL))

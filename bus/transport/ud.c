@@ -259,8 +259,7 @@ static void ud_tx_beat(tb_tx_t *tx, uint64_t now_ns, uint64_t last_seq)
 		}
 	}
 	u->beat_prev = next;
-	tb_packet_init(u->beat_hdr, TB_PACKET_F_HEARTBEAT, u->dg.stream_id, u->dg.epoch,
-		    next, 0, TB_PACKET_HDR_LEN);
+	tb_dgram_tx_beat(&u->dg, u->beat_hdr, next);
 	wr.wr.ud.ah = u->ah;
 	wr.wr.ud.remote_qpn = TB_UD_MCAST_QPN;
 	wr.wr.ud.remote_qkey = u->qkey;
@@ -288,6 +287,7 @@ static void ud_tx_free(tb_ud_tx_t *u)
 	if (u->beat_mr)
 		ibv_dereg_mr(u->beat_mr);
 	dev_close(&u->dev);
+	tb_dgram_tx_fini(&u->dg);
 	free(u->slab);
 	free(u->beat_hdr);
 	free(u->ring_mem);
@@ -302,11 +302,11 @@ static void ud_tx_close(tb_tx_t *tx, uint64_t final_seq)
 	tb_packet_hdr_t end;
 	uint64_t until = tb_clock_mono_ns() + TB_UD_WAIT_NS;
 
-	tb_packet_init(&end, TB_PACKET_F_END, u->dg.stream_id, u->dg.epoch,
-		    final_seq + 1, 0, TB_PACKET_HDR_LEN);
-	for (int i = 0; i < TB_UD_END_COPIES; i++)
+	for (int i = 0; i < TB_UD_END_COPIES; i++) {
+		tb_dgram_tx_end(&u->dg, &end, final_seq);
 		if (post_one(u, &end, NULL, 0, i == TB_UD_END_COPIES - 1) < 0)
 			break;
+	}
 	while (u->completed < u->posted && tb_clock_mono_ns() < until) {
 		struct ibv_wc wc;
 
@@ -391,9 +391,10 @@ static int ud_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 	if (cap < u->tx.ring.max_frame)
 		u->tx.ring.max_frame = cap;
 	rc = tb_dgram_tx_init(&u->dg, &u->tx.ring, u->dev.mtu, cfg->id, epoch,
-			      cfg->batch_us);
+			      cfg->batch_us, cfg->token);
 	if (rc < 0)
 		goto fail;
+	tb_dgram_token_check(cfg);
 	rc = tx_verbs(u, cfg);
 	if (rc < 0)
 		goto fail;
@@ -546,6 +547,7 @@ static void ud_rx_close(tb_rx_t *rx)
 	if (r->mr)
 		ibv_dereg_mr(r->mr);
 	dev_close(&r->dev);
+	tb_dgram_rx_fini(&r->dg);
 	free(r->bufs);
 	free(r);
 }
@@ -626,13 +628,15 @@ static int ud_rx_open(tb_rx_t **out, const tb_stream_cfg_t *cfg)
 	if (!r)
 		return tb_error_set(TB_ENOMEM, "ud: out of memory");
 	r->igmp_fd = -1;
-	tb_dgram_rx_init(&r->dg, cfg->id, cfg->liveness_timeout_ms);
 	r->qkey = TB_UD_QKEY(cfg->id);
 	rc = dev_open(&r->dev, cfg);
 	if (rc < 0) {
 		free(r);
 		return rc;
 	}
+	tb_dgram_rx_init(&r->dg, cfg->id, cfg->liveness_timeout_ms, cfg->token,
+			 r->dev.path_mtu);
+	tb_dgram_token_check(cfg);
 	rc = rx_verbs(r);
 	if (rc < 0)
 		goto fail;

@@ -121,31 +121,30 @@ static int udp_tx_flush(tb_tx_t *tx)
 				 send_ready, tx);
 }
 
-static void send_control(tb_udp_tx_t *u, uint8_t flag, uint64_t next)
+static void send_control(tb_udp_tx_t *u, const tb_packet_hdr_t *h)
 {
-	tb_packet_hdr_t h;
-
-	tb_packet_init(&h, flag, u->dg.stream_id, u->dg.epoch, next, 0,
-		    TB_PACKET_HDR_LEN);
-	if (send(u->fd, &h, sizeof(h), 0) < 0)
+	if (send(u->fd, h, sizeof(*h), 0) < 0)
 		u->send_errors++;
 }
 
 static void udp_tx_beat(tb_tx_t *tx, uint64_t now_ns, uint64_t last_seq)
 {
 	tb_udp_tx_t *u = (tb_udp_tx_t *)tx;
+	tb_packet_hdr_t h;
 
 	/* Heartbeat thread: what has left, not what was published, so that a
 	 * datagram held for batching is not taken for a lost tail. */
 	(void)now_ns;
 	(void)last_seq;
-	send_control(u, TB_PACKET_F_HEARTBEAT, tb_dgram_tx_sent_next(&u->dg));
+	tb_dgram_tx_beat(&u->dg, &h, tb_dgram_tx_sent_next(&u->dg));
+	send_control(u, &h);
 }
 
 static void udp_tx_free(tb_udp_tx_t *u)
 {
 	if (u->fd >= 0)
 		close(u->fd);
+	tb_dgram_tx_fini(&u->dg);
 	free(u->ring_mem);
 	free(u);
 }
@@ -153,9 +152,12 @@ static void udp_tx_free(tb_udp_tx_t *u)
 static void udp_tx_close(tb_tx_t *tx, uint64_t final_seq)
 {
 	tb_udp_tx_t *u = (tb_udp_tx_t *)tx;
+	tb_packet_hdr_t h;
 
-	for (int i = 0; i < TB_UDP_END_COPIES; i++)
-		send_control(u, TB_PACKET_F_END, final_seq + 1);
+	for (int i = 0; i < TB_UDP_END_COPIES; i++) {
+		tb_dgram_tx_end(&u->dg, &h, final_seq);
+		send_control(u, &h);
+	}
 	udp_tx_free(u);
 }
 
@@ -210,9 +212,10 @@ static int udp_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch
 	if (cap < u->tx.ring.max_frame)
 		u->tx.ring.max_frame = cap;
 	rc = tb_dgram_tx_init(&u->dg, &u->tx.ring, mtu, cfg->id, epoch,
-			      cfg->batch_us);
+			      cfg->batch_us, cfg->token);
 	if (rc < 0)
 		goto fail;
+	tb_dgram_token_check(cfg);
 	for (int i = 0; i < TB_DGRAM_READY_MAX; i++) {
 		u->msgs[i].msg_hdr.msg_iov = u->iov[i];
 		u->msgs[i].msg_hdr.msg_iovlen = 2;
@@ -303,6 +306,7 @@ static void udp_rx_close(tb_rx_t *rx)
 
 	if (r->fd >= 0)
 		close(r->fd);
+	tb_dgram_rx_fini(&r->dg);
 	free(r->bufs);
 	free(r);
 }
@@ -364,7 +368,9 @@ static int udp_rx_open(tb_rx_t **out, const tb_stream_cfg_t *cfg)
 	if (!r)
 		return tb_error_set(TB_ENOMEM, "udp: out of memory");
 	r->fd = -1;
-	tb_dgram_rx_init(&r->dg, cfg->id, cfg->liveness_timeout_ms);
+	tb_dgram_rx_init(&r->dg, cfg->id, cfg->liveness_timeout_ms, cfg->token,
+			 TB_UDP_RX_BUF);
+	tb_dgram_token_check(cfg);
 	if (posix_memalign((void **)&r->bufs, 4096,
 			   (size_t)TB_UDP_RX_BATCH * TB_UDP_RX_BUF) != 0) {
 		r->bufs = NULL;

@@ -259,8 +259,8 @@ static void core_run(int burst, double *pack_ns, double *rx_ns)
 	uint64_t s = 1, sink = 0, t_pack = 0, t_rx = 0, total = 2000000;
 
 	tb_ring_init(&ring, mem, sizeof(mem), 1, NULL, NULL);
-	tb_dgram_tx_init(&tx, &ring, 1472, 1, 1, 1000000);
-	tb_dgram_rx_init(&rx, 1, 1000);
+	tb_dgram_tx_init(&tx, &ring, 1472, 1, 1, 1000000, "bench-token");
+	tb_dgram_rx_init(&rx, 1, 1000, "bench-token", 1472);
 	tb_seq_init(&seq, 0);
 	while (s <= total) {
 		uint64_t t0 = tb_clock_now_ns(), t1;

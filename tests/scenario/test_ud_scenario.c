@@ -21,13 +21,14 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "bus/transport/packet.h"
 #include "tests/common/scenario.h"
 
 #include <inttypes.h>
 
 #define N 200000u
 #define FRAME 96u            /* tb-publish's 64-byte payload + header */
-#define PKT_HDR 32u
+#define PKT_HDR TB_PACKET_HDR_LEN
 #define GRH 40u
 
 static char dir[128];
@@ -49,7 +50,7 @@ static int setup(void **state)
 	fprintf(f, "[stream ud-scenario]\nid = 61\ntransport = ud\n"
 		"group = 239.192.61.1:5061\nbatch_us = 500\n"
 		"heartbeat_ms = 50\nliveness_timeout_ms = 5000\n"
-		"ring_size = 16M\n");
+		"ring_size = 16M\ntoken = ud-scenario-token\n");
 	return fclose(f);
 }
 

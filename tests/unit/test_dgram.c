@@ -3,7 +3,11 @@
  * datagrams by size, time and flush, and the receive side's classification
  * of every datagram: in order, gaps with exact ranges, duplicates,
  * reordering, every malformed kind, epochs, heartbeats, END and liveness.
- * One test feeds everything the packer makes straight into a receiver.
+ * Authentication: forged END, far-future sequence and epoch + 1 are dropped
+ * and counted without effect, replays within an epoch and a recording of
+ * an older epoch too, and a datagram is admitted once however many times a
+ * condition makes the transport give it again.  One test feeds everything
+ * the packer makes straight into a receiver.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +23,7 @@
 #define STREAM 5
 #define EPOCH 1111
 #define MS 1000000ull
+#define TOKEN "dgram-test-token"
 
 /* ------------------------------------------------------------ publishing */
 
@@ -51,7 +56,7 @@ static void one_frame_per_datagram_without_batching(void **state)
 
 	(void)state;
 	ring_reset(4096);
-	assert_int_equal(tb_dgram_tx_init(&tx, &ring, 1472, STREAM, EPOCH, 0), 0);
+	assert_int_equal(tb_dgram_tx_init(&tx, &ring, 1472, STREAM, EPOCH, 0, TOKEN), 0);
 	assert_int_equal(tb_dgram_tx_sent_next(&tx), 1);
 	for (int i = 1; i <= 3; i++) {
 		uint64_t at = ring.tail;
@@ -80,9 +85,9 @@ static void full_datagram_leaves_and_flush_sends_the_rest(void **state)
 
 	(void)state;
 	ring_reset(4096);
-	/* mtu 256: 224 bytes of frames; 72-byte frames take 96: two fit. */
-	assert_int_equal(tb_dgram_tx_init(&tx, &ring, 256, STREAM, EPOCH,
-					  1000000), 0);
+	/* mtu 288: 224 bytes of frames; 72-byte frames take 96: two fit. */
+	assert_int_equal(tb_dgram_tx_init(&tx, &ring, 288, STREAM, EPOCH,
+					  1000000, TOKEN), 0);
 	publish(40, 0);
 	assert_int_equal(tb_dgram_tx_pack(&tx, ring.tail, 1, 0), 0);
 	publish(40, 0);
@@ -94,7 +99,7 @@ static void full_datagram_leaves_and_flush_sends_the_rest(void **state)
 	assert_int_equal(tx.out[0].hdr->first_seq, 1);
 	assert_int_equal(tx.out[0].hdr->count, 2);
 	assert_int_equal(tx.out[0].frames_len, 192);
-	assert_int_equal(tx.out[0].hdr->length, 224);
+	assert_int_equal(tx.out[0].hdr->length, 256);
 	tb_dgram_tx_sent(&tx);
 	assert_int_equal(tb_dgram_tx_sent_next(&tx), 3);
 	assert_int_equal(tb_dgram_tx_pack(&tx, ring.tail, 4, 1), 1);
@@ -112,14 +117,14 @@ static void exactly_full_datagram_leaves_at_once(void **state)
 	(void)state;
 	ring_reset(4096);
 	/* 224 bytes of room: 96 + 128 fill it exactly. */
-	assert_int_equal(tb_dgram_tx_init(&tx, &ring, 256, STREAM, EPOCH,
-					  1000000), 0);
+	assert_int_equal(tb_dgram_tx_init(&tx, &ring, 288, STREAM, EPOCH,
+					  1000000, TOKEN), 0);
 	publish(40, 0);
 	assert_int_equal(tb_dgram_tx_pack(&tx, ring.tail, 0, 0), 0);
 	publish(96, 0);
 	assert_int_equal(tb_dgram_tx_pack(&tx, ring.tail, 0, 0), 1);
 	assert_int_equal(tx.out[0].hdr->count, 2);
-	assert_int_equal(tx.out[0].hdr->length, 256);
+	assert_int_equal(tx.out[0].hdr->length, 288);
 }
 
 static void batch_time_bound(void **state)
@@ -129,7 +134,7 @@ static void batch_time_bound(void **state)
 
 	(void)state;
 	ring_reset(4096);
-	assert_int_equal(tb_dgram_tx_init(&tx, &ring, 1472, STREAM, EPOCH, 100), 0);
+	assert_int_equal(tb_dgram_tx_init(&tx, &ring, 1472, STREAM, EPOCH, 100, TOKEN), 0);
 	publish(8, t0);
 	assert_int_equal(tb_dgram_tx_pack(&tx, ring.tail, t0 + 10000, 0), 0);
 	publish(8, t0 + 50000);
@@ -158,7 +163,7 @@ static void big_send_fills_the_ready_list_then_continues(void **state)
 
 	(void)state;
 	ring_reset(1 << 16);
-	assert_int_equal(tb_dgram_tx_init(&tx, &ring, 256, STREAM, EPOCH, 0), 0);
+	assert_int_equal(tb_dgram_tx_init(&tx, &ring, 288, STREAM, EPOCH, 0, TOKEN), 0);
 	for (int i = 0; i < 200; i++)
 		publish(40, 0);
 	/* 200 frames, two per datagram: 100 datagrams, 64 at a time. */
@@ -185,10 +190,14 @@ static void sizes_and_bad_mtu(void **state)
 
 	(void)state;
 	ring_reset(4096);
-	assert_int_equal(tb_dgram_max_frame(1472), 1440);
-	assert_int_equal(tb_dgram_max_frame(32), 0);
-	assert_int_equal(tb_dgram_tx_init(&tx, &ring, 40, STREAM, EPOCH, 0),
+	/* 1472 less the 64-byte header: 1408 for one frame, header and all. */
+	assert_int_equal(tb_dgram_max_frame(1472), 1408);
+	assert_int_equal(tb_dgram_max_frame(64), 0);
+	assert_int_equal(tb_dgram_tx_init(&tx, &ring, 80, STREAM, EPOCH, 0, TOKEN),
 			 TB_EINVAL);
+	/* The header names the mtu in 16 bits. */
+	assert_int_equal(tb_dgram_tx_init(&tx, &ring, 65536, STREAM, EPOCH, 0,
+					  TOKEN), TB_EINVAL);
 }
 
 /* ------------------------------------------------------------- receiving */
@@ -216,16 +225,50 @@ static void on_msg(void *clientd, const tb_msg_t *m)
 
 static uint8_t dg[4096] __attribute__((aligned(64)));
 
+/* The publisher's side of the keys, as the tests play it. */
+static uint64_t nonce_next, beat_nonce_next;
+
+/* The epoch's start a test publisher claims: later epochs, later starts. */
+static uint64_t since_of(uint64_t epoch) { return epoch * 1000; }
+
+/* Signs the `len`-byte datagram in `dg` with `token`'s key for its epoch,
+ * as it stands (nonce, since and mtu included). */
+static size_t sign_as(const char *token, size_t len)
+{
+	tb_packet_hdr_t *h = (tb_packet_hdr_t *)dg;
+	tb_dgram_auth_t auth;
+	tb_dgram_key_t key;
+
+	tb_dgram_auth_init(&auth, token, h->stream_id);
+	tb_dgram_auth_key(&auth, h->epoch, &key);
+	tb_dgram_auth_sign(&key, h, dg + TB_PACKET_HDR_LEN,
+			   len - TB_PACKET_HDR_LEN);
+	return len;
+}
+
+/* Numbers the datagram in `dg` as its publisher would, and signs it. */
+static size_t sign(size_t len)
+{
+	tb_packet_hdr_t *h = (tb_packet_hdr_t *)dg;
+
+	h->mtu = 1472;
+	h->since = since_of(h->epoch);
+	h->nonce = h->flags & TB_PACKET_F_HEARTBEAT
+			   ? TB_PACKET_NONCE_BEAT | beat_nonce_next++
+			   : nonce_next++;
+	return sign_as(TOKEN, len);
+}
+
 /* A data datagram of `count` frames from `first`, 8-byte payloads. */
 static size_t data(uint64_t epoch, uint64_t first, int count)
 {
-	return frames_datagram(dg, sizeof(dg), STREAM, epoch, first, count, 8, 1,
-			       NULL);
+	return sign(frames_datagram(dg, sizeof(dg), STREAM, epoch, first, count,
+				    8, 1, NULL));
 }
 
 static size_t control(uint64_t epoch, uint8_t flag, uint64_t next)
 {
-	return frames_control_datagram(dg, STREAM, epoch, flag, next);
+	return sign(frames_control_datagram(dg, STREAM, epoch, flag, next));
 }
 
 struct rxs {
@@ -242,11 +285,17 @@ static struct rxs *rx_new(void)
 	struct rxs *r = calloc(1, sizeof(*r));
 
 	assert_non_null(r);
-	tb_dgram_rx_init(&r->rx, STREAM, 100);
+	tb_dgram_rx_init(&r->rx, STREAM, 100, TOKEN, 1472);
 	tb_dgram_rx_set_counters(&r->rx, &r->ctr);
 	tb_seq_init(&r->seq, 0);
 	r->now = 1000 * MS;
 	return r;
+}
+
+static void rx_free(struct rxs *r)
+{
+	tb_dgram_rx_fini(&r->rx);
+	free(r);
 }
 
 /* Feeds the datagram in `dg` once; returns the result and sets *done. */
@@ -293,7 +342,7 @@ static void in_order_late_join_at_first_frame(void **state)
 	assert_int_equal(r->seq.expected, 105);
 	assert_int_equal(r->rx.epoch, EPOCH);
 	assert_int_equal(tb_dgram_rx_idle(&r->rx, r->now), 0);
-	free(r);
+	rx_free(r);
 }
 
 static void gap_is_reported_with_its_exact_range_before_the_frames(void **state)
@@ -320,7 +369,7 @@ static void gap_is_reported_with_its_exact_range_before_the_frames(void **state)
 	assert_int_equal(r->sink.seqs[3], 6);
 	assert_int_equal(r->seq.gaps, 1);
 	assert_int_equal(r->seq.missing, 2);
-	free(r);
+	rx_free(r);
 }
 
 static void limit_splits_a_datagram_across_polls(void **state)
@@ -330,25 +379,35 @@ static void limit_splits_a_datagram_across_polls(void **state)
 
 	(void)state;
 	data(EPOCH, 1, 5);
-	assert_int_equal(feed(r, 5 * 64 + 32, 2, 0, &done), 2);
+	assert_int_equal(feed(r, 5 * 64 + 64, 2, 0, &done), 2);
 	assert_int_equal(done, 0);
-	assert_int_equal(feed(r, 5 * 64 + 32, 2, 0, &done), 2);
+	assert_int_equal(feed(r, 5 * 64 + 64, 2, 0, &done), 2);
 	assert_int_equal(done, 0);
-	assert_int_equal(feed(r, 5 * 64 + 32, 2, 0, &done), 1);
+	assert_int_equal(feed(r, 5 * 64 + 64, 2, 0, &done), 1);
 	assert_int_equal(done, 1);
 	assert_int_equal(r->sink.n, 5);
 	assert_int_equal(r->sink.seqs[4], 5);
-	free(r);
+	rx_free(r);
 }
 
 static void duplicates_are_dropped_and_counted(void **state)
 {
 	struct rxs *r = rx_new();
 	int conds[8];
+	size_t len;
 
 	(void)state;
-	assert_int_equal(feed_all(r, data(EPOCH, 1, 3), conds), 3);
-	/* The same datagram again: nothing delivered. */
+	len = data(EPOCH, 1, 3);
+	assert_int_equal(feed_all(r, len, conds), 3);
+	/* The very same datagram again (a copy the fabric made, or a
+	 * replay): dropped before its frames are looked at. */
+	assert_int_equal(feed_all(r, len, conds), 0);
+	assert_int_equal(conds[0], 0);
+	assert_int_equal(r->rx.replayed, 1);
+	assert_int_equal(tb_counter_get(&r->ctr, TB_CTR_DGRAM_REPLAYED), 1);
+	assert_int_equal(r->seq.duplicates, 0);
+	/* Sent again (a new datagram of frames already delivered): nothing
+	 * delivered, the frames counted as duplicates. */
 	assert_int_equal(feed_all(r, data(EPOCH, 1, 3), conds), 0);
 	assert_int_equal(conds[0], 0);
 	assert_int_equal(r->rx.duplicates, 1);
@@ -361,7 +420,7 @@ static void duplicates_are_dropped_and_counted(void **state)
 	assert_int_equal(r->sink.n, 5);
 	for (int i = 0; i < 5; i++)
 		assert_int_equal(r->sink.seqs[i], i + 1);
-	free(r);
+	rx_free(r);
 }
 
 static void late_datagram_after_its_gap_counts_as_reordered(void **state)
@@ -384,7 +443,7 @@ static void late_datagram_after_its_gap_counts_as_reordered(void **state)
 	assert_int_equal(r->rx.duplicates, 0);
 	assert_int_equal(r->sink.n, 4);
 	assert_int_equal(r->sink.seqs[2], 5);
-	free(r);
+	rx_free(r);
 }
 
 /* One malformed datagram of each kind: each counted under its kind, none
@@ -409,9 +468,11 @@ static void every_malformed_kind_is_counted_and_dropped(void **state)
 		case TB_PACKET_BAD_LENGTH: len -= 8; break;
 		case TB_PACKET_BAD_FLAGS: h->flags = 0x10; break;
 		case TB_PACKET_BAD_COUNT: h->count = 9; break;
-		case TB_PACKET_BAD_FRAME: f2->length = 1000; break;
-		case TB_PACKET_WRONG_STREAM: f1->stream_id = STREAM + 1; break;
-		case TB_PACKET_BAD_SEQ: f2->seq = 9; break;
+		/* Frame faults in datagrams that pass authentication: a
+		 * publisher's bug, not an attacker's (whose are forged). */
+		case TB_PACKET_BAD_FRAME: f2->length = 1000; sign_as(TOKEN, len); break;
+		case TB_PACKET_WRONG_STREAM: f1->stream_id = STREAM + 1; sign_as(TOKEN, len); break;
+		case TB_PACKET_BAD_SEQ: f2->seq = 9; sign_as(TOKEN, len); break;
 		default: fail();
 		}
 		assert_int_equal(feed_all(r, len, conds), 0);
@@ -426,6 +487,7 @@ static void every_malformed_kind_is_counted_and_dropped(void **state)
 	/* Bytes beyond the frames the header counts. */
 	len = data(EPOCH, 2, 2);
 	h->count = 1;
+	sign_as(TOKEN, len);
 	assert_int_equal(feed_all(r, len, conds), 0);
 	assert_int_equal(tb_dgram_rx_faults(&r->rx, TB_PACKET_BAD_COUNT), 2);
 	/* A datagram with a bad frame delivers none of its good ones. */
@@ -436,12 +498,13 @@ static void every_malformed_kind_is_counted_and_dropped(void **state)
 	h->stream_id = STREAM + 1;
 	assert_int_equal(feed_all(r, len, conds), 0);
 	assert_int_equal(tb_dgram_rx_faults(&r->rx, TB_PACKET_WRONG_STREAM), 2);
+	assert_int_equal(r->rx.forged, 0);
 	/* The stream is intact: 2 and 3 arrive and are delivered. */
 	assert_int_equal(feed_all(r, data(EPOCH, 2, 2), conds), 2);
 	assert_int_equal(conds[0], 0);
 	assert_int_equal(r->sink.seqs[2], 3);
 	assert_int_equal(r->seq.gaps, 0);
-	free(r);
+	rx_free(r);
 }
 
 static void new_epoch_once_then_old_epoch_is_stale(void **state)
@@ -474,7 +537,7 @@ static void new_epoch_once_then_old_epoch_is_stale(void **state)
 	assert_int_equal(feed_all(r, data(EPOCH + 7, 4, 1), conds), 1);
 	assert_int_equal(conds[0], 0);
 	assert_int_equal(r->sink.seqs[r->sink.n - 1], 4);
-	free(r);
+	rx_free(r);
 }
 
 static void heartbeat_reveals_a_lost_tail(void **state)
@@ -502,7 +565,7 @@ static void heartbeat_reveals_a_lost_tail(void **state)
 	assert_int_equal(feed_all(r, control(EPOCH, TB_PACKET_F_HEARTBEAT, 13), conds), 0);
 	assert_int_equal(conds[0], 0);
 	assert_int_equal(r->rx.heartbeats, 4);
-	free(r);
+	rx_free(r);
 }
 
 static void end_reports_tail_gap_then_closed(void **state)
@@ -530,7 +593,7 @@ static void end_reports_tail_gap_then_closed(void **state)
 	assert_int_equal(feed_all(r, data(EPOCH + 1, 1, 1), conds), 1);
 	assert_int_equal(conds[0], TB_NEW_EPOCH);
 	assert_int_equal(conds[1], 0);
-	free(r);
+	rx_free(r);
 }
 
 static void silence_is_a_dead_publisher_once(void **state)
@@ -551,7 +614,7 @@ static void silence_is_a_dead_publisher_once(void **state)
 	assert_int_equal(tb_dgram_rx_idle(&r->rx, r->now + 50 * MS), 0);
 	assert_int_equal(tb_dgram_rx_idle(&r->rx, r->now + 200 * MS),
 			 TB_PUBLISHER_DEAD);
-	free(r);
+	rx_free(r);
 }
 
 /* Everything the packer makes, fed to a receiver, is the stream again:
@@ -566,7 +629,8 @@ static void packer_output_is_what_the_receiver_accepts(void **state)
 
 	(void)state;
 	ring_reset(4096);
-	assert_int_equal(tb_dgram_tx_init(&tx, &ring, 512, STREAM, EPOCH, 5), 0);
+	assert_int_equal(tb_dgram_tx_init(&tx, &ring, 512, STREAM, EPOCH, 5, TOKEN),
+			 0);
 	for (int i = 0; i < 3000; i++) {
 		int n;
 
@@ -598,7 +662,7 @@ static void packer_output_is_what_the_receiver_accepts(void **state)
 	assert_int_equal(r->seq.gaps, 0);
 	/* Batching put several frames in most datagrams. */
 	assert_true(tx.datagrams < 3000 / 2);
-	free(r);
+	rx_free(r);
 }
 
 int main(void)

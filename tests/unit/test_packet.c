@@ -66,7 +66,22 @@ static void header_layout_is_little_endian_on_the_wire(void **state)
 	assert_int_equal(buf[16], 0x08);
 	assert_int_equal(buf[23], 0x01);
 	assert_int_equal(buf[24], 1);
-	assert_int_equal(buf[28], 96); /* 32 + one 40-byte frame padded to 64 */
+	assert_int_equal(buf[28], 128); /* 64 + one 40-byte frame padded to 64 */
+	/* What the sender fills in after tb_packet_init, where the format
+	 * says: mtu at 26, nonce at 32, since at 40, the tag at 48..63. */
+	hdr()->mtu = 0x0a0b;
+	hdr()->nonce = 0x1112131415161718ull;
+	hdr()->since = 0x2122232425262728ull;
+	memset(hdr()->tag, 0xee, TB_PACKET_TAG_LEN);
+	assert_int_equal(buf[26], 0x0b);
+	assert_int_equal(buf[27], 0x0a);
+	assert_int_equal(buf[32], 0x18);
+	assert_int_equal(buf[39], 0x11);
+	assert_int_equal(buf[40], 0x28);
+	assert_int_equal(buf[47], 0x21);
+	assert_int_equal(buf[48], 0xee);
+	assert_int_equal(buf[63], 0xee);
+	assert_int_equal(buf[TB_PACKET_HDR_LEN], 40); /* the frame's length */
 }
 
 static void valid_datagram_walks_every_frame(void **state)
@@ -130,6 +145,24 @@ static void bad_version(void **state)
 	(void)state;
 	hdr()->version = TB_PACKET_VERSION + 1;
 	assert_int_equal(tb_packet_check(buf, len, STREAM), TB_PACKET_BAD_VERSION);
+}
+
+/* A version-1 heartbeat was 32 bytes: told as a version mismatch, not as
+ * a short datagram, since magic and version are where they always were;
+ * fewer than 4 bytes are short. */
+static void version_1_datagram_is_told_by_its_version(void **state)
+{
+	(void)state;
+	memset(buf, 0, 32);
+	buf[0] = 'T';
+	buf[1] = 'P';
+	buf[2] = 1;
+	buf[3] = TB_PACKET_F_HEARTBEAT;
+	buf[28] = 32;
+	assert_int_equal(tb_packet_check(buf, 32, STREAM), TB_PACKET_BAD_VERSION);
+	assert_int_equal(tb_packet_check(buf, 3, STREAM), TB_PACKET_SHORT);
+	buf[2] = TB_PACKET_VERSION;
+	assert_int_equal(tb_packet_check(buf, 32, STREAM), TB_PACKET_SHORT);
 }
 
 static void bad_length(void **state)
@@ -271,12 +304,13 @@ static void frame_of_wrong_version_or_type(void **state)
 static void max_payload_follows_the_mtu(void **state)
 {
 	(void)state;
-	/* 1472 = 46 * 32: header 32, frame header 32, 1408 of payload. */
-	assert_int_equal(tb_packet_max_payload(1472), 1408);
+	/* 1472 = 46 * 32: header 64, frame header 32, 1376 of payload. */
+	assert_int_equal(tb_packet_max_payload(1472), 1376);
 	/* Rounded down to the frame alignment first. */
-	assert_int_equal(tb_packet_max_payload(1500), 1472 - 64);
-	assert_int_equal(tb_packet_max_payload(256), 192);
-	assert_int_equal(tb_packet_max_payload(63), 0);
+	assert_int_equal(tb_packet_max_payload(1500), 1472 - 96);
+	assert_int_equal(tb_packet_max_payload(256), 160);
+	assert_int_equal(tb_packet_max_payload(128), 32);
+	assert_int_equal(tb_packet_max_payload(127), 0);
 	assert_int_equal(tb_packet_max_payload(0), 0);
 }
 
@@ -298,6 +332,7 @@ int main(void)
 		cmocka_unit_test(short_datagram),
 		cmocka_unit_test(bad_magic),
 		cmocka_unit_test(bad_version),
+		cmocka_unit_test(version_1_datagram_is_told_by_its_version),
 		cmocka_unit_test(bad_length),
 		cmocka_unit_test(bad_flags),
 		cmocka_unit_test(bad_count),

@@ -11,6 +11,9 @@
  *  - datagrams from a raw UD sender (the test's own QP): every malformed
  *    kind is counted and dropped, a wrong or missing immediate too, a gap
  *    gives the exact range, a duplicate and a late datagram are counted;
+ *  - forgery from that sender, knowing stream id and epoch: END, a
+ *    far-future sequence and epoch + 1, in the old 32-byte layout and in
+ *    the new one with a wrong tag, change nothing;
  *  - set-up errors: no device, unknown device, bad GID index, an mtu above
  *    the path MTU, a group that is not multicast.
  */
@@ -33,6 +36,7 @@
 
 #define STREAM 41
 #define GROUP "239.7.7.41"
+#define TOKEN "ud-unit-token"
 
 static void cfg_for(tb_stream_cfg_t *cfg)
 {
@@ -44,6 +48,7 @@ static void cfg_for(tb_stream_cfg_t *cfg)
 	cfg->group.port = 5041;
 	cfg->ring_size = 1 << 20;
 	cfg->liveness_timeout_ms = 300;
+	snprintf(cfg->token, sizeof(cfg->token), TOKEN);
 }
 
 /* ------------------------------------------------------------- helpers */
@@ -229,12 +234,13 @@ static void batching_by_size_and_flush(void **state)
 	assert_int_equal(p.tx->ops->flush(p.tx), 0);
 	assert_int_equal(u->datagrams, 1);
 	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 10), 10);
-	/* a full datagram leaves by itself: 96-byte frames, 4064 bytes of room */
-	per = (4096 - TB_PACKET_HDR_LEN) / 96;
+	/* a full datagram leaves by itself: 160-byte frames, 4032 bytes of
+	 * room, so 25 fit and the 26th does not */
+	per = (4096 - TB_PACKET_HDR_LEN) / 160;
 	for (uint32_t i = 0; i < per; i++)
-		assert_int_equal(publish(p.tx, 64), 0);
+		assert_int_equal(publish(p.tx, 100), 0);
 	assert_int_equal(u->datagrams, 1);
-	assert_int_equal(publish(p.tx, 64), 0);
+	assert_int_equal(publish(p.tx, 100), 0);
 	assert_int_equal(u->datagrams, 2);
 	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 10 + (int)per),
 			 10 + (int)per);
@@ -396,10 +402,29 @@ static void raw_send(struct raw *r, uint32_t len, int imm_mode)
 	assert_int_equal(wc.status, IBV_WC_SUCCESS);
 }
 
-/* Builds a datagram of `count` frames of 8 payload bytes from `first`. */
+/* Signs the `len`-byte datagram in r->buf with `token`'s key, as it
+ * stands. */
+static uint32_t raw_sign_as(struct raw *r, const char *token, uint32_t len)
+{
+	tb_packet_hdr_t *h = (tb_packet_hdr_t *)r->buf;
+	tb_dgram_auth_t auth;
+	tb_dgram_key_t key;
+
+	tb_dgram_auth_init(&auth, token, h->stream_id);
+	tb_dgram_auth_key(&auth, h->epoch, &key);
+	tb_dgram_auth_sign(&key, h, r->buf + TB_PACKET_HDR_LEN,
+			   len - TB_PACKET_HDR_LEN);
+	return len;
+}
+
+static uint64_t raw_nonce;
+
+/* Builds a datagram of `count` frames of 8 payload bytes from `first`,
+ * numbered and signed as a publisher with the token would. */
 static uint32_t raw_build(struct raw *r, uint8_t flags, uint64_t epoch,
 			  uint64_t first, uint16_t count)
 {
+	tb_packet_hdr_t *h = (tb_packet_hdr_t *)r->buf;
 	uint32_t len = TB_PACKET_HDR_LEN;
 
 	for (uint16_t i = 0; i < count; i++) {
@@ -409,8 +434,11 @@ static uint32_t raw_build(struct raw *r, uint8_t flags, uint64_t epoch,
 		memset(tb_frame_payload(f), (int)(uint8_t)(first + i), 8);
 		len += tb_frame_space(TB_FRAME_HDR_LEN + 8);
 	}
-	tb_packet_init((tb_packet_hdr_t *)r->buf, flags, STREAM, epoch, first, count, len);
-	return len;
+	tb_packet_init(h, flags, STREAM, epoch, first, count, len);
+	h->mtu = 4096;
+	h->since = epoch * 1000;
+	h->nonce = raw_nonce++;
+	return raw_sign_as(r, TOKEN, len);
 }
 
 static void malformed_datagrams_counted_and_dropped(void **state)
@@ -456,12 +484,14 @@ static void malformed_datagrams_counted_and_dropped(void **state)
 	raw_send(&r, len, 0);                               /* count */
 	raw_build(&r, 0, 9, 2, 2);
 	f->length = 4000;
+	raw_sign_as(&r, TOKEN, len);  /* a publisher's bug, not a forgery */
 	raw_send(&r, len, 0);                               /* frame */
 	raw_build(&r, 0, 9, 2, 2);
 	h->stream_id = STREAM + 1;
 	raw_send(&r, len, 0);                               /* stream */
 	raw_build(&r, 0, 9, 2, 2);
 	f->seq = 7;
+	raw_sign_as(&r, TOKEN, len);
 	raw_send(&r, len, 0);                               /* frame seq */
 	raw_build(&r, 0, 9, 2, 2);
 	raw_send(&r, len, 1);                               /* no immediate */
@@ -481,6 +511,7 @@ static void malformed_datagrams_counted_and_dropped(void **state)
 	assert_int_equal(u->dg.faults[TB_PACKET_BAD_SEQ], 1);
 	assert_int_equal(u->bad_imm, 2);
 	assert_int_equal(u->dg.stale_epoch, 1);
+	assert_int_equal(u->dg.forged, 0);
 
 	/* the stream goes on: 2..3 arrive; 6..7 reveal the gap 4..5 */
 	raw_send(&r, raw_build(&r, 0, 9, 2, 2), 0);
@@ -513,6 +544,109 @@ static void malformed_datagrams_counted_and_dropped(void **state)
 	raw_close(&r);
 	rx->ops->close(rx);
 	free(g);
+}
+
+/* ------------------------------------------------------------ forgery */
+
+enum forgery { FORGE_END, FORGE_FAR_SEQ, FORGE_NEXT_EPOCH };
+
+/* The forgery in the 32-byte layout of packet version 1. */
+static uint32_t forge_v1(struct raw *r, enum forgery kind, uint64_t epoch,
+			 uint64_t next)
+{
+	uint32_t stream = STREAM, len = 32;
+	uint64_t first = kind == FORGE_FAR_SEQ ? next + 1000000000ull : next;
+	uint16_t count = kind == FORGE_END ? 0 : 1;
+	uint8_t flags = kind == FORGE_END ? TB_PACKET_F_END : 0;
+
+	memset(r->buf, 0, 256);
+	if (kind == FORGE_NEXT_EPOCH) {
+		epoch++;
+		first = 1;
+	}
+	if (count) {
+		tb_frame_init((tb_frame_hdr_t *)(r->buf + 32), 8, 1, STREAM,
+			      first, 1);
+		len += tb_frame_space(TB_FRAME_HDR_LEN + 8);
+	}
+	r->buf[0] = 'T';
+	r->buf[1] = 'P';
+	r->buf[2] = 1;
+	r->buf[3] = flags;
+	memcpy(r->buf + 4, &stream, 4);
+	memcpy(r->buf + 8, &epoch, 8);
+	memcpy(r->buf + 16, &first, 8);
+	memcpy(r->buf + 24, &count, 2);
+	memcpy(r->buf + 28, &len, 4);
+	return len;
+}
+
+/* The forgery in the current layout, tagged under a guessed token. */
+static uint32_t forge_v2(struct raw *r, enum forgery kind, uint64_t epoch,
+			 uint64_t next)
+{
+	uint32_t len;
+
+	if (kind == FORGE_END)
+		len = raw_build(r, TB_PACKET_F_END, epoch, next, 0);
+	else if (kind == FORGE_FAR_SEQ)
+		len = raw_build(r, 0, epoch, next + 1000000000ull, 1);
+	else
+		len = raw_build(r, 0, epoch + 1, 1, 1);
+	((tb_packet_hdr_t *)r->buf)->since = tb_clock_realtime_ns();
+	return raw_sign_as(r, "guessed-token", len);
+}
+
+/* A live stream, the forgery in both layouts from a raw QP (with the
+ * immediate right), then more of the stream: all of it in order and no
+ * condition. */
+static void forgery_changes_nothing(enum forgery kind)
+{
+	struct pair p;
+	struct raw r;
+	tb_ud_rx_t *u;
+	int rc;
+
+	pair_open(&p, 0);
+	u = (tb_ud_rx_t *)p.rx;
+	raw_open(&r);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(publish(p.tx, 24), 0);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 3), 3);
+	raw_send(&r, forge_v1(&r, kind, 777, 4), 0);
+	raw_send(&r, forge_v2(&r, kind, 777, 4), 0);
+	assert_int_equal(poll_quiet(p.rx, &p.seq, &p.loss, p.got, 50), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(publish(p.tx, 24), 0);
+	rc = poll_for(p.rx, &p.seq, &p.loss, p.got, 6);
+	assert_int_equal(rc, 6);
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(p.got->seq[i], i + 1);
+	assert_int_equal(p.got->bad, 0);
+	assert_int_equal(p.rx->ops->epoch(p.rx), 777);
+	assert_int_equal(p.seq.gaps, 0);
+	assert_int_equal(u->dg.faults[TB_PACKET_BAD_VERSION], 1);
+	assert_int_equal(u->dg.forged, 1);
+	raw_close(&r);
+	pair_close(&p);
+}
+
+static void one_forged_end_no_longer_stops_subscribers(void **state)
+{
+	(void)state;
+	forgery_changes_nothing(FORGE_END);
+}
+
+static void forged_far_sequence_no_longer_drops_the_stream(void **state)
+{
+	(void)state;
+	forgery_changes_nothing(FORGE_FAR_SEQ);
+}
+
+static void forged_next_epoch_no_longer_hijacks_the_stream(void **state)
+{
+	(void)state;
+	forgery_changes_nothing(FORGE_NEXT_EPOCH);
 }
 
 /* ------------------------------------------------------- set-up errors */
@@ -606,6 +740,9 @@ int main(int argc, char **argv)
 		cmocka_unit_test(too_large_for_a_datagram),
 		cmocka_unit_test(heartbeat_end_and_silence),
 		cmocka_unit_test(malformed_datagrams_counted_and_dropped),
+		cmocka_unit_test(one_forged_end_no_longer_stops_subscribers),
+		cmocka_unit_test(forged_far_sequence_no_longer_drops_the_stream),
+		cmocka_unit_test(forged_next_epoch_no_longer_hijacks_the_stream),
 		cmocka_unit_test(bad_configurations),
 		cmocka_unit_test(no_device),
 	};

@@ -5,7 +5,11 @@
  * sendmmsg batching, TB_EMSGSIZE at offer, the SO_RCVBUF warning, every
  * malformed datagram injected from a raw socket, epoch change, END ->
  * TB_CLOSED, silence -> TB_PUBLISHER_DEAD, and loss injected from outside
- * by the udp loss interposer (tests/common/udp_loss.h).
+ * by the udp loss interposer (tests/common/udp_loss.h).  Forgery from a
+ * raw socket that knows the stream id and the epoch: END, a far-future
+ * sequence and epoch + 1, in the old 32-byte layout and in the new one
+ * with a wrong tag, change nothing; datagrams sniffed from the group and
+ * replayed, in their epoch or after a restart, are refused.
  *
  * Each run takes a group and port from its pid, so parallel runs of the
  * suite never hear each other.
@@ -34,6 +38,7 @@
 #include <unistd.h>
 
 #define STREAM 31
+#define TOKEN "udp-unit-token"
 
 static char group[32];
 static uint16_t port;
@@ -50,6 +55,7 @@ static void cfg_for(tb_stream_cfg_t *cfg)
 	cfg->ring_size = 1 << 20;
 	cfg->heartbeat_ms = 20;
 	cfg->liveness_timeout_ms = 200;
+	snprintf(cfg->token, sizeof(cfg->token), TOKEN);
 }
 
 static int setup(void **state)
@@ -190,17 +196,18 @@ static void message_larger_than_a_datagram_is_refused_at_offer(void **state)
 
 	(void)state;
 	cfg_for(&cfg);
-	/* Default mtu for udp: 1472 bytes, 1408 of payload. */
+	/* Default mtu for udp: 1472 bytes, 1376 of payload (a 64-byte
+	 * packet header and a 32-byte frame header). */
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
-	assert_int_equal(offer(pub, 1408), 1);
-	assert_int_equal(offer(pub, 1409), TB_EMSGSIZE);
-	assert_int_equal(tb_pub_claim(pub, 4, 1409, &claim), TB_EMSGSIZE);
+	assert_int_equal(offer(pub, 1376), 1);
+	assert_int_equal(offer(pub, 1377), TB_EMSGSIZE);
+	assert_int_equal(tb_pub_claim(pub, 4, 1377, &claim), TB_EMSGSIZE);
 	assert_int_equal(tb_pub_next_seq(pub), 2);
 	tb_publisher_close(pub);
 	cfg.mtu = 256;
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
-	assert_int_equal(offer(pub, 192), 1);
-	assert_int_equal(offer(pub, 193), TB_EMSGSIZE);
+	assert_int_equal(offer(pub, 160), 1);
+	assert_int_equal(offer(pub, 161), TB_EMSGSIZE);
 	tb_publisher_close(pub);
 }
 
@@ -262,7 +269,7 @@ static void several_datagrams_leave_in_one_sendmmsg(void **state)
 
 	(void)state;
 	cfg_for(&cfg);
-	cfg.mtu = 256; /* two 72-byte frames per datagram */
+	cfg.mtu = 288; /* two 72-byte frames per datagram */
 	rx_open(&r, &cfg);
 	assert_int_equal(tb_udp_tx_ops.open(&tx, &cfg, 77), 0);
 	u = (tb_udp_tx_t *)tx;
@@ -294,7 +301,7 @@ static void batching_holds_until_full_flush_or_time(void **state)
 
 	(void)state;
 	cfg_for(&cfg);
-	cfg.mtu = 256;
+	cfg.mtu = 288;
 	cfg.batch_us = 1000000; /* a second: only size and flush matter */
 	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
@@ -407,11 +414,34 @@ static void inject(const void *buf, size_t len)
 }
 
 static uint8_t dg[4096] __attribute__((aligned(64)));
+static uint64_t nonce_next;
 
+/* Signs the `len`-byte datagram in `dg` with `token`'s key, as it stands. */
+static size_t sign_as(const char *token, size_t len)
+{
+	tb_packet_hdr_t *h = (tb_packet_hdr_t *)dg;
+	tb_dgram_auth_t auth;
+	tb_dgram_key_t key;
+
+	tb_dgram_auth_init(&auth, token, h->stream_id);
+	tb_dgram_auth_key(&auth, h->epoch, &key);
+	tb_dgram_auth_sign(&key, h, dg + TB_PACKET_HDR_LEN,
+			   len - TB_PACKET_HDR_LEN);
+	return len;
+}
+
+/* A datagram as a publisher holding the token makes it: numbered, with
+ * its epoch's start (later epochs, later starts), signed. */
 static size_t make(uint64_t epoch, uint64_t first, int count)
 {
-	return frames_datagram(dg, sizeof(dg), STREAM, epoch, first, count, 16, 4,
-			       fill);
+	size_t len = frames_datagram(dg, sizeof(dg), STREAM, epoch, first, count,
+				     16, 4, fill);
+	tb_packet_hdr_t *h = (tb_packet_hdr_t *)dg;
+
+	h->mtu = 1472;
+	h->since = epoch * 1000;
+	h->nonce = nonce_next++;
+	return sign_as(TOKEN, len);
 }
 
 static void every_malformed_datagram_is_counted_and_dropped(void **state)
@@ -435,18 +465,19 @@ static void every_malformed_datagram_is_counted_and_dropped(void **state)
 		switch ((enum tb_packet_fault)k) {
 		case TB_PACKET_SHORT: len = 7; break;
 		case TB_PACKET_BAD_MAGIC: h->magic = 0; break;
-		case TB_PACKET_BAD_VERSION: h->version = 2; break;
+		case TB_PACKET_BAD_VERSION: h->version = 1; break;
 		case TB_PACKET_BAD_LENGTH: h->length += 32; break;
 		case TB_PACKET_BAD_FLAGS: h->flags = 0x40; break;
 		case TB_PACKET_BAD_COUNT: h->count = 200; break;
-		case TB_PACKET_BAD_FRAME: f2->length = 4000; break;
+		/* Frame faults under a good tag: a publisher's bug. */
+		case TB_PACKET_BAD_FRAME: f2->length = 4000; sign_as(TOKEN, len); break;
 		case TB_PACKET_WRONG_STREAM: h->stream_id = STREAM + 3; break;
-		case TB_PACKET_BAD_SEQ: f2->seq = 3; break;
+		case TB_PACKET_BAD_SEQ: f2->seq = 3; sign_as(TOKEN, len); break;
 		default: fail();
 		}
 		inject(dg, len);
 	}
-	/* An empty datagram and a 60000-byte one of garbage. */
+	/* An empty datagram and a 60000-byte one of garbage (bad magic). */
 	inject(dg, 0);
 	{
 		static uint8_t big[60000];
@@ -468,6 +499,7 @@ static void every_malformed_datagram_is_counted_and_dropped(void **state)
 		total += u->dg.faults[k];
 	}
 	assert_int_equal(tb_counter_get(u->dg.ctr, TB_CTR_MALFORMED), total);
+	assert_int_equal(u->dg.forged, 0);
 	assert_int_equal(r.s.count, 3);
 	assert_int_equal(r.s.bad, 0);
 	assert_int_equal(r.seq.gaps, 0);
@@ -496,10 +528,10 @@ static void garbage_never_holds_the_poll_nor_hides_silence(void **state)
 	rc = tb_udp_rx_ops.poll(r.rx, &r.seq, &r.loss, on_msg, &r.s, 256);
 	assert_int_equal(rc, 0);
 	assert_int_equal(u->recv_calls, calls + 1);
-	assert_int_equal(u->dg.faults[TB_PACKET_SHORT], TB_UDP_RX_BATCH);
+	assert_int_equal(u->dg.faults[TB_PACKET_BAD_MAGIC], TB_UDP_RX_BATCH);
 	rc = tb_udp_rx_ops.poll(r.rx, &r.seq, &r.loss, on_msg, &r.s, 256);
 	assert_int_equal(rc, 0);
-	assert_int_equal(u->dg.faults[TB_PACKET_SHORT], TB_UDP_RX_BATCH + 8);
+	assert_int_equal(u->dg.faults[TB_PACKET_BAD_MAGIC], TB_UDP_RX_BATCH + 8);
 	/* Garbage keeps coming, the publisher says nothing: dead. */
 	until = tb_clock_mono_ms() + 5000;
 	while (!dead && tb_clock_mono_ms() < until) {
@@ -546,6 +578,256 @@ static void malformed_counts_reach_the_counters_file(void **state)
 	assert_int_equal(mine->c[TB_CTR_MALFORMED_BAD_VERSION], 1);
 	assert_int_equal(mine->c[TB_CTR_DUPLICATES], 1);
 	tb_subscriber_close(sub);
+	free(proc);
+}
+
+/* ------------------------------------------------------------ forgery */
+
+/* The subscriber slot of this process's counters file for STREAM. */
+static void sub_counters(tb_counters_proc_t *proc, uint64_t *c)
+{
+	int found = 0;
+
+	assert_int_equal(tb_counters_read_file(tb_counters_path(), proc), 0);
+	for (int i = 0; i < proc->n_streams; i++)
+		if (proc->streams[i].stream_id == STREAM &&
+		    proc->streams[i].role == TB_ROLE_SUBSCRIBER) {
+			memcpy(c, proc->streams[i].c, sizeof(proc->streams[i].c));
+			found = 1;
+		}
+	assert_true(found);
+}
+
+/* What an attacker who can send to the group makes of the stream id and
+ * the epoch, both in clear in every datagram it sniffed. */
+enum forgery {
+	FORGE_END,        /* the stream ends at the next sequence */
+	FORGE_FAR_SEQ,    /* a frame a billion sequences ahead */
+	FORGE_NEXT_EPOCH, /* epoch + 1, sequence 1: a "restart" */
+};
+
+/* In the 32-byte layout of packet version 1, as the attacks were first
+ * made: magic, version 1, flags, stream, epoch, first_seq, count, length. */
+static size_t forge_v1(uint8_t *b, enum forgery kind, uint64_t epoch,
+		       uint64_t next)
+{
+	uint32_t stream = STREAM, len = 32;
+	uint64_t first = next;
+	uint16_t count = 0;
+	uint8_t flags = 0;
+
+	memset(b, 0, 256);
+	if (kind == FORGE_END)
+		flags = TB_PACKET_F_END;
+	if (kind == FORGE_FAR_SEQ)
+		first = next + 1000000000ull;
+	if (kind == FORGE_NEXT_EPOCH) {
+		epoch++;
+		first = 1;
+	}
+	if (kind != FORGE_END) {
+		count = 1;
+		len += frames_put(b + 32, STREAM, first, 16, 4, 0, fill);
+	}
+	b[0] = 'T';
+	b[1] = 'P';
+	b[2] = 1;
+	b[3] = flags;
+	memcpy(b + 4, &stream, 4);
+	memcpy(b + 8, &epoch, 8);
+	memcpy(b + 16, &first, 8);
+	memcpy(b + 24, &count, 2);
+	memcpy(b + 28, &len, 4);
+	return len;
+}
+
+/* In the current layout, with a tag made under a guessed token. */
+static size_t forge_v2(enum forgery kind, uint64_t epoch, uint64_t next)
+{
+	tb_packet_hdr_t *h = (tb_packet_hdr_t *)dg;
+	size_t len;
+
+	if (kind == FORGE_END)
+		len = frames_control_datagram(dg, STREAM, epoch, TB_PACKET_F_END,
+					      next);
+	else
+		len = frames_datagram(dg, sizeof(dg), STREAM,
+				      kind == FORGE_NEXT_EPOCH ? epoch + 1 : epoch,
+				      kind == FORGE_FAR_SEQ ? next + 1000000000ull : 1,
+				      1, 16, 4, fill);
+	h->mtu = 1472;
+	h->nonce = 1ull << 40; /* far ahead of the publisher's */
+	h->since = tb_clock_realtime_ns();
+	return sign_as("guessed-token", len);
+}
+
+/* A live stream, one forgery in each layout, then more of the stream:
+ * every message delivered in order, no condition (no TB_CLOSED, TB_GAP or
+ * TB_NEW_EPOCH), the forgeries counted by kind. */
+static void forgery_changes_nothing(enum forgery kind)
+{
+	tb_counters_proc_t *proc = calloc(1, sizeof(*proc));
+	uint64_t c[TB_CTR_CAPACITY], epoch;
+	static uint8_t v1[256];
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	struct sink s = {0, 1, 0};
+
+	assert_non_null(proc);
+	cfg_for(&cfg);
+	cfg.heartbeat_ms = 50;
+	cfg.liveness_timeout_ms = 5000;
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	for (int i = 0; i < 3; i++)
+		assert_true(offer(pub, 24) > 0);
+	assert_int_equal(poll_for(sub, &s, 3, 5000), 0);
+	epoch = tb_pub_epoch(pub);
+	inject(v1, forge_v1(v1, kind, epoch, 4));
+	inject(dg, forge_v2(kind, epoch, 4));
+	/* Time for both to arrive, and heartbeats after them. */
+	assert_int_equal(poll_for(sub, &s, 0, 150), 0);
+	for (int i = 0; i < 3; i++)
+		assert_true(offer(pub, 24) > 0);
+	assert_int_equal(poll_for(sub, &s, 6, 5000), 0);
+	assert_int_equal(s.count, 6);
+	assert_int_equal(s.bad, 0);
+	assert_int_equal(tb_sub_epoch(sub), epoch);
+	assert_int_equal(tb_sub_next_seq(sub), 7);
+	sub_counters(proc, c);
+	assert_int_equal(c[TB_CTR_GAPS], 0);
+	assert_int_equal(c[TB_CTR_MALFORMED_BAD_VERSION], 1);
+	assert_int_equal(c[TB_CTR_DGRAM_FORGED], 1);
+	/* The real END still ends it. */
+	tb_publisher_close(pub);
+	assert_int_equal(poll_for(sub, &s, 0, 5000), TB_CLOSED);
+	tb_subscriber_close(sub);
+	free(proc);
+}
+
+static void one_forged_end_no_longer_stops_subscribers(void **state)
+{
+	(void)state;
+	forgery_changes_nothing(FORGE_END);
+}
+
+static void forged_far_sequence_no_longer_drops_the_stream(void **state)
+{
+	(void)state;
+	forgery_changes_nothing(FORGE_FAR_SEQ);
+}
+
+static void forged_next_epoch_no_longer_hijacks_the_stream(void **state)
+{
+	(void)state;
+	forgery_changes_nothing(FORGE_NEXT_EPOCH);
+}
+
+/* A plain socket on the group, as an attacker's sniffer would be. */
+static int sniffer(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+	struct ip_mreqn m;
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0), one = 1;
+
+	assert_true(fd >= 0);
+	inet_pton(AF_INET, group, &a.sin_addr);
+	memset(&m, 0, sizeof(m));
+	m.imr_multiaddr = a.sin_addr;
+	m.imr_address.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)), 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof(m)), 0);
+	return fd;
+}
+
+/* The data datagrams `fd` holds (up to `max`, each at most 256 bytes). */
+static int sniff(int fd, uint8_t (*got)[256], size_t *len, int max)
+{
+	int n = 0;
+	ssize_t r;
+
+	while (n < max && (r = recv(fd, got[n], 256, 0)) > 0)
+		if (((tb_packet_hdr_t *)got[n])->flags == 0)
+			len[n++] = (size_t)r;
+	return n;
+}
+
+/* What an attacker who sniffed epoch A can do: replay A's datagrams, in A
+ * (refused as seen) and after the publisher restarted into B, to a
+ * subscriber that followed A (refused: A was left) and to one that never
+ * saw A (refused: A started before B did). */
+static void sniffed_datagrams_replayed_are_refused(void **state)
+{
+	tb_counters_proc_t *proc = calloc(1, sizeof(*proc));
+	static uint8_t got[8][256];
+	uint64_t c[TB_CTR_CAPACITY];
+	size_t len[8];
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *a, *b;
+	tb_subscriber_t *old_sub, *new_sub;
+	struct sink s1 = {0, 1, 0}, s2 = {0, 1, 0};
+	int fd, n;
+
+	(void)state;
+	assert_non_null(proc);
+	cfg_for(&cfg);
+	cfg.liveness_timeout_ms = 5000;
+	fd = sniffer();
+	assert_int_equal(tb_subscriber_open(&old_sub, &cfg), 0);
+	assert_int_equal(tb_publisher_open(&a, &cfg), 0);
+	for (int i = 0; i < 3; i++)
+		assert_true(offer(a, 24) > 0);
+	assert_int_equal(poll_for(old_sub, &s1, 3, 5000), 0);
+	n = sniff(fd, got, len, 8);
+	assert_int_equal(n, 3);
+	/* Within A: the copies are seen nonces. */
+	for (int i = 0; i < n; i++)
+		inject(got[i], len[i]);
+	assert_int_equal(poll_for(old_sub, &s1, 0, 100), 0);
+	assert_int_equal(s1.count, 3);
+	sub_counters(proc, c);
+	assert_int_equal(c[TB_CTR_DGRAM_REPLAYED], 3);
+	/* A restarts as B; a second subscriber joins B only. */
+	tb_publisher_close(a);
+	assert_int_equal(poll_for(old_sub, &s1, 0, 5000), TB_CLOSED);
+	assert_int_equal(tb_publisher_open(&b, &cfg), 0);
+	assert_int_equal(tb_subscriber_open(&new_sub, &cfg), 0);
+	assert_true(offer(b, 24) == 1);
+	assert_int_equal(poll_for(old_sub, &s1, 0, 5000), TB_NEW_EPOCH);
+	s1.next = 1;
+	assert_int_equal(poll_for(old_sub, &s1, 4, 5000), 0);
+	assert_int_equal(poll_for(new_sub, &s2, 1, 5000), 0);
+	/* A's datagrams again: neither subscriber goes back to A. */
+	for (int i = 0; i < n; i++)
+		inject(got[i], len[i]);
+	assert_true(offer(b, 24) == 2);
+	assert_int_equal(poll_for(old_sub, &s1, 5, 5000), 0);
+	assert_int_equal(poll_for(new_sub, &s2, 2, 5000), 0);
+	assert_int_equal(poll_for(old_sub, &s1, 0, 100), 0);
+	assert_int_equal(poll_for(new_sub, &s2, 0, 100), 0);
+	assert_int_equal(s1.count, 5);
+	assert_int_equal(s2.count, 2);
+	assert_int_equal(s1.bad + s2.bad, 0);
+	assert_int_equal(tb_sub_epoch(old_sub), tb_pub_epoch(b));
+	assert_int_equal(tb_sub_epoch(new_sub), tb_pub_epoch(b));
+	/* Counted as stale by each: an epoch left (the first), an epoch that
+	 * started before the followed one (the second). */
+	assert_int_equal(tb_counters_read_file(tb_counters_path(), proc), 0);
+	n = 0;
+	for (int i = 0; i < proc->n_streams; i++)
+		if (proc->streams[i].stream_id == STREAM &&
+		    proc->streams[i].role == TB_ROLE_SUBSCRIBER) {
+			assert_int_equal(proc->streams[i].c[TB_CTR_STALE_EPOCH], 3);
+			n++;
+		}
+	assert_int_equal(n, 2);
+	tb_publisher_close(b);
+	tb_subscriber_close(old_sub);
+	tb_subscriber_close(new_sub);
+	close(fd);
 	free(proc);
 }
 
@@ -745,6 +1027,10 @@ int main(void)
 		cmocka_unit_test(every_malformed_datagram_is_counted_and_dropped),
 		cmocka_unit_test(garbage_never_holds_the_poll_nor_hides_silence),
 		cmocka_unit_test(malformed_counts_reach_the_counters_file),
+		cmocka_unit_test(one_forged_end_no_longer_stops_subscribers),
+		cmocka_unit_test(forged_far_sequence_no_longer_drops_the_stream),
+		cmocka_unit_test(forged_next_epoch_no_longer_hijacks_the_stream),
+		cmocka_unit_test(sniffed_datagrams_replayed_are_refused),
 		cmocka_unit_test(restart_is_a_new_epoch_and_the_old_one_is_ignored),
 		cmocka_unit_test(silent_publisher_is_dead_then_closes),
 		cmocka_unit_test(heartbeat_reports_a_lost_tail),
