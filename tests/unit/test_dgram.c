@@ -617,6 +617,232 @@ static void silence_is_a_dead_publisher_once(void **state)
 	rx_free(r);
 }
 
+/* ------------------------------------------------------ authentication */
+
+/* A forged END, a forged far-future sequence and a forged epoch + 1 (the
+ * attacker knows stream and epoch, not the token) are dropped and counted
+ * as forged; the stream goes on as if they had never come. */
+static void forgeries_are_dropped_before_anything_is_acted_on(void **state)
+{
+	struct rxs *r = rx_new();
+	tb_packet_hdr_t *h = (tb_packet_hdr_t *)dg;
+	int conds[8];
+	size_t len;
+
+	(void)state;
+	assert_int_equal(feed_all(r, data(EPOCH, 1, 3), conds), 3);
+	len = control(EPOCH, TB_PACKET_F_END, 4);
+	sign_as("guessed-token", len);
+	assert_int_equal(feed_all(r, len, conds), 0);
+	assert_int_equal(conds[0], 0);
+	len = data(EPOCH, 1000000004, 1);
+	sign_as("guessed-token", len);
+	assert_int_equal(feed_all(r, len, conds), 0);
+	assert_int_equal(conds[0], 0);
+	len = data(EPOCH + 1, 1, 1);
+	sign_as("guessed-token", len);
+	assert_int_equal(feed_all(r, len, conds), 0);
+	assert_int_equal(conds[0], 0);
+	/* A real datagram with one bit changed anywhere is forged too: in
+	 * the header, in a frame, in the tag. */
+	len = data(EPOCH, 4, 2);
+	h->first_seq ^= 1;
+	assert_int_equal(feed_all(r, len, conds), 0);
+	len = data(EPOCH, 4, 2);
+	dg[len - 1] ^= 0x10;
+	assert_int_equal(feed_all(r, len, conds), 0);
+	len = data(EPOCH, 4, 2);
+	h->tag[15] ^= 1;
+	assert_int_equal(feed_all(r, len, conds), 0);
+	assert_int_equal(r->rx.forged, 6);
+	assert_int_equal(tb_counter_get(&r->ctr, TB_CTR_DGRAM_FORGED), 6);
+	assert_int_equal(tb_counter_get(&r->ctr, TB_CTR_MALFORMED), 0);
+	assert_int_equal(r->rx.epoch, EPOCH);
+	assert_int_equal(r->rx.state, TB_DGRAM_LIVE);
+	assert_int_equal(r->seq.expected, 4);
+	assert_int_equal(r->seq.gaps, 0);
+	/* The real stream, unharmed. */
+	assert_int_equal(feed_all(r, data(EPOCH, 4, 2), conds), 2);
+	assert_int_equal(conds[0], 0);
+	assert_int_equal(feed_all(r, control(EPOCH, TB_PACKET_F_END, 6), conds), 0);
+	assert_int_equal(conds[0], TB_CLOSED);
+	assert_int_equal(r->sink.n, 5);
+	rx_free(r);
+}
+
+/* Within an epoch a nonce is taken once per sender (data and heartbeats
+ * count apart); one older than the window is taken for a replay; a late
+ * one inside the window is read (and its frames judged as usual). */
+static void replay_window_per_sender(void **state)
+{
+	struct rxs *r = rx_new();
+	static uint8_t keep[4096];
+	int conds[8];
+	size_t len, hb;
+
+	(void)state;
+	nonce_next = 1000;
+	beat_nonce_next = 1000;
+	assert_int_equal(feed_all(r, data(EPOCH, 1, 1), conds), 1);
+	/* The heartbeat thread's number 1000 is not the data's. */
+	hb = control(EPOCH, TB_PACKET_F_HEARTBEAT, 2);
+	assert_int_equal(feed_all(r, hb, conds), 0);
+	assert_int_equal(r->rx.heartbeats, 1);
+	assert_int_equal(r->rx.replayed, 0);
+	/* The heartbeat again: replayed. */
+	assert_int_equal(feed_all(r, hb, conds), 0);
+	assert_int_equal(r->rx.replayed, 1);
+	assert_int_equal(r->rx.heartbeats, 1);
+	/* Data 1001, kept; then far ahead (past the window); then 1001
+	 * again: older than the window, a replay. */
+	len = data(EPOCH, 2, 1);
+	memcpy(keep, dg, len);
+	assert_int_equal(feed_all(r, len, conds), 1);
+	nonce_next += TB_DGRAM_REPLAY_WINDOW + 5;
+	assert_int_equal(feed_all(r, data(EPOCH, 3, 1), conds), 1);
+	memcpy(dg, keep, len);
+	assert_int_equal(feed_all(r, len, conds), 0);
+	assert_int_equal(r->rx.replayed, 2);
+	/* A datagram numbered just below the highest, unseen: read; its
+	 * frame is old, so it counts as a duplicate. */
+	nonce_next -= 3;
+	assert_int_equal(feed_all(r, data(EPOCH, 2, 1), conds), 0);
+	assert_int_equal(r->rx.replayed, 2);
+	assert_int_equal(r->rx.duplicates, 1);
+	assert_int_equal(tb_counter_get(&r->ctr, TB_CTR_DGRAM_REPLAYED), 2);
+	assert_int_equal(r->sink.n, 3);
+	rx_free(r);
+}
+
+/* A restart reported while the same datagram is given again (the
+ * condition first, its frames next call) admits it once: no replay. */
+static void a_datagram_given_again_after_its_condition_is_admitted_once(void **state)
+{
+	struct rxs *r = rx_new();
+	int conds[8], done;
+	size_t len;
+
+	(void)state;
+	assert_int_equal(feed_all(r, data(EPOCH, 1, 2), conds), 2);
+	len = data(EPOCH + 3, 1, 2);
+	/* This poll delivered already: come back. */
+	assert_int_equal(feed(r, len, 100, 2, &done), 0);
+	assert_int_equal(done, 0);
+	assert_int_equal(feed(r, len, 100, 0, &done), TB_NEW_EPOCH);
+	assert_int_equal(done, 0);
+	assert_int_equal(feed(r, len, 100, 0, &done), 2);
+	assert_int_equal(done, 1);
+	/* A gap then its END, the END given three times. */
+	len = control(EPOCH + 3, TB_PACKET_F_END, 6);
+	assert_int_equal(feed(r, len, 100, 0, &done), TB_GAP);
+	assert_int_equal(done, 0);
+	assert_int_equal(feed(r, len, 100, 0, &done), TB_CLOSED);
+	assert_int_equal(done, 1);
+	assert_int_equal(r->rx.replayed, 0);
+	assert_int_equal(r->rx.forged, 0);
+	assert_int_equal(r->loss.first, 3);
+	assert_int_equal(r->loss.last, 5);
+	rx_free(r);
+}
+
+/* An authentic epoch that started before the followed one (a recording
+ * replayed after the publisher restarted) is refused as stale, even by a
+ * receiver that never followed it; a later one is a restart. */
+static void an_epoch_older_than_the_followed_one_is_stale(void **state)
+{
+	struct rxs *r = rx_new();
+	int conds[8];
+
+	(void)state;
+	assert_int_equal(feed_all(r, data(EPOCH + 10, 1, 1), conds), 1);
+	assert_int_equal(feed_all(r, data(EPOCH + 9, 7, 3), conds), 0);
+	assert_int_equal(conds[0], 0);
+	assert_int_equal(feed_all(r, control(EPOCH + 9, TB_PACKET_F_END, 11), conds), 0);
+	assert_int_equal(conds[0], 0);
+	assert_int_equal(r->rx.stale_epoch, 2);
+	assert_int_equal(r->rx.epoch, EPOCH + 10);
+	assert_int_equal(feed_all(r, data(EPOCH + 11, 1, 1), conds), 1);
+	assert_int_equal(conds[0], TB_NEW_EPOCH);
+	assert_int_equal(r->rx.epoch, EPOCH + 11);
+	/* Now EPOCH + 10 is both left and older. */
+	assert_int_equal(feed_all(r, data(EPOCH + 10, 2, 1), conds), 0);
+	assert_int_equal(r->rx.stale_epoch, 3);
+	assert_int_equal(r->rx.forged, 0);
+	rx_free(r);
+}
+
+/* A token that differs (a misconfigured subscriber) makes every datagram
+ * forged: nothing is delivered, and the counters say why. */
+static void another_token_reads_nothing(void **state)
+{
+	struct rxs *r = calloc(1, sizeof(*r));
+	int conds[8];
+
+	(void)state;
+	assert_non_null(r);
+	tb_dgram_rx_init(&r->rx, STREAM, 100, "other-token", 1472);
+	tb_dgram_rx_set_counters(&r->rx, &r->ctr);
+	tb_seq_init(&r->seq, 0);
+	assert_int_equal(feed_all(r, data(EPOCH, 1, 2), conds), 0);
+	assert_int_equal(feed_all(r, control(EPOCH, TB_PACKET_F_HEARTBEAT, 3), conds), 0);
+	assert_int_equal(r->rx.forged, 2);
+	assert_int_equal(r->rx.state, TB_DGRAM_WAITING);
+	assert_int_equal(tb_dgram_rx_idle(&r->rx, 1), TB_NOT_CONNECTED);
+	rx_free(r);
+}
+
+/* A publisher whose datagrams are larger than this receiver can take is
+ * noted (once in words, every time in mtu_over), and its datagrams that
+ * do arrive are read. */
+static void publisher_mtu_above_what_the_receiver_takes_is_told(void **state)
+{
+	struct rxs *r = calloc(1, sizeof(*r));
+	tb_packet_hdr_t *h = (tb_packet_hdr_t *)dg;
+	int conds[8];
+	size_t len;
+
+	(void)state;
+	assert_non_null(r);
+	tb_dgram_rx_init(&r->rx, STREAM, 100, TOKEN, 1024);
+	tb_dgram_rx_set_counters(&r->rx, &r->ctr);
+	tb_seq_init(&r->seq, 0);
+	len = data(EPOCH, 1, 1); /* announces 1472 */
+	assert_int_equal(feed_all(r, len, conds), 1);
+	len = frames_control_datagram(dg, STREAM, EPOCH, TB_PACKET_F_HEARTBEAT, 2);
+	h->mtu = 1024;
+	h->since = since_of(EPOCH);
+	h->nonce = TB_PACKET_NONCE_BEAT | beat_nonce_next++;
+	sign_as(TOKEN, len);
+	assert_int_equal(feed_all(r, len, conds), 0);
+	assert_int_equal(r->rx.mtu_over, 1);
+	assert_int_equal(tb_counter_get(&r->ctr, TB_CTR_ERRORS), 1);
+	assert_int_equal(r->sink.n, 1);
+	rx_free(r);
+}
+
+/* Keys: one per token, stream and epoch; a tag under one verifies under no
+ * other. */
+static void keys_differ_by_token_stream_and_epoch(void **state)
+{
+	tb_dgram_auth_t a;
+	tb_dgram_key_t k[4];
+	size_t len;
+
+	(void)state;
+	len = data(EPOCH, 1, 1);
+	tb_dgram_auth_init(&a, TOKEN, STREAM);
+	tb_dgram_auth_key(&a, EPOCH, &k[0]);
+	assert_true(tb_dgram_auth_verify(&k[0], dg, len));
+	tb_dgram_auth_key(&a, EPOCH + 1, &k[1]);
+	tb_dgram_auth_init(&a, TOKEN, STREAM + 1);
+	tb_dgram_auth_key(&a, EPOCH, &k[2]);
+	tb_dgram_auth_init(&a, TOKEN "x", STREAM);
+	tb_dgram_auth_key(&a, EPOCH, &k[3]);
+	for (int i = 1; i < 4; i++)
+		assert_false(tb_dgram_auth_verify(&k[i], dg, len));
+	assert_int_equal(k[1].epoch, EPOCH + 1);
+}
+
 /* Everything the packer makes, fed to a receiver, is the stream again:
  * wraps, varied sizes, batching and flushes, every frame exactly once. */
 static void packer_output_is_what_the_receiver_accepts(void **state)
@@ -684,6 +910,13 @@ int main(void)
 		cmocka_unit_test(heartbeat_reveals_a_lost_tail),
 		cmocka_unit_test(end_reports_tail_gap_then_closed),
 		cmocka_unit_test(silence_is_a_dead_publisher_once),
+		cmocka_unit_test(forgeries_are_dropped_before_anything_is_acted_on),
+		cmocka_unit_test(replay_window_per_sender),
+		cmocka_unit_test(a_datagram_given_again_after_its_condition_is_admitted_once),
+		cmocka_unit_test(an_epoch_older_than_the_followed_one_is_stale),
+		cmocka_unit_test(another_token_reads_nothing),
+		cmocka_unit_test(publisher_mtu_above_what_the_receiver_takes_is_told),
+		cmocka_unit_test(keys_differ_by_token_stream_and_epoch),
 		cmocka_unit_test(packer_output_is_what_the_receiver_accepts),
 	};
 	return cmocka_run_group_tests_name("dgram", tests, NULL, NULL);
