@@ -50,6 +50,8 @@
  *   mtu          (ud udp)  0 or 256..65507              0 = path MTU
  *   batch_us     (ud udp)  0..1000000                   0 = send at once
  *   rcvbuf       (udp)     bytes, 0..1G                 0 = system's
+ *   recv_depth   (ud)      receive buffers, 0 or 256..1048576
+ *                                              0 = 4096, at most the device's
  * Integers are decimal and parsed strictly: no sign where the key is
  * unsigned, no trailing text, no overflow.  Sizes take K, M or G (x1024).
  * Choice words are matched without regard to case.  A host is a name, an
@@ -199,6 +201,7 @@ enum key_index {
 	KEY_MTU,
 	KEY_BATCH_US,
 	KEY_RCVBUF,
+	KEY_RECV_DEPTH,
 	N_KEYS
 };
 
@@ -259,6 +262,8 @@ static const struct key_spec keys[N_KEYS] = {
 		0, 1000000, 0, T_UD | T_UDP, 0, NULL},
 	[KEY_RCVBUF] = {"rcvbuf", K_SIZE, FIELD(rcvbuf),
 		0, GIB, 0, T_UDP, 0, NULL},
+	[KEY_RECV_DEPTH] = {"recv_depth", K_U32, FIELD(recv_depth),
+		256, 1u << 20, F_ZERO_OK, T_UD, 0, NULL},
 };
 
 _Static_assert(N_KEYS <= 32, "a uint32_t records which keys a section gave");

@@ -415,6 +415,15 @@ static inline void tb_dgram_rx_set_counters(tb_dgram_rx_t *rx,
 	rx->ctr = ctr ? ctr : &rx->own_ctr;
 }
 
+/* The datagram being delivered, or given again after a condition, is gone
+ * (its buffer is reused): nothing more is read from it.  What it still
+ * held comes back as a gap at the next datagram or heartbeat. */
+static inline void tb_dgram_rx_forget(tb_dgram_rx_t *rx)
+{
+	rx->active = 0;
+	rx->held = 0;
+}
+
 /* Out of line: the parts of input that run once per epoch, gap or end. */
 int tb_dgram_rx_begin(tb_dgram_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 		      const void *buf, size_t len, uint64_t now_ns, int n_before,

@@ -1,7 +1,8 @@
 /*
  * transport/ud.c - RDMA UD multicast under the datagram core (see
  * transport/ud.h for the design).  Device and QP set-up, the post path and
- * the poll loop; packing and checking datagrams is dgram.h's.
+ * the poll loop, and bringing a QP back after an error; packing, signing
+ * and checking datagrams is dgram.h's.
  */
 #include "bus/transport/ud.h"
 
@@ -55,9 +56,11 @@ static void dev_close(tb_ud_dev_t *d)
 	tb_verbs_close(&d->v);
 }
 
-/* The group, then the device (verbs.h), then the datagram bound. */
+/* The group, then the device (verbs.h), its limits, then the group's
+ * datagram bound. */
 static int dev_open(tb_ud_dev_t *d, const tb_stream_cfg_t *cfg)
 {
+	struct ibv_device_attr da;
 	int rc;
 
 	memset(d, 0, sizeof(*d));
@@ -67,12 +70,20 @@ static int dev_open(tb_ud_dev_t *d, const tb_stream_cfg_t *cfg)
 	rc = tb_verbs_open(&d->v, cfg, UD_NO_IB);
 	if (rc < 0)
 		return tb_error_prepend(rc, "ud");
+	if ((rc = ibv_query_device(d->v.ctx, &da)) != 0) {
+		rc = tb_error_sys(rc, "ud: %s: ibv_query_device", d->v.name);
+		dev_close(d);
+		return rc;
+	}
+	d->max_qp_wr = (uint32_t)da.max_qp_wr;
+	d->max_cqe = da.max_cqe;
 	d->path_mtu = tb_verbs_mtu_bytes(d->v.mtu);
 	d->mtu = d->path_mtu;
 	if (cfg->mtu) {
 		if (cfg->mtu > d->path_mtu) {
 			rc = tb_error_set(TB_ECONFIG, "ud: mtu %u exceeds the path MTU "
-					"%u of %s port %u", cfg->mtu, d->path_mtu,
+					"%u of %s port %u: the group's mtu must fit "
+					"every member's port", cfg->mtu, d->path_mtu,
 					d->v.name, d->v.port);
 			dev_close(d);
 			return rc;
@@ -80,6 +91,19 @@ static int dev_open(tb_ud_dev_t *d, const tb_stream_cfg_t *cfg)
 		d->mtu = cfg->mtu;
 	}
 	return 0;
+}
+
+/* What a registration that failed most likely ran into. */
+static int reg_failed(int e, const tb_ud_dev_t *d, const char *what, size_t len)
+{
+	if (e == ENOMEM || e == EPERM || e == EAGAIN)
+		return tb_error_sys(e, "ud: %s: register %s (%zu bytes): the locked "
+				  "memory limit (ulimit -l, LimitMEMLOCK= for a "
+				  "service, or CAP_IPC_LOCK) is too low for it; raise "
+				  "it, or lower ring_size, rcvbuf or mtu", d->v.name,
+				  what, len);
+	return tb_error_sys(e, "ud: %s: register %s (%zu bytes)", d->v.name, what,
+			  len);
 }
 
 /* A UD QP in RTS with `qkey`; a device without inline sends gets none. */
@@ -106,7 +130,46 @@ static struct ibv_qp *ud_qp(tb_ud_dev_t *d, struct ibv_cq *cq, uint32_t sq,
 	return qp;
 }
 
-/* Waits (set-up and teardown only) until `cq` yields a completion. */
+/* Brings a UD QP whose send queue failed back to RTS: from SQE (a NIC
+ * after a send error) straight back, from ERR through RESET and INIT.
+ * Returns 1 when it moved it, 0 when it was in RTS already, or < 0 with a
+ * message. */
+static int qp_back_to_rts(tb_ud_dev_t *d, struct ibv_qp *qp, uint32_t qkey)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+	int e;
+
+	if ((e = ibv_query_qp(qp, &a, IBV_QP_STATE, &ia)) != 0)
+		return tb_error_sys(e, "ud: %s: ibv_query_qp", d->v.name);
+	if (a.qp_state == IBV_QPS_RTS)
+		return 0;
+	if (a.qp_state == IBV_QPS_SQE) {
+		memset(&a, 0, sizeof(a));
+		a.qp_state = IBV_QPS_RTS;
+		a.cur_qp_state = IBV_QPS_SQE;
+		if ((e = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_CUR_STATE)) != 0)
+			return tb_error_sys(e, "ud: %s: ibv_modify_qp SQE -> RTS",
+					  d->v.name);
+		return 1;
+	}
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RESET;
+	if ((e = ibv_modify_qp(qp, &a, IBV_QP_STATE)) != 0)
+		return tb_error_sys(e, "ud: %s: ibv_modify_qp -> RESET", d->v.name);
+	a.qp_state = IBV_QPS_INIT;
+	a.pkey_index = 0;
+	a.port_num = d->v.port;
+	a.qkey = qkey;
+	if ((e = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+			       IBV_QP_PORT | IBV_QP_QKEY)) != 0)
+		return tb_error_sys(e, "ud: %s: ibv_modify_qp RESET -> INIT",
+				  d->v.name);
+	return tb_verbs_ud_ready(&d->v, qp) < 0 ? TB_ESYS : 1;
+}
+
+/* Waits (set-up, teardown and the heartbeat thread only) until `cq`
+ * yields a completion. */
 static int wait_one(struct ibv_cq *cq, struct ibv_wc *wc)
 {
 	uint64_t end = tb_clock_mono_ns() + TB_UD_WAIT_NS;
@@ -122,71 +185,117 @@ static int wait_one(struct ibv_cq *cq, struct ibv_wc *wc)
 
 /* ---------------------------------------------------------- publishing */
 
-/* Makes room in the send queue: polls the CQ only when it is full.  Hot
- * path; the loop is bounded. */
-static inline int sq_room(tb_ud_tx_t *u)
+/* Takes the completions the send CQ holds.  An error among them means the
+ * data QP left RTS: flagged for tx_recover.  Returns what ibv_poll_cq
+ * did (< 0: the CQ failed, flagged too). */
+static int reap(tb_ud_tx_t *u)
 {
 	struct ibv_wc wc[8];
+	int n = ibv_poll_cq(u->cq, 8, wc);
+
+	u->cq_polls++;
+	if (tb_unlikely(n < 0)) {
+		tb_atomic_store_relaxed(&u->broken, 1);
+		return n;
+	}
+	for (int i = 0; i < n; i++) {
+		if (tb_unlikely(wc[i].status != IBV_WC_SUCCESS)) {
+			u->send_errors++;
+			tb_atomic_store_relaxed(&u->broken, 1);
+		}
+		/* Everything before it too; a flushed WR's id is no newer. */
+		if (wc[i].wr_id > u->completed)
+			u->completed = wc[i].wr_id;
+	}
+	return n;
+}
+
+/* Makes room in the send queue: polls the CQ only when it is full.  Hot
+ * path; the loop is bounded. */
+static int sq_room(tb_ud_tx_t *u)
+{
 	uint32_t spins = 0;
 
-	while (tb_unlikely(u->posted - u->completed >= u->sq_depth)) {
-		int n = ibv_poll_cq(u->cq, 8, wc);
+	while (u->posted - u->completed >= u->sq_depth) {
+		int n = reap(u);
 
-		u->cq_polls++;
-		if (tb_unlikely(n < 0))
+		if (tb_unlikely(n < 0 || tb_atomic_load_relaxed(&u->broken)))
 			return TB_EIO;
-		for (int i = 0; i < n; i++) {
-			if (tb_unlikely(wc[i].status != IBV_WC_SUCCESS))
-				u->send_errors++;
-			u->completed = wc[i].wr_id; /* everything before it too */
-		}
 		if (n == 0 && ++spins > TB_UD_SQ_SPINS)
 			return TB_EIO;
 	}
 	return 0;
 }
 
-/* Posts one datagram (header + frames) on the data QP. */
+/*
+ * Brings the data QP back to RTS after a send error (publishing thread,
+ * before its next post; A2 pairs with R2 in ud_tx_beat and reap): what the
+ * CQ holds is taken, the QP is moved back, and every WR it held counts as
+ * complete (flushed: the loss is named by the next heartbeat).  Error
+ * path: system calls.
+ */
+static int tx_recover(tb_ud_tx_t *u)
+{
+	int rc;
+
+	while (reap(u) > 0)
+		;
+	rc = qp_back_to_rts(&u->dev, u->qp, u->qkey);
+	if (rc < 0)
+		return rc; /* still broken: the next post tries again */
+	u->completed = u->posted;
+	u->until_signal = u->signal_every;
+	u->recoveries += (uint64_t)rc;
+	tb_atomic_store_relaxed(&u->broken, 0);
+	return 0;
+}
+
+/* Posts one datagram (header + frames) on the data QP, from the work
+ * request prepared at open.  Hot path. */
 static inline int post_one(tb_ud_tx_t *u, const tb_packet_hdr_t *hdr,
 			   const void *frames, uint32_t frames_len, int signal)
 {
-	uint64_t idx = u->posted;
-	tb_packet_hdr_t *h = &u->slab[idx % u->sq_depth];
-	struct ibv_sge sge[2];
-	struct ibv_send_wr wr, *bad;
+	struct ibv_send_wr *wr = &u->wr, *bad;
+	unsigned flags = 0;
 
-	if (tb_unlikely(sq_room(u) < 0))
+	if (tb_unlikely(u->posted - u->completed >= u->sq_depth) &&
+	    sq_room(u) < 0)
 		return TB_EIO;
-	*h = *hdr; /* the slab slot is this WR's until it completes */
-	sge[0].addr = (uintptr_t)h;
-	sge[0].length = TB_PACKET_HDR_LEN;
-	sge[0].lkey = u->slab_mr->lkey;
-	sge[1].addr = (uintptr_t)frames;
-	sge[1].length = frames_len;
-	sge[1].lkey = u->ring_mr->lkey;
-	wr.wr_id = idx + 1;
-	wr.next = NULL;
-	wr.sg_list = sge;
-	wr.num_sge = frames_len ? 2 : 1;
-	wr.opcode = IBV_WR_SEND_WITH_IMM;
-	wr.imm_data = htonl((uint32_t)hdr->first_seq);
-	wr.send_flags = 0;
-	if (signal || (idx + 1) % u->signal_every == 0) {
-		wr.send_flags |= IBV_SEND_SIGNALED;
+	if (TB_PACKET_HDR_LEN + frames_len <= u->max_inline) {
+		/* Copied into the WQE by the post itself. */
+		u->sge[0].addr = (uintptr_t)hdr;
+		flags = IBV_SEND_INLINE;
+		u->inline_posts++;
+	} else {
+		/* The NIC reads it later: the slab slot is this WR's until it
+		 * completes. */
+		tb_packet_hdr_t *h = &u->slab[u->posted & (u->sq_depth - 1)];
+
+		*h = *hdr;
+		u->sge[0].addr = (uintptr_t)h;
+	}
+	u->sge[1].addr = (uintptr_t)frames;
+	u->sge[1].length = frames_len;
+	wr->num_sge = frames_len ? 2 : 1;
+	wr->wr_id = u->posted + 1;
+	wr->imm_data = htonl((uint32_t)hdr->first_seq);
+	if (--u->until_signal == 0 || signal) {
+		flags |= IBV_SEND_SIGNALED;
+		u->until_signal = u->signal_every;
 		u->signalled++;
 	}
-	if (TB_PACKET_HDR_LEN + frames_len <= u->max_inline) {
-		wr.send_flags |= IBV_SEND_INLINE;
-		u->inline_posts++;
-	}
-	wr.wr.ud.ah = u->ah;
-	wr.wr.ud.remote_qpn = TB_UD_MCAST_QPN;
-	wr.wr.ud.remote_qkey = u->qkey;
-	if (tb_unlikely(ibv_post_send(u->qp, &wr, &bad) != 0)) {
+	wr->send_flags = flags;
+	if (tb_unlikely(ibv_post_send(u->qp, wr, &bad) != 0)) {
 		u->send_errors++;
+		tb_atomic_store_relaxed(&u->broken, 1);
 		return TB_EIO;
 	}
 	u->posted++;
+	/* A signalled WR went: take what completed before it, without
+	 * waiting, so that a failed send is seen within signal_every
+	 * posts. */
+	if (flags & IBV_SEND_SIGNALED)
+		reap(u);
 	return 0;
 }
 
@@ -195,6 +304,10 @@ static int post_ready(void *ctx, int n)
 	tb_ud_tx_t *u = ctx;
 	int rc = 0;
 
+	/* A2 pairs with R2 in ud_tx_beat: the heartbeat thread saw the QP
+	 * out of RTS. */
+	if (tb_unlikely(tb_atomic_load_relaxed(&u->broken)))
+		tx_recover(u);
 	for (int i = 0; i < n; i++) {
 		const tb_dgram_out_t *o = &u->dg.out[i];
 
@@ -223,10 +336,23 @@ static int ud_tx_flush(tb_tx_t *tx)
 				 post_ready, tx);
 }
 
+/* The heartbeat QP after its own send failed: heartbeat thread. */
+static void beat_recover(tb_ud_tx_t *u)
+{
+	struct ibv_wc wc;
+
+	while (ibv_poll_cq(u->beat_cq, 1, &wc) > 0)
+		;
+	if (qp_back_to_rts(&u->dev, u->beat_qp, u->qkey) > 0)
+		u->beat_recoveries++;
+}
+
 /* Heartbeat thread: its own QP, so the data QP stays the publishing
  * thread's alone.  It carries what has been posted, not what was
  * published, so that a datagram held for batching is not taken for a lost
- * tail. */
+ * tail.  It also looks at the data QP's state (a system call, here and
+ * not on the hot path): one that left RTS is flagged for the publishing
+ * thread to bring back before its next post. */
 static void ud_tx_beat(tb_tx_t *tx, uint64_t now_ns, uint64_t last_seq)
 {
 	tb_ud_tx_t *u = (tb_ud_tx_t *)tx;
@@ -237,10 +363,15 @@ static void ud_tx_beat(tb_tx_t *tx, uint64_t now_ns, uint64_t last_seq)
 				 .opcode = IBV_WR_SEND_WITH_IMM,
 				 .send_flags = IBV_SEND_SIGNALED,
 				 .imm_data = htonl((uint32_t)next)}, *bad;
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
 	struct ibv_wc wc;
 
 	(void)now_ns;
 	(void)last_seq;
+	if (ibv_query_qp(u->qp, &a, IBV_QP_STATE, &ia) == 0 &&
+	    a.qp_state != IBV_QPS_RTS)
+		tb_atomic_store_relaxed(&u->broken, 1); /* R2 */
 	/* The heartbeat goes on another send queue, which a NIC does not
 	 * order with the data's: it must not overtake a datagram posted a
 	 * moment ago and fake a lost tail.  So when something was posted
@@ -264,8 +395,10 @@ static void ud_tx_beat(tb_tx_t *tx, uint64_t now_ns, uint64_t last_seq)
 	wr.wr.ud.remote_qpn = TB_UD_MCAST_QPN;
 	wr.wr.ud.remote_qkey = u->qkey;
 	if (ibv_post_send(u->beat_qp, &wr, &bad) != 0 ||
-	    wait_one(u->beat_cq, &wc) != 1 || wc.status != IBV_WC_SUCCESS)
+	    wait_one(u->beat_cq, &wc) != 1 || wc.status != IBV_WC_SUCCESS) {
 		u->send_errors++;
+		beat_recover(u);
+	}
 }
 
 static void ud_tx_free(tb_ud_tx_t *u)
@@ -288,9 +421,9 @@ static void ud_tx_free(tb_ud_tx_t *u)
 		ibv_dereg_mr(u->beat_mr);
 	dev_close(&u->dev);
 	tb_dgram_tx_fini(&u->dg);
-	free(u->slab);
+	tb_mem_free(&u->ring_mem);
+	tb_mem_free(&u->slab_mem);
 	free(u->beat_hdr);
-	free(u->ring_mem);
 	free(u);
 }
 
@@ -299,12 +432,14 @@ static void ud_tx_free(tb_ud_tx_t *u)
 static void ud_tx_close(tb_tx_t *tx, uint64_t final_seq)
 {
 	tb_ud_tx_t *u = (tb_ud_tx_t *)tx;
-	tb_packet_hdr_t end;
+	tb_packet_hdr_t end[TB_UD_END_COPIES];
 	uint64_t until = tb_clock_mono_ns() + TB_UD_WAIT_NS;
 
+	if (tb_atomic_load_relaxed(&u->broken))
+		tx_recover(u);
 	for (int i = 0; i < TB_UD_END_COPIES; i++) {
-		tb_dgram_tx_end(&u->dg, &end, final_seq);
-		if (post_one(u, &end, NULL, 0, i == TB_UD_END_COPIES - 1) < 0)
+		tb_dgram_tx_end(&u->dg, &end[i], final_seq);
+		if (post_one(u, &end[i], NULL, 0, i == TB_UD_END_COPIES - 1) < 0)
 			break;
 	}
 	while (u->completed < u->posted && tb_clock_mono_ns() < until) {
@@ -314,15 +449,33 @@ static void ud_tx_close(tb_tx_t *tx, uint64_t final_seq)
 			break;
 		if (wc.status != IBV_WC_SUCCESS)
 			u->send_errors++;
-		u->completed = wc.wr_id;
+		if (wc.wr_id > u->completed)
+			u->completed = wc.wr_id;
 	}
 	ud_tx_free(u);
+}
+
+/* The work request every data post sends: what changes per datagram is
+ * set by post_one. */
+static void prepare_wr(tb_ud_tx_t *u)
+{
+	memset(&u->wr, 0, sizeof(u->wr));
+	u->sge[0].length = TB_PACKET_HDR_LEN;
+	u->sge[0].lkey = u->slab_mr->lkey; /* unused when inline */
+	u->sge[1].lkey = u->ring_mr->lkey;
+	u->wr.sg_list = u->sge;
+	u->wr.opcode = IBV_WR_SEND_WITH_IMM;
+	u->wr.wr.ud.ah = u->ah;
+	u->wr.wr.ud.remote_qpn = TB_UD_MCAST_QPN;
+	u->wr.wr.ud.remote_qkey = u->qkey;
+	u->until_signal = u->signal_every;
 }
 
 static int tx_verbs(tb_ud_tx_t *u, const tb_stream_cfg_t *cfg)
 {
 	tb_ud_dev_t *d = &u->dev;
 	struct ibv_ah_attr ah = {.is_global = 1, .port_num = d->v.port};
+	size_t slab = (size_t)u->sq_depth * sizeof(tb_packet_hdr_t);
 
 	u->cq = ibv_create_cq(d->v.ctx, (int)u->sq_depth + 1, NULL, NULL, 0);
 	u->beat_cq = ibv_create_cq(d->v.ctx, 4, NULL, NULL, 0);
@@ -336,12 +489,16 @@ static int tx_verbs(tb_ud_tx_t *u, const tb_stream_cfg_t *cfg)
 	if (!u->beat_qp)
 		return TB_ESYS;
 	/* The ring and the header slabs: read by the NIC only. */
-	u->ring_mr = ibv_reg_mr(d->v.pd, u->ring_mem, cfg->ring_size, 0);
-	u->slab_mr = ibv_reg_mr(d->v.pd, u->slab,
-				(size_t)u->sq_depth * sizeof(tb_packet_hdr_t), 0);
+	u->ring_mr = ibv_reg_mr(d->v.pd, u->ring_mem.addr, cfg->ring_size, 0);
+	if (!u->ring_mr)
+		return reg_failed(errno, d, "the ring", cfg->ring_size);
+	u->slab_mr = ibv_reg_mr(d->v.pd, u->slab, slab, 0);
+	if (!u->slab_mr)
+		return reg_failed(errno, d, "the header slab", slab);
 	u->beat_mr = ibv_reg_mr(d->v.pd, u->beat_hdr, sizeof(tb_packet_hdr_t), 0);
-	if (!u->ring_mr || !u->slab_mr || !u->beat_mr)
-		return tb_error_sys(errno, "ud: %s: register the ring", d->v.name);
+	if (!u->beat_mr)
+		return reg_failed(errno, d, "the heartbeat header",
+				  sizeof(tb_packet_hdr_t));
 	ah.grh.dgid = d->mgid;
 	ah.grh.sgid_index = (uint8_t)d->v.gid_index;
 	ah.grh.hop_limit = (uint8_t)(cfg->ttl > 0 ? cfg->ttl : 1);
@@ -349,11 +506,24 @@ static int tx_verbs(tb_ud_tx_t *u, const tb_stream_cfg_t *cfg)
 	if (!u->ah)
 		return tb_error_sys(errno, "ud: %s: address handle for group %s",
 				  d->v.name, cfg->group.host);
+	prepare_wr(u);
 	return 0;
+}
+
+/* The largest power of two at most `v` (v > 0). */
+static uint32_t pow2_floor(uint64_t v)
+{
+	uint32_t p = 1;
+
+	while ((uint64_t)p * 2 <= v && p < (1u << 30))
+		p *= 2;
+	return p;
 }
 
 static int ud_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 {
+	int node = cfg->publisher_core >= 0 ? tb_mem_node_of_core(cfg->publisher_core)
+					    : -1;
 	tb_ud_tx_t *u = calloc(1, sizeof(*u));
 	uint32_t cap;
 	uint64_t depth;
@@ -375,18 +545,25 @@ static int ud_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 				2u * TB_UD_SQ_MIN * u->dev.mtu, u->dev.mtu);
 		goto fail;
 	}
-	u->sq_depth = depth > TB_UD_SQ_MAX ? TB_UD_SQ_MAX : (uint32_t)depth;
-	u->signal_every = u->sq_depth / 4;
-	if (posix_memalign((void **)&u->ring_mem, 4096, cfg->ring_size) != 0 ||
-	    posix_memalign((void **)&u->slab, 64,
-			   u->sq_depth * sizeof(tb_packet_hdr_t)) != 0 ||
-	    posix_memalign((void **)&u->beat_hdr, 64, sizeof(tb_packet_hdr_t)) != 0) {
-		rc = tb_error_set(TB_ENOMEM, "ud: no memory for a %llu-byte ring",
-				(unsigned long long)cfg->ring_size);
+	if (depth > TB_UD_SQ_MAX)
+		depth = TB_UD_SQ_MAX;
+	if (depth > u->dev.max_qp_wr)
+		depth = u->dev.max_qp_wr;
+	u->sq_depth = pow2_floor(depth);
+	u->signal_every = u->sq_depth / 4 < TB_UD_SIGNAL_EVERY ? u->sq_depth / 4
+							    : TB_UD_SIGNAL_EVERY;
+	if ((rc = tb_mem_alloc(&u->ring_mem, cfg->ring_size, node, 0)) < 0 ||
+	    (rc = tb_mem_alloc(&u->slab_mem, u->sq_depth * sizeof(tb_packet_hdr_t),
+			       node, TB_MEM_NO_HUGETLB | TB_MEM_NO_THP)) < 0)
+		goto fail;
+	u->slab = u->slab_mem.addr;
+	if (posix_memalign((void **)&u->beat_hdr, 64, sizeof(tb_packet_hdr_t)) != 0) {
+		u->beat_hdr = NULL;
+		rc = tb_error_set(TB_ENOMEM, "ud: out of memory");
 		goto fail;
 	}
-	memset(u->ring_mem, 0, cfg->ring_size); /* fault it in now */
-	tb_ring_init(&u->tx.ring, u->ring_mem, cfg->ring_size, cfg->id, NULL, NULL);
+	tb_ring_init(&u->tx.ring, u->ring_mem.addr, cfg->ring_size, cfg->id, NULL,
+		     NULL);
 	cap = tb_dgram_max_frame(u->dev.mtu);
 	if (cap < u->tx.ring.max_frame)
 		u->tx.ring.max_frame = cap;
@@ -422,20 +599,24 @@ const tb_tx_ops_t tb_ud_tx_ops = {
 
 /* --------------------------------------------------------- subscribing */
 
-/* Hands `n` done buffers back to the receive queue in one post. */
+/* Hands the done buffers back to the receive queue in one post.  A QP in
+ * error takes none (they would only flush): the rebuild posts them all. */
 static void repost(tb_ud_rx_t *r)
 {
 	struct ibv_recv_wr *bad;
+	int n = r->n_repost;
 
-	if (!r->n_repost)
-		return;
-	r->rwr[r->n_repost - 1].next = NULL;
-	if (tb_unlikely(ibv_post_recv(r->qp, &r->rwr[0], &bad) != 0))
-		r->wc_errors++;
-	r->reposts++;
-	if (r->n_repost < TB_UD_REPOST)
-		r->rwr[r->n_repost - 1].next = &r->rwr[r->n_repost];
 	r->n_repost = 0;
+	if (!n || tb_unlikely(r->broken))
+		return;
+	r->rwr[n - 1].next = NULL;
+	if (tb_unlikely(ibv_post_recv(r->qp, &r->rwr[0], &bad) != 0)) {
+		r->wc_errors++;
+		r->broken = 1;
+	}
+	r->reposts++;
+	if (n < TB_UD_REPOST)
+		r->rwr[n - 1].next = &r->rwr[n];
 }
 
 static inline void recycle(tb_ud_rx_t *r, uint64_t id)
@@ -457,16 +638,100 @@ static inline void drop_malformed(tb_ud_rx_t *r, const struct ibv_wc *wc)
 	r->next++;
 }
 
+/* A receive completed in error.  Flushed: the QP is in error and every
+ * receive will flush.  Anything else (a datagram too large for the buffer,
+ * say): reposted if the QP is still up, which a NIC may or may not leave it
+ * (asked: an error path). */
+static void wc_error(tb_ud_rx_t *r, const struct ibv_wc *wc)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+
+	r->wc_errors++;
+	tb_counter_inc(r->dg.ctr, TB_CTR_ERRORS);
+	if (wc->status == IBV_WC_WR_FLUSH_ERR ||
+	    ibv_query_qp(r->qp, &a, IBV_QP_STATE, &ia) != 0 ||
+	    a.qp_state == IBV_QPS_ERR)
+		r->broken = 1;
+	else
+		recycle(r, wc->wr_id);
+}
+
+static void rx_qp_close(tb_ud_rx_t *r)
+{
+	if (r->attached)
+		ibv_detach_mcast(r->qp, &r->dev.mgid, 0);
+	r->attached = 0;
+	if (r->qp)
+		ibv_destroy_qp(r->qp);
+	r->qp = NULL;
+	if (r->cq)
+		ibv_destroy_cq(r->cq);
+	r->cq = NULL;
+}
+
+/* A CQ and a QP with every buffer posted, joined to the group. */
+static int rx_qp_open(tb_ud_rx_t *r)
+{
+	tb_ud_dev_t *d = &r->dev;
+	int e;
+
+	r->cq = ibv_create_cq(d->v.ctx, (int)r->depth + 1, NULL, NULL, 0);
+	if (!r->cq)
+		return tb_error_sys(errno, "ud: %s: ibv_create_cq (%u entries)",
+				  d->v.name, r->depth + 1);
+	r->qp = ud_qp(d, r->cq, 1, r->depth, 0, r->qkey, NULL);
+	if (!r->qp)
+		return TB_ESYS;
+	r->broken = 0;
+	r->n_repost = 0;
+	r->got = r->next = 0;
+	for (uint64_t id = 0; id < r->depth; id++)
+		recycle(r, id);
+	repost(r);
+	if (r->broken)
+		return tb_error_set(TB_ESYS, "ud: %s: post the receive buffers",
+				  d->v.name);
+	e = ibv_attach_mcast(r->qp, &d->mgid, 0);
+	if (e != 0)
+		return tb_error_sys(e, "ud: %s: attach to the group", d->v.name);
+	r->attached = 1;
+	return 0;
+}
+
+/*
+ * The QP went to the error state: a new CQ and QP, every buffer posted,
+ * the group joined again (error path: system calls, at most every
+ * TB_UD_REBUILD_NS).  The datagram being delivered, if any, was in a
+ * buffer now posted again: dgram.h forgets it, and what it and the others
+ * lost held comes back as a gap.
+ */
+static void rx_rebuild(tb_ud_rx_t *r, uint64_t now)
+{
+	if (r->rebuilt_ns && now - r->rebuilt_ns < TB_UD_REBUILD_NS)
+		return;
+	r->rebuilt_ns = now;
+	tb_dgram_rx_forget(&r->dg);
+	rx_qp_close(r);
+	if (rx_qp_open(r) < 0) {
+		r->broken = 1; /* tried again later */
+		return;
+	}
+	r->rebuilds++;
+}
+
 static int ud_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 		      tb_handler_t handler, void *clientd, int limit)
 {
 	tb_ud_rx_t *r = (tb_ud_rx_t *)rx;
 	uint64_t now = 0;
-	int n = 0, done, rc;
+	int n = 0, done, rc, polled = 0;
 
 	/* Hot path: one ibv_poll_cq per TB_UD_POLL datagrams, one
 	 * ibv_post_recv per TB_UD_REPOST; no allocation, lock or system
-	 * call. */
+	 * call.  A batch with nothing to deliver (rubbish, forgeries,
+	 * another epoch) ends the poll like an empty one, so a flood cannot
+	 * hold the caller here nor hide a dead publisher. */
 	tb_dgram_rx_set_counters(&r->dg, rx->ctr);
 	for (;;) {
 		const struct ibv_wc *wc;
@@ -476,9 +741,16 @@ static int ud_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 		if (r->next == r->got) {
 			if (n > 0)
 				return n;
+			if (tb_unlikely(r->broken))
+				rx_rebuild(r, tb_clock_now_ns_inline());
 			r->next = 0;
-			r->got = ibv_poll_cq(r->cq, TB_UD_POLL, r->wc);
+			r->got = 0;
+			if (!polled && !r->broken)
+				r->got = ibv_poll_cq(r->cq, TB_UD_POLL, r->wc);
+			polled = 1;
 			if (r->got <= 0) {
+				if (tb_unlikely(r->got < 0))
+					r->broken = 1; /* the CQ failed */
 				r->got = 0;
 				return tb_dgram_rx_idle(&r->dg,
 							tb_clock_now_ns_inline());
@@ -487,10 +759,7 @@ static int ud_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 		}
 		wc = &r->wc[r->next];
 		if (tb_unlikely(wc->status != IBV_WC_SUCCESS)) {
-			/* The QP is in error and flushes its receives: they
-			 * are not reposted (they would flush again). */
-			r->wc_errors++;
-			tb_counter_inc(r->dg.ctr, TB_CTR_ERRORS);
+			wc_error(r, wc);
 			r->next++;
 			continue;
 		}
@@ -536,19 +805,14 @@ static void ud_rx_close(tb_rx_t *rx)
 {
 	tb_ud_rx_t *r = (tb_ud_rx_t *)rx;
 
-	if (r->attached)
-		ibv_detach_mcast(r->qp, &r->dev.mgid, 0);
+	rx_qp_close(r);
 	if (r->igmp_fd >= 0)
 		close(r->igmp_fd);
-	if (r->qp)
-		ibv_destroy_qp(r->qp);
-	if (r->cq)
-		ibv_destroy_cq(r->cq);
 	if (r->mr)
 		ibv_dereg_mr(r->mr);
 	dev_close(&r->dev);
 	tb_dgram_rx_fini(&r->dg);
-	free(r->bufs);
+	tb_mem_free(&r->buf_mem);
 	free(r);
 }
 
@@ -579,28 +843,46 @@ static void igmp_join(tb_ud_rx_t *r, const tb_stream_cfg_t *cfg)
 	r->igmp_fd = -1;
 }
 
-static int rx_verbs(tb_ud_rx_t *r)
+/* Receive buffers: cfg.recv_depth (TB_UD_RECVS when 0), at most what the
+ * device's queues and CQs hold. */
+static uint32_t rx_depth(const tb_ud_rx_t *r, const tb_stream_cfg_t *cfg)
 {
+	const tb_ud_dev_t *d = &r->dev;
+	uint64_t want = cfg->recv_depth ? cfg->recv_depth : TB_UD_RECVS;
+	uint64_t most = d->max_qp_wr;
+
+	if (d->max_cqe > 0 && (uint64_t)d->max_cqe - 1 < most)
+		most = (uint64_t)d->max_cqe - 1;
+	if (want < TB_UD_RECVS_MIN)
+		want = TB_UD_RECVS_MIN;
+	if (want > most) {
+		tb_info("ud: stream '%s': %llu receive buffers asked for, %s holds "
+			"%llu: using %llu", cfg->name, (unsigned long long)want,
+			d->v.name, (unsigned long long)most,
+			(unsigned long long)most);
+		want = most;
+	}
+	return (uint32_t)want;
+}
+
+static int rx_verbs(tb_ud_rx_t *r, const tb_stream_cfg_t *cfg)
+{
+	int node = cfg->subscriber_core >= 0 ? tb_mem_node_of_core(cfg->subscriber_core)
+					     : -1;
 	tb_ud_dev_t *d = &r->dev;
 	size_t size;
-	int e;
+	int rc;
 
-	r->stride = (TB_UD_GRH + d->path_mtu + 63u) & ~63u;
-	size = (size_t)TB_UD_RECVS * r->stride;
-	if (posix_memalign((void **)&r->bufs, 4096, size) != 0) {
-		r->bufs = NULL;
-		return tb_error_set(TB_ENOMEM, "ud: no memory for receive buffers");
-	}
-	memset(r->bufs, 0, size);
+	/* A buffer holds the GRH and a datagram of the group's mtu. */
+	r->stride = (TB_UD_GRH + d->mtu + 63u) & ~63u;
+	r->depth = rx_depth(r, cfg);
+	size = (size_t)r->depth * r->stride;
+	if ((rc = tb_mem_alloc(&r->buf_mem, size, node, 0)) < 0)
+		return tb_error_prepend(rc, "ud: receive buffers");
+	r->bufs = r->buf_mem.addr;
 	r->mr = ibv_reg_mr(d->v.pd, r->bufs, size, IBV_ACCESS_LOCAL_WRITE);
 	if (!r->mr)
-		return tb_error_sys(errno, "ud: %s: register receive buffers", d->v.name);
-	r->cq = ibv_create_cq(d->v.ctx, TB_UD_RECVS + 1, NULL, NULL, 0);
-	if (!r->cq)
-		return tb_error_sys(errno, "ud: %s: ibv_create_cq", d->v.name);
-	r->qp = ud_qp(d, r->cq, 1, TB_UD_RECVS, 0, r->qkey, NULL);
-	if (!r->qp)
-		return TB_ESYS;
+		return reg_failed(errno, d, "the receive buffers", size);
 	for (int i = 0; i < TB_UD_REPOST; i++) {
 		r->rsge[i].length = r->stride;
 		r->rsge[i].lkey = r->mr->lkey;
@@ -608,16 +890,7 @@ static int rx_verbs(tb_ud_rx_t *r)
 		r->rwr[i].num_sge = 1;
 		r->rwr[i].next = i + 1 < TB_UD_REPOST ? &r->rwr[i + 1] : NULL;
 	}
-	for (uint64_t id = 0; id < TB_UD_RECVS; id++)
-		recycle(r, id);
-	if (r->wc_errors)
-		return tb_error_set(TB_ESYS, "ud: %s: post the receive buffers",
-				  d->v.name);
-	e = ibv_attach_mcast(r->qp, &d->mgid, 0);
-	if (e != 0)
-		return tb_error_sys(e, "ud: %s: attach to the group", d->v.name);
-	r->attached = 1;
-	return 0;
+	return rx_qp_open(r);
 }
 
 static int ud_rx_open(tb_rx_t **out, const tb_stream_cfg_t *cfg)
@@ -635,15 +908,16 @@ static int ud_rx_open(tb_rx_t **out, const tb_stream_cfg_t *cfg)
 		return rc;
 	}
 	tb_dgram_rx_init(&r->dg, cfg->id, cfg->liveness_timeout_ms, cfg->token,
-			 r->dev.path_mtu);
+			 r->dev.mtu);
 	tb_dgram_token_check(cfg);
-	rc = rx_verbs(r);
+	rc = rx_verbs(r, cfg);
 	if (rc < 0)
 		goto fail;
 	igmp_join(r, cfg);
-	tb_info("ud: stream '%s': subscriber QP %u joined %s on %s port %u",
-		cfg->name, r->qp->qp_num, cfg->group.host, r->dev.v.name,
-		r->dev.v.port);
+	tb_info("ud: stream '%s': subscriber QP %u joined %s on %s port %u, %u "
+		"receive buffers of %u bytes", cfg->name, r->qp->qp_num,
+		cfg->group.host, r->dev.v.name, r->dev.v.port, r->depth,
+		r->dev.mtu);
 	r->rx.ops = &tb_ud_rx_ops;
 	*out = &r->rx;
 	return 0;

@@ -11,21 +11,38 @@
  * join, which tickbus does not make, so InfiniBand ports are passed over
  * and a host with no other is refused, saying so.  One PD per endpoint.
  * The group is cfg.group, an IPv4 multicast address; its MGID is the
- * IPv4-mapped form a RoCE NIC uses, ::ffff:a.b.c.d.  The path MTU is the
- * port's active MTU; cfg.mtu, when set, lowers the datagram bound (never
- * above the path MTU).
+ * IPv4-mapped form a RoCE NIC uses, ::ffff:a.b.c.d.
  *
- * Publisher.  A private ring (ring.h) of cfg.ring_size bytes registered
- * once, a UD QP, an address handle for the group.  `send` packs the
- * committed frames (dgram.h) and posts each ready datagram with one
- * ibv_post_send of SEND_WITH_IMM to the multicast QPN, two SGEs: the
- * packet header, copied into a slot of a small registered header slab that
- * belongs to that send-queue slot, and the frames straight from the ring
- * (zero copy; a datagram's frames never wrap, dgram.h ends a datagram at
- * the ring's end).  Datagrams up to the QP's inline limit go inline.  The
- * immediate is first_seq's low 32 bits in network order.  One WR in
- * sq_depth / 4 is signalled and the send CQ is polled only when the send
- * queue is full, so it never overflows.
+ * The group's datagram size.  Every member of a group must be able to
+ * receive what the publisher sends, and ports of different hosts may have
+ * different MTUs (a 4096-byte datagram does not cross a 1024-byte link).
+ * cfg.mtu is that bound for the whole group: set it to the same value on
+ * every member, at most the smallest port MTU among them; each end refuses
+ * an mtu above its own port's.  The publisher's datagrams are at most
+ * cfg.mtu (default: its port's MTU) and every header names it (packet.h's
+ * `mtu`); a subscriber's receive buffers hold cfg.mtu (default: its own
+ * port's MTU), and one that hears a publisher name more than that says so
+ * once, in words and in the errors counter: its larger datagrams are lost
+ * and come back as gaps.  A receive that completes in error (a datagram
+ * too large for its buffer, among others) is reposted; if the QP went to
+ * the error state, it is rebuilt.
+ *
+ * Publisher.  A private ring (ring.h) of cfg.ring_size bytes from
+ * tb_mem_alloc (on the publisher core's NUMA node, huge pages where there
+ * are any), registered once, a UD QP, an address handle for the group.
+ * `send` packs the committed frames (dgram.h, which numbers and signs each
+ * datagram) and posts each ready datagram with one ibv_post_send of
+ * SEND_WITH_IMM to the multicast QPN, two SGEs: the 64-byte packet header
+ * and the frames straight from the ring (zero copy; a datagram's frames
+ * never wrap, dgram.h ends a datagram at the ring's end).  The work request
+ * and its SGEs are prepared once at open; a post sets the addresses,
+ * lengths, flags, wr_id and immediate.  A datagram up to the QP's inline
+ * limit goes inline, its header read from dgram.h's list during the post;
+ * a larger one's header is copied into a slot of a small registered slab
+ * that belongs to that send-queue slot.  The immediate is first_seq's low
+ * 32 bits in network order.  One WR in signal_every is signalled, and
+ * posting it reaps the send CQ without waiting, so that a failed send is
+ * seen within a few posts and the CQ never overflows.
  *
  * What the NIC reads after the post stays put until it has read it (the
  * rule dgram.h states, kept here without holding tb_dgram_tx_sent back):
@@ -35,9 +52,19 @@
  * datagram's frames the publisher must first commit ring_size more bytes,
  * at least ring_size - 2 * mtu of them posted (one datagram may be open,
  * one padding frame skipped), which is 2 * depth - 2 datagrams of at most
- * mtu bytes: more than the queue holds, so the datagram has completed.  Batching is dgram.h's: a datagram leaves when full, at
- * each send when batch_us is 0, at a send or tb_pub_flush once its oldest
- * frame is batch_us old.
+ * mtu bytes: more than the queue holds, so the datagram has completed.
+ * Batching is dgram.h's: a datagram leaves when full, at each send when
+ * batch_us is 0, at a send or tb_pub_flush once its oldest frame is
+ * batch_us old.
+ *
+ * A failed send (an error completion: a NIC moves a UD QP to SQE, softrdma
+ * to ERR) would flush every later post while the heartbeats, on their own
+ * QP, still said "alive".  So the QP is brought back (SQE -> RTS, or ERR ->
+ * RESET -> INIT -> RTR -> RTS) by the publishing thread before its next
+ * post, when its own reaping saw the error or the heartbeat thread, which
+ * looks at the data QP's state every beat, flagged it.  What was flushed
+ * is lost, and subscribers are told by the next heartbeat (it names
+ * everything posted).
  *
  * A message larger than one datagram is refused at offer with TB_EMSGSIZE
  * (ring.max_frame is capped at tb_dgram_max_frame(mtu)): no fragmentation.
@@ -62,25 +89,35 @@
  * switches forward the group to this port, an IGMP membership on the
  * port's netdev (a UDP socket with IP_ADD_MEMBERSHIP on the GID's
  * interface, or on cfg.interface; on softrdma that is loopback, harmless).
- * A receive ring of TB_UD_RECVS buffers of 40 (GRH) + path MTU bytes,
- * replenished TB_UD_REPOST at a time with one ibv_post_recv.  Poll takes up
- * to TB_UD_POLL completions at once, skips the GRH, checks that the
- * immediate matches first_seq, and hands the datagram to dgram.h, which
- * validates it, counts malformed ones by kind and classifies the frames.
+ * A receive ring of buffers of 40 (GRH) + the group's mtu, from
+ * tb_mem_alloc on the subscriber core's node: cfg.recv_depth of them
+ * (default TB_UD_RECVS), never more than the device's max_qp_wr and
+ * max_cqe allow (a note says when it capped them).  Buffers are replenished TB_UD_REPOST at a time with one
+ * ibv_post_recv.  Poll takes up to TB_UD_POLL completions at once, skips
+ * the GRH, checks that the immediate matches first_seq, and hands the
+ * datagram to dgram.h, which authenticates it, counts malformed, forged
+ * and replayed ones by kind and classifies the frames.  A poll that found
+ * nothing to deliver in one batch of completions returns (a flood of
+ * rubbish cannot hold the caller).  A receive completed in error is
+ * reposted, unless the QP is in the error state (every receive then
+ * flushes): the QP and its CQ are then made anew, the buffers posted and
+ * the group joined again, at most every TB_UD_REBUILD_NS; what was lost
+ * meanwhile comes back as a gap at the next datagram or heartbeat.
  *
- * Not used by ud: cfg.loopback (every QP attached to the group receives,
+ * Not used by ud: cfg.rcvbuf (udp's socket buffer), cfg.loopback (every QP attached to the group receives,
  * on this host too, as a NIC delivers; only a QP's own datagrams could be
- * blocked, and the publisher's QP never joins), cfg.rcvbuf (udp only).
- * cfg.ttl is the address handle's hop limit; cfg.interface, when set,
- * chooses the netdev of the IGMP join instead of the GID's.
+ * blocked, and the publisher's QP never joins).  cfg.ttl is the address
+ * handle's hop limit; cfg.interface, when set, chooses the netdev of the
+ * IGMP join instead of the GID's.
  *
  * Threads: as transport.h.  send, flush and poll are hot: no allocation,
  * lock or system call (ibv_post_send, ibv_post_recv and ibv_poll_cq are
- * user-space doorbells on a real NIC).
+ * user-space doorbells on a real NIC) but on the error paths above.
  */
 #ifndef TB_TRANSPORT_UD_H
 #define TB_TRANSPORT_UD_H
 
+#include "bus/mem.h"
 #include "bus/transport/dgram.h"
 #include "bus/transport/transport.h"
 #include "bus/transport/verbs.h"
@@ -94,16 +131,30 @@
  * refused), the stream id in the low 24 bits, so that the NIC itself drops
  * another stream's datagrams sent to the same group. */
 #define TB_UD_QKEY(stream_id) (0x54000000u | ((stream_id) & 0xffffffu))
-/* Receive buffers: 1024 * (40 + 4096) bytes = 4 MiB, a few ms of line rate
- * at 10 Gb/s; reposted 32 at a time (one doorbell per 32 datagrams). */
-#define TB_UD_RECVS 1024
+/* Receive buffers when cfg.recv_depth is 0: 4096 datagrams, four times
+ * the ~100 us of a line-rate burst that 1024 held (17 MB at mtu 4096,
+ * 4.4 MB at the 1024 of a 1500-byte Ethernet); recv_depth is at least
+ * TB_UD_RECVS_MIN (the config's lower bound, a few reposts' worth).
+ * Reposted 32 at a time (one doorbell per 32 datagrams). */
+#define TB_UD_RECVS 4096u
+#define TB_UD_RECVS_MIN 256u
 #define TB_UD_REPOST 32
 #define TB_UD_POLL 16
-/* Send queue: at most this deep (and at most ring_size / (2 * mtu)). */
+/* A receive QP in the error state is rebuilt at most this often, so that
+ * a device that keeps failing costs at most a small share of the polling
+ * core in system calls. */
+#define TB_UD_REBUILD_NS 1000000ull
+/* Send queue: at most this deep (and at most ring_size / (2 * mtu)), a
+ * power of two; one WR in TB_UD_SIGNAL_EVERY (or a quarter of the queue,
+ * if less) is signalled. */
 #define TB_UD_SQ_MAX 512
 #define TB_UD_SQ_MIN 8
-/* Bytes of a datagram small enough to post inline. */
-#define TB_UD_INLINE 256
+#define TB_UD_SIGNAL_EVERY 16
+/* Bytes of a datagram small enough to post inline: what fits one 256-byte
+ * send WQE on a UD QP created with only its send operations (256 - 16
+ * control - 48 datagram segment - 4 inline header); 256 took five 64-byte
+ * blocks. */
+#define TB_UD_INLINE 188u
 /* ENDs sent at close: one may be lost like any datagram. */
 #define TB_UD_END_COPIES 3
 
@@ -112,7 +163,9 @@ typedef struct tb_ud_dev {
 	tb_verbs_dev_t v;      /* device, port, source GID (and its netdev), PD */
 	union ibv_gid mgid;    /* ::ffff:group */
 	uint32_t path_mtu;     /* bytes */
-	uint32_t mtu;          /* datagram bound: path MTU or cfg.mtu */
+	uint32_t mtu;          /* the group's datagram bound: cfg.mtu or path */
+	uint32_t max_qp_wr;    /* the device's limits */
+	int max_cqe;
 } tb_ud_dev_t;
 
 typedef struct tb_ud_tx {
@@ -124,14 +177,23 @@ typedef struct tb_ud_tx {
 	struct ibv_ah *ah;
 	struct ibv_mr *ring_mr;
 	struct ibv_mr *slab_mr;
-	tb_packet_hdr_t *slab;        /* one header per send-queue slot */
-	uint8_t *ring_mem;
+	tb_mem_t ring_mem;
+	tb_mem_t slab_mem;
+	tb_packet_hdr_t *slab;     /* one header per send-queue slot */
 	uint32_t qkey;
-	uint32_t sq_depth;
+	uint32_t sq_depth;         /* a power of two */
 	uint32_t signal_every;
+	uint32_t until_signal;     /* posts before the next signalled one */
 	uint32_t max_inline;
 	uint64_t posted;           /* WRs posted on the data QP, ever */
 	uint64_t completed;        /* of those, known complete */
+	/* The work request every post sends, prepared at open. */
+	struct ibv_send_wr wr;
+	struct ibv_sge sge[2];
+	/* Set by the heartbeat thread or the publishing thread's own reaping
+	 * when the data QP left RTS; the publishing thread brings it back
+	 * (R2/A2 in ud.c). */
+	_Atomic int broken;
 	/* The heartbeat thread's own QP, CQ and header. */
 	struct ibv_cq *beat_cq;
 	struct ibv_qp *beat_qp;
@@ -146,6 +208,8 @@ typedef struct tb_ud_tx {
 	uint64_t signalled;
 	uint64_t cq_polls;
 	uint64_t send_errors;
+	uint64_t recoveries;       /* data QP brought back to RTS */
+	uint64_t beat_recoveries;  /* the heartbeat QP, likewise */
 } tb_ud_tx_t;
 
 typedef struct tb_ud_rx {
@@ -155,8 +219,10 @@ typedef struct tb_ud_rx {
 	struct ibv_cq *cq;
 	struct ibv_qp *qp;
 	struct ibv_mr *mr;
-	uint8_t *bufs;             /* TB_UD_RECVS * stride */
+	tb_mem_t buf_mem;
+	uint8_t *bufs;             /* depth * stride */
 	uint32_t stride;
+	uint32_t depth;            /* receive buffers, all posted when idle */
 	int attached;
 	int igmp_fd;               /* holds the IGMP membership; -1 = none */
 	uint32_t qkey;
@@ -165,10 +231,13 @@ typedef struct tb_ud_rx {
 	int n_repost;              /* buffers done, waiting to be reposted */
 	struct ibv_recv_wr rwr[TB_UD_REPOST];
 	struct ibv_sge rsge[TB_UD_REPOST];
+	int broken;                /* the QP is in error: rebuild it */
+	uint64_t rebuilt_ns;       /* when it last was */
 	/* Statistics beyond dg's. */
 	uint64_t bad_imm;          /* immediate missing or not first_seq */
 	uint64_t wc_errors;        /* receive completions in error */
 	uint64_t reposts;          /* ibv_post_recv calls */
+	uint64_t rebuilds;         /* QP and CQ made anew */
 } tb_ud_rx_t;
 
 extern const tb_tx_ops_t tb_ud_tx_ops;

@@ -16,11 +16,18 @@
  * messages and flushes; frames per datagram and system calls per message
  * show what batching buys (no receiver needed: counted at the sender).
  *
+ * Authentication: the cost of signing (publisher) and verifying
+ * (subscriber) one datagram's tag (dgram_auth.h), for a datagram of one
+ * 64-byte message and for a full one (mtu 1472), median of RUNS runs,
+ * printed beside the udp round trip measured above in the same run (the
+ * goal: sign + verify under 5% of it).
+ *
  * Not a test: it prints figures and exits 0 unless it could not run.
  */
 #include <tickbus/tickbus.h>
 
 #include "bus/clock.h"
+#include "bus/transport/dgram_auth.h"
 #include "bus/transport/udp.h"
 #include <tickbus/hist.h>
 #include "tests/common/bench.h"
@@ -120,6 +127,7 @@ static void cfg_for(tb_stream_cfg_t *cfg, const char *name, uint32_t id)
 	snprintf(cfg->interface, sizeof(cfg->interface), "127.0.0.1");
 	cfg->idle = TB_IDLE_BUSY_SPIN;
 	cfg->ring_size = 1 << 20;
+	snprintf(cfg->token, sizeof(cfg->token), "bench-token");
 }
 
 struct echo {
@@ -300,6 +308,52 @@ static void core_run(int burst, double *pack_ns, double *rx_ns)
 		printf("\n"); /* keeps the handler's work */
 }
 
+/* ns per tag over a `len`-byte datagram: signing and verifying, each the
+ * median of RUNS runs of `iters`. */
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static void auth_cost(uint32_t len, double *sign_ns, double *verify_ns)
+{
+	static uint8_t dgram[2048] __attribute__((aligned(64)));
+	tb_packet_hdr_t *h = (tb_packet_hdr_t *)dgram;
+	const int iters = 200000;
+	double s[RUNS], v[RUNS];
+	tb_dgram_auth_t auth;
+	static tb_dgram_key_t key;
+	volatile int ok = 0;
+
+	memset(dgram, 0x5a, sizeof(dgram));
+	tb_packet_init(h, 0, 1, 42, 1, 1, len);
+	h->since = 1;
+	tb_dgram_auth_init(&auth, "bench-token", 1);
+	tb_dgram_auth_key(&auth, 42, &key);
+	for (int r = 0; r < RUNS; r++) {
+		uint64_t t0 = tb_clock_now_ns();
+
+		for (int i = 0; i < iters; i++) {
+			h->nonce = (uint64_t)i;
+			tb_dgram_auth_sign(&key, h, dgram + TB_PACKET_HDR_LEN,
+					   len - TB_PACKET_HDR_LEN);
+		}
+		s[r] = (double)(tb_clock_now_ns() - t0) / iters;
+		t0 = tb_clock_now_ns();
+		for (int i = 0; i < iters; i++)
+			ok += tb_dgram_auth_verify(&key, dgram, len);
+		v[r] = (double)(tb_clock_now_ns() - t0) / iters;
+	}
+	if (ok != RUNS * iters)
+		printf("bench udp: authentication: a tag did not verify\n");
+	qsort(s, RUNS, sizeof(s[0]), cmp_double);
+	qsort(v, RUNS, sizeof(v[0]), cmp_double);
+	*sign_ns = s[RUNS / 2];
+	*verify_ns = v[RUNS / 2];
+}
+
 int main(int argc, char **argv)
 {
 	bench_result_t fl[RUNS], tb[RUNS];
@@ -324,6 +378,28 @@ int main(int argc, char **argv)
 	       core_a, core_b);
 	bench_print_vs_floor("bench udp", 24, fl, "floor (plain UDP socket)", tb,
 			     "tickbus udp multicast", RUNS, "");
+	{
+		/* The tickbus run with the median p50 (bench_print_vs_floor
+		 * sorted them): its round trip is twice its one-way p50. */
+		double rtt = 2.0 * (double)tb[RUNS / 2].p50;
+		static const uint32_t sizes[] = {TB_PACKET_HDR_LEN + 96, 1472};
+		static const char *const what[] = {"1 message of 64 B",
+						    "full (mtu 1472, 14 messages)"};
+
+		printf("bench udp: authentication per datagram (GMAC-AES-128, nettle), "
+		       "median of %d runs, against the round trip above (%.0f ns); "
+		       "goal: sign + verify < 5%% of it\n", RUNS, rtt);
+		printf("bench udp: %-30s %9s %9s %9s %12s\n", "datagram", "sign ns",
+		       "verify ns", "both ns", "of round trip");
+		for (int i = 0; i < 2; i++) {
+			double sg, vf;
+
+			auth_cost(sizes[i], &sg, &vf);
+			printf("bench udp: %-30s %9.0f %9.0f %9.0f %11.1f%%  (%u bytes)\n",
+			       what[i], sg, vf, sg + vf, 100.0 * (sg + vf) / rtt,
+			       sizes[i]);
+		}
+	}
 	printf("bench udp: batching, 64-byte messages in bursts then tb_pub_flush, "
 	       "mtu 1472; core = packing and receiving alone, no system call\n");
 	printf("bench udp: %8s %16s %14s %16s %16s\n", "burst", "frames/datagram",

@@ -14,6 +14,14 @@
  *  - forgery from that sender, knowing stream id and epoch: END, a
  *    far-future sequence and epoch + 1, in the old 32-byte layout and in
  *    the new one with a wrong tag, change nothing;
+ *  - a send that fails (a bad lkey: the QP leaves RTS) is recovered from:
+ *    later datagrams arrive, the loss is told as a gap;
+ *  - the group's mtu: a subscriber with smaller buffers than the
+ *    publisher's datagrams says so, its receives that complete in error are
+ *    reposted or its QP rebuilt, many more times than it has buffers, and
+ *    it goes on receiving;
+ *  - receive depth from recv_depth, bounded by the device; ring and buffers
+ *    from tb_mem_alloc; a flood of rubbish ends each poll after one batch;
  *  - set-up errors: no device, unknown device, bad GID index, an mtu above
  *    the path MTU, a group that is not multicast.
  */
@@ -181,8 +189,12 @@ static void in_order_one_datagram_per_send(void **state)
 	}
 	assert_int_equal(p.got->bad, 0);
 	assert_int_equal(p.rx->ops->epoch(p.rx), 777);
-	/* small datagrams go inline */
-	assert_int_equal(u->inline_posts, 100);
+	/* Datagrams of up to 188 bytes (one 256-byte WQE) go inline: the
+	 * 64-byte header and one frame of up to 64 payload bytes (96 with
+	 * its header, padded to 32); 24..64 are the first 41. */
+	assert_int_equal(u->max_inline, TB_UD_INLINE);
+	assert_int_equal(TB_UD_INLINE, 188);
+	assert_int_equal(u->inline_posts, 41);
 	pair_close(&p);
 }
 
@@ -649,6 +661,204 @@ static void forged_next_epoch_no_longer_hijacks_the_stream(void **state)
 	forgery_changes_nothing(FORGE_NEXT_EPOCH);
 }
 
+/* -------------------------------------------------- faults and limits */
+
+/* A send that completes in error takes the data QP out of RTS (softrdma:
+ * ERR; a NIC: SQE).  The heartbeat thread's look at it flags it, the next
+ * send brings it back, and the datagrams after it arrive; those flushed
+ * meanwhile are told as a gap by the heartbeat. */
+static void failed_send_is_recovered_from(void **state)
+{
+	struct pair p;
+	tb_ud_tx_t *u;
+	uint32_t lkey;
+	int rc;
+
+	(void)state;
+	pair_open(&p, 0);
+	u = (tb_ud_tx_t *)p.tx;
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(publish(p.tx, 200), 0);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 3), 3);
+	/* Sequence 4 with a bad lkey: a local protection error. */
+	lkey = u->sge[1].lkey;
+	u->sge[1].lkey = lkey ^ 0x5a5a5a;
+	assert_int_equal(publish(p.tx, 200), 0);
+	u->sge[1].lkey = lkey;
+	/* 5..7 go to a QP that only flushes. */
+	for (int i = 0; i < 3; i++)
+		publish(p.tx, 200);
+	p.tx->ops->beat(p.tx, tb_clock_now_ns(), next_seq - 1);
+	assert_int_equal(tb_atomic_load_relaxed(&u->broken), 1);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(publish(p.tx, 200), 0);
+	assert_int_equal(u->recoveries, 1);
+	assert_true(u->send_errors >= 1);
+	rc = poll_quiet(p.rx, &p.seq, &p.loss, p.got, 200);
+	assert_int_equal(rc, TB_GAP);
+	assert_int_equal(p.loss.first, 4);
+	assert_int_equal(p.loss.last, 7);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 6), 6);
+	assert_int_equal(p.got->seq[3], 8);
+	assert_int_equal(p.got->seq[5], 10);
+	assert_int_equal(p.got->bad, 0);
+	pair_close(&p);
+}
+
+/* A subscriber whose buffers hold 1024-byte datagrams (its group mtu) and
+ * a publisher that sends 2000-byte ones: each such receive completes in
+ * error (softrdma also puts the QP in ERR).  Many more of them than there
+ * are buffers, and the subscriber still receives what fits, told the
+ * loss, and says why once. */
+static void receives_in_error_never_silence_the_subscriber(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_tx_t *tx;
+	tb_rx_t *rx;
+	tb_ud_rx_t *r;
+	tb_seq_t seq;
+	tb_seq_range_t loss;
+	struct got *g = calloc(1, sizeof(*g));
+	int rc, gap = 0;
+	uint64_t until;
+
+	(void)state;
+	assert_non_null(g);
+	cfg_for(&cfg);
+	cfg.mtu = 1024;
+	cfg.recv_depth = 256;
+	assert_int_equal(tb_ud_rx_ops.open(&rx, &cfg), 0);
+	r = (tb_ud_rx_t *)rx;
+	assert_int_equal(r->depth, 256);
+	assert_int_equal(r->stride, 1088); /* 40 + 1024, to 64 */
+	cfg_for(&cfg); /* the publisher: the port's 4096 */
+	assert_int_equal(tb_ud_tx_ops.open(&tx, &cfg, 555), 0);
+	tb_seq_init(&seq, 0);
+	next_seq = 1;
+	assert_int_equal(publish(tx, 64), 0);
+	assert_int_equal(poll_for(rx, &seq, &loss, g, 1), 1);
+	assert_int_equal(r->dg.mtu_over, 1);
+	/* More receives in error than there are buffers: datagrams too large,
+	 * one a millisecond, polled for in between (one that comes while the
+	 * QP is being made anew is lost without a completion). */
+	until = tb_clock_now_ns() + 10000000000ull;
+	while (r->wc_errors < 300 && tb_clock_now_ns() < until) {
+		assert_int_equal(publish(tx, 2000), 0);
+		for (int k = 0; k < 10; k++) {
+			rx->ops->poll(rx, &seq, &loss, on_msg, g, 64);
+			usleep(100);
+		}
+	}
+	assert_true(r->wc_errors >= 300);
+	assert_true(r->rebuilds >= 2);
+	/* Then small ones again: they arrive, after the gap. */
+	until = tb_clock_now_ns() + 3000000000ull;
+	while (g->n < 2 && tb_clock_now_ns() < until) {
+		assert_int_equal(publish(tx, 64), 0);
+		rc = rx->ops->poll(rx, &seq, &loss, on_msg, g, 64);
+		if (rc == TB_GAP)
+			gap++;
+		usleep(2000);
+	}
+	assert_true(g->n >= 2);
+	assert_true(gap >= 1);
+	assert_true(r->rebuilds >= 1);
+	assert_int_equal(g->bad, 0);
+	tx->ops->close(tx, next_seq - 1);
+	rx->ops->close(rx);
+	free(g);
+}
+
+/* recv_depth buffers, bounded by the device (softrdma: 4096 WRs a
+ * queue); the QP holds that many receives. */
+static void receive_depth_from_config_bounded_by_the_device(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_rx_t *rx;
+	tb_ud_rx_t *r;
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+	static const uint32_t ask[] = {0, 300, 1u << 20};
+	static const uint32_t got[] = {TB_UD_RECVS, 300, 4096};
+
+	(void)state;
+	for (int i = 0; i < 3; i++) {
+		cfg_for(&cfg);
+		cfg.recv_depth = ask[i];
+		assert_int_equal(tb_ud_rx_ops.open(&rx, &cfg), 0);
+		r = (tb_ud_rx_t *)rx;
+		assert_int_equal(r->depth, got[i]);
+		assert_int_equal(ibv_query_qp(r->qp, &a, IBV_QP_CAP, &ia), 0);
+		assert_int_equal(ia.cap.max_recv_wr, got[i]);
+		assert_true(r->buf_mem.size >= (size_t)got[i] * r->stride);
+		rx->ops->close(rx);
+	}
+	assert_int_equal(TB_UD_RECVS, 4096);
+}
+
+/* Ring, slab and receive buffers come from tb_mem_alloc, on the node of
+ * the core that uses them. */
+static void memory_from_the_ring_allocator_on_the_right_node(void **state)
+{
+	struct pair p;
+	tb_ud_tx_t *u;
+	tb_ud_rx_t *r;
+	int node = tb_mem_node_of_core(0);
+
+	(void)state;
+	memset(&p, 0, sizeof(p));
+	cfg_for(&p.cfg);
+	p.cfg.publisher_core = 0;
+	p.cfg.subscriber_core = 0;
+	assert_int_equal(tb_ud_rx_ops.open(&p.rx, &p.cfg), 0);
+	assert_int_equal(tb_ud_tx_ops.open(&p.tx, &p.cfg, 9), 0);
+	p.got = calloc(1, sizeof(*p.got));
+	u = (tb_ud_tx_t *)p.tx;
+	r = (tb_ud_rx_t *)p.rx;
+	assert_ptr_equal(p.tx->ring.base, u->ring_mem.addr);
+	assert_true(u->ring_mem.size >= p.cfg.ring_size);
+	assert_ptr_equal(u->slab, u->slab_mem.addr);
+	assert_ptr_equal(r->bufs, r->buf_mem.addr);
+	if (node >= 0) {
+		assert_int_equal(u->ring_mem.numa_node, node);
+		assert_int_equal(r->buf_mem.numa_node, node);
+	}
+	next_seq = 1;
+	tb_seq_init(&p.seq, 0);
+	assert_int_equal(publish(p.tx, 64), 0);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 1), 1);
+	pair_close(&p);
+}
+
+/* A flood of datagrams that deliver nothing (here: forged) ends each poll
+ * after one batch of completions: the caller gets control back. */
+static void rubbish_ends_the_poll_after_one_batch(void **state)
+{
+	struct pair p;
+	struct raw r;
+	tb_ud_rx_t *u;
+	int rc;
+
+	(void)state;
+	pair_open(&p, 0);
+	u = (tb_ud_rx_t *)p.rx;
+	raw_open(&r);
+	assert_int_equal(publish(p.tx, 24), 0);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 1), 1);
+	for (int i = 0; i < 3 * TB_UD_POLL; i++)
+		raw_send(&r, forge_v2(&r, FORGE_FAR_SEQ, 777, 2), 0);
+	rc = p.rx->ops->poll(p.rx, &p.seq, &p.loss, on_msg, p.got, 64);
+	assert_int_equal(rc, 0);
+	assert_int_equal(u->dg.forged, TB_UD_POLL);
+	rc = p.rx->ops->poll(p.rx, &p.seq, &p.loss, on_msg, p.got, 64);
+	assert_int_equal(u->dg.forged, 2 * TB_UD_POLL);
+	assert_int_equal(publish(p.tx, 24), 0);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 2), 2);
+	assert_int_equal(u->dg.forged, 3 * TB_UD_POLL);
+	raw_close(&r);
+	pair_close(&p);
+}
+
 /* ------------------------------------------------------- set-up errors */
 
 static void bad_configurations(void **state)
@@ -743,6 +953,11 @@ int main(int argc, char **argv)
 		cmocka_unit_test(one_forged_end_no_longer_stops_subscribers),
 		cmocka_unit_test(forged_far_sequence_no_longer_drops_the_stream),
 		cmocka_unit_test(forged_next_epoch_no_longer_hijacks_the_stream),
+		cmocka_unit_test(failed_send_is_recovered_from),
+		cmocka_unit_test(receives_in_error_never_silence_the_subscriber),
+		cmocka_unit_test(receive_depth_from_config_bounded_by_the_device),
+		cmocka_unit_test(memory_from_the_ring_allocator_on_the_right_node),
+		cmocka_unit_test(rubbish_ends_the_poll_after_one_batch),
 		cmocka_unit_test(bad_configurations),
 		cmocka_unit_test(no_device),
 	};

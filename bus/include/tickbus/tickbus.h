@@ -104,6 +104,9 @@ typedef struct tb_stream_cfg {
 	uint32_t mtu;                  /* datagram payload bound; 0 = path MTU */
 	uint32_t batch_us;             /* max time a datagram waits; 0 = none */
 	uint32_t rcvbuf;               /* SO_RCVBUF bytes; 0 = system default */
+	uint32_t recv_depth;           /* ud: receive buffers of the group's
+					  mtu; 0 = 4096 (at most the device's
+					  queue depth) */
 } tb_stream_cfg_t;
 
 /* Fills `cfg` with the defaults above; name, id and transport stay unset.
