@@ -477,6 +477,8 @@ static void hole_drop_key(tb_store_t *s, uint64_t key)
 
 	while (b < s->nholes && s->holes[b].key == key)
 		b++;
+	if (a == b)
+		return;
 	memmove(&s->holes[a], &s->holes[b], (s->nholes - b) * sizeof(hole_t));
 	s->nholes -= b - a;
 }
