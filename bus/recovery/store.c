@@ -684,19 +684,22 @@ static int file_create(tb_store_t *s, const char *name, uint64_t magic,
  * `chunk` bytes or more from `off`, so the window always starts on a
  * record and frames in it are aligned.
  */
-static int win_get(tb_store_t *s, int fd, uint64_t key, uint64_t off,
-		   size_t need, uint64_t end, size_t chunk, const uint8_t **p)
+static int win_get_avail(tb_store_t *s, int fd, uint64_t key, uint64_t off,
+			 size_t need, uint64_t end, size_t chunk,
+			 const uint8_t **p, size_t *avail)
 {
 	size_t want;
 	ssize_t got;
 
 	if (s->amap && key == s->amap_key && off + need <= s->afile_len) {
 		*p = s->amap + off;
+		*avail = (size_t)(s->afile_len - off);
 		return 0;
 	}
 	if (s->w_key == key && off >= s->w_off &&
 	    off + need <= s->w_off + s->w_len) {
 		*p = s->buf + (off - s->w_off);
+		*avail = s->w_len - (size_t)(off - s->w_off);
 		return 0;
 	}
 	want = need > chunk ? need : chunk;
@@ -727,8 +730,19 @@ static int win_get(tb_store_t *s, int fd, uint64_t key, uint64_t off,
 	s->w_off = off;
 	s->w_len = (size_t)got;
 	*p = s->buf;
+	*avail = s->w_len;
 	return 0;
 }
+
+/* As win_get_avail, when the bytes past `need` do not matter. */
+static int win_get(tb_store_t *s, int fd, uint64_t key, uint64_t off,
+		   size_t need, uint64_t end, size_t chunk, const uint8_t **p)
+{
+	size_t avail;
+
+	return win_get_avail(s, fd, key, off, need, end, chunk, p, &avail);
+}
+
 
 enum { REC_OK = 0, REC_BAD = 1, REC_JUMP = 2 };
 
@@ -747,6 +761,7 @@ static int rec_decode(tb_store_t *s, int fd, uint64_t key, uint64_t off,
 	const uint8_t *p;
 	store_rec_t rh;
 	const tb_frame_hdr_t *f;
+	size_t avail;
 	uint32_t sp;
 	int r;
 
@@ -755,7 +770,7 @@ static int rec_decode(tb_store_t *s, int fd, uint64_t key, uint64_t off,
 			 end == off ? "data ends" : "partial record header", seq);
 		return REC_BAD;
 	}
-	r = win_get(s, fd, key, off, sizeof(rh), end, chunk, &p);
+	r = win_get_avail(s, fd, key, off, sizeof(rh), end, chunk, &p, &avail);
 	if (r < 0)
 		return r;
 	memcpy(&rh, p, sizeof(rh));
@@ -769,9 +784,12 @@ static int rec_decode(tb_store_t *s, int fd, uint64_t key, uint64_t off,
 			 "record of %u bytes runs past the end of the data", sp);
 		return REC_BAD;
 	}
-	r = win_get(s, fd, key, off, sp, end, chunk, &p);
-	if (r < 0)
-		return r;
+	/* Mostly the whole record came with its header. */
+	if (tb_unlikely(sp > avail)) {
+		r = win_get(s, fd, key, off, sp, end, chunk, &p);
+		if (r < 0)
+			return r;
+	}
 	f = (const tb_frame_hdr_t *)(p + sizeof(rh));
 	if (tb_crc32c(0, f, rh.len) != rh.crc) {
 		snprintf(why, whylen, "record checksum mismatch");
