@@ -1630,19 +1630,21 @@ static int recover_active(tb_store_t *s, int may_quarantine)
 	s->last_seq = res.next_seq - 1;
 
 	if (res.damaged) {
-		char qname[96] = "";
+		char qname[96] = "", lost[64] = "no sequence lost";
 
 		if (quarantining) {
 			r = quarantine(s, sg, res.end_off, qname, sizeof(qname));
 			if (r < 0)
 				return r;
 		}
+		if (res.dmg_last >= res.dmg_first)
+			snprintf(lost, sizeof(lost), "sequences %" PRIu64 "..%" PRIu64
+				 " lost", res.dmg_first, res.dmg_last);
 		tb_warn("store: %s/%s: %zu damaged place%s (%" PRIu64 " bytes) "
-			"before the end of the active segment, sequences %" PRIu64
-			"..%" PRIu64 " lost; not a torn tail: %s%s%s, every intact "
-			"record after the damage kept", s->path, sname, res.damaged,
-			res.damaged > 1 ? "s" : "", res.dmg_bytes, res.dmg_first,
-			res.dmg_last, qname[0] ? "quarantined as " : "",
+			"before the end of the active segment, %s; not a torn "
+			"tail: %s%s%s, every intact record after the damage kept",
+			s->path, sname, res.damaged, res.damaged > 1 ? "s" : "",
+			res.dmg_bytes, lost, qname[0] ? "quarantined as " : "",
 			qname[0] ? qname : ro ? "left in place (read-only)" :
 			"left in place", qname[0] ? " (the intact records replace it)" : "");
 		if (qname[0]) {
