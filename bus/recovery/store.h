@@ -153,8 +153,8 @@ int tb_store_retain(tb_store_t *s);
 /*
  * Delivers up to `max_count` frames, starting at `first_seq`, to `fn`, in
  * sequence order.  Costs one index lookup and one positioned read (none in
- * the active segment of a writer: it is mapped), never a scan of a segment
- * from its start.  Returns the number delivered (> 0), or:
+ * the active segment once this writer has appended to it: it is mapped),
+ * never a scan of a segment from its start.  Returns the number delivered (> 0), or:
  *   TB_STORE_TOO_OLD  first_seq < tb_store_first_seq() (message says which
  *                     is the earliest available)
  *   TB_STORE_NOT_YET  first_seq > tb_store_last_seq() (message: the latest)
