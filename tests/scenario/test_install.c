@@ -139,11 +139,33 @@ static void test_wrapper_runs_verbs_programs(void **state)
 	free(out);
 }
 
+/* The systemd unit (config/tb-recoveryd.service) is one systemd accepts:
+ * every key known, every value valid, its ExecStart (pointed at the
+ * installed binary) executable. */
+static void test_systemd_unit_verifies(void **state)
+{
+	char cmd[1024], *out;
+	(void)state;
+
+	if (system("command -v systemd-analyze >/dev/null 2>&1") != 0) {
+		print_message("no systemd-analyze: the unit is not verified\n");
+		return;
+	}
+	snprintf(cmd, sizeof(cmd), "sed 's|/usr/local/bin/tb-recoveryd|%s/bin/"
+		 "tb-recoveryd|' config/tb-recoveryd.service > "
+		 "%s/tb-recoveryd.service && systemd-analyze verify --man=no "
+		 "%s/tb-recoveryd.service", prefix, dir, dir);
+	if (sh(cmd, &out) != 0 || out[0])
+		fail_msg("systemd-analyze verify: %s", out);
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_install_tree),
 		cmocka_unit_test(test_wrapper_runs_verbs_programs),
+		cmocka_unit_test(test_systemd_unit_verifies),
 	};
 
 	return cmocka_run_group_tests_name("install", tests, setup, teardown);
