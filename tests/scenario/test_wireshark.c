@@ -119,6 +119,10 @@ static void write_capture(void)
 	assert_non_null(f);
 	put(f, ghdr, sizeof(ghdr));
 	n = datagram(buf, 77, 2, TB_PACKET_VERSION);
+	((tb_packet_hdr_t *)buf)->mtu = 1472;
+	((tb_packet_hdr_t *)buf)->nonce = 0x10;
+	((tb_packet_hdr_t *)buf)->since = 5;
+	memset(((tb_packet_hdr_t *)buf)->tag, 0xab, TB_PACKET_TAG_LEN);
 	packet(f, 17, 40000, 30001, buf, n, 0);
 	tb_packet_init(&beat, TB_PACKET_F_HEARTBEAT, 9, 3, 79, 0,
 		       TB_PACKET_HDR_LEN);
@@ -187,7 +191,11 @@ static void test_udp_datagrams(void **state)
 		   "-e tickbus.magic -e tickbus.version -e tickbus.stream_id "
 		   "-e tickbus.epoch -e tickbus.first_seq -e tickbus.count "
 		   "-e tickbus.length",
-		   "0x5054|1|9|3|77|2|288\n");
+		   "0x5054|2|9|3|77|2|320\n");
+	/* Version 2's fields: the publisher's mtu, nonce, epoch start, tag. */
+	expect_out("tickbus.count == 2",
+		   "-e tickbus.mtu -e tickbus.nonce -e tickbus.since -e tickbus.tag",
+		   "1472|0x0000000000000010|5|abababababababababababababababab\n");
 	/* Each frame, and the Quote inside it. */
 	expect_out("tickbus.count == 2",
 		   "-e tickbus.seq -e tickbus.template_id -e tickbus.publish_ns "
@@ -210,9 +218,9 @@ static void test_other_version_flagged(void **state)
 	char *got;
 	(void)state;
 
-	got = tshark("tickbus.version == 2", "-e tickbus.version "
+	got = tshark("tickbus.version == 3", "-e tickbus.version "
 		     "-e tickbus.first_seq -e _ws.expert.message");
-	if (!strstr(got, "2||packet version 2: this dissector knows 1"))
+	if (!strstr(got, "3||packet version 3: this dissector knows 2"))
 		fail_msg("got: %s", got);
 	free(got);
 }

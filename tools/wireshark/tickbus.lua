@@ -1,7 +1,9 @@
 -- tickbus.lua - a Wireshark dissector for tickbus.
 --
 --   udp (and ud's payload): the datagram (bus/transport/packet.h): a
---     32-byte packet header ("TP", version 1) and its frames
+--     64-byte packet header ("TP", version 2: with the publisher's mtu,
+--     the datagram's nonce, the epoch's start and its GMAC tag, shown but
+--     not checked: that needs the stream's token) and its frames
 --     (bus/frame.h), each payload decoded through the market-data schema
 --     (schema/tickbus.xml; the tables below are generated from it)
 --   tcp: the control protocol ("TC", bus/transport/control.h) and the
@@ -19,7 +21,8 @@ local tb = Proto("tickbus", "tickbus")
 local tbc = Proto("tickbus_ctl", "tickbus control")
 local tbr = Proto("tickbus_rec", "tickbus recovery")
 
-local PACKET_VERSION = 1
+local PACKET_VERSION = 2
+local PACKET_HDR_LEN = 64
 local FRAME_VERSION = 1
 
 local F = {}
@@ -42,8 +45,11 @@ f("stream id", "uint32", "stream_id")
 f("epoch", "uint64", "epoch")
 f("first sequence", "uint64", "first_seq")
 f("frame count", "uint16", "count")
-f("reserved", "uint16", "reserved")
+f("publisher mtu", "uint16", "mtu")
 f("datagram length", "uint32", "length")
+f("nonce", "uint64", "nonce", base.HEX)
+f("epoch start (ns)", "uint64", "since")
+f("tag (GMAC)", "bytes", "tag")
 -- frame header
 f("frame length", "uint32", "frame.length")
 f("frame version", "uint8", "frame.version")
@@ -202,7 +208,7 @@ local function dissect_frame(tvb, off, tree)
 end
 
 local function dissect_packet(tvb, pinfo, tree)
-	if tvb:len() < 32 or tvb(0, 2):le_uint() ~= 0x5054 then return false end
+	if tvb:len() < 4 or tvb(0, 2):le_uint() ~= 0x5054 then return false end
 	local version = tvb(2, 1):uint()
 	pinfo.cols.protocol = "tickbus"
 	local t = tree:add(tb, tvb(), "tickbus datagram")
@@ -214,18 +220,25 @@ local function dissect_packet(tvb, pinfo, tree)
 			PACKET_VERSION)
 		return true
 	end
+	if tvb:len() < PACKET_HDR_LEN then
+		t:add_expert_info(PI_MALFORMED, PI_ERROR, "shorter than a header")
+		return true
+	end
 	t:add_le(F["packet flags"], tvb(3, 1))
 	t:add_le(F["stream id"], tvb(4, 4))
 	t:add_le(F["epoch"], tvb(8, 8))
 	t:add_le(F["first sequence"], tvb(16, 8))
 	t:add_le(F["frame count"], tvb(24, 2))
-	t:add_le(F["reserved"], tvb(26, 2))
+	t:add_le(F["publisher mtu"], tvb(26, 2))
 	t:add_le(F["datagram length"], tvb(28, 4))
+	t:add_le(F["nonce"], tvb(32, 8))
+	t:add_le(F["epoch start (ns)"], tvb(40, 8))
+	t:add(F["tag (GMAC)"], tvb(48, 16))
 	local flags, count = tvb(3, 1):uint(), tvb(24, 2):le_uint()
 	pinfo.cols.info = string.format("stream %d seq %s +%d%s",
 		tvb(4, 4):le_uint(), tostring(tvb(16, 8):le_uint64()), count,
 		flags == 1 and " HEARTBEAT" or flags == 2 and " END" or "")
-	local off = 32
+	local off = PACKET_HDR_LEN
 	for i = 1, count do
 		local len = dissect_frame(tvb, off, t)
 		if len == 0 then
