@@ -38,6 +38,8 @@ int tb_dgram_tx_init(tb_dgram_tx_t *tx, const tb_ring_t *ring, uint32_t mtu,
 	tb_packet_init(&tx->tmpl, 0, stream_id, epoch, 0, 0, 0);
 	tx->tmpl.mtu = (uint16_t)mtu;
 	tx->tmpl.since = tb_clock_realtime_ns();
+	for (int i = 0; i < TB_DGRAM_READY_MAX; i++)
+		tx->hdr[i] = tx->tmpl;
 	tb_dgram_auth_init(&auth, token, stream_id);
 	tb_dgram_auth_key(&auth, epoch, &tx->key);
 	tb_dgram_auth_wipe(&auth, sizeof(auth));

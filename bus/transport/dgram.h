@@ -145,7 +145,8 @@ typedef struct tb_dgram_tx {
 	uint64_t datagrams;     /* made ready, ever */
 	uint64_t frames;        /* packed, ever */
 	/* What every header of the epoch carries: magic, version, stream,
-	 * epoch, mtu, since. */
+	 * epoch, mtu, since; hdr[] starts as copies of it, and a datagram
+	 * sets only its own fields. */
 	tb_packet_hdr_t tmpl;
 	tb_dgram_key_t key;     /* the epoch's; read by both threads */
 	uint64_t beat_nonce;    /* heartbeat thread: the next beat's number */
@@ -183,10 +184,9 @@ static inline void tb_dgram_tx_close_open_(tb_dgram_tx_t *tx)
 {
 	int i = tx->n_ready;
 	uint32_t len = (uint32_t)(tx->pos - tx->open_from);
-	tb_packet_hdr_t *h = &tx->hdr[i];
+	tb_packet_hdr_t *h = &tx->hdr[i]; /* the epoch's fields: since init */
 	const void *frames = tb_ring_at(tx->ring, tx->open_from);
 
-	*h = tx->tmpl;
 	h->first_seq = tx->open_seq;
 	h->count = (uint16_t)tx->open_count;
 	h->length = TB_PACKET_HDR_LEN + len;
@@ -252,6 +252,51 @@ static inline int tb_dgram_tx_pack(tb_dgram_tx_t *tx, uint64_t to,
 	     now_ns - tx->open_ns >= tx->batch_ns))
 		tb_dgram_tx_close_open_(tx);
 	return tx->n_ready;
+}
+
+/*
+ * The common send without batching: exactly one data frame committed since
+ * the last send, nothing open or ready.  Numbers and signs its datagram's
+ * header in hdr[0] and returns it, with the frame's bytes in *frames and
+ * *len (the ring's own: zero copy); the transport sends it and calls
+ * tb_dgram_tx_sent_one().  NULL when this is not that case: then
+ * tb_dgram_tx_drain.  Hot path: no allocation, lock or system call.
+ */
+static inline const tb_packet_hdr_t *tb_dgram_tx_one(tb_dgram_tx_t *tx,
+						     uint64_t to,
+						     const void **frames,
+						     uint32_t *len)
+{
+	const tb_frame_hdr_t *f;
+	tb_packet_hdr_t *h;
+	uint32_t space;
+
+	if (tx->batch_ns | tx->open_count | (uint64_t)tx->n_ready)
+		return NULL;
+	f = (const tb_frame_hdr_t *)tb_ring_at(tx->ring, tx->pos);
+	space = tb_frame_space(f->length);
+	if (tb_unlikely(tx->pos + space != to || f->type != TB_FRAME_DATA))
+		return NULL;
+	h = &tx->hdr[0]; /* the epoch's fields are there since init */
+	h->first_seq = f->seq;
+	h->count = 1;
+	h->length = TB_PACKET_HDR_LEN + space;
+	h->nonce = tx->nonce++;
+	tb_dgram_auth_sign(&tx->key, h, f, space);
+	tx->pos = to;
+	tx->ready_next = f->seq + 1;
+	tx->frames++;
+	tx->datagrams++;
+	*frames = f;
+	*len = space;
+	return h;
+}
+
+/* The datagram of tb_dgram_tx_one was sent (or is gone): publishes the new
+ * sent_next for heartbeats (R1; the heartbeat thread's A1). */
+static inline void tb_dgram_tx_sent_one(tb_dgram_tx_t *tx)
+{
+	tb_atomic_store_release(&tx->sent_next, tx->ready_next);
 }
 
 /*

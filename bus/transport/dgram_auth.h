@@ -106,11 +106,18 @@ static inline void tb_dgram_auth_tag(const tb_dgram_key_t *k,
 				     uint8_t tag[TB_PACKET_TAG_LEN])
 {
 	struct gcm_ctx c;
-	uint8_t iv[GCM_IV_SIZE];
+	union {
+		uint8_t b[GCM_IV_SIZE];
+		struct {
+			uint64_t nonce; /* little-endian, as in the header */
+			uint32_t zero;
+		} __attribute__((packed)) f;
+	} iv;
 
-	memcpy(iv, &h->nonce, sizeof(h->nonce));
-	memset(iv + sizeof(h->nonce), 0, sizeof(iv) - sizeof(h->nonce));
-	gcm_set_iv(&c, &k->h, sizeof(iv), iv);
+	_Static_assert(sizeof(iv) == GCM_IV_SIZE, "IV: nonce and 4 zero bytes");
+	iv.f.nonce = h->nonce;
+	iv.f.zero = 0;
+	gcm_set_iv(&c, &k->h, sizeof(iv.b), iv.b);
 	/* Associated data in whole blocks but for the last piece: 48 is. */
 	gcm_update(&c, &k->h, TB_PACKET_AUTH_LEN, (const uint8_t *)h);
 	if (frames_len)

@@ -17,6 +17,18 @@
  * linearly; the posts per message (printed) stay 1, which is the property
  * the transport controls.
  *
+ * Instructions per offer (callgrind): the publisher alone is re-run under
+ * valgrind (bench_ud --callgrind-pub COUNT, subscribers started outside it
+ * on the same fabric), collecting inside tb_pub_offer only, 64-byte
+ * messages, one datagram each.  From callgrind's inclusive counts: the
+ * verbs provider's entry points (post_send, poll_cq, post_recv) are the
+ * provider's, nettle's GMAC entry points (gcm_set_iv, gcm_update,
+ * gcm_digest) are the MAC's, the rest is tickbus's own, split into the
+ * publisher core (claim, frame, commit: tb_pub_offer outside the
+ * transport) and the ud transport (its send op: packing, signing
+ * set-up, the post).  Goal (DESIGN.md, issue 12): tickbus's own <= 100 and
+ * flat in the number of subscribers; the MAC is printed beside it.
+ *
  * Runs on softrdma when there is no RDMA device: it re-executes itself with
  * LD_LIBRARY_PATH pointing at build/softrdma and a private fabric.  Not a
  * test: it prints figures and exits 0 unless it could not run.  Lines start
@@ -53,6 +65,7 @@ static void cfg_for(tb_stream_cfg_t *cfg, uint32_t batch_us)
 	cfg->ring_size = 8 << 20;
 	cfg->batch_us = batch_us;
 	cfg->liveness_timeout_ms = 60000;
+	snprintf(cfg->token, sizeof(cfg->token), "bench-token");
 }
 
 static void on_msg(void *clientd, const tb_msg_t *m)
@@ -243,6 +256,143 @@ static double run_floor(void)
 	return (double)ns / (double)(seq - 1);
 }
 
+/* ------------------------------------------------- instructions per offer */
+
+/* The publisher alone, through the public API: what valgrind runs. */
+static int callgrind_pub(int count)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	uint8_t msg[PAYLOAD];
+
+	cfg_for(&cfg, 0);
+	if (tb_publisher_open(&pub, &cfg) < 0) {
+		fprintf(stderr, "bench ud: %s\n", tb_errmsg());
+		return 1;
+	}
+	memset(msg, 7, sizeof(msg));
+	for (int i = 0; i < count; i++) {
+		tb_pub_offer(pub, 1, msg, sizeof(msg));
+		if (i % BURST == BURST - 1)
+			pause_us(2000); /* the subscribers drain */
+	}
+	tb_publisher_close(pub);
+	return 0;
+}
+
+/* Sums callgrind_annotate's inclusive counts of the lines that contain
+ * `obj` and one of `fns` (NULL-terminated). */
+struct cg_sums {
+	double total, verbs, mac, send;
+};
+
+static int cg_line_count(const char *line, double *v)
+{
+	char digits[64];
+	int k = 0;
+
+	for (const char *c = line; *c && k < 63; c++) {
+		if (*c >= '0' && *c <= '9')
+			digits[k++] = *c;
+		else if (*c != ',' && *c != ' ')
+			break;
+	}
+	digits[k] = 0;
+	*v = k ? atof(digits) : 0;
+	return k > 0;
+}
+
+/* Runs the publisher under callgrind with `subs` subscribers polling
+ * outside it; per offer, into *s.  -1 when valgrind is not there. */
+static int callgrind_run(int subs, int count, struct cg_sums *s)
+{
+	char out[128], cmd[1024], line[512];
+	pid_t pids[8];
+	FILE *f;
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	if (start_subscribers(pids, subs) < 0)
+		return -1;
+	snprintf(out, sizeof(out), "/tmp/bench_ud.%d.callgrind", (int)getpid());
+	snprintf(cmd, sizeof(cmd),
+		 "valgrind --tool=callgrind --callgrind-out-file=%s "
+		 "--separate-threads=yes --toggle-collect=tb_pub_offer "
+		 "/proc/%d/exe --callgrind-pub %d >/dev/null 2>&1",
+		 out, (int)getpid(), count);
+	rc = system(cmd);
+	stop_subscribers(pids, subs);
+	if (rc != 0)
+		return -1;
+	snprintf(cmd, sizeof(cmd), "callgrind_annotate --inclusive=yes "
+		 "--threshold=100 %s-01 2>/dev/null", out);
+	f = popen(cmd, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		double v;
+
+		if (!cg_line_count(line, &v))
+			continue;
+		if (strstr(line, "PROGRAM TOTALS"))
+			s->total = v;
+		else if (strstr(line, "libibverbs") &&
+			 (strstr(line, "post_send") || strstr(line, "post_recv") ||
+			  strstr(line, "poll_cq")))
+			s->verbs += v;
+		else if (strstr(line, "libnettle") &&
+			 (strstr(line, "nettle_gcm_set_iv ") ||
+			  strstr(line, "nettle_gcm_update ") ||
+			  strstr(line, "nettle_gcm_digest ")))
+			s->mac += v;
+		else if (strstr(line, "ud.c:ud_tx_send "))
+			s->send = v;
+	}
+	pclose(f);
+	snprintf(cmd, sizeof(cmd), "rm -f %s*", out);
+	if (system(cmd) != 0)
+		(void)0;
+	if (s->total <= 0)
+		return -1;
+	s->total /= count;
+	s->verbs /= count;
+	s->mac /= count;
+	s->send /= count;
+	return 0;
+}
+
+static void print_instructions(void)
+{
+	static const int subs[] = {1, 2, 4, 8};
+	const int count = 20000;
+
+	printf("bench ud: instructions per offer (callgrind, publishing thread, "
+	       "inside tb_pub_offer), %d-byte messages, one datagram each\n",
+	       PAYLOAD);
+	printf("bench ud: %-12s %9s %9s %10s %10s %10s   %s\n", "subscribers",
+	       "tickbus", "pub core", "ud send", "MAC", "provider",
+	       "goal: tickbus <= 100, flat");
+	for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
+		struct cg_sums s;
+		double own, core, send;
+
+		if (callgrind_run(subs[i], count, &s) < 0) {
+			printf("bench ud: callgrind: not available (valgrind); "
+			       "skipped\n");
+			return;
+		}
+		own = s.total - s.verbs - s.mac;
+		send = s.send - s.verbs - s.mac;
+		core = s.total - s.send;
+		printf("bench ud: %-12d %9.0f %9.0f %10.0f %10.0f %10.0f   %s\n",
+		       subs[i], own, core, send, s.mac, s.verbs,
+		       own <= 100 ? "met" : "not met");
+	}
+	printf("bench ud: tickbus = pub core + ud send (own code, libc's copies "
+	       "included); MAC = nettle's GMAC of the datagram (authentication); "
+	       "provider = the verbs library\n");
+}
+
 /* No device and not on softrdma yet: run again on softrdma. */
 static void use_softrdma(char **argv)
 {
@@ -274,8 +424,9 @@ int main(int argc, char **argv)
 	int n = 0;
 	pid_t pids[8];
 
-	(void)argc;
 	setenv("TICKBUS_QUIET", "1", 1);
+	if (argc == 3 && !strcmp(argv[1], "--callgrind-pub"))
+		return callgrind_pub(atoi(argv[2]));
 	l = ibv_get_device_list(&n);
 	if (!l || n == 0) {
 		if (l)
@@ -293,6 +444,10 @@ int main(int argc, char **argv)
 		       "here, posts per message do not\n");
 	ibv_free_device_list(l);
 
+	if (argc == 2 && !strcmp(argv[1], "--instructions")) {
+		print_instructions();
+		return 0;
+	}
 	printf("bench ud: %-12s %12s %12s %8s %14s\n", "subscribers", "floor ns/msg",
 	       "ud ns/msg", "ratio", "posts/msg");
 	for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
@@ -324,5 +479,6 @@ int main(int argc, char **argv)
 		       fpd, posts);
 	}
 	stop_subscribers(pids, 1);
+	print_instructions();
 	return 0;
 }
