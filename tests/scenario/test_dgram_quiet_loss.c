@@ -35,8 +35,11 @@
 #define BURST 3000
 #define HEARTBEAT_MS 200
 /* Beyond one heartbeat: the ud beat's settle time (1 ms) and a loaded
- * 2-core machine's scheduling. */
-#define SLACK_MS 100
+ * 2-core machine's scheduling; below the second heartbeat after the burst
+ * (2 * HEARTBEAT_MS), so only the first one can have told it.  On a
+ * machine so loaded that a process waits longer than that for a core,
+ * rerun the test alone before believing a failure. */
+#define SLACK_MS 150
 #define QUIET_MS 1500
 
 static void cfg_for(tb_stream_cfg_t *c, tb_transport_t t, int lossy)
