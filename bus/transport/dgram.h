@@ -10,8 +10,10 @@
  * tb_dgram_tx_pack(), which walks the new frames and packs consecutive ones
  * into datagrams of at most `mtu` bytes.  A datagram's frames are one span
  * of ring memory, so a ready datagram is described by two pieces, the
- * 32-byte header (kept here) and the frame span (in the ring): ud posts
+ * 64-byte header (kept here) and the frame span (in the ring): ud posts
  * them as two SGEs, udp as two iovecs, and the frames are never copied.
+ * The common send of the latency path, one frame without batching, skips
+ * the packing loop: tb_dgram_tx_one makes its datagram directly.
  * A wrap of the ring (a padding frame, or a frame ending exactly at the
  * end) ends the open datagram, since its frames would no longer be
  * contiguous.  A datagram leaves
@@ -30,9 +32,9 @@
  * them: the header sits in tx->hdr[] until the pack after
  * tb_dgram_tx_sent(), the frames in the ring until the publisher writes
  * over them.  udp's sendmsg copies both before it returns; ud, whose NIC
- * reads them later, calls tb_dgram_tx_sent() only once the sends have
- * completed, registers the tb_dgram_tx_t (for hdr[]) and the ring, and
- * holds the ring back with `room` until completions free it.
+ * reads them later, posts a header inline (copied by the post) or copies
+ * it into a registered slot of its own, and bounds its send queue so that
+ * the ring cannot lap a datagram the NIC has not read (ud.h).
  *
  * The time bound is checked when the publishing thread calls in (send or
  * flush): nothing else may touch the ring.  A publisher that batches and

@@ -236,8 +236,14 @@ static int sq_room(tb_ud_tx_t *u)
  */
 static int tx_recover(tb_ud_tx_t *u)
 {
+	uint64_t now = tb_clock_now_ns_inline();
 	int rc;
 
+	/* A device that keeps failing: at most one try per
+	 * TB_UD_REBUILD_NS, not a few system calls per post. */
+	if (u->recover_ns && now - u->recover_ns < TB_UD_REBUILD_NS)
+		return TB_EIO;
+	u->recover_ns = now;
 	while (reap(u) > 0)
 		;
 	rc = qp_back_to_rts(&u->dev, u->qp, u->qkey);

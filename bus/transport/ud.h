@@ -140,9 +140,9 @@
 #define TB_UD_RECVS_MIN 256u
 #define TB_UD_REPOST 32
 #define TB_UD_POLL 16
-/* A receive QP in the error state is rebuilt at most this often, so that
- * a device that keeps failing costs at most a small share of the polling
- * core in system calls. */
+/* A QP in the error state is rebuilt (receive) or brought back (send) at
+ * most this often, so that a device that keeps failing costs at most a
+ * small share of a hot core in system calls. */
 #define TB_UD_REBUILD_NS 1000000ull
 /* Send queue: at most this deep (and at most ring_size / (2 * mtu)), a
  * power of two; one WR in TB_UD_SIGNAL_EVERY (or a quarter of the queue,
@@ -194,6 +194,7 @@ typedef struct tb_ud_tx {
 	 * when the data QP left RTS; the publishing thread brings it back
 	 * (R2/A2 in ud.c). */
 	_Atomic int broken;
+	uint64_t recover_ns;       /* the last try at bringing it back */
 	/* The heartbeat thread's own QP, CQ and header. */
 	struct ibv_cq *beat_cq;
 	struct ibv_qp *beat_qp;
