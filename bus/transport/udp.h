@@ -6,9 +6,11 @@
  * Publisher: a private ring (ring.h) of cfg.ring_size bytes, a UDP socket
  * connected to the group, with IP_MULTICAST_IF (cfg.interface: a local
  * address or a netdev name), IP_MULTICAST_TTL (cfg.ttl) and
- * IP_MULTICAST_LOOP (cfg.loopback).  `send` packs the committed frames and
- * sends what is ready: sendmsg with two iovecs (header, frames in the ring)
- * for one datagram, sendmmsg for several.  Messages larger than one
+ * IP_MULTICAST_LOOP (cfg.loopback).  `send` packs the committed frames
+ * (dgram.h, which numbers and signs each datagram with the stream's
+ * token: dgram_auth.h) and sends what is ready: sendmsg with two iovecs
+ * (header, frames in the ring) for one datagram, sendmmsg for several; one
+ * frame without batching goes straight from tb_dgram_tx_one to sendmsg.  Messages larger than one
  * datagram of cfg.mtu bytes (default TB_DGRAM_UDP_MTU) are refused at offer
  * with TB_EMSGSIZE: ring.max_frame is capped to what a datagram holds.  The
  * heartbeat thread sends a heartbeat datagram on the same socket every
@@ -21,7 +23,8 @@
  * cfg.rcvbuf (a warning when the kernel caps it at net.core.rmem_max).
  * Poll makes one recvmmsg of up to TB_UDP_RX_BATCH datagrams when the
  * previous batch is used up, and nothing else; the datagrams are delivered
- * in place from the receive buffers.
+ * in place from the receive buffers, each authenticated by dgram.h before
+ * anything in it is acted on.
  *
  * No test hook: tests that want datagrams lost wrap the socket calls from
  * outside (tests/common/udp_loss.h, an LD_PRELOAD interposer).

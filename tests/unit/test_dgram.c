@@ -184,6 +184,84 @@ static void big_send_fills_the_ready_list_then_continues(void **state)
 	assert_int_equal(tb_dgram_tx_sent_next(&tx), 201);
 }
 
+/* The latency path's shortcut: one data frame since the last send and no
+ * batching gives its datagram at once, numbered and signed like pack's;
+ * anything else (two frames, batching, a wrap's padding) is left to
+ * pack. */
+static void one_frame_shortcut_and_when_it_steps_aside(void **state)
+{
+	tb_dgram_tx_t tx, btx;
+	tb_dgram_auth_t a;
+	tb_dgram_key_t k;
+	const tb_packet_hdr_t *h;
+	const void *frames;
+	uint32_t len;
+	uint64_t at;
+
+	(void)state;
+	ring_reset(4096);
+	assert_int_equal(tb_dgram_tx_init(&tx, &ring, 1472, STREAM, EPOCH, 0,
+					  TOKEN), 0);
+	tb_dgram_auth_init(&a, TOKEN, STREAM);
+	tb_dgram_auth_key(&a, EPOCH, &k);
+	at = ring.tail;
+	publish(20, 0);
+	h = tb_dgram_tx_one(&tx, ring.tail, &frames, &len);
+	assert_non_null(h);
+	assert_ptr_equal(frames, tb_ring_at(&ring, at));
+	assert_int_equal(len, 64);
+	assert_int_equal(h->first_seq, 1);
+	assert_int_equal(h->count, 1);
+	assert_int_equal(h->length, TB_PACKET_HDR_LEN + 64);
+	assert_int_equal(h->nonce, 0);
+	assert_int_equal(h->mtu, 1472);
+	assert_int_equal(h->epoch, EPOCH);
+	assert_int_equal(h->version, TB_PACKET_VERSION);
+	{
+		uint8_t d[256];
+
+		memcpy(d, h, TB_PACKET_HDR_LEN);
+		memcpy(d + TB_PACKET_HDR_LEN, frames, len);
+		assert_true(tb_dgram_auth_verify(&k, d, TB_PACKET_HDR_LEN + len));
+	}
+	/* Heartbeats learn of it only once it is sent. */
+	assert_int_equal(tb_dgram_tx_sent_next(&tx), 1);
+	tb_dgram_tx_sent_one(&tx);
+	assert_int_equal(tb_dgram_tx_sent_next(&tx), 2);
+	/* Two frames at once: pack's, with the next nonce. */
+	publish(20, 0);
+	publish(20, 0);
+	assert_null(tb_dgram_tx_one(&tx, ring.tail, &frames, &len));
+	assert_int_equal(tb_dgram_tx_pack(&tx, ring.tail, 0, 0), 1);
+	assert_int_equal(tx.out[0].count, 2);
+	assert_int_equal(tx.out[0].hdr->nonce, 1);
+	tb_dgram_tx_sent(&tx);
+	/* Then the shortcut again. */
+	publish(20, 0);
+	h = tb_dgram_tx_one(&tx, ring.tail, &frames, &len);
+	assert_non_null(h);
+	assert_int_equal(h->first_seq, 4);
+	assert_int_equal(h->nonce, 2);
+	tb_dgram_tx_sent_one(&tx);
+	/* Up to the ring's end: the padding frame is pack's to skip. */
+	while (4096 - (ring.tail & ring.mask) > 64) {
+		publish(20, 0);
+		assert_non_null(tb_dgram_tx_one(&tx, ring.tail, &frames, &len));
+		tb_dgram_tx_sent_one(&tx);
+	}
+	publish(100, 0); /* 160 bytes in the 64 left: pads, lands at 0 */
+	assert_null(tb_dgram_tx_one(&tx, ring.tail, &frames, &len));
+	assert_int_equal(tb_dgram_tx_pack(&tx, ring.tail, 0, 0), 1);
+	assert_int_equal(tx.out[0].frames, tb_ring_at(&ring, 0));
+	tb_dgram_tx_sent(&tx);
+	/* Batching: never the shortcut. */
+	ring_reset(4096);
+	assert_int_equal(tb_dgram_tx_init(&btx, &ring, 1472, STREAM, EPOCH, 100,
+					  TOKEN), 0);
+	publish(20, 0);
+	assert_null(tb_dgram_tx_one(&btx, ring.tail, &frames, &len));
+}
+
 static void sizes_and_bad_mtu(void **state)
 {
 	tb_dgram_tx_t tx;
@@ -899,6 +977,7 @@ int main(void)
 		cmocka_unit_test(exactly_full_datagram_leaves_at_once),
 		cmocka_unit_test(batch_time_bound),
 		cmocka_unit_test(big_send_fills_the_ready_list_then_continues),
+		cmocka_unit_test(one_frame_shortcut_and_when_it_steps_aside),
 		cmocka_unit_test(sizes_and_bad_mtu),
 		cmocka_unit_test(in_order_late_join_at_first_frame),
 		cmocka_unit_test(gap_is_reported_with_its_exact_range_before_the_frames),
