@@ -6,7 +6,10 @@
  * must be re-requested and filled; without a retransmission server they
  * must be given up and the instruments reported stale; malformed packets
  * are counted and dropped; the feed is a function of its seed; tb-gateway
- * acks orders with their arrival time.
+ * acks orders with their arrival time.  With lines A and B, each losing 5%
+ * of its packets independently, only what both lost is re-requested: about
+ * the product of the two rates, within a statistical bound; a line that
+ * falls silent is reported and the other carries the feed alone.
  *
  * Network: the test moves itself into a network namespace of its own
  * (unshare), brings its loopback up with multicast and a 224.0.0.0/4 route,
@@ -24,6 +27,7 @@
 
 #include <arpa/inet.h>
 #include <inttypes.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
@@ -40,6 +44,7 @@
 #include "tools/md/mold.h"
 
 #define GROUP "239.194.7.1"
+#define GROUP_B "239.194.7.2"
 #define PORT 31001
 #define RPORT 31002
 #define NINST 6
@@ -228,6 +233,91 @@ static void test_duration(void **state)
 	assert_int_equal(F(r.chk, "messages"), F(r.sim, "last_seq"));
 	/* Cut short: no end-of-market system events, only the opening two. */
 	assert_int_equal(F(r.chk, "system_events"), 2);
+	run_free(&r);
+}
+
+/* ------------------------------------------------------- lines A and B */
+
+/* Lines A and B each drop 5% of data packets, with their own seeds, B a
+ * little late (jitter): the books match, every sequence is applied once,
+ * and what was re-requested is what both lines lost - about p^2 of the
+ * feed, where one line alone would have needed p.  The hole wait is long
+ * (50 ms) so that a loaded machine does not turn B's lateness into
+ * requests; what is measured is the rule, not the machine. */
+static void test_ab_lines(void **state)
+{
+	char *sargs[] = { "-n", "200000", "-r", "100000", "--group-b", GROUP_B,
+			  "--drop", "0.05", "--drop-b", "0.05", "--jitter-b-us",
+			  "200", "-s", "16", NULL };
+	char *cargs[] = { "--group-b", GROUP_B, "--ab-wait-us", "50000", NULL };
+	const double p = 0.05;
+	double n, both, mean, sd, msgs_per_pkt, want_msgs, sd_msgs;
+	run_t r;
+
+	(void)state;
+	run_feed(&r, "ab", sargs, cargs);
+	assert_books_match(&r);
+	assert_int_equal(F(r.chk, "messages"), F(r.sim, "last_seq"));
+	assert_int_equal(F(r.chk, "lines"), 2);
+	assert_int_equal(F(r.chk, "gaps_lost"), 0);
+	/* The simulator's lines lost independently: each about p, both
+	 * about p^2 of the data packets (binomial; 5 standard deviations). */
+	n = (double)F(r.sim, "data_packets");
+	both = (double)F(r.sim, "dropped_both");
+	assert_true(fabs((double)F(r.sim, "dropped") - n * p) <= 5 * sqrt(n * p * (1 - p)));
+	assert_true(fabs((double)F(r.sim, "dropped_b") - n * p) <= 5 * sqrt(n * p * (1 - p)));
+	mean = n * p * p;
+	sd = sqrt(n * p * p * (1 - p * p));
+	assert_true(fabs(both - mean) <= 5 * sd);
+	/* The reader asked for all of that and little else: the messages
+	 * both lines lost, at most the odd neighbour a late B copy would
+	 * have brought (a request runs to the first packet held). */
+	assert_true(F(r.chk, "requested_new") >= F(r.sim, "dropped_both_msgs"));
+	assert_true(F(r.chk, "requested_new") <=
+		    F(r.sim, "dropped_both_msgs") * 13 / 10 + 50);
+	assert_true(F(r.chk, "gaps") <= F(r.sim, "dropped_both"));
+	/* ... which is about p^2 of the messages, not p. */
+	msgs_per_pkt = (double)F(r.sim, "last_seq") / n;
+	want_msgs = mean * msgs_per_pkt;
+	sd_msgs = sd * msgs_per_pkt;
+	assert_true((double)F(r.chk, "requested_new") >= want_msgs - 5 * sd_msgs);
+	assert_true((double)F(r.chk, "requested_new") <=
+		    1.3 * (want_msgs + 5 * sd_msgs) + 50);
+	assert_true((double)F(r.chk, "requested_new") <
+		    0.2 * p * (double)F(r.sim, "last_seq"));
+	/* Each line won what the other lost, and lost the races it was late
+	 * to: every sequence was brought by one of them or re-requested. */
+	assert_true(F(r.chk, "a_won") > 0 && F(r.chk, "b_won") > 0);
+	assert_true(F(r.chk, "a_won") + F(r.chk, "b_won") +
+		    F(r.chk, "requested_new") >= F(r.sim, "last_seq"));
+	assert_true(F(r.chk, "a_won") + F(r.chk, "b_won") <= F(r.sim, "last_seq"));
+	assert_true(F(r.chk, "b_lost") > F(r.chk, "a_lost"));
+	assert_true(F(r.chk, "b_late_packets") > 0);
+	assert_int_equal(F(r.chk, "a_silences") + F(r.chk, "b_silences"), 0);
+	run_free(&r);
+}
+
+/* Line B goes quiet for a stretch of the feed: it is reported silent (a
+ * line on stderr, b_silences=1) and back; meanwhile A carries the feed
+ * and its own losses are re-requested; the books match. */
+static void test_ab_line_silent(void **state)
+{
+	char *sargs[] = { "-n", "60000", "-r", "60000", "--group-b", GROUP_B,
+			  "--drop", "0.01", "--b-silent-from", "20000",
+			  "--b-silent-to", "45000", "-s", "17", NULL };
+	char *cargs[] = { "--group-b", GROUP_B, "--line-timeout-ms", "100", NULL };
+	run_t r;
+
+	(void)state;
+	run_feed(&r, "ab-silent", sargs, cargs);
+	assert_books_match(&r);
+	assert_true(F(r.sim, "silent_b") > 0);
+	assert_int_equal(F(r.chk, "b_silences"), 1);
+	assert_int_equal(F(r.chk, "a_silences"), 0);
+	assert_non_null(strstr(r.chk, "line B silent at sequence"));
+	assert_non_null(strstr(r.chk, "line B back at sequence"));
+	assert_true(F(r.chk, "requested_new") >= F(r.sim, "dropped_both_msgs"));
+	assert_int_equal(F(r.chk, "gaps_lost"), 0);
 	run_free(&r);
 }
 
@@ -510,6 +600,8 @@ int main(void)
 		cmocka_unit_test(test_loss_recovered),
 		cmocka_unit_test(test_loss_unrecoverable),
 		cmocka_unit_test(test_duration),
+		cmocka_unit_test(test_ab_lines),
+		cmocka_unit_test(test_ab_line_silent),
 		cmocka_unit_test(test_malformed),
 		cmocka_unit_test(test_deterministic),
 		cmocka_unit_test(test_gateway),
