@@ -49,6 +49,10 @@
  * Lines A and B (--group-b, feed.h): both are read and arbitrated; a line
  * that falls silent, and one that comes back, is logged (stderr) while the
  * other carries the feed; the summary says what each line won and lost.
+ * Each line is also an input in the process's counters (tb_input_*), so
+ * tb-stat shows feed.A and feed.B beside the streams: delivered = what the
+ * line won, duplicates = the copies it brought second, errors = the times
+ * it fell silent.
  *
  * Snapshots (--snapshot STREAM).  Every --snapshot-every messages
  * published (counted on the first stream, checked after each ITCH message,
@@ -553,14 +557,35 @@ static int open_stream(tb_publisher_t **pub, const tb_config_t *file,
 		       tb_publisher_open(pub, cfg);
 }
 
-/* Logs a line that fell silent or came back. */
-static void watch_lines(const tb_feed_t *f, int silent[TB_FEED_LINES])
+/* The lines' inputs in the counters file, brought up to the feed's
+ * figures. */
+static void count_lines(tb_input_t *const in[TB_FEED_LINES],
+			const tb_feed_stats_t *st)
+{
+	for (int l = 0; l < st->lines; l++) {
+		const tb_feed_line_stats_t *ls = &st->line[l];
+
+		if (!in[l])
+			continue;
+		tb_input_add(in[l], TB_INPUT_DELIVERED, ls->won -
+			     tb_input_get(in[l], TB_INPUT_DELIVERED));
+		tb_input_add(in[l], TB_INPUT_DUPLICATES, ls->lost -
+			     tb_input_get(in[l], TB_INPUT_DUPLICATES));
+		tb_input_add(in[l], TB_INPUT_ERRORS, ls->silences -
+			     tb_input_get(in[l], TB_INPUT_ERRORS));
+	}
+}
+
+/* Logs a line that fell silent or came back; counts the lines. */
+static void watch_lines(const tb_feed_t *f, int silent[TB_FEED_LINES],
+			tb_input_t *const in[TB_FEED_LINES])
 {
 	tb_feed_stats_t st;
 
 	tb_feed_stats(f, &st);
 	if (st.lines < 2)
 		return;
+	count_lines(in, &st);
 	for (int l = 0; l < st.lines; l++)
 		if (st.line[l].silent != silent[l]) {
 			silent[l] = st.line[l].silent;
@@ -618,6 +643,7 @@ int main(int argc, char **argv)
 	static handler_t h = {.snap_every = 100000};
 	const char *config = NULL, *streams[MAX_STREAMS], *snap_stream = NULL;
 	int nstreams = 0, silent[TB_FEED_LINES] = {0, 0};
+	tb_input_t *line_in[TB_FEED_LINES] = {NULL, NULL};
 	uint64_t epoch = 0, polls = 0, snap_ms = 0;
 	tb_config_t *file;
 	tb_feed_opts_t fo;
@@ -713,6 +739,12 @@ int main(int argc, char **argv)
 	}
 	h.feed = f;
 	h.snap_last_ns = tb_clock_mono_ns();
+	if (fo.cfg.group_b)
+		for (i = 0; i < TB_FEED_LINES; i++)
+			if (tb_input_open(&line_in[i], (uint32_t)i,
+					  i ? "feed.B" : "feed.A", "mold") != 0)
+				fprintf(stderr, "tb-feedhandler: line counters: %s\n",
+					tb_errmsg());
 	tb_cli_on_stop_signals(&stop);
 	printf("feedhandler: ready port=%u streams=%d epoch=0x%016" PRIx64 "%s\n",
 	       tb_feed_port(f), h.npub, tb_pub_epoch(h.pubs[0]),
@@ -738,7 +770,7 @@ int main(int argc, char **argv)
 		    tb_clock_mono_ns() - h.snap_last_ns >= h.snap_ns)
 			take_snapshot(&h);
 		if (rc == 0 || (++polls & 1023) == 0)
-			watch_lines(f, silent);
+			watch_lines(f, silent, line_in);
 		tb_idle_step(&idle, rc);
 	}
 	flush_levels(&h);
@@ -789,6 +821,8 @@ int main(int argc, char **argv)
 	}
 	printf("\n");
 	fflush(stdout);
+	for (i = 0; i < TB_FEED_LINES; i++)
+		tb_input_close(line_in[i]);
 	tb_feed_close(f);
 	close_all(&h);
 	if (h.failed)

@@ -380,6 +380,39 @@ uint64_t tb_sub_epoch(const tb_subscriber_t *sub);
  * Errors: none. */
 uint64_t tb_sub_next_seq(const tb_subscriber_t *sub);
 
+/* ----------------------------------------------------------------- inputs */
+
+/* An input of the application that is not a tickbus stream - a feed
+ * handler's exchange lines A and B - counted in the process's counters
+ * file beside its streams, so that tb-stat shows it as it shows a
+ * subscriber: named `name`, its `kind` where a stream's transport goes. */
+typedef struct tb_input tb_input_t;
+
+typedef enum tb_input_counter {
+	TB_INPUT_DELIVERED = 0,  /* messages taken from it (tb-stat: msgs/s) */
+	TB_INPUT_DUPLICATES = 1, /* messages it brought that another input
+				    had brought first */
+	TB_INPUT_GAPS = 2,       /* losses it showed */
+	TB_INPUT_ERRORS = 3,     /* failures, e.g. falling silent */
+	TB_INPUT_MALFORMED = 4,  /* input refused as malformed */
+	TB_INPUT_COUNTERS = 5
+} tb_input_counter_t;
+
+/* Opens the counters of input `name` (id: any number the application
+ * gives it, shown as a stream id).  When the counters file cannot take it,
+ * it is counted privately, after a warning: never fails for that.
+ * Errors: TB_EINVAL (NULL argument, empty name), TB_ENOMEM. */
+int tb_input_open(tb_input_t **in, uint32_t id, const char *name,
+		  const char *kind);
+/* Adds `n` to counter `c` (others ignored).  Hot path: no lock, no system
+ * call; from the one thread that owns the input.  Errors: none. */
+void tb_input_add(tb_input_t *in, tb_input_counter_t c, uint64_t n);
+/* The value of counter `c` (0 for another).  Errors: none. */
+uint64_t tb_input_get(const tb_input_t *in, tb_input_counter_t c);
+/* Removes the input from the counters file and frees it; NULL is a no-op.
+ * Errors: none. */
+void tb_input_close(tb_input_t *in);
+
 /* ------------------------------------------------------ threads and time */
 
 /* Pins the calling thread to `core`; warns if the core is not isolated.
