@@ -252,7 +252,8 @@ static void test_ab_lines(void **state)
 	char *sargs[] = { "-n", "200000", "-r", "50000", "--group-b", GROUP_B,
 			  "--drop", "0.05", "--drop-b", "0.05", "--jitter-b-us",
 			  "200", "-s", "16", NULL };
-	char *cargs[] = { "--group-b", GROUP_B, "--ab-wait-us", "500000", NULL };
+	char *cargs[] = { "--group-b", GROUP_B, "--ab-wait-us", "500000",
+			  "--line-timeout-ms", "10000", NULL };
 	const double p = 0.05;
 	double n, both, mean, sd, msgs_per_pkt, want_msgs, sd_msgs, own;
 	uint64_t asked;

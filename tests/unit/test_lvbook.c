@@ -76,8 +76,9 @@ static void contract(void **state)
 	assert_int_equal(tb_lvbook_checksum(b), sum);
 	tb_lvbook_clear(b, UINT32_MAX);
 	assert_int_equal(tb_lvbook_checksum(b), 0);
-	assert_int_equal(tb_lvbook_create(&b, 0), -1);
 	tb_lvbook_destroy(b);
+	assert_int_equal(tb_lvbook_create(&b, 0), -1);
+	assert_null(b);
 }
 
 /* ------------------------------------------- an order book's events */

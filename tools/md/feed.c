@@ -47,7 +47,7 @@
 typedef struct pending {
 	uint64_t recv_ns;
 	uint32_t len;
-	uint32_t pad_;
+	uint32_t src;        /* the line it came on, or SRC_RETRANS */
 	uint8_t data[FEED_BUF];
 } pending_t;
 
@@ -271,6 +271,14 @@ static void heap_pop(tb_feed_t *f)
 		f->heap[i] = last;
 }
 
+/* Counts what a packet from `src` applied as won by its line. */
+static inline int won(tb_feed_t *f, uint32_t src, int n)
+{
+	if (src != SRC_RETRANS)
+		f->st.line[src].won += (uint64_t)n;
+	return n;
+}
+
 /* Applies, in order, every kept packet that now continues the sequence
  * (and discards those wholly behind it). */
 static int drain_pending(tb_feed_t *f)
@@ -285,7 +293,7 @@ static int drain_pending(tb_feed_t *f)
 		heap_pop(f);
 		/* Parsed when it was kept: cannot fail now. */
 		if (tb_mold_parse(q->data, q->len, &p) == 0)
-			n += apply_pkt(f, &p, q->recv_ns);
+			n += won(f, q->src, apply_pkt(f, &p, q->recv_ns));
 		f->free_slots[f->nfree++] = slot;
 	}
 	return n;
@@ -293,7 +301,7 @@ static int drain_pending(tb_feed_t *f)
 
 /* Keeps a packet beyond `next`; 0, or -1 when there is no room. */
 static int keep_pending(tb_feed_t *f, const void *data, size_t len,
-			uint64_t seq, uint64_t recv_ns)
+			uint64_t seq, uint64_t recv_ns, uint32_t src)
 {
 	uint32_t slot;
 	pending_t *q;
@@ -307,6 +315,7 @@ static int keep_pending(tb_feed_t *f, const void *data, size_t len,
 	memcpy(q->data, data, len);
 	q->len = (uint32_t)len;
 	q->recv_ns = recv_ns;
+	q->src = src;
 	heap_push(f, seq, slot);
 	return 0;
 }
@@ -439,7 +448,7 @@ static int check_gap(tb_feed_t *f, uint64_t now)
 
 /* A data packet from line `l`: 1 if it is the second copy of one the
  * other line brought first (counted, to be dropped), else 0 (remembered
- * as a first copy, its new messages counted as won). */
+ * as a first copy; what it wins is counted once it is applied or kept). */
 static int arbitrate(tb_feed_t *f, const tb_mold_pkt_t *p, int l,
 		     uint64_t recv_ns)
 {
@@ -457,12 +466,11 @@ static int arbitrate(tb_feed_t *f, const tb_mold_pkt_t *p, int l,
 			ls->late_ns_max = late;
 		return 1;
 	}
+	(void)end;
 	a->seq = p->seq;
 	a->count = p->count;
 	a->line = (uint8_t)l;
 	a->ns = recv_ns;
-	if (end > f->next)
-		ls->won += end - (p->seq > f->next ? p->seq : f->next);
 	return 0;
 }
 
@@ -537,11 +545,12 @@ static int on_packet(tb_feed_t *f, const uint8_t *data, size_t len,
 	}
 	if (p.seq > f->next) {
 		/* Not kept: the other line's copy is not a second one. */
-		if (keep_pending(f, data, len, p.seq, recv_ns) < 0 && src != SRC_RETRANS)
+		if (keep_pending(f, data, len, p.seq, recv_ns, (uint32_t)src) < 0 &&
+		    src != SRC_RETRANS)
 			f->arb[p.seq & (TB_FEED_ARB_SLOTS - 1)].seq = 0;
 		return 0;
 	}
-	rc = apply_pkt(f, &p, recv_ns);
+	rc = won(f, (uint32_t)src, apply_pkt(f, &p, recv_ns));
 	if (f->npending)
 		rc += drain_pending(f);
 	return rc;

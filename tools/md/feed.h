@@ -139,7 +139,8 @@ typedef struct tb_feed_cfg {
 /* What one line did. */
 typedef struct tb_feed_line_stats {
 	uint64_t packets;         /* datagrams of the session it brought */
-	uint64_t won;             /* messages it brought first */
+	uint64_t won;             /* messages applied from its packets: it
+				     brought them first */
 	uint64_t lost;            /* messages it brought second: dropped */
 	uint64_t late_packets;    /* packets it brought second */
 	uint64_t late_ns_sum;     /* how much later than the first copy */
