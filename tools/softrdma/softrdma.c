@@ -97,6 +97,7 @@ static void atfork_child(void)
 		atomic_store(&sr_local_cq[i], NULL);
 	pthread_mutex_init(&sr_registry_lock, NULL);
 	sr_progress_atfork_child();
+	sr_memlock_atfork_child();
 }
 
 __attribute__((constructor)) static void sr_init(void)

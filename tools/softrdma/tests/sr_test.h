@@ -174,7 +174,7 @@ static inline void t_rtr_attr(struct ibv_qp_attr *a, uint32_t dest_qpn,
 	a->ah_attr.is_global = 1;
 	a->ah_attr.port_num = 1;
 	a->ah_attr.grh.hop_limit = 1;
-	a->ah_attr.grh.sgid_index = 0;
+	a->ah_attr.grh.sgid_index = 3;      /* RoCE v2, IPv4 (mlx5's layout) */
 	a->ah_attr.grh.dgid.raw[10] = 0xff; /* ::ffff:127.0.0.1 */
 	a->ah_attr.grh.dgid.raw[11] = 0xff;
 	a->ah_attr.grh.dgid.raw[12] = 127;
