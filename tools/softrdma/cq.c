@@ -41,6 +41,7 @@
 #include "softrdma.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -97,6 +98,12 @@ static void overrun(struct sr_fabric *f, struct sr_cq_shm *cq)
 
 int sr_cq_push(struct sr_fabric *f, struct sr_cq_shm *cq, const struct sr_cqe *e)
 {
+	if (SR_UNLIKELY(sr_log_errors) && e->status != IBV_WC_SUCCESS &&
+	    (e->status != IBV_WC_WR_FLUSH_ERR || sr_log_errors > 1))
+		fprintf(stderr, "softrdma: pid %d: qp %u wr_id %llu: %s (%s)\n",
+			(int)getpid(), e->qp_num, (unsigned long long)e->wr_id,
+			ibv_wc_status_str((enum ibv_wc_status)e->status),
+			e->flags & SR_CQE_SQ ? "requester" : "receive");
 	if (SR_UNLIKELY(atomic_load_explicit(&cq->error, memory_order_relaxed)))
 		return -1;
 	uint64_t t = atomic_load_explicit(&cq->tail, memory_order_relaxed);

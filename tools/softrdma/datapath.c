@@ -296,6 +296,7 @@ void sr_exec_flush_locked(struct sr_qp *qp)
 		complete(qp, sr_sq_at(qp, qp->sq_done), qp->sq_done,
 			 IBV_WC_WR_FLUSH_ERR);
 	qp->sq_issue = qp->sq_done;
+	atomic_store_explicit(&qp->sq_issued, qp->sq_issue, memory_order_relaxed);
 	qp->reads_out = 0;
 	qp->err_pending = 0;
 	qp->stuck = 0;
@@ -308,6 +309,7 @@ void sr_exec_reset_locked(struct sr_qp *qp)
 	atomic_store(&qp->sq_post, 0);
 	atomic_store(&qp->sq_free, 0);
 	qp->sq_issue = qp->sq_done = 0;
+	atomic_store(&qp->sq_issued, 0);
 	qp->reads_out = 0;
 	qp->err_pending = 0;
 	qp->stuck = 0;
@@ -773,6 +775,7 @@ static uint64_t run_qp(struct sr_qp *qp, uint64_t now, int *busy)
 				qp->err_pending = 1;
 		}
 	}
+	atomic_store_explicit(&qp->sq_issued, qp->sq_issue, memory_order_relaxed);
 	if (complete_due(qp) < 0)
 		return 0;
 	if (qp->sq_done != qp->sq_issue)
@@ -969,6 +972,22 @@ void sr_sq_publish(struct sr_qp *qp, uint32_t pos)
 	ring();
 }
 
+/* A NIC keeps up with its send queue; when the engine does not (more than
+ * half the queue not sent yet), the poster runs it, after its post and
+ * outside the send-queue lock: the work requests run after they were
+ * posted, and the poster is held to the engine's pace. */
+void sr_sq_help(struct sr_qp *qp)
+{
+	uint32_t pos = atomic_load_explicit(&qp->sq_post, memory_order_relaxed);
+	uint32_t issued = atomic_load_explicit(&qp->sq_issued, memory_order_relaxed);
+	if (SR_LIKELY(pos - issued <= qp->cap.max_send_wr / 2) || sr_fault_delay_ns)
+		return;
+	int busy = 0;
+	pthread_mutex_lock(&exec_mutex);
+	pass_locked(&busy);
+	pthread_mutex_unlock(&exec_mutex);
+}
+
 static uint64_t op_flag(enum ibv_wr_opcode op)
 {
 	switch (op) {
@@ -1079,6 +1098,9 @@ int sr_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	}
 	if (pos != atomic_load_explicit(&qp->sq_post, memory_order_relaxed))
 		sr_sq_publish(qp, pos);
+	pthread_mutex_unlock(&qp->sq_lock);
+	sr_sq_help(qp);
+	return ret;
 out:
 	pthread_mutex_unlock(&qp->sq_lock);
 	return ret;

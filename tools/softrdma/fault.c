@@ -38,6 +38,8 @@
  *                             work before it sleeps (default 20000).
  *   SOFTRDMA_NO_IPC_LOCK=1    charge RLIMIT_MEMLOCK as if the process had no
  *                             CAP_IPC_LOCK.
+ *   SOFTRDMA_LOG_ERRORS=1     one line on stderr per error completion (2:
+ *                             flushes too), from the process that makes it.
  *
  * How a verb fails follows its convention: NULL or -1 with errno, or the
  * errno returned (ibv_post_send and ibv_post_recv also set *bad_wr).
@@ -78,6 +80,7 @@ uint32_t sr_grant_inline = UINT32_MAX;
 int sr_poison_wc = 1;
 uint64_t sr_spin_ns = 20000;
 int sr_no_ipc_lock;
+int sr_log_errors;
 static uint64_t rc_rng = 1;
 static int ud_log_fd = -1;
 static uint64_t ud_rng = 1; /* its own stream: UD draws do not shift others */
@@ -197,6 +200,8 @@ void sr_fault_init(void)
 	s = getenv("SOFTRDMA_SPIN_NS");
 	if (s && *s)
 		sr_spin_ns = strtoull(s, NULL, 0);
+	s = getenv("SOFTRDMA_LOG_ERRORS");
+	sr_log_errors = s && *s ? atoi(s) : 0;
 	s = getenv("SOFTRDMA_NO_IPC_LOCK");
 	sr_no_ipc_lock = s && *s && atoi(s) != 0;
 	sr_ud_drop_p = env_prob("SOFTRDMA_UD_DROP");

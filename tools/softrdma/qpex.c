@@ -89,6 +89,8 @@ static int x_complete(struct ibv_qp_ex *q)
 	qp->xq_pos = 0;
 	qp->xq_err = 0;
 	pthread_mutex_unlock(&qp->sq_lock);
+	if (!e)
+		sr_sq_help(qp);
 	return e;
 }
 

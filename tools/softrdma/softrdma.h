@@ -371,6 +371,7 @@ struct sr_qp {
 	_Atomic uint32_t sq_free;       /* slots released by polled completions */
 	/* the executor's, free-running positions compared modulo 2^32 */
 	uint32_t sq_issue;              /* next WQE to send */
+	_Atomic uint32_t sq_issued;     /* sq_issue, for posters (relaxed) */
 	uint32_t sq_done;               /* next WQE to complete */
 	uint32_t next_psn;
 	uint32_t reads_out;             /* RDMA READs awaiting their response */
@@ -473,6 +474,7 @@ void sr_rq_flush(struct sr_fabric *f, struct sr_qp_shm *q);
 struct sr_swqe *sr_sq_at(struct sr_qp *qp, uint32_t pos);
 void sr_sq_fill(struct sr_qp *qp, struct sr_swqe *w);
 void sr_sq_publish(struct sr_qp *qp, uint32_t pos);
+void sr_sq_help(struct sr_qp *qp);
 int sr_sq_room(struct sr_qp *qp, uint32_t pos);
 void sr_exec_lock(void);
 void sr_exec_unlock(void);
@@ -543,6 +545,7 @@ extern uint32_t sr_grant_inline; /* SOFTRDMA_GRANT_INLINE, UINT32_MAX = off */
 extern int sr_poison_wc;         /* SOFTRDMA_POISON_WC */
 extern uint64_t sr_spin_ns;      /* SOFTRDMA_SPIN_NS */
 extern int sr_no_ipc_lock;       /* SOFTRDMA_NO_IPC_LOCK */
+extern int sr_log_errors;        /* SOFTRDMA_LOG_ERRORS: 1 errors, 2 flushes too */
 
 /* ---- device.c ---- */
 uint64_t sr_now_ns(void);
