@@ -58,7 +58,7 @@
  *      retries, and its retransmission is a duplicate).
  *
  * An RDMA READ is in flight from its issue until the next pass, where its
- * response arrives: at most max_rd_atomic of them at once (0 counts as 1,
+ * response arrives and its data lands: at most max_rd_atomic of them at once (0 counts as 1,
  * as on mlx5), later work requests wait behind, and a work request with
  * IBV_SEND_FENCE waits for every READ before it.  Completions come in
  * send-queue order.  Any error completion is generated whether or not the
@@ -300,6 +300,7 @@ void sr_exec_flush_locked(struct sr_qp *qp)
 	qp->reads_out = 0;
 	qp->err_pending = 0;
 	qp->stuck = 0;
+	qp->doom = 0;
 	qp->rnr_tries = qp->retry_tries = 0;
 }
 
@@ -313,6 +314,7 @@ void sr_exec_reset_locked(struct sr_qp *qp)
 	qp->reads_out = 0;
 	qp->err_pending = 0;
 	qp->stuck = 0;
+	qp->doom = 0;
 	qp->rnr_tries = qp->retry_tries = 0;
 	qp->next_psn = 0;
 	qp->last_exec_ns = 0;
@@ -320,6 +322,33 @@ void sr_exec_reset_locked(struct sr_qp *qp)
 }
 
 static uint64_t exec_pass; /* passes of the engine; READ responses land on the next */
+
+static int local_iov(struct sr_qp *qp, struct sr_swqe *w, struct iovec *liov,
+		     int *ln);
+
+/* A READ's response arrives: its data lands in the local buffers (read
+ * from the responder now, as it sends the response). */
+static uint32_t read_land(struct sr_qp *qp, struct sr_swqe *w)
+{
+	struct sr_fabric *f = qp->ctx->fab;
+	struct iovec liov[SR_MAX_SGE], riov;
+	int ln;
+	if (local_iov(qp, w, liov, &ln) < 0)
+		return IBV_WC_LOC_PROT_ERR;
+	struct sr_qp_shm *peer = sr_fabric_qp(f, qp->attr.dest_qp_num & (SR_MAX_QPS - 1));
+	if (atomic_load(&peer->in_use) != 1 || peer->qpn != qp->attr.dest_qp_num)
+		return IBV_WC_RETRY_EXC_ERR; /* gone before it answered */
+	riov.iov_base = sr_mr_translate(f, w->rkey, peer->pid, peer->pd_id,
+					IBV_ACCESS_REMOTE_READ, w->remote_addr,
+					w->length, peer->qpn);
+	riov.iov_len = w->length;
+	if (!riov.iov_base)
+		return IBV_WC_REM_ACCESS_ERR;
+	int r = xfer(f->pid, peer->pid, 0, liov, ln, &riov, 1, w->length);
+	if (r == -ESRCH)
+		return IBV_WC_RETRY_EXC_ERR;
+	return r < 0 ? IBV_WC_LOC_PROT_ERR : IBV_WC_SUCCESS;
+}
 
 /* Completes, in order, what has finished.  0, or -1 when the QP went to
  * ERR (an error completion). */
@@ -331,7 +360,7 @@ static int complete_due(struct sr_qp *qp)
 			if (exec_pass < w->due_pass)
 				return 0;
 			qp->reads_out--;
-			w->status = IBV_WC_SUCCESS;
+			w->status = read_land(qp, w);
 			w->xstate = SR_X_DONE;
 		}
 		uint32_t pos = qp->sq_done++;
@@ -356,7 +385,8 @@ static int stall_rnr(struct sr_qp *qp, uint32_t timer)
 	return SR_STALL;
 }
 
-/* A lost packet: wait for the ACK timeout, retry_cnt times. */
+/* A lost packet: wait for the ACK timeout and retry, retry_cnt times; the
+ * last retry's timeout ends in IBV_WC_RETRY_EXC_ERR. */
 static int stall_transport(struct sr_qp *qp)
 {
 	uint64_t wait;
@@ -364,7 +394,7 @@ static int stall_transport(struct sr_qp *qp)
 		wait = 1000000; /* infinite timeout: keep trying, never fail */
 	} else {
 		if (qp->retry_tries >= qp->attr.retry_cnt)
-			return IBV_WC_RETRY_EXC_ERR;
+			qp->doom = IBV_WC_RETRY_EXC_ERR;
 		qp->retry_tries++;
 		wait = 4096ull << qp->attr.timeout; /* 4.096 us * 2^timeout */
 	}
@@ -555,11 +585,12 @@ static int respond(struct sr_qp *qp, struct sr_swqe *w, struct sr_qp_shm *peer,
 		if (w->length > resp_mtu ? resp_mtu != req_mtu : w->length > req_mtu)
 			return IBV_WC_BAD_RESP_ERR;
 	}
-	int r = xfer(f->pid, peer->pid, !is_read, liov, ln, riov, rn, w->length);
+	/* A READ's data lands with its response, on the next pass (read_land). */
+	int r = is_read ? 0 : xfer(f->pid, peer->pid, 1, liov, ln, riov, rn, w->length);
 	if (SR_UNLIKELY(r == -ESRCH))
 		return SR_LOST;
 	if (SR_UNLIKELY(r < 0))
-		return is_read ? IBV_WC_LOC_PROT_ERR : IBV_WC_REM_ACCESS_ERR;
+		return IBV_WC_REM_ACCESS_ERR;
 	if (!dup) {
 		uint32_t e = atomic_load_explicit(&peer->epsn, memory_order_relaxed);
 		atomic_store_explicit(&peer->epsn,
@@ -753,7 +784,9 @@ static uint64_t run_qp(struct sr_qp *qp, uint64_t now, int *busy)
 			*busy = 1; /* a READ response lands on the next pass */
 			break;
 		}
-		int r = issue(qp, w);
+		int doom = qp->doom;
+		qp->doom = 0;
+		int r = SR_UNLIKELY(doom) ? doom : issue(qp, w);
 		if (r == SR_STALL) {
 			qp->stuck = 1;
 			deadline = qp->next_try_ns;

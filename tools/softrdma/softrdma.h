@@ -377,6 +377,7 @@ struct sr_qp {
 	uint32_t reads_out;             /* RDMA READs awaiting their response */
 	int err_pending;                /* an issued WQE failed: issue no more */
 	int stuck;                      /* the head WQE waits on a timer */
+	int doom;                       /* ... and then fails with this status */
 	uint64_t next_try_ns;
 	uint32_t rnr_tries, retry_tries;
 	uint64_t last_exec_ns;          /* SOFTRDMA_DELAY_NS pacing */
