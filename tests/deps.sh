@@ -6,10 +6,12 @@
 set -eu
 
 # clang (with its libFuzzer runtime, libclang-common-*-dev) is for
-# `make fuzz` only.
+# `make fuzz` only.  perftest (ib_write_lat, ib_send_lat) runs on softrdma
+# in `make test` (test_softrdma_perftest) and is the floor of the rc
+# latency in `make bench`.
 PKGS="build-essential pkg-config libibverbs-dev ibverbs-utils libnuma-dev \
 liburcu-dev libcmocka-dev libinih-dev libxml2-dev zlib1g-dev valgrind \
-iproute2 procps clang"
+iproute2 procps clang perftest"
 
 missing=""
 for p in $PKGS; do
