@@ -29,7 +29,7 @@
  *
  * ibv_poll_cq also drives this process's send engine (datapath.c) when it
  * has work, as a software provider progresses on poll; the work requests
- * still run after they were posted, never inside ibv_post_send.
+ * still run after they were posted.
  *
  * Completion events: ibv_req_notify_cq arms the CQ; the producer that adds
  * the next (or next solicited / error) entry disarms it and sends a datagram

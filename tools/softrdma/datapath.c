@@ -6,14 +6,16 @@
  * inline size, the QP's state and send ops), copies it into the QP's send
  * queue (inline data is copied now, as a NIC copies it into the WQE; every
  * other buffer is only referenced), publishes it and rings the engine's
- * doorbell.  Nothing is executed inside ibv_post_send: a buffer that is
- * changed after posting and before the work request runs is sent as it is
- * then, and a send queue has a backlog.
+ * doorbell.  A work request does not run before ibv_post_send has
+ * returned it to the engine: a buffer that is changed after posting and
+ * before the work request runs is sent as it is then, and a send queue has
+ * a backlog.
  *
  * The engine.  One per process, under sr_exec_lock: a progress thread
  * (started on the first post, all signals blocked) runs it, and so does
  * ibv_poll_cq when the engine has work (software providers progress on
- * poll).  Each pass goes over this process's QPs; for each it first
+ * poll), and so does a poster whose queue is more than half unsent, on its
+ * way out of ibv_post_send (sr_sq_help: a NIC keeps up with its queue).  Each pass goes over this process's QPs; for each it first
  * completes, in send-queue order, what has finished, then issues the next
  * work requests, each as the two NICs of a connection would handle it:
  *
