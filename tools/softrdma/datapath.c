@@ -14,10 +14,11 @@
  * The engine.  One per process, under sr_exec_lock: a progress thread
  * (started on the first post, all signals blocked) runs it, and so does
  * ibv_poll_cq when the engine has work (software providers progress on
- * poll), and so does a poster whose queue is more than half unsent, on its
- * way out of ibv_post_send (sr_sq_help: a NIC keeps up with its queue).  Each pass goes over this process's QPs; for each it first
- * completes, in send-queue order, what has finished, then issues the next
- * work requests, each as the two NICs of a connection would handle it:
+ * poll), and so does a poster whose queue is more than half unsent, for
+ * what was posted before (sr_sq_help: a NIC keeps up with its queue).
+ * Each pass goes over this process's QPs; for each it first completes, in
+ * send-queue order, what has finished, then issues the next work
+ * requests, each as the two NICs of a connection would handle it:
  *
  *   1. local buffers: lkeys, PD, bounds (local write for READ):
  *      IBV_WC_LOC_PROT_ERR.  Binds and local invalidates run here (mr.c);
@@ -763,6 +764,8 @@ static uint64_t run_qp(struct sr_qp *qp, uint64_t now, int *busy)
 	if (complete_due(qp) < 0)
 		return 0;
 	uint32_t post = atomic_load_explicit(&qp->sq_post, memory_order_acquire); /* A5 */
+	if (SR_UNLIKELY(qp->helping) && post - qp->sq_issue > qp->help_cap - qp->sq_issue)
+		post = qp->help_cap;
 	while (qp->sq_issue != post && !qp->err_pending) {
 		struct sr_swqe *w = sr_sq_at(qp, qp->sq_issue);
 		if (SR_UNLIKELY(sr_fault_delay_ns)) {
@@ -1008,18 +1011,21 @@ void sr_sq_publish(struct sr_qp *qp, uint32_t pos)
 }
 
 /* A NIC keeps up with its send queue; when the engine does not (more than
- * half the queue not sent yet), the poster runs it, after its post and
- * outside the send-queue lock: the work requests run after they were
- * posted, and the poster is held to the engine's pace. */
-void sr_sq_help(struct sr_qp *qp)
+ * half the queue not sent yet), the poster runs it on its way out of the
+ * post, outside the send-queue lock, for the work requests posted before
+ * this call only (those posted by it still run later): the poster is held
+ * to the engine's pace. */
+void sr_sq_help(struct sr_qp *qp, uint32_t before)
 {
-	uint32_t pos = atomic_load_explicit(&qp->sq_post, memory_order_relaxed);
 	uint32_t issued = atomic_load_explicit(&qp->sq_issued, memory_order_relaxed);
-	if (SR_LIKELY(pos - issued <= qp->cap.max_send_wr / 2) || sr_fault_delay_ns)
+	if (SR_LIKELY(before - issued <= qp->cap.max_send_wr / 2) || sr_fault_delay_ns)
 		return;
 	int busy = 0;
 	pthread_mutex_lock(&exec_mutex);
+	qp->help_cap = before;
+	qp->helping = 1;
 	pass_locked(&busy);
+	qp->helping = 0;
 	pthread_mutex_unlock(&exec_mutex);
 }
 
@@ -1059,6 +1065,7 @@ int sr_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 		goto out;
 	}
 	uint32_t pos = atomic_load_explicit(&qp->sq_post, memory_order_relaxed);
+	uint32_t before = pos;
 	int ud = qp->qp.qp_type == IBV_QPT_UD;
 	for (; wr; wr = wr->next) {
 		int inl = (wr->send_flags & IBV_SEND_INLINE) != 0;
@@ -1134,7 +1141,7 @@ int sr_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	if (pos != atomic_load_explicit(&qp->sq_post, memory_order_relaxed))
 		sr_sq_publish(qp, pos);
 	pthread_mutex_unlock(&qp->sq_lock);
-	sr_sq_help(qp);
+	sr_sq_help(qp, before);
 	return ret;
 out:
 	pthread_mutex_unlock(&qp->sq_lock);

@@ -84,13 +84,14 @@ static int x_complete(struct ibv_qp_ex *q)
 		    ((w->flags & IBV_SEND_INLINE) && w->opcode == IBV_WR_RDMA_READ))
 			e = EINVAL;
 	}
+	uint32_t before = atomic_load(&qp->sq_post);
 	if (!e && qp->xq_pos)
-		sr_sq_publish(qp, atomic_load(&qp->sq_post) + qp->xq_pos);
+		sr_sq_publish(qp, before + qp->xq_pos);
 	qp->xq_pos = 0;
 	qp->xq_err = 0;
 	pthread_mutex_unlock(&qp->sq_lock);
 	if (!e)
-		sr_sq_help(qp);
+		sr_sq_help(qp, before);
 	return e;
 }
 

@@ -381,6 +381,8 @@ struct sr_qp {
 	uint64_t next_try_ns;
 	uint32_t rnr_tries, retry_tries;
 	uint64_t last_exec_ns;          /* SOFTRDMA_DELAY_NS pacing */
+	int helping;                    /* sr_sq_help: issue no further than */
+	uint32_t help_cap;              /* ... help_cap */
 	struct sr_ud_held *held;        /* UD reorder fault: SR_UD_HOLD slots */
 };
 
@@ -475,7 +477,7 @@ void sr_rq_flush(struct sr_fabric *f, struct sr_qp_shm *q);
 struct sr_swqe *sr_sq_at(struct sr_qp *qp, uint32_t pos);
 void sr_sq_fill(struct sr_qp *qp, struct sr_swqe *w);
 void sr_sq_publish(struct sr_qp *qp, uint32_t pos);
-void sr_sq_help(struct sr_qp *qp);
+void sr_sq_help(struct sr_qp *qp, uint32_t before);
 int sr_sq_room(struct sr_qp *qp, uint32_t pos);
 void sr_exec_lock(void);
 void sr_exec_unlock(void);
