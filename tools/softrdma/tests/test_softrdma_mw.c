@@ -33,7 +33,17 @@ struct world {
 	struct t_node a, b;
 	char *slots, *abuf, *bbuf;
 	struct ibv_mr *smr, *amr, *bmr;
+	struct ibv_mw *mw[4];           /* windows, freed by world_close */
+	int nmw;
 };
+
+static struct ibv_mw *wmw(struct world *w, enum ibv_mw_type t)
+{
+	struct ibv_mw *mw = ibv_alloc_mw(w->pd, t);
+	if (mw && w->nmw < 4)
+		w->mw[w->nmw++] = mw;
+	return mw;
+}
 
 static struct ibv_qp *rc_qp(struct world *w)
 {
@@ -73,6 +83,8 @@ static void world_open(struct world *w, unsigned slot_access)
 
 static void world_close(struct world *w)
 {
+	for (int i = 0; i < w->nmw; i++)
+		assert_int_equal(ibv_dealloc_mw(w->mw[i]), 0);
 	ibv_dereg_mr(w->amr);
 	ibv_dereg_mr(w->bmr);
 	ibv_dereg_mr(w->smr);
@@ -132,7 +144,7 @@ static void test_type1(void **state)
 	(void)state;
 	struct world w;
 	world_open(&w, RW | IBV_ACCESS_MW_BIND);
-	struct ibv_mw *mw = ibv_alloc_mw(w.pd, IBV_MW_TYPE_1);
+	struct ibv_mw *mw = wmw(&w, IBV_MW_TYPE_1);
 	assert_non_null(mw);
 	assert_int_equal(mw->type, IBV_MW_TYPE_1);
 	uint32_t before = mw->rkey;
@@ -162,7 +174,7 @@ static void test_type1(void **state)
 
 	/* outside the window, and reading through a write-only window */
 	world_open(&w, RW | IBV_ACCESS_MW_BIND);
-	mw = ibv_alloc_mw(w.pd, IBV_MW_TYPE_1);
+	mw = wmw(&w, IBV_MW_TYPE_1);
 	b.bind_info.mr = w.smr;
 	b.bind_info.addr = (uintptr_t)w.slots + SLOT;
 	assert_int_equal(ibv_bind_mw(w.pqa, mw, &b), 0);
@@ -172,12 +184,11 @@ static void test_type1(void **state)
 	assert_int_equal(w.slots[2 * SLOT], 0);
 	assert_int_equal(put(&w.b, w.bmr, w.bbuf, &w, SLOT, mw->rkey,
 			     IBV_WR_RDMA_READ), IBV_WC_REM_ACCESS_ERR);
-	ibv_dealloc_mw(mw);
 	world_close(&w);
 
 	/* unbind (length 0): the window reaches nothing */
 	world_open(&w, RW | IBV_ACCESS_MW_BIND);
-	mw = ibv_alloc_mw(w.pd, IBV_MW_TYPE_1);
+	mw = wmw(&w, IBV_MW_TYPE_1);
 	b.bind_info.mr = w.smr;
 	b.bind_info.addr = (uintptr_t)w.slots + SLOT;
 	assert_int_equal(ibv_bind_mw(w.pqa, mw, &b), 0);
@@ -189,7 +200,6 @@ static void test_type1(void **state)
 	assert_int_equal(pub_done(&w), IBV_WC_SUCCESS);
 	assert_int_equal(put(&w.a, w.amr, w.abuf, &w, SLOT, mw->rkey,
 			     IBV_WR_RDMA_WRITE), IBV_WC_REM_ACCESS_ERR);
-	ibv_dealloc_mw(mw);
 	world_close(&w);
 }
 
@@ -199,36 +209,33 @@ static void test_bind_rules(void **state)
 	struct world w;
 	/* an MR without MW_BIND */
 	world_open(&w, RW);
-	struct ibv_mw *mw = ibv_alloc_mw(w.pd, IBV_MW_TYPE_1);
+	struct ibv_mw *mw = wmw(&w, IBV_MW_TYPE_1);
 	struct ibv_mw_bind b = {.wr_id = 9, .send_flags = IBV_SEND_SIGNALED,
 				.bind_info = {.mr = w.smr, .addr = (uintptr_t)w.slots,
 					      .length = SLOT,
 					      .mw_access_flags = IBV_ACCESS_REMOTE_WRITE}};
 	assert_int_equal(ibv_bind_mw(w.pqa, mw, &b), 0);
 	assert_int_equal(pub_done(&w), IBV_WC_MW_BIND_ERR);
-	ibv_dealloc_mw(mw);
 	world_close(&w);
 	/* a range past the MR */
 	world_open(&w, RW | IBV_ACCESS_MW_BIND);
-	mw = ibv_alloc_mw(w.pd, IBV_MW_TYPE_1);
+	mw = wmw(&w, IBV_MW_TYPE_1);
 	b.bind_info.mr = w.smr;
 	b.bind_info.addr = (uintptr_t)w.slots + SLOTS * SLOT - 8;
 	assert_int_equal(ibv_bind_mw(w.pqa, mw, &b), 0);
 	assert_int_equal(pub_done(&w), IBV_WC_MW_BIND_ERR);
-	ibv_dealloc_mw(mw);
 	world_close(&w);
 	/* remote write through a window on an MR without local write */
 	world_open(&w, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND);
-	mw = ibv_alloc_mw(w.pd, IBV_MW_TYPE_1);
+	mw = wmw(&w, IBV_MW_TYPE_1);
 	b.bind_info.mr = w.smr;
 	b.bind_info.addr = (uintptr_t)w.slots;
 	assert_int_equal(ibv_bind_mw(w.pqa, mw, &b), 0);
 	assert_int_equal(pub_done(&w), IBV_WC_MW_BIND_ERR);
-	ibv_dealloc_mw(mw);
 	world_close(&w);
 	/* a window's key is never an lkey */
 	world_open(&w, RW | IBV_ACCESS_MW_BIND);
-	mw = ibv_alloc_mw(w.pd, IBV_MW_TYPE_2);
+	mw = wmw(&w, IBV_MW_TYPE_2);
 	struct ibv_mr fake = *w.smr;
 	fake.lkey = mw->rkey;
 	char tmp[8] = {0};
@@ -236,11 +243,10 @@ static void test_bind_rules(void **state)
 				      (uintptr_t)w.abuf, w.amr->rkey, 0, 0, 3), 0);
 	assert_int_equal(pub_done(&w), IBV_WC_LOC_PROT_ERR);
 	(void)tmp;
-	ibv_dealloc_mw(mw);
 	world_close(&w);
 	/* malformed binds are refused at post */
 	world_open(&w, RW | IBV_ACCESS_MW_BIND);
-	mw = ibv_alloc_mw(w.pd, IBV_MW_TYPE_2);
+	mw = wmw(&w, IBV_MW_TYPE_2);
 	assert_null(ibv_alloc_mw(w.pd, (enum ibv_mw_type)3));
 	struct ibv_send_wr wr = {.opcode = IBV_WR_BIND_MW}, *bad;
 	wr.bind_mw.mw = mw;
@@ -252,7 +258,6 @@ static void test_bind_rules(void **state)
 	assert_int_equal(ibv_post_send(w.pqa, &wr, &bad), EINVAL);
 	struct ibv_mw_bind tb = {.bind_info = b.bind_info};
 	assert_int_equal(ibv_bind_mw(w.pqa, mw, &tb), EINVAL); /* type 2 */
-	ibv_dealloc_mw(mw);
 	world_close(&w);
 }
 
@@ -263,8 +268,8 @@ static void test_type2_bound_to_a_qp(void **state)
 	(void)state;
 	struct world w;
 	world_open(&w, RW | IBV_ACCESS_MW_BIND);
-	struct ibv_mw *ma = ibv_alloc_mw(w.pd, IBV_MW_TYPE_2);
-	struct ibv_mw *mb = ibv_alloc_mw(w.pd, IBV_MW_TYPE_2);
+	struct ibv_mw *ma = wmw(&w, IBV_MW_TYPE_2);
+	struct ibv_mw *mb = wmw(&w, IBV_MW_TYPE_2);
 	assert_non_null(ma);
 	assert_non_null(mb);
 	uint32_t ka = ibv_inc_rkey(ma->rkey), kb = ibv_inc_rkey(mb->rkey);
@@ -290,7 +295,7 @@ static void test_type2_rebind_and_invalidate(void **state)
 	(void)state;
 	struct world w;
 	world_open(&w, RW | IBV_ACCESS_MW_BIND);
-	struct ibv_mw *ma = ibv_alloc_mw(w.pd, IBV_MW_TYPE_2);
+	struct ibv_mw *ma = wmw(&w, IBV_MW_TYPE_2);
 	uint32_t k1 = ibv_inc_rkey(ma->rkey), k2 = ibv_inc_rkey(k1);
 	assert_int_equal(bind2(&w, w.pqa, ma, k1, 0, IBV_ACCESS_REMOTE_WRITE),
 			 IBV_WC_SUCCESS);
@@ -300,7 +305,7 @@ static void test_type2_rebind_and_invalidate(void **state)
 	world_close(&w);
 
 	world_open(&w, RW | IBV_ACCESS_MW_BIND);
-	ma = ibv_alloc_mw(w.pd, IBV_MW_TYPE_2);
+	ma = wmw(&w, IBV_MW_TYPE_2);
 	k1 = ibv_inc_rkey(ma->rkey);
 	k2 = ibv_inc_rkey(k1);
 	assert_int_equal(bind2(&w, w.pqa, ma, k1, 0, IBV_ACCESS_REMOTE_WRITE),
@@ -320,7 +325,7 @@ static void test_type2_rebind_and_invalidate(void **state)
 	world_close(&w);
 
 	world_open(&w, RW | IBV_ACCESS_MW_BIND);
-	ma = ibv_alloc_mw(w.pd, IBV_MW_TYPE_2);
+	ma = wmw(&w, IBV_MW_TYPE_2);
 	k1 = ibv_inc_rkey(ma->rkey);
 	k2 = ibv_inc_rkey(k1);
 	assert_int_equal(bind2(&w, w.pqa, ma, k1, 0, IBV_ACCESS_REMOTE_WRITE),
