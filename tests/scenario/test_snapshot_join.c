@@ -140,6 +140,7 @@ static void test_join_a_million_messages_late(void **state)
 	char *fho, *s1o, *s3o, *simo, a[64], b[64];
 	const char *snap, *joined;
 	uint64_t before = 0, at, n, until;
+	int rc[4];
 
 	(void)state;
 	write_conf();
@@ -163,11 +164,11 @@ static void test_join_a_million_messages_late(void **state)
 	assert_true(before >= LATE);
 	start(&s3, "s3", s3v);
 
-	assert_int_equal(proc_wait(&fh, 240000), 0);
-	assert_int_equal(proc_wait(&s1, 60000), 0);
-	assert_int_equal(proc_wait(&s3, 60000), 0);
+	rc[0] = proc_wait(&fh, 240000);
+	rc[1] = proc_wait(&s1, 60000);
+	rc[2] = proc_wait(&s3, 60000);
 	kill(sim.pid, SIGTERM);
-	assert_int_equal(proc_wait(&sim, 30000), 0);
+	rc[3] = proc_wait(&sim, 30000);
 	kill(gw.pid, SIGTERM);
 	proc_wait(&gw, 30000);
 	fho = proc_output(&fh);
@@ -175,6 +176,8 @@ static void test_join_a_million_messages_late(void **state)
 	s3o = proc_output(&s3);
 	simo = proc_output(&sim);
 	fprintf(stderr, "%s%s%s%s", simo, fho, s1o, s3o);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(rc[i], 0);
 
 	n = F(fho, "published");
 	assert_int_equal(F(fho, "ended"), 1);
