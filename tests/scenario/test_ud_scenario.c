@@ -9,7 +9,14 @@
  *    reports lost ranges that cover exactly what softrdma's log says it
  *    dropped for that subscriber's QP (plus, at most, datagrams it held
  *    back and delivered late, which arrive after their gap was reported),
- *    and delivers nothing twice.
+ *    and delivers nothing twice;
+ *  - ports with different MTUs (softrdma: SOFTRDMA_PORT_MTU, per
+ *    process): a publisher on 4096 and a subscriber on 1024.  Without a
+ *    group mtu the publisher's 1600-byte datagrams never reach that
+ *    subscriber (dropped at its port, as a switch or its NIC would); it
+ *    says why in words (the heartbeats get through, naming the
+ *    publisher's mtu) and reports every message lost.  With mtu = 1024 on
+ *    both ends every message arrives.
  *
  * The publisher batches (batch_us) so that a subscriber that loses its core
  * for a while on a shared 2-core machine still has receive buffers posted;
@@ -256,6 +263,78 @@ static void loss_reported_exactly(void **state)
 	}
 }
 
+/* A subscriber on a port of `port_mtu` bytes (its own process's
+ * softrdma port), stream `stream` of `conf`, `count` messages; and a
+ * publisher of `count` messages of `size` bytes on the default 4096 port.
+ * Returns the subscriber's output (malloc'd). */
+static char *mixed_mtu_run(const char *conf, const char *stream, const char *port_mtu,
+			   const char *count, const char *size)
+{
+	char out[256], *text;
+	char *sub_argv[] = {"tb-subscribe", "-c", (char *)conf, "-s", (char *)stream,
+			    "--count", (char *)count, "--name", "small-port",
+			    "--timeout-ms", "60000", NULL};
+	char *pub_argv[] = {"tb-publish", "-c", (char *)conf, "-s", (char *)stream,
+			    "--count", (char *)count, "--size", (char *)size,
+			    "--rate", "2000", "--start-delay-ms", "300",
+			    "--linger-ms", "300", NULL};
+	const char *quiet = getenv("TICKBUS_QUIET");
+	char *saved = quiet ? strdup(quiet) : NULL;
+
+	/* Its own port MTU, and its warnings printed. */
+	setenv("SOFTRDMA_PORT_MTU", port_mtu, 1);
+	unsetenv("TICKBUS_QUIET");
+	snprintf(out, sizeof(out), "%s/%s-sub.out", dir, stream);
+	assert_int_equal(proc_start(&sub[0], out, sub_argv), 0);
+	unsetenv("SOFTRDMA_PORT_MTU");
+	if (saved) {
+		setenv("TICKBUS_QUIET", saved, 1);
+		free(saved);
+	}
+	wait_joined(&sub[0]);
+	snprintf(out, sizeof(out), "%s/%s-pub.out", dir, stream);
+	assert_int_equal(proc_start(&pub, out, pub_argv), 0);
+	assert_int_equal(proc_wait(&pub, 60000), 0);
+	assert_int_equal(proc_wait(&sub[0], 60000), 0);
+	text = proc_output(&sub[0]);
+	print_message("%s", text);
+	return text;
+}
+
+static void ports_with_different_mtus(void **state)
+{
+	char conf[256], *text;
+	FILE *f;
+
+	(void)state;
+	snprintf(conf, sizeof(conf), "%s/mixed.ini", dir);
+	f = fopen(conf, "w");
+	assert_non_null(f);
+	fprintf(f, "[stream port-mtu]\nid = 63\ntransport = ud\n"
+		"group = 239.192.61.3:5063\nheartbeat_ms = 50\n"
+		"liveness_timeout_ms = 5000\ntoken = mixed-mtu-token\n\n"
+		"[stream group-mtu]\nid = 64\ntransport = ud\n"
+		"group = 239.192.61.4:5064\nheartbeat_ms = 50\n"
+		"liveness_timeout_ms = 5000\ntoken = mixed-mtu-token\n"
+		"mtu = 1024\n");
+	assert_int_equal(fclose(f), 0);
+
+	/* No group mtu: nothing of 1600 bytes gets through; said, and lost. */
+	text = mixed_mtu_run(conf, "port-mtu", "1024", "300", "1500");
+	assert_non_null(strstr(text, "the publisher sends datagrams of up to "
+			       "4096 bytes, this subscriber receives at most 1024"));
+	assert_int_equal(proc_field_u64(text, "delivered"), 0);
+	assert_int_equal(proc_field_u64(text, "lost"), 300);
+	free(text);
+
+	/* The group's mtu on both ends: everything arrives. */
+	text = mixed_mtu_run(conf, "group-mtu", "1024", "300", "900");
+	assert_null(strstr(text, "the publisher sends datagrams of up to"));
+	assert_int_equal(proc_field_u64(text, "delivered"), 300);
+	assert_int_equal(proc_field_u64(text, "lost"), 0);
+	free(text);
+}
+
 /* Bad input to the tools: a clear message and exit status 1. */
 static void bad_input_is_refused_clearly(void **state)
 {
@@ -295,6 +374,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(no_loss_every_subscriber_gets_1_to_n,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(loss_reported_exactly, setup, teardown),
+		cmocka_unit_test_setup_teardown(ports_with_different_mtus, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(bad_input_is_refused_clearly, setup,
 						teardown),
 	};

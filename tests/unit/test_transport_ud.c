@@ -788,8 +788,10 @@ static void receive_depth_from_config_bounded_by_the_device(void **state)
 		assert_int_equal(tb_ud_rx_ops.open(&rx, &cfg), 0);
 		r = (tb_ud_rx_t *)rx;
 		assert_int_equal(r->depth, got[i]);
+		/* The QP holds at least that many (a device may round its
+		 * queues up: softrdma, as mlx5, to a power of two). */
 		assert_int_equal(ibv_query_qp(r->qp, &a, IBV_QP_CAP, &ia), 0);
-		assert_int_equal(ia.cap.max_recv_wr, got[i]);
+		assert_true(ia.cap.max_recv_wr >= got[i]);
 		assert_true(r->buf_mem.size >= (size_t)got[i] * r->stride);
 		rx->ops->close(rx);
 	}
@@ -877,9 +879,9 @@ static void bad_configurations(void **state)
 	cfg.rdma_port = 2;
 	assert_int_equal(tb_ud_rx_ops.open(&rx, &cfg), TB_ENOENT);
 	cfg_for(&cfg);
-	cfg.gid_index = 3;
+	cfg.gid_index = 7; /* softrdma's table holds 0..3 */
 	assert_int_equal(tb_ud_tx_ops.open(&tx, &cfg, 1), TB_ECONFIG);
-	assert_non_null(strstr(tb_errmsg(), "gid_index 3"));
+	assert_non_null(strstr(tb_errmsg(), "gid_index 7"));
 	cfg_for(&cfg);
 	cfg.mtu = 8192;
 	assert_int_equal(tb_ud_tx_ops.open(&tx, &cfg, 1), TB_ECONFIG);
