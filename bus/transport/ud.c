@@ -77,6 +77,11 @@ static int dev_open(tb_ud_dev_t *d, const tb_stream_cfg_t *cfg)
 	}
 	d->max_qp_wr = (uint32_t)da.max_qp_wr;
 	d->max_cqe = da.max_cqe;
+	d->gid_cfg = cfg->gid_index;
+	if ((rc = tb_verbs_events_init(&d->v)) < 0) {
+		dev_close(d);
+		return tb_error_prepend(rc, "ud");
+	}
 	d->path_mtu = tb_verbs_mtu_bytes(d->v.mtu);
 	d->mtu = d->path_mtu;
 	if (cfg->mtu) {
@@ -183,6 +188,34 @@ static int wait_one(struct ibv_cq *cq, struct ibv_wc *wc)
 	return n;
 }
 
+/* After an address event: the GID index ud would choose now (cfg's, or
+ * the first RoCE v2 GID in IPv4-mapped form), -1 when there is none; the
+ * GID and its netdev go to *gid and *ifindex. */
+static int gid_now(tb_ud_dev_t *d, union ibv_gid *gid, int *ifindex)
+{
+	static const union ibv_gid zero;
+	struct ibv_port_attr pa;
+	struct ibv_gid_entry e;
+
+	*ifindex = 0;
+	if (ibv_query_port(d->v.ctx, d->v.port, &pa) != 0)
+		return -1;
+	for (int i = d->gid_cfg >= 0 ? d->gid_cfg : 0; i < pa.gid_tbl_len; i++) {
+		if (ibv_query_gid_ex(d->v.ctx, d->v.port, (uint32_t)i, &e, 0) == 0 &&
+		    memcmp(&e.gid, &zero, sizeof(zero)) != 0 &&
+		    (d->gid_cfg >= 0 || (e.gid_type == IBV_GID_TYPE_ROCE_V2 &&
+					 !memcmp(e.gid.raw, v4_prefix,
+						 sizeof(v4_prefix))))) {
+			*gid = e.gid;
+			*ifindex = (int)e.ndev_ifindex;
+			return i;
+		}
+		if (d->gid_cfg >= 0)
+			break;
+	}
+	return -1;
+}
+
 /* ---------------------------------------------------------- publishing */
 
 /* Takes the completions the send CQ holds.  An error among them means the
@@ -199,7 +232,10 @@ static int reap(tb_ud_tx_t *u)
 		return n;
 	}
 	for (int i = 0; i < n; i++) {
-		if (tb_unlikely(wc[i].status != IBV_WC_SUCCESS)) {
+		/* A flush of a WR posted before the last recovery is old
+		 * news. */
+		if (tb_unlikely(wc[i].status != IBV_WC_SUCCESS) &&
+		    wc[i].wr_id > u->recovered_at) {
 			u->send_errors++;
 			tb_atomic_store_relaxed(&u->broken, 1);
 		}
@@ -227,33 +263,89 @@ static int sq_room(tb_ud_tx_t *u)
 	return 0;
 }
 
+/* The group's address handle from GID index `gid_index`. */
+static struct ibv_ah *group_ah(tb_ud_tx_t *u, int gid_index)
+{
+	struct ibv_ah_attr ah = {.is_global = 1, .port_num = u->dev.v.port};
+
+	ah.grh.dgid = u->dev.mgid;
+	ah.grh.sgid_index = (uint8_t)gid_index;
+	ah.grh.hop_limit = u->hop_limit;
+	return ibv_create_ah(u->dev.v.pd, &ah);
+}
+
+static int tx_qp_open(tb_ud_tx_t *u);
+
 /*
- * Brings the data QP back to RTS after a send error (publishing thread,
- * before its next post; A2 pairs with R2 in ud_tx_beat and reap): what the
- * CQ holds is taken, the QP is moved back, and every WR it held counts as
- * complete (flushed: the loss is named by the next heartbeat).  Error
- * path: system calls.
+ * Repairs what the heartbeat thread or the publishing thread's own reaping
+ * found wrong, before the next post (publishing thread; A2 pairs with R2 in
+ * ud_tx_beat, tx_events and reap): a data CQ that failed is made anew with
+ * its QP; a QP out of RTS is brought back; a GID that moved gets a new
+ * address handle (A3 pairs with R3 in tx_events).  Under qp_lock, which the
+ * heartbeat thread holds when it looks at the QP, so that it never sees
+ * one half-way.  What the CQ held is taken, and every WR the QP held
+ * counts as complete (flushed: the loss is named by the next heartbeat);
+ * flushes of those that turn up later are not taken for a new failure.
+ * Error path: system calls; after a try that failed, the next waits
+ * TB_UD_REBUILD_NS.
  */
 static int tx_recover(tb_ud_tx_t *u)
 {
-	uint64_t now = tb_clock_now_ns_inline();
-	int rc;
+	int rc = 0;
 
-	/* A device that keeps failing: at most one try per
-	 * TB_UD_REBUILD_NS, not a few system calls per post. */
-	if (u->recover_ns && now - u->recover_ns < TB_UD_REBUILD_NS)
+	if (u->recover_ns &&
+	    tb_clock_now_ns_inline() - u->recover_ns < TB_UD_REBUILD_NS)
 		return TB_EIO;
-	u->recover_ns = now;
-	while (reap(u) > 0)
-		;
-	rc = qp_back_to_rts(&u->dev, u->qp, u->qkey);
-	if (rc < 0)
-		return rc; /* still broken: the next post tries again */
-	u->completed = u->posted;
-	u->until_signal = u->signal_every;
-	u->recoveries += (uint64_t)rc;
-	tb_atomic_store_relaxed(&u->broken, 0);
-	return 0;
+	pthread_mutex_lock(&u->qp_lock);
+	if (tb_atomic_load_acquire(&u->readdress)) {
+		struct ibv_ah *ah = group_ah(u, u->new_gid_index);
+
+		if (ah) {
+			tb_atomic_store_relaxed(&u->readdress, 0);
+			ibv_destroy_ah(u->ah);
+			u->ah = ah;
+			u->wr.wr.ud.ah = ah;
+			u->readdresses++;
+		} else {
+			rc = TB_ESYS;
+		}
+	}
+	if (tb_atomic_load_relaxed(&u->remake)) {
+		if (u->qp)
+			ibv_destroy_qp(u->qp);
+		if (u->cq)
+			ibv_destroy_cq(u->cq);
+		u->qp = NULL;
+		u->cq = NULL;
+		if (tx_qp_open(u) < 0) {
+			rc = TB_ESYS;
+		} else {
+			tb_atomic_store_relaxed(&u->remake, 0);
+			u->remakes++;
+		}
+	} else {
+		int moved;
+
+		while (reap(u) > 0)
+			;
+		moved = qp_back_to_rts(&u->dev, u->qp, u->qkey);
+		if (moved < 0)
+			rc = moved;
+		else
+			u->recoveries += (uint64_t)moved;
+	}
+	if (rc < 0) {
+		u->recover_ns = tb_clock_now_ns_inline() | 1;
+		tb_atomic_store_relaxed(&u->broken, 1); /* the next post tries again */
+	} else {
+		u->recover_ns = 0;
+		u->recovered_at = u->posted;
+		u->completed = u->posted;
+		u->until_signal = u->signal_every;
+		tb_atomic_store_relaxed(&u->broken, 0);
+	}
+	pthread_mutex_unlock(&u->qp_lock);
+	return rc;
 }
 
 /* Posts one datagram (header + frames) on the data QP, from the work
@@ -310,10 +402,15 @@ static int post_ready(void *ctx, int n)
 	tb_ud_tx_t *u = ctx;
 	int rc = 0;
 
-	/* A2 pairs with R2 in ud_tx_beat: the heartbeat thread saw the QP
-	 * out of RTS. */
-	if (tb_unlikely(tb_atomic_load_relaxed(&u->broken)))
-		tx_recover(u);
+	/* A2 pairs with R2 in ud_tx_beat and tx_events: the heartbeat thread
+	 * saw the QP out of RTS, or an event.  Not repaired yet: these are
+	 * lost (the next heartbeat names them), not posted into a QP that
+	 * only flushes. */
+	if (tb_unlikely(tb_atomic_load_relaxed(&u->broken)) && tx_recover(u) < 0) {
+		u->send_errors += (uint64_t)n;
+		tb_dgram_tx_sent(&u->dg);
+		return TB_EIO;
+	}
 	for (int i = 0; i < n; i++) {
 		const tb_dgram_out_t *o = &u->dg.out[i];
 
@@ -366,31 +463,134 @@ static void beat_recover(tb_ud_tx_t *u)
 		u->beat_recoveries++;
 }
 
+/* The heartbeat QP and CQ anew after the CQ failed: heartbeat thread. */
+static void beat_remake(tb_ud_tx_t *u)
+{
+	ibv_destroy_qp(u->beat_qp);
+	ibv_destroy_cq(u->beat_cq);
+	u->beat_qp = NULL;
+	u->beat_cq = ibv_create_cq(u->dev.v.ctx, 4, NULL, NULL, 0);
+	if (u->beat_cq)
+		u->beat_qp = ud_qp(&u->dev, u->beat_cq, 2, 1, 0, u->qkey, NULL);
+	if (u->beat_qp)
+		u->beat_recoveries++;
+}
+
+/* Our GID may have moved (heartbeat thread): the index to send from now;
+ * when it changed, the publishing thread gets it (R3 pairs with A3 in
+ * tx_recover) and the heartbeats a new address handle of their own. */
+static void tx_addr_change(tb_ud_tx_t *u)
+{
+	union ibv_gid gid;
+	int ifindex, i = gid_now(&u->dev, &gid, &ifindex);
+
+	if (i < 0) {
+		tb_warn("ud: %s port %u: no GID to send from any more (gid_index %d "
+			"is gone): nothing leaves until one is back", u->dev.v.name,
+			u->dev.v.port, u->dev.v.gid_index);
+		return;
+	}
+	if (i == u->dev.v.gid_index && !memcmp(&gid, &u->dev.v.gid, sizeof(gid)))
+		return;
+	tb_warn("ud: %s port %u: the source GID moved from index %d to %d",
+		u->dev.v.name, u->dev.v.port, u->dev.v.gid_index, i);
+	u->dev.v.gid_index = i;
+	u->dev.v.gid = gid;
+	u->dev.v.ifindex = ifindex;
+	{
+		struct ibv_ah *ah = group_ah(u, i);
+
+		if (ah) {
+			ibv_destroy_ah(u->beat_ah);
+			u->beat_ah = ah;
+		}
+	}
+	u->new_gid_index = i;
+	tb_atomic_store_release(&u->readdress, 1); /* R3 */
+	tb_atomic_store_relaxed(&u->broken, 1);
+}
+
+/* The device's asynchronous events (heartbeat thread, each beat): what
+ * concerns the data QP or CQ is handed to the publishing thread (R2), what
+ * concerns the heartbeat's own, repaired here; the port's state is said
+ * in words. */
+static void tx_events(tb_ud_tx_t *u)
+{
+	tb_verbs_event_t ev;
+
+	while (tb_verbs_events_next(&u->dev.v, &ev) == 1) {
+		u->events++;
+		switch (ev.kind) {
+		case TB_VERBS_EV_QP_FATAL:
+			if (ev.qp == u->beat_qp)
+				beat_recover(u);
+			else if (ev.qp == u->qp)
+				tb_atomic_store_relaxed(&u->broken, 1); /* R2 */
+			break;
+		case TB_VERBS_EV_CQ_ERR:
+			if (ev.cq == u->beat_cq) {
+				beat_remake(u);
+			} else if (ev.cq == u->cq) {
+				tb_atomic_store_relaxed(&u->remake, 1);
+				tb_atomic_store_relaxed(&u->broken, 1); /* R2 */
+			}
+			break;
+		case TB_VERBS_EV_PORT_DOWN:
+			if (tb_verbs_event_on_port(&u->dev.v, &ev) && !u->port_down) {
+				u->port_down = 1;
+				tb_warn("ud: %s port %u is down: nothing leaves until "
+					"it is back", u->dev.v.name, u->dev.v.port);
+			}
+			break;
+		case TB_VERBS_EV_PORT_UP:
+			if (tb_verbs_event_on_port(&u->dev.v, &ev) && u->port_down) {
+				u->port_down = 0;
+				tb_warn("ud: %s port %u is active again", u->dev.v.name,
+					u->dev.v.port);
+			}
+			break;
+		case TB_VERBS_EV_ADDR_CHANGE:
+			if (tb_verbs_event_on_port(&u->dev.v, &ev))
+				tx_addr_change(u);
+			break;
+		case TB_VERBS_EV_DEVICE_FATAL:
+			tb_warn("ud: %s: the device failed: nothing it sends arrives",
+				u->dev.v.name);
+			break;
+		case TB_VERBS_EV_OTHER:
+			break;
+		}
+	}
+}
+
 /* Heartbeat thread: its own QP, so the data QP stays the publishing
  * thread's alone.  It carries what has been posted, not what was
  * published, so that a datagram held for batching is not taken for a lost
- * tail.  It also looks at the data QP's state (a system call, here and
- * not on the hot path): one that left RTS is flagged for the publishing
- * thread to bring back before its next post. */
+ * tail.  It also reads the device's events and looks at the data QP's
+ * state (system calls, here and not on the hot path): one that left RTS
+ * is flagged for the publishing thread to bring back before its next
+ * post. */
 static void ud_tx_beat(tb_tx_t *tx, uint64_t now_ns, uint64_t last_seq)
 {
 	tb_ud_tx_t *u = (tb_ud_tx_t *)tx;
-	uint64_t next = tb_dgram_tx_sent_next(&u->dg);
-	struct ibv_sge sge = {(uintptr_t)u->beat_hdr, TB_PACKET_HDR_LEN,
-			      u->beat_mr->lkey};
-	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1,
-				 .opcode = IBV_WR_SEND_WITH_IMM,
-				 .send_flags = IBV_SEND_SIGNALED,
-				 .imm_data = htonl((uint32_t)next)}, *bad;
+	uint64_t next;
+	struct ibv_send_wr wr = {.num_sge = 1, .opcode = IBV_WR_SEND_WITH_IMM,
+				 .send_flags = IBV_SEND_SIGNALED}, *bad;
+	struct ibv_sge sge;
 	struct ibv_qp_attr a;
 	struct ibv_qp_init_attr ia;
 	struct ibv_wc wc;
 
 	(void)now_ns;
 	(void)last_seq;
-	if (ibv_query_qp(u->qp, &a, IBV_QP_STATE, &ia) == 0 &&
+	pthread_mutex_lock(&u->qp_lock);
+	tx_events(u);
+	if (u->qp && ibv_query_qp(u->qp, &a, IBV_QP_STATE, &ia) == 0 &&
 	    a.qp_state != IBV_QPS_RTS)
 		tb_atomic_store_relaxed(&u->broken, 1); /* R2 */
+	pthread_mutex_unlock(&u->qp_lock);
+	if (!u->beat_qp)
+		return;
 	/* The heartbeat goes on another send queue, which a NIC does not
 	 * order with the data's: it must not overtake a datagram posted a
 	 * moment ago and fake a lost tail.  So when something was posted
@@ -398,6 +598,7 @@ static void ud_tx_beat(tb_tx_t *tx, uint64_t now_ns, uint64_t last_seq)
 	 * nothing more was posted meanwhile (the last datagram has long left
 	 * by then); if data keeps flowing, it tells the subscribers the
 	 * publisher is alive, and this beat is skipped. */
+	next = tb_dgram_tx_sent_next(&u->dg);
 	if (u->beats++ && next != u->beat_prev) {
 		struct timespec ts = {0, TB_UD_BEAT_SETTLE_NS};
 
@@ -410,7 +611,12 @@ static void ud_tx_beat(tb_tx_t *tx, uint64_t now_ns, uint64_t last_seq)
 	}
 	u->beat_prev = next;
 	tb_dgram_tx_beat(&u->dg, u->beat_hdr, next);
-	wr.wr.ud.ah = u->ah;
+	sge.addr = (uintptr_t)u->beat_hdr;
+	sge.length = TB_PACKET_HDR_LEN;
+	sge.lkey = u->beat_mr->lkey;
+	wr.sg_list = &sge;
+	wr.imm_data = htonl((uint32_t)next);
+	wr.wr.ud.ah = u->beat_ah;
 	wr.wr.ud.remote_qpn = TB_UD_MCAST_QPN;
 	wr.wr.ud.remote_qkey = u->qkey;
 	if (ibv_post_send(u->beat_qp, &wr, &bad) != 0 ||
@@ -424,6 +630,8 @@ static void ud_tx_free(tb_ud_tx_t *u)
 {
 	if (u->ah)
 		ibv_destroy_ah(u->ah);
+	if (u->beat_ah)
+		ibv_destroy_ah(u->beat_ah);
 	if (u->qp)
 		ibv_destroy_qp(u->qp);
 	if (u->beat_qp)
@@ -443,6 +651,8 @@ static void ud_tx_free(tb_ud_tx_t *u)
 	tb_mem_free(&u->ring_mem);
 	tb_mem_free(&u->slab_mem);
 	free(u->beat_hdr);
+	if (u->qp_lock_made)
+		pthread_mutex_destroy(&u->qp_lock);
 	free(u);
 }
 
@@ -456,12 +666,12 @@ static void ud_tx_close(tb_tx_t *tx, uint64_t final_seq)
 
 	if (tb_atomic_load_relaxed(&u->broken))
 		tx_recover(u);
-	for (int i = 0; i < TB_UD_END_COPIES; i++) {
+	for (int i = 0; i < TB_UD_END_COPIES && u->qp; i++) {
 		tb_dgram_tx_end(&u->dg, &end[i], final_seq);
 		if (post_one(u, &end[i], NULL, 0, i == TB_UD_END_COPIES - 1) < 0)
 			break;
 	}
-	while (u->completed < u->posted && tb_clock_mono_ns() < until) {
+	while (u->cq && u->completed < u->posted && tb_clock_mono_ns() < until) {
 		struct ibv_wc wc;
 
 		if (wait_one(u->cq, &wc) != 1)
@@ -490,20 +700,30 @@ static void prepare_wr(tb_ud_tx_t *u)
 	u->until_signal = u->signal_every;
 }
 
-static int tx_verbs(tb_ud_tx_t *u, const tb_stream_cfg_t *cfg)
+/* The data CQ and QP (at open, and anew after the CQ failed). */
+static int tx_qp_open(tb_ud_tx_t *u)
 {
 	tb_ud_dev_t *d = &u->dev;
-	struct ibv_ah_attr ah = {.is_global = 1, .port_num = d->v.port};
-	size_t slab = (size_t)u->sq_depth * sizeof(tb_packet_hdr_t);
 
 	u->cq = ibv_create_cq(d->v.ctx, (int)u->sq_depth + 1, NULL, NULL, 0);
-	u->beat_cq = ibv_create_cq(d->v.ctx, 4, NULL, NULL, 0);
-	if (!u->cq || !u->beat_cq)
+	if (!u->cq)
 		return tb_error_sys(errno, "ud: %s: ibv_create_cq", d->v.name);
 	u->qp = ud_qp(d, u->cq, u->sq_depth, 1, TB_UD_INLINE, u->qkey,
 		      &u->max_inline);
-	if (!u->qp)
-		return TB_ESYS;
+	return u->qp ? 0 : TB_ESYS;
+}
+
+static int tx_verbs(tb_ud_tx_t *u, const tb_stream_cfg_t *cfg)
+{
+	tb_ud_dev_t *d = &u->dev;
+	size_t slab = (size_t)u->sq_depth * sizeof(tb_packet_hdr_t);
+	int rc;
+
+	if ((rc = tx_qp_open(u)) < 0)
+		return rc;
+	u->beat_cq = ibv_create_cq(d->v.ctx, 4, NULL, NULL, 0);
+	if (!u->beat_cq)
+		return tb_error_sys(errno, "ud: %s: ibv_create_cq", d->v.name);
 	u->beat_qp = ud_qp(d, u->beat_cq, 2, 1, 0, u->qkey, NULL);
 	if (!u->beat_qp)
 		return TB_ESYS;
@@ -518,11 +738,10 @@ static int tx_verbs(tb_ud_tx_t *u, const tb_stream_cfg_t *cfg)
 	if (!u->beat_mr)
 		return reg_failed(errno, d, "the heartbeat header",
 				  sizeof(tb_packet_hdr_t));
-	ah.grh.dgid = d->mgid;
-	ah.grh.sgid_index = (uint8_t)d->v.gid_index;
-	ah.grh.hop_limit = (uint8_t)(cfg->ttl > 0 ? cfg->ttl : 1);
-	u->ah = ibv_create_ah(d->v.pd, &ah);
-	if (!u->ah)
+	u->hop_limit = (uint8_t)(cfg->ttl > 0 ? cfg->ttl : 1);
+	u->ah = group_ah(u, d->v.gid_index);
+	u->beat_ah = u->ah ? group_ah(u, d->v.gid_index) : NULL;
+	if (!u->ah || !u->beat_ah)
 		return tb_error_sys(errno, "ud: %s: address handle for group %s",
 				  d->v.name, cfg->group.host);
 	prepare_wr(u);
@@ -555,6 +774,8 @@ static int ud_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 		free(u);
 		return rc; /* tb_publisher_open / tb_subscriber_open name the stream */
 	}
+	pthread_mutex_init(&u->qp_lock, NULL);
+	u->qp_lock_made = 1;
 	u->qkey = TB_UD_QKEY(cfg->id);
 	depth = cfg->ring_size / (2u * u->dev.mtu);
 	if ((cfg->ring_size & (cfg->ring_size - 1)) || depth < TB_UD_SQ_MIN) {
@@ -739,6 +960,8 @@ static void rx_rebuild(tb_ud_rx_t *r, uint64_t now)
 	r->rebuilds++;
 }
 
+static void rx_events(tb_ud_rx_t *r, uint64_t now);
+
 static int ud_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 		      tb_handler_t handler, void *clientd, int limit)
 {
@@ -768,11 +991,13 @@ static int ud_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 				r->got = ibv_poll_cq(r->cq, TB_UD_POLL, r->wc);
 			polled = 1;
 			if (r->got <= 0) {
+				uint64_t t = tb_clock_now_ns_inline();
+
 				if (tb_unlikely(r->got < 0))
 					r->broken = 1; /* the CQ failed */
 				r->got = 0;
-				return tb_dgram_rx_idle(&r->dg,
-							tb_clock_now_ns_inline());
+				rx_events(r, t);
+				return tb_dgram_rx_idle(&r->dg, t);
 			}
 			now = 0;
 		}
@@ -837,29 +1062,98 @@ static void ud_rx_close(tb_rx_t *rx)
 
 /* So that switches forward the group to this port: an IGMP membership on
  * the port's netdev (or cfg.interface).  A failure only warns: on a flat
- * segment without snooping the datagrams arrive anyway. */
-static void igmp_join(tb_ud_rx_t *r, const tb_stream_cfg_t *cfg)
+ * segment without snooping the datagrams arrive anyway.  Made again after
+ * the port came back or the GID moved. */
+static void igmp_join(tb_ud_rx_t *r)
 {
 	struct ip_mreqn m;
 
+	if (r->igmp_fd >= 0)
+		close(r->igmp_fd);
 	memset(&m, 0, sizeof(m));
 	memcpy(&m.imr_multiaddr, r->dev.mgid.raw + 12, 4);
 	m.imr_ifindex = r->dev.v.ifindex;
-	if (cfg->interface[0] &&
-	    inet_pton(AF_INET, cfg->interface, &m.imr_address) != 1)
-		m.imr_ifindex = (int)if_nametoindex(cfg->interface);
-	else if (cfg->interface[0])
+	if (r->interface[0] &&
+	    inet_pton(AF_INET, r->interface, &m.imr_address) != 1)
+		m.imr_ifindex = (int)if_nametoindex(r->interface);
+	else if (r->interface[0])
 		m.imr_ifindex = 0;
 	r->igmp_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (r->igmp_fd >= 0 &&
 	    setsockopt(r->igmp_fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof(m)) == 0)
 		return;
-	tb_warn("ud: stream '%s': IGMP join of %s on interface %d failed (%s); "
-		"switches with IGMP snooping may not forward the group",
-		cfg->name, cfg->group.host, m.imr_ifindex, strerror(errno));
+	tb_warn("ud: stream '%s': IGMP join of the group on interface %d failed "
+		"(%s); switches with IGMP snooping may not forward the group",
+		r->name, m.imr_ifindex, strerror(errno));
 	if (r->igmp_fd >= 0)
 		close(r->igmp_fd);
 	r->igmp_fd = -1;
+}
+
+/* The device's asynchronous events, read by an idle poll at most every
+ * TB_UD_EVENTS_NS (a system call; a busy subscriber sees a failed QP or CQ
+ * in its completions): a failed QP or CQ is rebuilt, the port's going down
+ * and coming back are said in words (and the group joined again), a moved
+ * GID gets the IGMP membership on its netdev. */
+static void rx_events(tb_ud_rx_t *r, uint64_t now)
+{
+	tb_verbs_event_t ev;
+
+	if (now - r->events_ns < TB_UD_EVENTS_NS)
+		return;
+	r->events_ns = now;
+	while (tb_verbs_events_next(&r->dev.v, &ev) == 1) {
+		union ibv_gid gid;
+		int ifindex;
+
+		r->events++;
+		switch (ev.kind) {
+		case TB_VERBS_EV_QP_FATAL:
+			if (ev.qp == r->qp)
+				r->broken = 1;
+			break;
+		case TB_VERBS_EV_CQ_ERR:
+			if (ev.cq == r->cq)
+				r->broken = 1;
+			break;
+		case TB_VERBS_EV_PORT_DOWN:
+			if (tb_verbs_event_on_port(&r->dev.v, &ev) && !r->port_down) {
+				r->port_down = 1;
+				tb_counter_inc(r->dg.ctr, TB_CTR_ERRORS);
+				tb_warn("ud: stream '%s': %s port %u is down: nothing "
+					"arrives until it is back", r->name,
+					r->dev.v.name, r->dev.v.port);
+			}
+			break;
+		case TB_VERBS_EV_PORT_UP:
+			if (tb_verbs_event_on_port(&r->dev.v, &ev) && r->port_down) {
+				r->port_down = 0;
+				r->broken = 1; /* joined again with a new QP */
+				igmp_join(r);
+				tb_warn("ud: stream '%s': %s port %u is active again",
+					r->name, r->dev.v.name, r->dev.v.port);
+			}
+			break;
+		case TB_VERBS_EV_ADDR_CHANGE:
+			if (!tb_verbs_event_on_port(&r->dev.v, &ev))
+				break;
+			if (gid_now(&r->dev, &gid, &ifindex) >= 0 &&
+			    memcmp(&gid, &r->dev.v.gid, sizeof(gid)) != 0) {
+				r->dev.v.gid = gid;
+				r->dev.v.ifindex = ifindex;
+				igmp_join(r);
+			}
+			break;
+		case TB_VERBS_EV_DEVICE_FATAL:
+			r->broken = 1;
+			tb_counter_inc(r->dg.ctr, TB_CTR_ERRORS);
+			tb_warn("ud: stream '%s': %s failed: nothing arrives",
+				r->name, r->dev.v.name);
+			break;
+		case TB_VERBS_EV_OTHER:
+			break;
+		}
+	}
 }
 
 /* Receive buffers: cfg.recv_depth (TB_UD_RECVS when 0), at most what the
@@ -929,10 +1223,12 @@ static int ud_rx_open(tb_rx_t **out, const tb_stream_cfg_t *cfg)
 	tb_dgram_rx_init(&r->dg, cfg->id, cfg->liveness_timeout_ms, cfg->token,
 			 r->dev.mtu);
 	tb_dgram_token_check(cfg);
+	snprintf(r->name, sizeof(r->name), "%s", cfg->name);
+	snprintf(r->interface, sizeof(r->interface), "%s", cfg->interface);
 	rc = rx_verbs(r, cfg);
 	if (rc < 0)
 		goto fail;
-	igmp_join(r, cfg);
+	igmp_join(r);
 	tb_info("ud: stream '%s': subscriber QP %u joined %s on %s port %u, %u "
 		"receive buffers of %u bytes", cfg->name, r->qp->qp_num,
 		cfg->group.host, r->dev.v.name, r->dev.v.port, r->depth,

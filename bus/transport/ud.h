@@ -121,8 +121,10 @@
 #include "bus/transport/dgram.h"
 #include "bus/transport/transport.h"
 #include "bus/transport/verbs.h"
+#include "bus/transport/verbs_events.h"
 
 #include <infiniband/verbs.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #define TB_UD_GRH 40u
@@ -140,6 +142,9 @@
 #define TB_UD_RECVS_MIN 256u
 #define TB_UD_REPOST 32
 #define TB_UD_POLL 16
+/* An idle subscriber reads the device's asynchronous events at most this
+ * often (one system call; a busy one sees failures in its completions). */
+#define TB_UD_EVENTS_NS 10000000ull
 /* A QP in the error state is rebuilt (receive) or brought back (send) at
  * most this often, so that a device that keeps failing costs at most a
  * small share of a hot core in system calls. */
@@ -161,6 +166,7 @@
 /* One endpoint's device and group. */
 typedef struct tb_ud_dev {
 	tb_verbs_dev_t v;      /* device, port, source GID (and its netdev), PD */
+	int gid_cfg;           /* cfg.gid_index: -1 = automatic */
 	union ibv_gid mgid;    /* ::ffff:group */
 	uint32_t path_mtu;     /* bytes */
 	uint32_t mtu;          /* the group's datagram bound: cfg.mtu or path */
@@ -185,21 +191,33 @@ typedef struct tb_ud_tx {
 	uint32_t signal_every;
 	uint32_t until_signal;     /* posts before the next signalled one */
 	uint32_t max_inline;
+	uint8_t hop_limit;         /* cfg.ttl, for address handles */
 	uint64_t posted;           /* WRs posted on the data QP, ever */
 	uint64_t completed;        /* of those, known complete */
 	/* The work request every post sends, prepared at open. */
 	struct ibv_send_wr wr;
 	struct ibv_sge sge[2];
-	/* Set by the heartbeat thread or the publishing thread's own reaping
-	 * when the data QP left RTS; the publishing thread brings it back
-	 * (R2/A2 in ud.c). */
+	/* Set by the heartbeat thread (its look at the QP, the device's
+	 * events) or the publishing thread's own reaping when the data QP
+	 * left RTS, or something else needs repair before the next post;
+	 * the publishing thread repairs it (R2/A2 in ud.c). */
 	_Atomic int broken;
-	uint64_t recover_ns;       /* the last try at bringing it back */
-	/* The heartbeat thread's own QP, CQ and header. */
+	_Atomic int remake;        /* the data CQ failed: CQ and QP anew */
+	_Atomic int readdress;     /* our GID moved: an AH from new_gid_index */
+	int new_gid_index;         /* written before readdress (R3/A3) */
+	uint64_t recover_ns;       /* a try that failed: when; else 0 */
+	uint64_t recovered_at;     /* `posted` at the last repair */
+	/* The data QP and CQ, between the heartbeat thread's look at them
+	 * and their remaking; never taken on the hot path. */
+	pthread_mutex_t qp_lock;
+	int qp_lock_made;
+	/* The heartbeat thread's own QP, CQ, address handle and header. */
 	struct ibv_cq *beat_cq;
 	struct ibv_qp *beat_qp;
+	struct ibv_ah *beat_ah;
 	struct ibv_mr *beat_mr;
 	tb_packet_hdr_t *beat_hdr;
+	int port_down;             /* heartbeat thread: said so already */
 	uint64_t beats;            /* beat calls; heartbeat thread only */
 	uint64_t beat_prev;        /* sent_next at the previous beat */
 	uint64_t beats_skipped;    /* data was flowing: no heartbeat needed */
@@ -210,7 +228,10 @@ typedef struct tb_ud_tx {
 	uint64_t cq_polls;
 	uint64_t send_errors;
 	uint64_t recoveries;       /* data QP brought back to RTS */
+	uint64_t remakes;          /* data CQ and QP made anew */
+	uint64_t readdresses;      /* address handle made for a new GID */
 	uint64_t beat_recoveries;  /* the heartbeat QP, likewise */
+	uint64_t events;           /* asynchronous events read */
 } tb_ud_tx_t;
 
 typedef struct tb_ud_rx {
@@ -234,11 +255,16 @@ typedef struct tb_ud_rx {
 	struct ibv_sge rsge[TB_UD_REPOST];
 	int broken;                /* the QP is in error: rebuild it */
 	uint64_t rebuilt_ns;       /* when it last was */
+	uint64_t events_ns;        /* when the events were last read */
+	int port_down;             /* said so already */
+	char name[TB_NAME_MAX];    /* the stream's, for messages */
+	char interface[TB_HOST_MAX]; /* cfg.interface, to join again */
 	/* Statistics beyond dg's. */
 	uint64_t bad_imm;          /* immediate missing or not first_seq */
 	uint64_t wc_errors;        /* receive completions in error */
 	uint64_t reposts;          /* ibv_post_recv calls */
 	uint64_t rebuilds;         /* QP and CQ made anew */
+	uint64_t events;           /* asynchronous events read */
 } tb_ud_rx_t;
 
 extern const tb_tx_ops_t tb_ud_tx_ops;

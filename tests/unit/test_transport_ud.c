@@ -22,6 +22,11 @@
  *    it goes on receiving;
  *  - receive depth from recv_depth, bounded by the device; ring and buffers
  *    from tb_mem_alloc; a flood of rubbish ends each poll after one batch;
+ *  - asynchronous events, raised from outside with softrdma-ctl: a QP made
+ *    fatal on either end is repaired and the stream goes on; a port that
+ *    goes down and comes back is said so on both ends, the subscriber
+ *    joins again and is told what was lost; a source GID that moves gives
+ *    the publisher a new address handle;
  *  - set-up errors: no device, unknown device, bad GID index, an mtu above
  *    the path MTU, a group that is not multicast.
  */
@@ -35,6 +40,7 @@
 #include "bus/transport/ud.h"
 
 #include <arpa/inet.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -672,6 +678,7 @@ static void failed_send_is_recovered_from(void **state)
 	struct pair p;
 	tb_ud_tx_t *u;
 	uint32_t lkey;
+	uint64_t until;
 	int rc;
 
 	(void)state;
@@ -688,7 +695,14 @@ static void failed_send_is_recovered_from(void **state)
 	/* 5..7 go to a QP that only flushes. */
 	for (int i = 0; i < 3; i++)
 		publish(p.tx, 200);
-	p.tx->ops->beat(p.tx, tb_clock_now_ns(), next_seq - 1);
+	/* The device fails the WR when it runs it (softrdma's send engine,
+	 * as a NIC, after the post returned); the heartbeat thread sees the
+	 * QP out of RTS at the first beat after that. */
+	until = tb_clock_now_ns() + 2000000000ull;
+	while (!tb_atomic_load_relaxed(&u->broken) && tb_clock_now_ns() < until) {
+		p.tx->ops->beat(p.tx, tb_clock_now_ns(), next_seq - 1);
+		usleep(1000);
+	}
 	assert_int_equal(tb_atomic_load_relaxed(&u->broken), 1);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(publish(p.tx, 200), 0);
@@ -861,6 +875,153 @@ static void rubbish_ends_the_poll_after_one_batch(void **state)
 	pair_close(&p);
 }
 
+/* ---------------------------------------------------- asynchronous events */
+
+/* Runs softrdma-ctl on this test's fabric; 0 when it exited 0. */
+static int ctl(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int ctl(const char *fmt, ...)
+{
+	const char *b = getenv("TB_BUILD");
+	char args[256], cmd[PATH_MAX + 512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof(cmd), "%s/softrdma/softrdma-ctl -f %s %s >/dev/null",
+		 b && *b ? b : "build", getenv("SOFTRDMA_FABRIC"), args);
+	return system(cmd);
+}
+
+/* Beats (the heartbeat thread's work, done here) until `flag` is set or
+ * two seconds pass. */
+static void beat_until(tb_tx_t *tx, _Atomic int *flag)
+{
+	uint64_t until = tb_clock_now_ns() + 2000000000ull;
+
+	while (!tb_atomic_load_relaxed(flag) && tb_clock_now_ns() < until) {
+		tx->ops->beat(tx, tb_clock_now_ns(), next_seq - 1);
+		usleep(1000);
+	}
+}
+
+/* Idle polls for `ms` (the subscriber reads events when idle). */
+static int idle_for(struct pair *p, int ms)
+{
+	return poll_quiet(p->rx, &p->seq, &p->loss, p->got, ms);
+}
+
+static void fatal_qp_on_the_publisher_is_repaired(void **state)
+{
+	struct pair p;
+	tb_ud_tx_t *u;
+
+	(void)state;
+	pair_open(&p, 0);
+	u = (tb_ud_tx_t *)p.tx;
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(publish(p.tx, 200), 0);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 3), 3);
+	assert_int_equal(ctl("qp-fatal %u", u->qp->qp_num), 0);
+	beat_until(p.tx, &u->broken);
+	assert_int_equal(tb_atomic_load_relaxed(&u->broken), 1);
+	assert_true(u->events >= 1);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(publish(p.tx, 200), 0);
+	assert_int_equal(u->recoveries, 1);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 6), 6);
+	assert_int_equal(p.got->seq[5], 6);
+	assert_int_equal(p.got->bad, 0);
+	pair_close(&p);
+}
+
+static void fatal_qp_on_the_subscriber_is_rebuilt(void **state)
+{
+	struct pair p;
+	tb_ud_rx_t *r;
+
+	(void)state;
+	pair_open(&p, 0);
+	r = (tb_ud_rx_t *)p.rx;
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(publish(p.tx, 200), 0);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 3), 3);
+	assert_int_equal(ctl("qp-fatal %u", r->qp->qp_num), 0);
+	idle_for(&p, 50);
+	assert_true(r->rebuilds >= 1);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(publish(p.tx, 200), 0);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 6), 6);
+	assert_int_equal(p.got->seq[5], 6);
+	assert_int_equal(p.got->bad, 0);
+	pair_close(&p);
+}
+
+static void port_down_then_up_is_told_and_joined_again(void **state)
+{
+	struct pair p;
+	tb_ud_tx_t *u;
+	tb_ud_rx_t *r;
+	int rc;
+
+	(void)state;
+	pair_open(&p, 0);
+	u = (tb_ud_tx_t *)p.tx;
+	r = (tb_ud_rx_t *)p.rx;
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(publish(p.tx, 200), 0);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 3), 3);
+	assert_int_equal(ctl("port %d down", (int)getpid()), 0);
+	idle_for(&p, 50);
+	assert_int_equal(r->port_down, 1);
+	p.tx->ops->beat(p.tx, tb_clock_now_ns(), next_seq - 1);
+	assert_int_equal(u->port_down, 1);
+	/* Nothing leaves a port that is down: 4 and 5 are lost. */
+	for (int i = 0; i < 2; i++)
+		publish(p.tx, 200);
+	assert_int_equal(ctl("port %d up", (int)getpid()), 0);
+	idle_for(&p, 50);
+	assert_int_equal(r->port_down, 0);
+	assert_true(r->rebuilds >= 1);
+	p.tx->ops->beat(p.tx, tb_clock_now_ns(), next_seq - 1);
+	assert_int_equal(u->port_down, 0);
+	/* The heartbeat names 6: the loss is told, then the stream goes on. */
+	rc = poll_quiet(p.rx, &p.seq, &p.loss, p.got, 500);
+	assert_int_equal(rc, TB_GAP);
+	assert_int_equal(p.loss.first, 4);
+	assert_int_equal(p.loss.last, 5);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(publish(p.tx, 200), 0);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 5), 5);
+	assert_int_equal(p.got->seq[4], 7);
+	pair_close(&p);
+}
+
+static void moved_source_gid_gets_a_new_address_handle(void **state)
+{
+	struct pair p;
+	tb_ud_tx_t *u;
+	int from;
+
+	(void)state;
+	pair_open(&p, 0);
+	u = (tb_ud_tx_t *)p.tx;
+	from = u->dev.v.gid_index;
+	assert_int_equal(publish(p.tx, 200), 0);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 1), 1);
+	/* The IPv4 GID leaves its index for another. */
+	assert_int_equal(ctl("gid %d %d :: none", (int)getpid(), from), 0);
+	assert_int_equal(ctl("gid %d 5 ::ffff:127.0.0.1 v2", (int)getpid()), 0);
+	beat_until(p.tx, &u->readdress);
+	assert_int_equal(u->dev.v.gid_index, 5);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(publish(p.tx, 200), 0);
+	assert_int_equal(u->readdresses, 1);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 4), 4);
+	assert_int_equal(p.got->seq[3], 4);
+	pair_close(&p);
+}
+
 /* ------------------------------------------------------- set-up errors */
 
 static void bad_configurations(void **state)
@@ -960,6 +1121,10 @@ int main(int argc, char **argv)
 		cmocka_unit_test(receive_depth_from_config_bounded_by_the_device),
 		cmocka_unit_test(memory_from_the_ring_allocator_on_the_right_node),
 		cmocka_unit_test(rubbish_ends_the_poll_after_one_batch),
+		cmocka_unit_test(fatal_qp_on_the_publisher_is_repaired),
+		cmocka_unit_test(fatal_qp_on_the_subscriber_is_rebuilt),
+		cmocka_unit_test(port_down_then_up_is_told_and_joined_again),
+		cmocka_unit_test(moved_source_gid_gets_a_new_address_handle),
 		cmocka_unit_test(bad_configurations),
 		cmocka_unit_test(no_device),
 	};
