@@ -95,6 +95,14 @@ typedef struct tb_stream_cfg {
 	char rdma_device[TB_NAME_MAX]; /* "" = first device with an active port */
 	int rdma_port;                 /* 0 = first active port */
 	int gid_index;                 /* -1 = first RoCEv2 IPv4 GID */
+	int rdma_traffic_class;        /* GRH traffic class, 0..255; default
+					  106 (DSCP 26, ECN capable) */
+	int rdma_timeout;              /* ACK timeout 4.096 us * 2^n, 1..31;
+					  default 12 (16.8 ms) */
+	int rdma_retry;                /* retries before a QP fails, 0..7;
+					  default 7 */
+	int rdma_sl;                   /* InfiniBand service level, 0..15;
+					  default 0 */
 
 	/* ud and udp: the multicast group */
 	tb_endpoint_t group;
