@@ -167,7 +167,10 @@ static void peer_open(peer_t *p, size_t len, uint32_t recv_depth)
 static void peer_connect_qp(peer_t *p, uint32_t qpn, const uint8_t *gid,
 			    uint32_t psn)
 {
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024,
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR,
+				.path_mtu = p->reply.type == TB_CONTROL_ACCEPT
+						    ? (enum ibv_mtu)p->reply.accept.mtu
+						    : IBV_MTU_1024,
 				.dest_qp_num = qpn, .rq_psn = psn,
 				.max_dest_rd_atomic = 1, .min_rnr_timer = 1,
 				.ah_attr = {.is_global = 1, .port_num = 1}};
@@ -261,14 +264,14 @@ static int tcp_connect(int port)
 	return -1;
 }
 
-/* HELLO + SUBSCRIBE from `p` to the publisher on `port`; the answer lands
- * in p->reply. */
-static void subscribe(peer_t *p, int port, const char *token,
-		      uint32_t recv_depth)
+/* HELLO + SUBSCRIBE from `p` to the publisher on `port` (saying the port
+ * MTU is `mtu`); the answer lands in p->reply. */
+static void subscribe_mtu(peer_t *p, int port, const char *token,
+			  uint32_t recv_depth, uint8_t mtu)
 {
 	tb_control_hello_t h = {.stream_id = 9};
 	tb_control_subscribe_t s = {.stream_id = 9, .transport = TB_TRANSPORT_RC,
-				.mtu = TB_CONTROL_MTU_1024,
+				.mtu = mtu,
 				.flags = TB_CONTROL_SUB_F_CREDIT_SLOT,
 				.ring_addr = (uintptr_t)p->buf, .ring_len = p->len,
 				.rkey = p->mr->rkey, .qpn = p->qp->qp_num, .psn = 5,
@@ -282,6 +285,32 @@ static void subscribe(peer_t *p, int port, const char *token,
 	send_buf(p->fd, buf, tb_control_encode_hello(buf, sizeof(buf), &h));
 	send_buf(p->fd, buf, tb_control_encode_subscribe(buf, sizeof(buf), &s));
 	assert_true(read_ctl(p->fd, &p->reply) > 0);
+}
+
+static void subscribe(peer_t *p, int port, const char *token,
+		      uint32_t recv_depth)
+{
+	subscribe_mtu(p, port, token, recv_depth, TB_CONTROL_MTU_1024);
+}
+
+/* READY: our QP is in RTR; the publisher may write. */
+static void send_ready(peer_t *p)
+{
+	tb_control_ready_t r = {.stream_id = 9, .qpn = p->qp->qp_num};
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+
+	send_buf(p->fd, buf, tb_control_encode_ready(buf, sizeof(buf), &r));
+}
+
+/* ACCEPT in hand: the QP up along its path, then READY, then a moment for
+ * the publisher to put us in its table. */
+static void join(peer_t *p)
+{
+	assert_int_equal(p->reply.type, TB_CONTROL_ACCEPT);
+	peer_connect_qp(p, p->reply.accept.qpn, p->reply.accept.gid,
+			p->reply.accept.psn);
+	send_ready(p);
+	usleep(100000);
 }
 
 static int test_port(int k)
@@ -381,9 +410,11 @@ static void publisher_posts_exact_work_requests(void **state)
 	assert_true(p.reply.accept.credit_rkey != 0);
 	assert_int_equal(p.reply.accept.ring_offset, 0);
 	pub_qpn = p.reply.accept.qpn;
-	peer_connect_qp(&p, pub_qpn, p.reply.accept.gid, p.reply.accept.psn);
-	/* The publisher adds us to its table as it sends ACCEPT. */
-	usleep(100000);
+	/* The path MTU: the smaller of its port's (4096) and ours. */
+	assert_int_equal(p.reply.accept.mtu, TB_CONTROL_MTU_1024);
+	assert_int_equal(p.reply.accept.lid, 0);     /* RoCE */
+	assert_int_equal(p.reply.accept.traffic_class, 106);
+	join(&p);
 
 	/* A small frame: inline, WRITE_WITH_IMM at offset 0. */
 	memset(payload, 0xab, sizeof(payload));
@@ -499,8 +530,7 @@ static void publisher_skips_a_subscriber_without_credit(void **state)
 	subscribe(&p, test_port(1), "right-token", 8);  /* 8 receives only */
 	assert_int_equal(p.reply.type, TB_CONTROL_ACCEPT);
 	pub_qpn = p.reply.accept.qpn;
-	peer_connect_qp(&p, pub_qpn, p.reply.accept.gid, p.reply.accept.psn);
-	usleep(100000);
+	join(&p);
 
 	first = n_rec;
 	for (int i = 0; i < 20; i++)
@@ -573,11 +603,8 @@ static void publisher_drops_a_failed_subscriber(void **state)
 	post_recvs(&b, 256);
 	subscribe(&a, test_port(0), "right-token", 256);
 	subscribe(&b, test_port(0), "right-token", 256);
-	assert_int_equal(a.reply.type, TB_CONTROL_ACCEPT);
-	assert_int_equal(b.reply.type, TB_CONTROL_ACCEPT);
-	peer_connect_qp(&a, a.reply.accept.qpn, a.reply.accept.gid, a.reply.accept.psn);
-	peer_connect_qp(&b, b.reply.accept.qpn, b.reply.accept.gid, b.reply.accept.psn);
-	usleep(100000);
+	join(&a);
+	join(&b);
 
 	/* B's ring goes away: the publisher's next write to it is a remote
 	 * access error and its queue pair to B fails. */
@@ -624,6 +651,12 @@ static void wrong_token_gets_no_rkey(void **state)
 	/* Nothing follows the reject: the publisher hung up. */
 	assert_int_equal(read_ctl(p.fd, &m), TB_CLOSED);
 	close(p.fd);
+	/* And this address waits a quarter of a second before its next
+	 * connection is read: closed unanswered. */
+	p.fd = tcp_connect(test_port(0));
+	assert_int_equal(read_ctl(p.fd, &m), TB_CLOSED);
+	close(p.fd);
+	usleep(300000);
 
 	/* Garbage instead of HELLO: rejected as malformed, then dropped. */
 	p.fd = tcp_connect(test_port(0));
@@ -696,7 +729,7 @@ static void subscriber_credits_and_rkey_bounds(void **state)
 	peer_t p;
 	tb_control_msg_t hello, subm;
 	tb_control_accept_t a = {.stream_id = 9, .epoch = 1234, .psn = 77,
-			     .next_seq = 1};
+			     .next_seq = 1, .mtu = TB_CONTROL_MTU_4096};
 	int lfd, one = 1, n, first;
 	struct sockaddr_in sa = {.sin_family = AF_INET,
 				 .sin_port = htons((uint16_t)test_port(1)),
@@ -735,6 +768,10 @@ static void subscriber_credits_and_rkey_bounds(void **state)
 	send_buf(p.fd, buf, tb_control_encode_accept(buf, sizeof(buf), &a));
 	peer_connect_qp(&p, subm.subscribe.qpn, subm.subscribe.gid,
 			subm.subscribe.psn);
+	/* Its QP is up before it says so. */
+	assert_true(read_ctl(p.fd, &hello) > 0);
+	assert_int_equal(hello.type, TB_CONTROL_READY);
+	assert_int_equal(hello.ready.qpn, subm.subscribe.qpn);
 
 	/* Frames 1..70 (64 bytes each): delivered in order; after 64 the
 	 * subscriber re-posts and writes its credit into our slot. */
