@@ -4,14 +4,21 @@
  * The test plays the other end itself -- a hand-made subscriber against the
  * real publisher, and a hand-made publisher against the real subscriber --
  * speaking the control protocol and verbs directly, and records every work
- * request tickbus posts by wrapping the device context's post_send (the
- * test defines ibv_open_device, which the static library binds to, and
- * calls the real one).  It asserts the exact requests: opcode, big-endian
- * immediate, rkey, remote address, inline and signalled flags, lkey and
- * lengths, on the normal, wrap/padding and credit paths; that a subscriber
- * without credit is skipped and then resumed; that rkeys give no access
- * outside the ring or the credit slot; that a wrong token gets no rkey; and
- * how the subscriber reacts to its queue pair failing.
+ * request tickbus posts by wrapping the device context's post_send, and
+ * every QP transition by defining ibv_modify_qp (the test defines
+ * ibv_open_device and ibv_modify_qp, which the static library binds to,
+ * and calls the real ones).  It asserts the exact requests: opcode,
+ * big-endian immediate, rkey, remote address, inline and signalled flags,
+ * lkey and lengths, on the normal, wrap/padding and credit paths; the
+ * inline threshold of one 256-byte WQE; that a subscriber without credit
+ * is skipped, told the range in heartbeats, and then resumed; that a fence
+ * goes out for every skip however long completions stall; that nothing is
+ * written before READY; the path MTU both ends use; that rkeys give no
+ * access outside the ring or the subscriber's own credit slot, not even to
+ * another subscriber's; that a wrong token gets no rkey and slows its
+ * address; the memlock budget at open; version 1 peers refused both ways;
+ * and how the subscriber reacts to its queue pair failing or being
+ * dropped.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -31,12 +38,16 @@
 #include <dlfcn.h>
 #include <endian.h>
 #include <infiniband/verbs.h>
+#include <linux/capability.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -83,6 +94,19 @@ static int recording_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 	return real_post_send(qp, wr, bad);
 }
 
+/* Completions of every CQ but `stall_spare` are held back while `stall`
+ * is set: a NIC that stops reporting for a while. */
+static int stall;
+static struct ibv_cq *stall_spare;
+static int (*real_poll_cq)(struct ibv_cq *, int, struct ibv_wc *);
+
+static int stalling_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+	if (stall && cq != stall_spare)
+		return 0;
+	return real_poll_cq(cq, n, wc);
+}
+
 struct ibv_context *ibv_open_device(struct ibv_device *dev)
 {
 	static struct ibv_context *(*real)(struct ibv_device *);
@@ -95,8 +119,40 @@ struct ibv_context *ibv_open_device(struct ibv_device *dev)
 	if (ctx) {
 		real_post_send = ctx->ops.post_send;
 		ctx->ops.post_send = recording_post_send;
+		real_poll_cq = ctx->ops.poll_cq;
+		ctx->ops.poll_cq = stalling_poll_cq;
 	}
 	return ctx;
+}
+
+/* Every transition to RTR, recorded: which QP, with what. */
+typedef struct rec_rtr {
+	uint32_t qpn;
+	struct ibv_qp_attr a;
+} rec_rtr_t;
+
+static rec_rtr_t rtr[64];
+static int n_rtr;
+
+int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+	static int (*real)(struct ibv_qp *, struct ibv_qp_attr *, int);
+
+	if (!real)
+		real = (int (*)(struct ibv_qp *, struct ibv_qp_attr *, int))
+			dlvsym(RTLD_NEXT, "ibv_modify_qp", "IBVERBS_1.1");
+	if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTR && n_rtr < 64)
+		rtr[n_rtr++] = (rec_rtr_t){.qpn = qp->qp_num, .a = *attr};
+	return real(qp, attr, mask);
+}
+
+static const struct ibv_qp_attr *rtr_of(uint32_t qpn)
+{
+	for (int i = n_rtr - 1; i >= 0; i--)
+		if (rtr[i].qpn == qpn)
+			return &rtr[i].a;
+	fail_msg("no RTR recorded for qp %u", qpn);
+	return NULL;
 }
 
 /* ---------------------------------------------------- the hand-made peer */
@@ -319,6 +375,8 @@ static int test_port(int k)
 	 * ephemeral range collide with sockets other tests left in
 	 * TIME-WAIT. */
 	static int port[8];
+
+	assert_true(k < 8);
 
 	if (!port[k])
 		port[k] = (int)proc_free_port();
@@ -826,7 +884,546 @@ static void subscriber_credits_and_rkey_bounds(void **state)
 	tb_subscriber_close(sub);
 }
 
-int main(void)
+
+/* --------------------------------------------- protocol 2 and its fixes */
+
+/* Frames up to 220 bytes go inline (one 256-byte WQE with its 36 bytes of
+ * headers), from 221 by reference: 224 crossed into a fifth block. */
+static void inline_threshold_fits_one_wqe(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint8_t payload[256] = {0};
+	struct ibv_wc wc[4];
+	const rec_wr_t *w;
+	int n, first;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(2), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 64 << 10, 64);
+	post_recvs(&p, 64);
+	subscribe(&p, test_port(2), "right-token", 64);
+	join(&p);
+	first = n_rec;
+	assert_int_equal(tb_pub_offer(pub, 1, payload, 220 - 32), 1);
+	assert_int_equal(tb_pub_offer(pub, 1, payload, 221 - 32), 2);
+	assert_int_equal(tb_pub_offer(pub, 1, payload, 224 - 32), 3);
+	assert_int_equal(wait_recvs(&p, wc, 3), 3);
+	w = recs_for(p.reply.accept.qpn, first, &n);
+	assert_int_equal(n, 3);
+	assert_int_equal(w[0].len, 220);
+	assert_true(w[0].flags & IBV_SEND_INLINE);
+	assert_int_equal(w[1].len, 221);
+	assert_false(w[1].flags & IBV_SEND_INLINE);
+	assert_int_equal(w[2].len, 224);
+	assert_false(w[2].flags & IBV_SEND_INLINE);
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
+/* Nothing is written to a subscriber before its READY: its QP may not be
+ * in RTR yet, and a WRITE would wait out an ACK timeout or fail it. */
+static void nothing_is_written_before_ready(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint8_t payload[64] = {0};
+	struct ibv_wc wc[8];
+	int n, first;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(2), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 64 << 10, 64);
+	post_recvs(&p, 64);
+	subscribe(&p, test_port(2), "right-token", 64);
+	assert_int_equal(p.reply.type, TB_CONTROL_ACCEPT);
+	/* ACCEPT in hand, our QP still in INIT: the publisher's QP is up
+	 * (RTS), but it must not write. */
+	usleep(100000);
+	first = n_rec;
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(tb_pub_offer(pub, 1, payload, 64), i + 1);
+	recs_for(p.reply.accept.qpn, first, &n);
+	assert_int_equal(n, 0);
+	/* RTR, READY: from the next frame on it is written. */
+	peer_connect_qp(&p, p.reply.accept.qpn, p.reply.accept.gid,
+			p.reply.accept.psn);
+	send_ready(&p);
+	usleep(100000);
+	assert_int_equal(tb_pub_offer(pub, 1, payload, 64), 6);
+	assert_int_equal(wait_recvs(&p, wc, 1), 1);
+	assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+	assert_int_equal(((tb_frame_hdr_t *)p.buf)->seq, 6);
+	recs_for(p.reply.accept.qpn, first, &n);
+	assert_int_equal(n, 1);
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
+/* Each subscriber's credit slot is in a PD of its own: B's rkey, used
+ * through A's QP, is a remote access error, and B's slot is untouched. */
+static void a_credit_rkey_reaches_its_own_slot_only(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t a, b;
+	struct ibv_wc wc[4];
+	uint64_t v = tb_rc_credit(12345, 0);
+	struct ibv_sge sge = {.addr = (uintptr_t)&v, .length = 8};
+	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1,
+				 .opcode = IBV_WR_RDMA_WRITE,
+				 .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED};
+	struct ibv_send_wr *bad;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(2), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&a, 64 << 10, 64);
+	peer_open(&b, 64 << 10, 64);
+	post_recvs(&a, 64);
+	post_recvs(&b, 64);
+	subscribe(&a, test_port(2), "right-token", 64);
+	subscribe(&b, test_port(2), "right-token", 64);
+	join(&a);
+	join(&b);
+	/* Its own slot, its own key: fine. */
+	wr.wr.rdma.remote_addr = a.reply.accept.credit_addr;
+	wr.wr.rdma.rkey = a.reply.accept.credit_rkey;
+	assert_int_equal(ibv_post_send(a.qp, &wr, &bad), 0);
+	assert_int_equal(wait_recvs(&a, wc, 1), 1);
+	assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+	/* B's slot with B's key, through A's queue pair: refused. */
+	wr.wr.rdma.remote_addr = b.reply.accept.credit_addr;
+	wr.wr.rdma.rkey = b.reply.accept.credit_rkey;
+	assert_int_equal(ibv_post_send(a.qp, &wr, &bad), 0);
+	assert_int_equal(wait_recvs(&a, wc, 1), 1);
+	assert_int_equal(wc[0].status, IBV_WC_REM_ACCESS_ERR);
+	assert_true(*(volatile uint64_t *)(uintptr_t)b.reply.accept.credit_addr !=
+		    tb_rc_credit(12345, 0));
+	peer_close(&a);
+	peer_close(&b);
+	tb_publisher_close(pub);
+}
+
+/* The publisher takes the smaller MTU, says it in ACCEPT and uses it. */
+static void the_path_mtu_is_the_publishers_choice(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(2), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 64 << 10, 16);
+	subscribe_mtu(&p, test_port(2), "right-token", 16, TB_CONTROL_MTU_512);
+	assert_int_equal(p.reply.type, TB_CONTROL_ACCEPT);
+	assert_int_equal(p.reply.accept.mtu, TB_CONTROL_MTU_512);
+	assert_int_equal(rtr_of(p.reply.accept.qpn)->path_mtu, IBV_MTU_512);
+	assert_int_equal(rtr_of(p.reply.accept.qpn)->ah_attr.grh.traffic_class, 106);
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
+/* However many skips pile up while completions stall, each gets its
+ * fence: the record of signalled requests has a slot per send-queue
+ * entry and cannot overflow (it had 32). */
+static void a_fence_for_every_skip_while_completions_stall(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint8_t payload[64] = {0};
+	struct ibv_wc wc[4];
+	const rec_wr_t *w;
+	int n, first, fences = 0, writes = 0;
+	uint64_t pos = 0;
+	uint32_t regranted = 0;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(3), 1 << 20);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 1 << 20, 256);
+	post_recvs(&p, 1);
+	subscribe(&p, test_port(3), "right-token", 1);  /* one frame per credit */
+	join(&p);
+	stall_spare = p.cq;
+	stall = 1;
+	first = n_rec;
+	/* 40 rounds of: written, skipped (fence), credit back. */
+	for (int i = 0; i < 40; i++) {
+		assert_true(tb_pub_offer(pub, 1, payload, 64) > 0);
+		assert_true(tb_pub_offer(pub, 1, payload, 64) > 0);
+		assert_int_equal(wait_recvs(&p, wc, 1), 1);
+		post_recvs(&p, 1);
+		pos += 96;
+		regranted++;
+		give_credit(&p, pos, regranted);
+	}
+	w = recs_for(p.reply.accept.qpn, first, &n);
+	for (int i = 0; i < n; i++) {
+		if (w[i].opcode == IBV_WR_RDMA_WRITE && w[i].len == 0 &&
+		    (w[i].flags & IBV_SEND_SIGNALED)) {
+			fences++;
+			/* Its wr_id counts every request up to it. */
+			assert_int_equal(w[i].wr_id, (uint64_t)(writes + fences));
+		} else {
+			writes++;
+		}
+	}
+	assert_int_equal(writes, 40);
+	assert_int_equal(fences, 40);
+	/* The NIC reports again: the stream goes on. */
+	stall = 0;
+	assert_true(tb_pub_offer(pub, 1, payload, 64) > 0);
+	assert_int_equal(wait_recvs(&p, wc, 1), 1);
+	assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+	stall_spare = NULL;
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
+/* A heartbeat to a subscriber the publisher is skipping names the range:
+ * on a quiet stream nothing else would tell it. */
+static void heartbeats_name_the_skipped_range(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint8_t payload[64] = {0};
+	tb_control_msg_t m;
+	int found = 0;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(3), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 64 << 10, 64);
+	post_recvs(&p, 8);
+	subscribe(&p, test_port(3), "right-token", 8);
+	join(&p);
+	for (int i = 0; i < 20; i++)
+		assert_int_equal(tb_pub_offer(pub, 1, payload, 64), i + 1);
+	/* Within a few heartbeats (50 ms each): skipped 9..20. */
+	for (int i = 0; i < 10 && !found; i++) {
+		assert_true(read_ctl(p.fd, &m) > 0);
+		assert_int_equal(m.type, TB_CONTROL_HEARTBEAT);
+		if (m.heartbeat.skip_first) {
+			assert_int_equal(m.heartbeat.skip_first, 9);
+			assert_int_equal(m.heartbeat.skip_last, 20);
+			found = 1;
+		}
+	}
+	assert_true(found);
+	/* Credit back and one more frame: it is written, and the range is
+	 * gone from the next heartbeats. */
+	post_recvs(&p, 8);
+	give_credit(&p, 8 * 96, 8);
+	assert_int_equal(tb_pub_offer(pub, 1, payload, 64), 21);
+	for (int i = 0; i < 3; i++) {
+		assert_true(read_ctl(p.fd, &m) > 0);
+		if (i > 0)
+			assert_int_equal(m.heartbeat.skip_first, 0);
+	}
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
+/* Wrong tokens, one connection after another from one address: each
+ * makes the next wait twice as long, so a second of guessing gets a
+ * handful of answers, not thousands. */
+static void token_guessing_is_slowed(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint64_t until;
+	int answered = 0, tries = 0;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(4), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 64 << 10, 16);
+	until = now_ms() + 1000;
+	while (now_ms() < until) {
+		tb_control_hello_t h = {.stream_id = 9};
+		uint8_t buf[TB_CONTROL_MSG_MAX];
+		tb_control_msg_t m;
+
+		snprintf(h.token, sizeof(h.token), "guess-%d", tries++);
+		p.fd = tcp_connect(test_port(4));
+		send_buf(p.fd, buf, tb_control_encode_hello(buf, sizeof(buf), &h));
+		if (read_ctl(p.fd, &m) > 0) {
+			assert_int_equal(m.type, TB_CONTROL_REJECT);
+			assert_int_equal(m.reject.reason, TB_CONTROL_REJ_BAD_TOKEN);
+			answered++;
+		}
+		close(p.fd);
+		p.fd = -1;
+		nap();
+	}
+	print_message("token guessing: %d tries, %d answered in 1 s\n", tries,
+		      answered);
+	/* 0, 250, 750 ms: three answers (four at the outside). */
+	assert_true(answered >= 2 && answered <= 4);
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
+/* --------------------------------------------- memlock, in a child */
+
+/* Drops CAP_IPC_LOCK from this process's effective set. */
+static void drop_cap_ipc_lock(void)
+{
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct d[2];
+
+	if (syscall(SYS_capget, &h, d) != 0)
+		_exit(90);
+	d[0].effective &= ~(1u << CAP_IPC_LOCK);
+	d[0].permitted &= ~(1u << CAP_IPC_LOCK);
+	if (syscall(SYS_capset, &h, d) != 0)
+		_exit(91);
+}
+
+static int memlock_child(void)
+{
+	struct rlimit rl = {.rlim_cur = 1 << 20, .rlim_max = 1 << 20};
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	int rc;
+
+	drop_cap_ipc_lock();
+	if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0)
+		return 92;
+	rc_cfg(&cfg, (int)proc_free_port(), 8 << 20);
+	rc = tb_subscriber_open(&sub, &cfg);
+	if (rc != TB_ENOMEM)
+		return 1;
+	if (!strstr(tb_errmsg(), "an rc subscriber") ||
+	    !strstr(tb_errmsg(), "ulimit -l") ||
+	    !strstr(tb_errmsg(), "LimitMEMLOCK=") ||
+	    !strstr(tb_errmsg(), "CAP_IPC_LOCK") ||
+	    !strstr(tb_errmsg(), "1.0 MiB"))
+		return 2;
+	rc = tb_publisher_open(&pub, &cfg);
+	if (rc != TB_ENOMEM || !strstr(tb_errmsg(), "an rc publisher") ||
+	    !strstr(tb_errmsg(), "ulimit -l"))
+		return 3;
+	/* A ring that fits: both open. */
+	rc_cfg(&cfg, (int)proc_free_port(), 64 << 10);
+	if (tb_subscriber_open(&sub, &cfg) != 0)
+		return 4;
+	tb_subscriber_close(sub);
+	return 0;
+}
+
+/* Under RLIMIT_MEMLOCK of 1 MiB and without CAP_IPC_LOCK, an 8 MiB ring
+ * is refused at open with what to change, not at its first verb. */
+static void memlock_budget_is_checked_at_open(void **state)
+{
+	pid_t pid;
+	int st;
+
+	(void)state;
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0)
+		_exit(memlock_child());
+	assert_true(pid > 0);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* ------------------------------------------------- version 1 peers */
+
+/* A version 1 subscriber is refused in version 1, with both versions. */
+static void a_version_one_subscriber_is_refused(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	tb_control_hello_t h = {.stream_id = 9};
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+	tb_control_msg_t m;
+	size_t have = 0;
+	int fd, n;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(5), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	snprintf(h.token, sizeof(h.token), "right-token");
+	n = tb_control_encode_hello(buf, sizeof(buf), &h);
+	buf[2] = 1;   /* HELLO is laid out the same in version 1 */
+	fd = tcp_connect(test_port(5));
+	send_buf(fd, buf, n);
+	for (uint64_t until = now_ms() + 5000; have < 216 && now_ms() < until;) {
+		ssize_t k = recv(fd, buf + have, sizeof(buf) - have, 0);
+
+		if (k <= 0)
+			break;
+		have += (size_t)k;
+	}
+	assert_int_equal(have, 216);
+	assert_int_equal(buf[2], 1);
+	assert_int_equal(tb_control_decode_refusal(buf, have, &m), 216);
+	assert_int_equal(m.reject.reason, TB_CONTROL_REJ_BAD_VERSION);
+	assert_non_null(strstr(m.reject.text, "version 2"));
+	assert_non_null(strstr(m.reject.text, "version 1"));
+	assert_non_null(strstr(m.reject.text, "upgrade"));
+	close(fd);
+	tb_publisher_close(pub);
+}
+
+/* A listening "publisher" for the real subscriber: accepts, reads HELLO
+ * and SUBSCRIBE. */
+static int fake_pub_listen(int port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int lfd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 4), 0);
+	return lfd;
+}
+
+static void fake_pub_hello(peer_t *p, int lfd, tb_control_msg_t *subm)
+{
+	tb_control_msg_t hello;
+
+	p->fd = accept(lfd, NULL, NULL);
+	assert_true(p->fd >= 0);
+	assert_true(read_ctl(p->fd, &hello) > 0);
+	assert_int_equal(hello.type, TB_CONTROL_HELLO);
+	assert_true(read_ctl(p->fd, subm) > 0);
+	assert_int_equal(subm->type, TB_CONTROL_SUBSCRIBE);
+}
+
+/* ACCEPT at path MTU `mtu`, our QP up, and the subscriber's READY. */
+static void fake_pub_accept(peer_t *p, const tb_control_msg_t *subm, uint8_t mtu)
+{
+	tb_control_accept_t a = {.stream_id = 9, .epoch = 99, .psn = 77,
+				 .next_seq = 1, .mtu = mtu};
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+	tb_control_msg_t m;
+
+	a.qpn = p->qp->qp_num;
+	memcpy(a.gid, p->gid.raw, 16);
+	a.credit_rkey = p->mr->rkey;
+	a.credit_addr = (uintptr_t)p->buf;
+	send_buf(p->fd, buf, tb_control_encode_accept(buf, sizeof(buf), &a));
+	peer_connect_qp(p, subm->subscribe.qpn, subm->subscribe.gid,
+			subm->subscribe.psn);
+	assert_true(read_ctl(p->fd, &m) > 0);
+	assert_int_equal(m.type, TB_CONTROL_READY);
+}
+
+/* A version 1 publisher's refusal reaches the subscriber's poll as
+ * TB_EFORMAT, saying which side to upgrade. */
+static void a_version_one_publisher_is_named(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_subscriber_t *sub;
+	tb_control_reject_t r = {.stream_id = 9,
+				 .reason = TB_CONTROL_REJ_MALFORMED};
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+	tb_control_msg_t subm;
+	got_t g = {0};
+	peer_t p;
+	int lfd, rc = 0;
+
+	(void)state;
+	lfd = fake_pub_listen(test_port(6));
+	rc_cfg(&cfg, test_port(6), 64 << 10);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	peer_open(&p, 64, 16);
+	fake_pub_hello(&p, lfd, &subm);
+	snprintf(r.text, sizeof(r.text), "control HELLO: protocol version 2 is "
+		 "not supported; this peer speaks version 1");
+	send_buf(p.fd, buf, tb_control_encode_reject_in(buf, sizeof(buf), &r, 1));
+	for (uint64_t until = now_ms() + 5000; now_ms() < until; nap()) {
+		rc = tb_sub_poll(sub, on_msg, &g, 64);
+		if (rc != TB_NOT_CONNECTED && rc != 0)
+			break;
+	}
+	assert_int_equal(rc, TB_EFORMAT);
+	assert_non_null(strstr(tb_errmsg(), "version 1"));
+	assert_non_null(strstr(tb_errmsg(), "upgrade tickbus on the publisher"));
+	peer_close(&p);
+	close(lfd);
+	tb_subscriber_close(sub);
+}
+
+/* The subscriber's QP follows the publisher's path: the MTU in ACCEPT,
+ * not its own port's. */
+static void the_subscriber_uses_the_accepted_mtu(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_subscriber_t *sub;
+	tb_control_msg_t subm;
+	peer_t p;
+	int lfd;
+
+	(void)state;
+	lfd = fake_pub_listen(test_port(6));
+	rc_cfg(&cfg, test_port(6), 64 << 10);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	peer_open(&p, 64, 16);
+	fake_pub_hello(&p, lfd, &subm);
+	assert_int_equal(subm.subscribe.mtu, TB_CONTROL_MTU_4096);
+	assert_int_equal(subm.subscribe.lid, 0);
+	fake_pub_accept(&p, &subm, TB_CONTROL_MTU_256);
+	assert_int_equal(rtr_of(subm.subscribe.qpn)->path_mtu, IBV_MTU_256);
+	peer_close(&p);
+	close(lfd);
+	tb_subscriber_close(sub);
+}
+
+/* Dropped by a live publisher (BYE timeout): TB_EVICTED, never
+ * TB_PUBLISHER_DEAD; then it connects again. */
+static void dropped_by_the_publisher_is_evicted(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_subscriber_t *sub;
+	tb_control_msg_t subm;
+	tb_control_bye_t bye = {.reason = TB_CONTROL_BYE_TIMEOUT};
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+	got_t g = {0};
+	peer_t p;
+	int lfd, rc = 0, again;
+
+	(void)state;
+	lfd = fake_pub_listen(test_port(6));
+	rc_cfg(&cfg, test_port(6), 64 << 10);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	peer_open(&p, 64, 16);
+	fake_pub_hello(&p, lfd, &subm);
+	fake_pub_accept(&p, &subm, TB_CONTROL_MTU_4096);
+	send_buf(p.fd, buf, tb_control_encode_bye(buf, sizeof(buf), &bye));
+	for (uint64_t until = now_ms() + 5000; now_ms() < until; nap()) {
+		rc = tb_sub_poll(sub, on_msg, &g, 64);
+		if (rc < 0 && rc != TB_NOT_CONNECTED)
+			break;
+	}
+	assert_int_equal(rc, TB_EVICTED);
+	assert_string_not_equal(tb_strerror(TB_EVICTED), "?");
+	/* It comes back. */
+	again = accept(lfd, NULL, NULL);
+	assert_true(again >= 0);
+	close(again);
+	peer_close(&p);
+	close(lfd);
+	tb_subscriber_close(sub);
+}
+
+int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(publisher_posts_exact_work_requests),
@@ -834,7 +1431,22 @@ int main(void)
 		cmocka_unit_test(publisher_drops_a_failed_subscriber),
 		cmocka_unit_test(wrong_token_gets_no_rkey),
 		cmocka_unit_test(subscriber_credits_and_rkey_bounds),
+		cmocka_unit_test(inline_threshold_fits_one_wqe),
+		cmocka_unit_test(nothing_is_written_before_ready),
+		cmocka_unit_test(a_credit_rkey_reaches_its_own_slot_only),
+		cmocka_unit_test(the_path_mtu_is_the_publishers_choice),
+		cmocka_unit_test(a_fence_for_every_skip_while_completions_stall),
+		cmocka_unit_test(heartbeats_name_the_skipped_range),
+		cmocka_unit_test(token_guessing_is_slowed),
+		cmocka_unit_test(memlock_budget_is_checked_at_open),
+		cmocka_unit_test(a_version_one_subscriber_is_refused),
+		cmocka_unit_test(a_version_one_publisher_is_named),
+		cmocka_unit_test(the_subscriber_uses_the_accepted_mtu),
+		cmocka_unit_test(dropped_by_the_publisher_is_evicted),
 	};
+
+	(void)argc;
+	(void)argv;
 
 	if (!getenv("SOFTRDMA_FABRIC")) {
 		char name[64];
