@@ -704,8 +704,6 @@ static int rx_idle(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss)
 	}
 	if (r->cpos != r->credited || r->recv_owed)
 		rx_credit(r);
-	if ((++r->idle_polls & 255) != 0)
-		return 0;
 	/* Skipped, and the stream went quiet: every frame before the range
 	 * is here (the CQ is empty and we expect its first), none of it
 	 * ever will be. */
@@ -714,6 +712,10 @@ static int rx_idle(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss)
 		tb_seq_gap_to(seq, last + 1, loss);
 		return TB_LAPPED;
 	}
+	/* The end of the session only after a few hundred empty polls, so
+	 * that no completion still on its way is left behind. */
+	if (tb_likely(st == CTL_LIVE) || (++r->idle_polls & 255) != 0)
+		return 0;
 	switch (st) {
 	case CTL_CLOSED: {
 		uint64_t final = tb_atomic_load_relaxed(&r->pub_last_seq); /* by A4 */

@@ -10,7 +10,11 @@
  *  - a subscriber killed with SIGKILL mid-stream: the others are unaffected
  *    and the publisher never stalls;
  *  - a subscriber that restarts reconnects and follows from the live point;
- *  - a subscriber with the wrong token is rejected and gets nothing.
+ *  - a subscriber with the wrong token is rejected and gets nothing;
+ *  - a subscriber lapped by a burst after which the stream goes quiet is
+ *    told the exact range within one heartbeat of having everything
+ *    before it (this test's subscriber runs in the test process, to time
+ *    the report).
  *
  * run-tests.sh points LD_LIBRARY_PATH at softrdma and gives this test its
  * own SOFTRDMA_FABRIC; `make test-rdma` runs it on a real device instead
@@ -23,8 +27,10 @@
 #include <cmocka.h>
 
 #include "tests/common/scenario.h"
+#include <tickbus/tickbus.h>
 
 #include <inttypes.h>
+#include <time.h>
 
 static char dir[128];
 static char conf[192];
@@ -217,6 +223,98 @@ static void wrong_token_is_rejected(void **state)
 	free(out);
 }
 
+typedef struct quiet_got {
+	uint64_t first, last, n, order_errors;
+} quiet_got_t;
+
+static void quiet_on_msg(void *clientd, const tb_msg_t *m)
+{
+	quiet_got_t *g = clientd;
+
+	if (!g->first)
+		g->first = m->seq;
+	else if (m->seq != g->last + 1)
+		g->order_errors++;
+	g->last = m->seq;
+	g->n++;
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * Burst, then silence: a subscriber that did not keep up with a burst
+ * (here: it did not poll at all) is skipped for the rest of it, and the
+ * stream then goes quiet for seconds.  No frame will come to show the
+ * gap; the publisher's heartbeat names the range, and the subscriber
+ * reports it once it has delivered everything before it: within one
+ * heartbeat (50 ms here) of that, not when the stream closes.
+ */
+static void lapped_on_a_quiet_stream_is_told_within_a_heartbeat(void **state)
+{
+	tb_subscriber_t *sub;
+	proc_t pub;
+	quiet_got_t g = {0};
+	uint64_t until, drained_ms = 0, told_ms = 0, first = 0, last = 0;
+	char *argv[] = {"tb-publish", "-c", conf, "-s", "feed", "--count", "20000",
+			"--rate", "0", "--start-delay-ms", "300", "--linger-ms",
+			"6000", NULL};
+	char out[256];
+	int rc;
+
+	(void)state;
+	write_conf("lap", "64K");
+	snprintf(out, sizeof(out), "%s/pub.out", dir);
+	assert_int_equal(proc_start(&pub, out, argv), 0);
+	assert_int_equal(tb_subscriber_open_file(&sub, conf, "feed"), 0);
+	/* Connected: polls stop saying TB_NOT_CONNECTED. */
+	until = mono_ms() + 10000;
+	while ((rc = tb_sub_poll(sub, quiet_on_msg, &g, 0)) == TB_NOT_CONNECTED &&
+	       mono_ms() < until)
+		usleep(1000);
+	assert_int_equal(rc, 0);
+	/* Not polling while the burst goes out: the ring (64 KiB, some 680
+	 * frames) fills, the rest of the burst is skipped. */
+	assert_int_equal(proc_wait_output(&pub, "published=20000", 60000), 0);
+	usleep(300000);
+	/* Now drain, and time the report from the last poll that delivered:
+	 * from then on it had everything before the range. */
+	until = mono_ms() + 5000;
+	while (!told_ms && mono_ms() < until) {
+		rc = tb_sub_poll(sub, quiet_on_msg, &g, 256);
+		if (rc > 0)
+			drained_ms = mono_ms();
+		if (rc == TB_LAPPED) {
+			told_ms = mono_ms();
+			assert_int_equal(tb_sub_loss(sub, &first, &last), 0);
+		} else {
+			assert_true(rc >= 0);
+		}
+		if (rc == 0)
+			usleep(100);
+	}
+	print_message("delivered %" PRIu64 " (%" PRIu64 "..%" PRIu64 "), told "
+		      "%" PRIu64 "..%" PRIu64 " lost %" PRIu64 " ms after the "
+		      "last delivery\n", g.n, g.first, g.last, first, last,
+		      told_ms ? told_ms - drained_ms : 0);
+	assert_true(told_ms != 0 && drained_ms != 0);
+	/* A heartbeat (50 ms), and a margin for a loaded machine. */
+	assert_true(told_ms - drained_ms <= 50 + 200);
+	/* Exact: everything before the range delivered, in order, and the
+	 * range runs to the end of the burst. */
+	assert_int_equal(g.order_errors, 0);
+	assert_int_equal(first, g.last + 1);
+	assert_int_equal(last, 20000);
+	assert_int_equal(g.n, g.last - g.first + 1);
+	tb_subscriber_close(sub);
+	assert_int_equal(proc_wait(&pub, 30000), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -225,6 +323,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(killed_subscriber_does_not_stall_the_others, setup, teardown),
 		cmocka_unit_test_setup_teardown(restarted_subscriber_reconnects, setup, teardown),
 		cmocka_unit_test_setup_teardown(wrong_token_is_rejected, setup, teardown),
+		cmocka_unit_test_setup_teardown(lapped_on_a_quiet_stream_is_told_within_a_heartbeat, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("rc_scenario", tests, NULL, NULL);
 }
