@@ -588,8 +588,8 @@ static void log_limited(rc_tx_t *t, rc_log_t *l, const char *fmt, ...)
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
 	if (l->held)
-		tb_warn("stream '%s': %s (and %llu more like it not logged)",
-			t->cfg.name, line, (unsigned long long)l->held);
+		tb_warn("stream '%s': %s; %llu more like it not logged since the "
+			"last line", t->cfg.name, line, (unsigned long long)l->held);
 	else
 		tb_warn("stream '%s': %s", t->cfg.name, line);
 	l->held = 0;
