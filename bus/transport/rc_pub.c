@@ -112,27 +112,39 @@
 
 typedef struct rc_sub {
 	/* Hot: read by the publishing thread for every frame.  The work
-	 * requests are templates filled once at subscribe, so a frame costs
-	 * a handful of stores, not a zeroed 128-byte struct. */
+	 * request is a template filled once at subscribe, so a frame costs
+	 * five stores and three comparisons, not a zeroed 128-byte struct:
+	 * every condition that is not the common case (a signalled request
+	 * due, the send queue or the receive credit running out, the ring
+	 * wrapping, our ring about to lap what is in flight, a skip to end,
+	 * a failed QP) is folded into one of next_check, pin_limit and
+	 * limit_pos, and handled in sub_write_slow. */
 	struct ibv_send_wr wr;     /* the frame's WRITE_WITH_IMM */
 	struct ibv_sge sge;
 	struct ibv_qp *qp;
 	uint64_t raddr;
 	uint64_t rmask;            /* its ring's size - 1 */
 	uint64_t wpos;             /* where its next frame goes (free-running) */
-	uint64_t wframes;          /* WRITE_WITH_IMMs sent */
-	uint64_t room_pos;         /* wpos may grow to this, and wframes ... */
-	uint64_t room_frames;      /* ... to this, without reading the credit */
+	uint64_t limit_pos;        /* wpos + a frame's space may reach this:
+				    * min(credit, the end of its ring) */
 	uint64_t posted;           /* work requests posted */
+	uint64_t next_check;       /* posted reaching this: the slow path
+				    * (a signal due, the SQ or the receive
+				    * credit exhausted) */
+	uint64_t pin_limit;        /* our ring's tail past this: the slow path
+				    * (0: always, e.g. nothing in flight) */
+	/* Warm: the slow path. */
 	uint64_t completed;        /* known complete (last signalled wr_id) */
+	uint64_t extra;            /* posted requests that carry no frame
+				    * (padding, fences): frames = posted - extra */
 	uint64_t next_signal;      /* `posted` at which to signal again */
-	uint64_t sq_limit;         /* post past this only after reaping */
-	uint64_t pin_limit;        /* our ring's tail may pass this only after
-				    * reaping (UINT64_MAX: nothing in flight) */
+	uint64_t last_signal;      /* `posted` at the last signalled request */
+	uint64_t room_pos;         /* wpos may grow to this, and frames ... */
+	uint64_t room_frames;      /* ... to this, by the last credit read */
+	uint64_t pin;              /* our ring position its oldest may read */
 	int skipping;
 	_Atomic int dead;          /* its queue pair failed; control removes it
 				    * (R1 in the hot path, A1 in ctl_main) */
-	/* Warm: the padding and signalled paths, credit refresh, skips. */
 	struct ibv_send_wr pad_wr; /* the padding WRITE before a wrap */
 	struct ibv_sge pad_sge;
 	tb_frame_hdr_t pad_hdr;
@@ -140,8 +152,6 @@ typedef struct rc_sub {
 	const _Atomic uint64_t *credit; /* its slot, written by it over RDMA */
 	uint32_t rkey;
 	uint32_t recv_depth;
-	uint64_t last_signal;      /* `posted` at the last signalled request */
-	uint64_t pin;              /* our ring position its oldest may read */
 	uint64_t laps;             /* frames it was skipped for */
 	_Atomic uint64_t skip_first; /* K1: the skipped range; 0 = none */
 	_Atomic uint64_t skip_last;
@@ -288,6 +298,41 @@ static void readers_wait(rc_tx_t *t)
 
 /* ---------------------------------------------------------- the hot path */
 
+static inline uint64_t min64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* Folds `s`'s state into the three limits the hot path compares with.
+ * Warm: after every slow-path step. */
+static void sub_limits(rc_tx_t *t, rc_sub_t *s)
+{
+	uint64_t sq_limit = s->completed + TB_RC_SQ_DEPTH - 2;
+
+	/* Slow when the next request would pass the SQ's room, be the one
+	 * to signal, or find no receive. */
+	s->next_check = min64(min64(sq_limit + 1, s->next_signal - 1),
+			      s->room_frames + s->extra);
+	s->limit_pos = min64(s->room_pos, (s->wpos | s->rmask) + 1);
+	/* With nothing in flight, pin is where the last completed request's
+	 * frame ended: every later frame lies at or past it, so it bounds
+	 * the next one too (the slow path takes a stale one for what it is
+	 * and sets pin afresh). */
+	s->pin_limit = s->skipping || tb_atomic_load_relaxed(&s->dead) /* our R1 */
+			       ? 0 : s->pin + t->half;
+}
+
+/* `s` failed: why, then R1; its limits send every frame to the slow
+ * path, which sees it dead. */
+static void sub_dead(rc_sub_t *s, const char *why)
+{
+	s->why_dead = why;
+	/* R1 pairs with A1 in ctl_main: why_dead is set */
+	tb_atomic_store_release(&s->dead, 1);
+	s->next_check = 0;
+	s->pin_limit = 0;
+}
+
 /* Reaps a subscriber's send completions; marks it dead on an error. */
 static int sub_reap(rc_tx_t *t, rc_sub_t *s)
 {
@@ -296,27 +341,23 @@ static int sub_reap(rc_tx_t *t, rc_sub_t *s)
 
 	for (int i = 0; i < n; i++) {
 		if (tb_unlikely(wc[i].status != IBV_WC_SUCCESS)) {
-			s->why_dead = ibv_wc_status_str(wc[i].status);
-			/* R1 pairs with A1 in ctl_main: why_dead is set */
-			tb_atomic_store_release(&s->dead, 1);
+			sub_dead(s, ibv_wc_status_str(wc[i].status));
 			return -1;
 		}
 		s->completed = wc[i].wr_id;
 		s->pin = s->pos_end[wc[i].wr_id & (TB_RC_SQ_DEPTH - 1)];
 	}
 	if (tb_unlikely(n < 0)) {
-		s->why_dead = "polling its completion queue failed";
-		tb_atomic_store_release(&s->dead, 1); /* R1 pairs with A1 in ctl_main */
+		sub_dead(s, "polling its completion queue failed");
 		return -1;
 	}
-	s->sq_limit = s->completed + TB_RC_SQ_DEPTH - 2;
-	s->pin_limit = s->posted == s->completed ? UINT64_MAX : s->pin + t->half;
+	sub_limits(t, s);
 	return 0;
 }
 
 /* Records a signalled request: its wr_id is `posted` after it, and the
  * frames before it end at `pos_end` in our ring. */
-static inline void sub_signalled(rc_sub_t *s, uint64_t wr_id, uint64_t pos_end)
+static void sub_signalled(rc_sub_t *s, uint64_t wr_id, uint64_t pos_end)
 {
 	s->pos_end[wr_id & (TB_RC_SQ_DEPTH - 1)] = pos_end;
 	s->last_signal = wr_id;
@@ -330,7 +371,7 @@ static inline void sub_signalled(rc_sub_t *s, uint64_t wr_id, uint64_t pos_end)
  * which consumes no receive, reports them all.  `pos`: where the writes
  * before it end in our ring.  Cold.
  */
-static void sub_fence(rc_tx_t *t, rc_sub_t *s, uint64_t pos)
+static void sub_fence(rc_sub_t *s, uint64_t pos)
 {
 	struct ibv_send_wr w = {.wr_id = s->posted + 1, .opcode = IBV_WR_RDMA_WRITE,
 				.send_flags = IBV_SEND_SIGNALED,
@@ -340,38 +381,38 @@ static void sub_fence(rc_tx_t *t, rc_sub_t *s, uint64_t pos)
 	if (s->posted + 1 > s->completed + TB_RC_SQ_DEPTH)
 		return; /* the queue is full of requests that will report */
 	if (ibv_post_send(s->qp, &w, &bad) != 0) {
-		s->why_dead = "ibv_post_send failed";
-		tb_atomic_store_release(&s->dead, 1); /* R1 pairs with A1 in ctl_main */
+		sub_dead(s, "ibv_post_send failed");
 		return;
 	}
-	if (s->posted == s->completed)
-		s->pin_limit = pos + t->half;
 	s->posted++;
+	s->extra++;
 	sub_signalled(s, s->posted, pos);
 }
 
-/* Reads the credit `s` wrote into its slot: how far wpos and wframes may
- * go.  Warm: once per credit the subscriber writes, not per frame. */
-static void sub_room_refresh(rc_sub_t *s)
+/* Reads the credit `s` wrote into its slot: how far wpos and the frames
+ * may go.  Warm: when the room the last credit gave runs out. */
+static void sub_room_refresh(rc_tx_t *t, rc_sub_t *s)
 {
 	/* Relaxed: the subscriber's RDMA WRITE stores it, not a thread of
 	 * ours; a stale value only under-states its room. */
 	uint64_t c = tb_atomic_load_relaxed(s->credit);
+	uint64_t frames = s->posted - s->extra;
 	uint64_t used = (s->wpos - c) & TB_RC_CREDIT_POS_MASK;
-	uint64_t frames = (s->wframes - (c >> TB_RC_CREDIT_POS_BITS)) &
+	uint64_t unread = (frames - (c >> TB_RC_CREDIT_POS_BITS)) &
 			  TB_RC_CREDIT_RECV_MASK;
 
 	s->room_pos = s->wpos - used + s->rmask + 1;
-	s->room_frames = s->wframes - frames + s->recv_depth;
+	s->room_frames = frames - unread + s->recv_depth;
+	sub_limits(t, s);
 }
 
 /* Room for `need` bytes and one more frame in `s`'s ring. */
-static inline int sub_has_room(rc_sub_t *s, uint64_t need)
+static int sub_has_room(rc_tx_t *t, rc_sub_t *s, uint64_t need)
 {
-	if (s->wpos + need <= s->room_pos && s->wframes < s->room_frames)
+	if (s->wpos + need <= s->room_pos && s->posted - s->extra < s->room_frames)
 		return 1;
-	sub_room_refresh(s);
-	return s->wpos + need <= s->room_pos && s->wframes < s->room_frames;
+	sub_room_refresh(t, s);
+	return s->wpos + need <= s->room_pos && s->posted - s->extra < s->room_frames;
 }
 
 /* `s` gets no frame at `seq`: the first of a skip starts the range a
@@ -381,7 +422,7 @@ static void sub_skip(rc_tx_t *t, rc_sub_t *s, uint64_t pos, uint64_t seq)
 {
 	if (!s->skipping) {
 		if (s->posted != s->last_signal)
-			sub_fence(t, s, pos);
+			sub_fence(s, pos);
 		s->skipping = 1;
 		/* K1 pairs with K2 in skipped_range: last first, then the
 		 * new first, so a reader that sees this first sees a last of
@@ -392,87 +433,54 @@ static void sub_skip(rc_tx_t *t, rc_sub_t *s, uint64_t pos, uint64_t seq)
 		tb_atomic_store_release(&s->skip_last, seq); /* K1 */
 	}
 	s->laps++;
+	sub_limits(t, s);
 }
 
-/* `s` is written to again: the range ends (K1; the release of the next
- * range's skip_last orders this before it). */
-static void sub_resume(rc_sub_t *s)
+/*
+ * Everything sub_write leaves out: completions to take, a subscriber to
+ * fail because what it still reads is about to be overwritten, a padding
+ * WRITE at the end of its ring, credit to read again, a signalled
+ * request, the end of a skip, and a skip.  Warm: once in
+ * TB_RC_SIGNAL_EVERY frames, at a wrap, when credit runs out.
+ */
+static void sub_write_slow(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
+			   uint32_t space, uint32_t seq_bits, unsigned inl,
+			   uint64_t pos, uint64_t pub_tail)
 {
-	s->skipping = 0;
-	tb_atomic_store_relaxed(&s->skip_first, 0);
-}
+	uint64_t sq_limit = s->completed + TB_RC_SQ_DEPTH - 2;
+	int in_flight = s->posted != s->completed;
+	struct ibv_send_wr *w = &s->wr, *bad;
+	uint64_t off, pad, nwr = 1;
 
-/* The frame at our ring position `pos` does not fit before the end of
- * `s`'s ring: a padding WRITE fills the tail, chained before the frame,
- * which goes to offset 0.  Returns the first request to post, or NULL when
- * `s` has no room for both.  Cold. */
-static struct ibv_send_wr *sub_pad(rc_sub_t *s, const tb_frame_hdr_t *f,
-				   uint64_t off, uint32_t space)
-{
-	uint64_t pad = s->rmask + 1 - off;
-
-	if (!sub_has_room(s, pad + space))
-		return NULL;
-	/* Inline: copied at post time, so one header serves all. */
-	tb_frame_init_pad(&s->pad_hdr, (uint32_t)pad, f->stream_id, f->seq);
-	s->pad_wr.wr.rdma.remote_addr = s->raddr + off;
-	s->wpos += pad;
-	return &s->pad_wr;
-}
-
-/* Before posting: completions to take, or a subscriber to fail because
- * what it still reads is about to be overwritten.  0 = post, 1 = skip,
- * -1 = dead.  Cold. */
-static int sub_catch_up(rc_tx_t *t, rc_sub_t *s, uint64_t pub_tail)
-{
-	sub_reap(t, s);
 	if (tb_atomic_load_relaxed(&s->dead)) /* R1 is this thread's own */
-		return -1;
-	if (s->posted > s->sq_limit)
-		return 1;
-	if (pub_tail > s->pin_limit) {
+		return;
+	if (s->posted > sq_limit || (in_flight && pub_tail - s->pin > t->half)) {
+		if (sub_reap(t, s) < 0)
+			return;
+		sq_limit = s->completed + TB_RC_SQ_DEPTH - 2;
+		in_flight = s->posted != s->completed;
+	}
+	if (s->posted > sq_limit)
+		goto skip;
+	if (in_flight && pub_tail - s->pin > t->half) {
 		/* It holds requests that read frames we are about to
 		 * overwrite: fail it rather than send it garbage. */
 		struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
 
 		ibv_modify_qp(s->qp, &a, IBV_QP_STATE);
-		s->why_dead = "its writes did not complete before the frames "
-			      "they read were overwritten";
-		tb_atomic_store_release(&s->dead, 1); /* R1 pairs with A1 in ctl_main */
-		return -1;
+		sub_dead(s, "its writes did not complete before the frames they "
+			 "read were overwritten");
+		return;
 	}
-	return 0;
-}
-
-/*
- * Writes the frame `f` at our ring position `pos` (taking `space` bytes,
- * its immediate's sequence bits `seq_bits`, `inl` its inline flag) into
- * `s`'s ring, or skips `s` when it has no room (it will see a gap).
- * `pub_tail`: our ring's tail after this send.  Hot path: no allocation,
- * lock or system call beyond the provider's post.
- */
-static inline void sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
-			     uint32_t space, uint32_t seq_bits, unsigned inl,
-			     uint64_t pos, uint64_t pub_tail)
-{
-	uint64_t off = s->wpos & s->rmask;
-	struct ibv_send_wr *w = &s->wr, *bad;
-	uint64_t nwr = 1;
-
-	if (tb_unlikely(s->posted > s->sq_limit || pub_tail > s->pin_limit)) {
-		int rc = sub_catch_up(t, s, pub_tail);
-
-		if (rc < 0)
-			return;
-		if (rc > 0)
-			goto skip;
-	}
-	if (tb_unlikely(!sub_has_room(s, space)))
+	off = s->wpos & s->rmask;
+	pad = off + space > s->rmask + 1 ? s->rmask + 1 - off : 0;
+	if (!sub_has_room(t, s, pad + space))
 		goto skip;
-	if (tb_unlikely(off + space > s->rmask + 1)) {
-		w = sub_pad(s, f, off, space);
-		if (!w)
-			goto skip;
+	if (pad) {
+		/* Inline: copied at post time, so one header serves all. */
+		tb_frame_init_pad(&s->pad_hdr, (uint32_t)pad, f->stream_id, f->seq);
+		s->pad_wr.wr.rdma.remote_addr = s->raddr + off;
+		w = &s->pad_wr;
 		nwr = 2;
 		off = 0;
 	}
@@ -481,56 +489,92 @@ static inline void sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
 	s->wr.imm_data = htobe32((uint32_t)(off / TB_FRAME_ALIGN) | seq_bits);
 	s->wr.wr.rdma.remote_addr = s->raddr + off;
 	s->wr.send_flags = inl;
-	if (tb_unlikely(s->posted + nwr >= s->next_signal)) {
+	if (s->posted + nwr >= s->next_signal) {
 		s->wr.send_flags = inl | IBV_SEND_SIGNALED;
 		s->wr.wr_id = s->posted + nwr;
 		sub_signalled(s, s->posted + nwr, pos + space);
 	}
-	if (tb_unlikely(s->posted == s->completed))
-		s->pin_limit = pos + t->half;
-	if (tb_unlikely(ibv_post_send(s->qp, w, &bad) != 0)) {
-		s->why_dead = "ibv_post_send failed";
-		tb_atomic_store_release(&s->dead, 1); /* R1 pairs with A1 in ctl_main */
+	if (!in_flight)
+		s->pin = pos;
+	if (ibv_post_send(s->qp, w, &bad) != 0) {
+		sub_dead(s, "ibv_post_send failed");
 		return;
 	}
 	s->posted += nwr;
-	s->wpos += space;
-	s->wframes++;
+	s->extra += nwr - 1;
+	s->wpos += pad + space;
+	if (s->skipping) {
+		/* Written to again: the range ends (K1; the release of the
+		 * next range's skip_last orders this before it). */
+		s->skipping = 0;
+		tb_atomic_store_relaxed(&s->skip_first, 0);
+	}
 	/* Reap with every signalled request: completions come back at the
 	 * pace they are asked for, and an error shows within 64 frames. */
-	if (tb_unlikely(s->wr.send_flags & IBV_SEND_SIGNALED))
+	if (s->wr.send_flags & IBV_SEND_SIGNALED)
 		sub_reap(t, s);
-	if (tb_unlikely(s->skipping))
-		sub_resume(s);
+	else
+		sub_limits(t, s);
 	return;
 skip:
 	sub_skip(t, s, pos, f->seq);
 }
 
+/*
+ * Writes frame `f` (`len` bytes, taking `space` in a ring, `seq_bits` its
+ * sequence's part of the immediate, `inl` its inline flag; at our ring
+ * position `pos`, our ring's tail `tail` after this send) into `s`'s ring
+ * with one WRITE_WITH_IMM, or leaves it to sub_write_slow.  What is the
+ * same for every subscriber comes in by value, worked out once per frame.
+ * Hot path: no allocation, lock or system call beyond the provider's post.
+ */
+static inline void sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
+			     uint32_t len, uint32_t space, uint32_t seq_bits,
+			     unsigned inl, uint64_t pos, uint64_t tail)
+{
+	uint64_t off = s->wpos & s->rmask;
+	struct ibv_send_wr *bad;
+
+	if (tb_unlikely(s->posted >= s->next_check || tail > s->pin_limit ||
+			s->wpos + space > s->limit_pos)) {
+		sub_write_slow(t, s, f, space, seq_bits, inl, pos, tail);
+		return;
+	}
+	s->sge.addr = (uintptr_t)f;
+	s->sge.length = len;
+	s->wr.imm_data = htobe32((uint32_t)(off / TB_FRAME_ALIGN) | seq_bits);
+	s->wr.wr.rdma.remote_addr = s->raddr + off;
+	s->wr.send_flags = inl;
+	if (tb_unlikely(ibv_post_send(s->qp, &s->wr, &bad) != 0)) {
+		sub_dead(s, "ibv_post_send failed");
+		return;
+	}
+	s->posted++;
+	s->wpos += space;
+}
+
 static int rc_tx_send(tb_tx_t *tx, uint64_t from, uint64_t to)
 {
 	rc_tx_t *t = (rc_tx_t *)tx;
-	rc_table_t *tab = reader_enter(t);
+	const rc_table_t *tab = reader_enter(t);
+	rc_sub_t *const *first = tab->sub, *const *end = tab->sub + tab->n;
 
 	/* Hot path: one post per subscriber per frame; what is the same for
-	 * every subscriber is worked out once per frame. */
+	 * every subscriber is worked out once per frame.  A dead
+	 * subscriber's limits send it to the slow path, which leaves it
+	 * alone. */
 	for (uint64_t pos = from; pos != to;) {
 		const tb_frame_hdr_t *f = tb_ring_at(&t->base.ring, pos);
-		uint32_t space = tb_frame_space(f->length);
+		uint32_t len = f->length, space = tb_frame_space(len);
 
 		if (tb_likely(f->type == TB_FRAME_DATA)) {
 			uint32_t seq_bits = (uint32_t)(f->seq & TB_RC_IMM_SEQ_MASK)
 					    << TB_RC_IMM_OFF_BITS;
-			unsigned inl = f->length <= TB_RC_INLINE ? IBV_SEND_INLINE : 0;
+			unsigned inl = len <= TB_RC_INLINE ? IBV_SEND_INLINE : 0;
 
-			for (int i = 0; i < tab->n; i++) {
-				rc_sub_t *s = tab->sub[i];
-
-				/* Relaxed: R1 is this thread's own store. */
-				if (tb_likely(!tb_atomic_load_relaxed(&s->dead)))
-					sub_write(t, s, f, space, seq_bits, inl,
-						  pos, to);
-			}
+			for (rc_sub_t *const *sp = first; sp != end; sp++)
+				sub_write(t, *sp, f, len, space, seq_bits, inl,
+					  pos, to);
 		}
 		pos += space;
 	}
@@ -551,7 +595,7 @@ static int rc_tx_room(tb_tx_t *tx, uint64_t new_tail)
 		rc_sub_t *s = tab->sub[i];
 
 		/* Relaxed: R1 is this thread's own store. */
-		if (!tb_atomic_load_relaxed(&s->dead) && !sub_has_room(s, 2 * span))
+		if (!tb_atomic_load_relaxed(&s->dead) && !sub_has_room(t, s, 2 * span))
 			rc = TB_BACK_PRESSURED;
 	}
 	reader_leave(t);
@@ -800,9 +844,7 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 	s->recv_depth = m->recv_depth;
 	s->mtu = mtu;
 	s->next_signal = TB_RC_SIGNAL_EVERY;
-	s->sq_limit = TB_RC_SQ_DEPTH - 2;
-	s->pin_limit = UINT64_MAX;
-	sub_room_refresh(s);
+	sub_room_refresh(t, s);
 	memcpy(s->client, c->id, sizeof(s->client));
 	a.qpn = s->qp->qp_num;
 	memcpy(a.gid, t->dev.gid.raw, 16);
@@ -1354,6 +1396,7 @@ static void sub_drain(rc_tx_t *t, rc_sub_t *s)
 	if (ibv_post_send(s->qp, &wr, &bad) != 0)
 		return;
 	s->posted++;
+	s->extra++;
 	sub_signalled(s, s->posted, s->pin);
 	while (s->completed != s->posted && tb_clock_now_ns() < until &&
 	       sub_reap(t, s) == 0)
