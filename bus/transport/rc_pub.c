@@ -219,7 +219,8 @@ typedef struct rc_tx {
 	rc_table_t *_Atomic table; /* read under `reading` */
 	_Atomic uint64_t reading;  /* R4: odd while a send reads the table */
 	uint64_t reads;            /* the publishing thread's own count */
-	int fenced;                /* no membarrier: fence on entry instead */
+	int fenced;                /* no membarrier: the fenced ops, and no
+				    * membarrier() in readers_wait */
 	uint64_t half;             /* our ring's size / 2 */
 	int backpressure;
 	/* Cold. */
@@ -265,12 +266,14 @@ static int membarrier_register(void)
 	return membarrier_ok;
 }
 
-static inline rc_table_t *reader_enter(rc_tx_t *t)
+/* `fenced` is a constant at each call site: rc_tx_send and rc_tx_room
+ * come in a membarrier and a fenced build, and open picks the ops. */
+static inline rc_table_t *reader_enter(rc_tx_t *t, int fenced)
 {
 	/* R4: odd first; the load of the table may not rise above it (the
 	 * writer's membarrier is the other half of the fence). */
 	tb_atomic_store_relaxed(&t->reading, ++t->reads);
-	if (tb_unlikely(t->fenced))
+	if (fenced)
 		tb_atomic_fence_full();
 	else
 		tb_atomic_fence_compiler();
@@ -553,17 +556,18 @@ static inline void sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
 	s->wpos += space;
 }
 
-static int rc_tx_send(tb_tx_t *tx, uint64_t from, uint64_t to)
+static inline int tx_send(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
 {
 	rc_tx_t *t = (rc_tx_t *)tx;
-	const rc_table_t *tab = reader_enter(t);
+	const rc_table_t *tab = reader_enter(t, fenced);
 	rc_sub_t *const *first = tab->sub, *const *end = tab->sub + tab->n;
+	uint64_t pos = from;
 
 	/* Hot path: one post per subscriber per frame; what is the same for
 	 * every subscriber is worked out once per frame.  A dead
 	 * subscriber's limits send it to the slow path, which leaves it
-	 * alone. */
-	for (uint64_t pos = from; pos != to;) {
+	 * alone.  [from, to) holds at least one frame. */
+	do {
 		const tb_frame_hdr_t *f = tb_ring_at(&t->base.ring, pos);
 		uint32_t len = f->length, space = tb_frame_space(len);
 
@@ -577,18 +581,29 @@ static int rc_tx_send(tb_tx_t *tx, uint64_t from, uint64_t to)
 					  pos, to);
 		}
 		pos += space;
-	}
+	} while (pos != to);
 	reader_leave(t);
 	return 0;
 }
 
+static int rc_tx_send(tb_tx_t *tx, uint64_t from, uint64_t to)
+{
+	return tx_send(tx, from, to, 0);
+}
+
+/* Where membarrier is missing: the same with a full fence on entry. */
+static int rc_tx_send_fenced(tb_tx_t *tx, uint64_t from, uint64_t to)
+{
+	return tx_send(tx, from, to, 1);
+}
+
 /* Back-pressure: every live subscriber must have room for the frame (with
  * a padding frame's worth to spare, since its ring wraps on its own). */
-static int rc_tx_room(tb_tx_t *tx, uint64_t new_tail)
+static inline int tx_room(tb_tx_t *tx, uint64_t new_tail, int fenced)
 {
 	rc_tx_t *t = (rc_tx_t *)tx;
 	uint64_t span = new_tail - t->base.ring.tail;
-	rc_table_t *tab = reader_enter(t);
+	rc_table_t *tab = reader_enter(t, fenced);
 	int rc = 0;
 
 	for (int i = 0; i < tab->n && rc == 0; i++) {
@@ -600,6 +615,16 @@ static int rc_tx_room(tb_tx_t *tx, uint64_t new_tail)
 	}
 	reader_leave(t);
 	return rc;
+}
+
+static int rc_tx_room(tb_tx_t *tx, uint64_t new_tail)
+{
+	return tx_room(tx, new_tail, 0);
+}
+
+static int rc_tx_room_fenced(tb_tx_t *tx, uint64_t new_tail)
+{
+	return tx_room(tx, new_tail, 1);
 }
 
 static void rc_tx_beat(tb_tx_t *tx, uint64_t now_ns, uint64_t last_seq)
@@ -1250,6 +1275,8 @@ static void *ctl_main(void *arg)
 
 /* ------------------------------------------------ publisher: open, close */
 
+static const tb_tx_ops_t rc_fenced_tx_ops, rc_bp_fenced_tx_ops;
+
 static int listen_on(rc_tx_t *t)
 {
 	int fd;
@@ -1364,7 +1391,9 @@ static int rc_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 		goto fail;
 	}
 	t->ctl_started = 1;
-	t->base.ops = t->backpressure ? &tb_rc_bp_tx_ops : &tb_rc_tx_ops;
+	t->base.ops = t->fenced ? (t->backpressure ? &rc_bp_fenced_tx_ops
+						     : &rc_fenced_tx_ops)
+				: (t->backpressure ? &tb_rc_bp_tx_ops : &tb_rc_tx_ops);
 	*out = &t->base;
 	tb_info("stream '%s': rc publisher on %s port %u (%s, gid index %d%s), "
 		"control %s:%u", cfg->name, t->dev.name, t->dev.port,
@@ -1424,6 +1453,27 @@ static void rc_tx_close(tb_tx_t *tx, uint64_t final_seq)
 			    "the stream closed");
 	rc_tx_free(t);
 }
+
+/* Without membarrier, the same with a fence per send (open picks). */
+static const tb_tx_ops_t rc_fenced_tx_ops = {
+	.name = "rc",
+	.open = rc_tx_open,
+	.room = NULL,
+	.send = rc_tx_send_fenced,
+	.flush = NULL,
+	.beat = rc_tx_beat,
+	.close = rc_tx_close,
+};
+
+static const tb_tx_ops_t rc_bp_fenced_tx_ops = {
+	.name = "rc",
+	.open = rc_tx_open,
+	.room = rc_tx_room_fenced,
+	.send = rc_tx_send_fenced,
+	.flush = NULL,
+	.beat = rc_tx_beat,
+	.close = rc_tx_close,
+};
 
 /* A lapping stream never asks for room: a slow subscriber is skipped. */
 const tb_tx_ops_t tb_rc_tx_ops = {

@@ -163,6 +163,8 @@ static int setup(void **state)
 		"heartbeat_ms = 50\nliveness_timeout_ms = 3000\n", port);
 	if (getenv("TICKBUS_RDMA_DEVICE") && getenv("TICKBUS_RDMA_DEVICE")[0])
 		fprintf(f, "rdma_device = %s\n", getenv("TICKBUS_RDMA_DEVICE"));
+	if (getenv("TICKBUS_RDMA_PORT") && getenv("TICKBUS_RDMA_PORT")[0])
+		fprintf(f, "rdma_port = %s\n", getenv("TICKBUS_RDMA_PORT"));
 	fclose(f);
 	return 0;
 }

@@ -18,7 +18,7 @@
  *
  * run-tests.sh points LD_LIBRARY_PATH at softrdma and gives this test its
  * own SOFTRDMA_FABRIC; `make test-rdma` runs it on a real device instead
- * (TICKBUS_RDMA_DEVICE names it).  Control ports are derived from the pid so that
+ * (TICKBUS_RDMA_DEVICE and TICKBUS_RDMA_PORT name the port it chose).  Control ports are derived from the pid so that
  * parallel runs do not meet.
  */
 #include <stdarg.h>
@@ -49,6 +49,8 @@ static void write_conf(const char *policy, const char *ring)
 	/* make test-rdma: the real device it found. */
 	if (getenv("TICKBUS_RDMA_DEVICE") && getenv("TICKBUS_RDMA_DEVICE")[0])
 		fprintf(f, "rdma_device = %s\n", getenv("TICKBUS_RDMA_DEVICE"));
+	if (getenv("TICKBUS_RDMA_PORT") && getenv("TICKBUS_RDMA_PORT")[0])
+		fprintf(f, "rdma_port = %s\n", getenv("TICKBUS_RDMA_PORT"));
 	fclose(f);
 	f = fopen(conf_bad, "w");
 	assert_non_null(f);
