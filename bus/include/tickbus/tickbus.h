@@ -259,9 +259,12 @@ int tb_subscriber_close(tb_subscriber_t *sub);
  * Delivers up to `limit` messages in sequence order to `handler`.  Returns
  * how many it delivered (0 when there is nothing new), or, when it delivered
  * nothing, a condition: TB_NOT_CONNECTED, TB_LAPPED or TB_GAP (the missing
- * range is in tb_sub_loss), TB_NEW_EPOCH, TB_CLOSED, TB_PUBLISHER_DEAD.  A
- * condition is returned once, at its place in the stream; polling again goes
- * on.  Never blocks.  Hot path.
+ * range is in tb_sub_loss), TB_NEW_EPOCH, TB_CLOSED, TB_PUBLISHER_DEAD,
+ * TB_EVICTED (rc: the publisher, alive, dropped this subscriber; it
+ * reconnects, and what it missed comes as TB_LAPPED).  A condition is
+ * returned once, at its place in the stream; polling again goes on.  A
+ * subscriber lapped while the stream then goes quiet is told within one
+ * heartbeat.  Never blocks.  Hot path.
  *
  * With recovery endpoints (cfg.recovery), gaps and laps are not returned:
  * the missing messages are fetched in the background and delivered in
