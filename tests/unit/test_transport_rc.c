@@ -371,12 +371,13 @@ static void join(peer_t *p)
 
 static int test_port(int k)
 {
-	/* A port the kernel says is free, once per k: fixed ports in the
-	 * ephemeral range collide with sockets other tests left in
-	 * TIME-WAIT. */
-	static int port[8];
+	/* A port the kernel says is free, once per k (one per test, so that
+	 * a failed test's publisher, left open, takes no other test with
+	 * it): fixed ports in the ephemeral range collide with sockets other
+	 * tests left in TIME-WAIT. */
+	static int port[24];
 
-	assert_true(k < 8);
+	assert_true(k < 24);
 
 	if (!port[k])
 		port[k] = (int)proc_free_port();
@@ -653,14 +654,14 @@ static void publisher_drops_a_failed_subscriber(void **state)
 	tb_control_msg_t m;
 
 	(void)state;
-	rc_cfg(&cfg, test_port(0), 256 << 10);
+	rc_cfg(&cfg, test_port(2), 256 << 10);
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
 	peer_open(&a, 64 << 10, 256);
 	peer_open(&b, 64 << 10, 256);
 	post_recvs(&a, 256);
 	post_recvs(&b, 256);
-	subscribe(&a, test_port(0), "right-token", 256);
-	subscribe(&b, test_port(0), "right-token", 256);
+	subscribe(&a, test_port(2), "right-token", 256);
+	subscribe(&b, test_port(2), "right-token", 256);
 	join(&a);
 	join(&b);
 
@@ -700,10 +701,10 @@ static void wrong_token_gets_no_rkey(void **state)
 	tb_control_msg_t m;
 
 	(void)state;
-	rc_cfg(&cfg, test_port(0), 256 << 10);
+	rc_cfg(&cfg, test_port(3), 256 << 10);
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
 	peer_open(&p, 64 << 10, 16);
-	subscribe(&p, test_port(0), "wrong-token", 16);
+	subscribe(&p, test_port(3), "wrong-token", 16);
 	assert_int_equal(p.reply.type, TB_CONTROL_REJECT);
 	assert_int_equal(p.reply.reject.reason, TB_CONTROL_REJ_BAD_TOKEN);
 	/* Nothing follows the reject: the publisher hung up. */
@@ -711,13 +712,13 @@ static void wrong_token_gets_no_rkey(void **state)
 	close(p.fd);
 	/* And this address waits a quarter of a second before its next
 	 * connection is read: closed unanswered. */
-	p.fd = tcp_connect(test_port(0));
+	p.fd = tcp_connect(test_port(3));
 	assert_int_equal(read_ctl(p.fd, &m), TB_CLOSED);
 	close(p.fd);
 	usleep(300000);
 
 	/* Garbage instead of HELLO: rejected as malformed, then dropped. */
-	p.fd = tcp_connect(test_port(0));
+	p.fd = tcp_connect(test_port(3));
 	send_buf(p.fd, junk, sizeof(junk));
 	assert_true(read_ctl(p.fd, &m) > 0);
 	assert_int_equal(m.type, TB_CONTROL_REJECT);
@@ -790,7 +791,7 @@ static void subscriber_credits_and_rkey_bounds(void **state)
 			     .next_seq = 1, .mtu = TB_CONTROL_MTU_4096};
 	int lfd, one = 1, n, first;
 	struct sockaddr_in sa = {.sin_family = AF_INET,
-				 .sin_port = htons((uint16_t)test_port(1)),
+				 .sin_port = htons((uint16_t)test_port(4)),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	uint8_t buf[TB_CONTROL_MSG_MAX];
 	uint64_t raddr;
@@ -803,7 +804,7 @@ static void subscriber_credits_and_rkey_bounds(void **state)
 	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	assert_int_equal(listen(lfd, 4), 0);
-	rc_cfg(&cfg, test_port(1), 64 << 10);
+	rc_cfg(&cfg, test_port(4), 64 << 10);
 	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
 	assert_int_equal(tb_sub_poll(sub, on_msg, &g, 64), TB_NOT_CONNECTED);
 
@@ -900,11 +901,11 @@ static void inline_threshold_fits_one_wqe(void **state)
 	int n, first;
 
 	(void)state;
-	rc_cfg(&cfg, test_port(2), 256 << 10);
+	rc_cfg(&cfg, test_port(5), 256 << 10);
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
 	peer_open(&p, 64 << 10, 64);
 	post_recvs(&p, 64);
-	subscribe(&p, test_port(2), "right-token", 64);
+	subscribe(&p, test_port(5), "right-token", 64);
 	join(&p);
 	first = n_rec;
 	assert_int_equal(tb_pub_offer(pub, 1, payload, 220 - 32), 1);
@@ -935,11 +936,11 @@ static void nothing_is_written_before_ready(void **state)
 	int n, first;
 
 	(void)state;
-	rc_cfg(&cfg, test_port(2), 256 << 10);
+	rc_cfg(&cfg, test_port(6), 256 << 10);
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
 	peer_open(&p, 64 << 10, 64);
 	post_recvs(&p, 64);
-	subscribe(&p, test_port(2), "right-token", 64);
+	subscribe(&p, test_port(6), "right-token", 64);
 	assert_int_equal(p.reply.type, TB_CONTROL_ACCEPT);
 	/* ACCEPT in hand, our QP still in INIT: the publisher's QP is up
 	 * (RTS), but it must not write. */
@@ -980,14 +981,14 @@ static void a_credit_rkey_reaches_its_own_slot_only(void **state)
 	struct ibv_send_wr *bad;
 
 	(void)state;
-	rc_cfg(&cfg, test_port(2), 256 << 10);
+	rc_cfg(&cfg, test_port(7), 256 << 10);
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
 	peer_open(&a, 64 << 10, 64);
 	peer_open(&b, 64 << 10, 64);
 	post_recvs(&a, 64);
 	post_recvs(&b, 64);
-	subscribe(&a, test_port(2), "right-token", 64);
-	subscribe(&b, test_port(2), "right-token", 64);
+	subscribe(&a, test_port(7), "right-token", 64);
+	subscribe(&b, test_port(7), "right-token", 64);
 	join(&a);
 	join(&b);
 	/* Its own slot, its own key: fine. */
@@ -1017,10 +1018,10 @@ static void the_path_mtu_is_the_publishers_choice(void **state)
 	peer_t p;
 
 	(void)state;
-	rc_cfg(&cfg, test_port(2), 256 << 10);
+	rc_cfg(&cfg, test_port(8), 256 << 10);
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
 	peer_open(&p, 64 << 10, 16);
-	subscribe_mtu(&p, test_port(2), "right-token", 16, TB_CONTROL_MTU_512);
+	subscribe_mtu(&p, test_port(8), "right-token", 16, TB_CONTROL_MTU_512);
 	assert_int_equal(p.reply.type, TB_CONTROL_ACCEPT);
 	assert_int_equal(p.reply.accept.mtu, TB_CONTROL_MTU_512);
 	assert_int_equal(rtr_of(p.reply.accept.qpn)->path_mtu, IBV_MTU_512);
@@ -1045,11 +1046,11 @@ static void a_fence_for_every_skip_while_completions_stall(void **state)
 	uint32_t regranted = 0;
 
 	(void)state;
-	rc_cfg(&cfg, test_port(3), 1 << 20);
+	rc_cfg(&cfg, test_port(9), 1 << 20);
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
 	peer_open(&p, 1 << 20, 256);
 	post_recvs(&p, 1);
-	subscribe(&p, test_port(3), "right-token", 1);  /* one frame per credit */
+	subscribe(&p, test_port(9), "right-token", 1);  /* one frame per credit */
 	join(&p);
 	stall_spare = p.cq;
 	stall = 1;
@@ -1099,11 +1100,11 @@ static void heartbeats_name_the_skipped_range(void **state)
 	int found = 0;
 
 	(void)state;
-	rc_cfg(&cfg, test_port(3), 256 << 10);
+	rc_cfg(&cfg, test_port(10), 256 << 10);
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
 	peer_open(&p, 64 << 10, 64);
 	post_recvs(&p, 8);
-	subscribe(&p, test_port(3), "right-token", 8);
+	subscribe(&p, test_port(10), "right-token", 8);
 	join(&p);
 	for (int i = 0; i < 20; i++)
 		assert_int_equal(tb_pub_offer(pub, 1, payload, 64), i + 1);
@@ -1144,7 +1145,7 @@ static void token_guessing_is_slowed(void **state)
 	int answered = 0, tries = 0;
 
 	(void)state;
-	rc_cfg(&cfg, test_port(4), 256 << 10);
+	rc_cfg(&cfg, test_port(11), 256 << 10);
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
 	peer_open(&p, 64 << 10, 16);
 	until = now_ms() + 1000;
@@ -1154,7 +1155,7 @@ static void token_guessing_is_slowed(void **state)
 		tb_control_msg_t m;
 
 		snprintf(h.token, sizeof(h.token), "guess-%d", tries++);
-		p.fd = tcp_connect(test_port(4));
+		p.fd = tcp_connect(test_port(11));
 		send_buf(p.fd, buf, tb_control_encode_hello(buf, sizeof(buf), &h));
 		if (read_ctl(p.fd, &m) > 0) {
 			assert_int_equal(m.type, TB_CONTROL_REJECT);
@@ -1254,12 +1255,12 @@ static void a_version_one_subscriber_is_refused(void **state)
 	int fd, n;
 
 	(void)state;
-	rc_cfg(&cfg, test_port(5), 256 << 10);
+	rc_cfg(&cfg, test_port(13), 256 << 10);
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
 	snprintf(h.token, sizeof(h.token), "right-token");
 	n = tb_control_encode_hello(buf, sizeof(buf), &h);
 	buf[2] = 1;   /* HELLO is laid out the same in version 1 */
-	fd = tcp_connect(test_port(5));
+	fd = tcp_connect(test_port(13));
 	send_buf(fd, buf, n);
 	for (uint64_t until = now_ms() + 5000; have < 216 && now_ms() < until;) {
 		ssize_t k = recv(fd, buf + have, sizeof(buf) - have, 0);
@@ -1340,8 +1341,8 @@ static void a_version_one_publisher_is_named(void **state)
 	int lfd, rc = 0;
 
 	(void)state;
-	lfd = fake_pub_listen(test_port(6));
-	rc_cfg(&cfg, test_port(6), 64 << 10);
+	lfd = fake_pub_listen(test_port(14));
+	rc_cfg(&cfg, test_port(14), 64 << 10);
 	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
 	peer_open(&p, 64, 16);
 	fake_pub_hello(&p, lfd, &subm);
@@ -1372,8 +1373,8 @@ static void the_subscriber_uses_the_accepted_mtu(void **state)
 	int lfd;
 
 	(void)state;
-	lfd = fake_pub_listen(test_port(6));
-	rc_cfg(&cfg, test_port(6), 64 << 10);
+	lfd = fake_pub_listen(test_port(15));
+	rc_cfg(&cfg, test_port(15), 64 << 10);
 	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
 	peer_open(&p, 64, 16);
 	fake_pub_hello(&p, lfd, &subm);
@@ -1400,8 +1401,8 @@ static void dropped_by_the_publisher_is_evicted(void **state)
 	int lfd, rc = 0, again;
 
 	(void)state;
-	lfd = fake_pub_listen(test_port(6));
-	rc_cfg(&cfg, test_port(6), 64 << 10);
+	lfd = fake_pub_listen(test_port(16));
+	rc_cfg(&cfg, test_port(16), 64 << 10);
 	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
 	peer_open(&p, 64, 16);
 	fake_pub_hello(&p, lfd, &subm);
