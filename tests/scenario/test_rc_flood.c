@@ -21,16 +21,18 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
 #include <time.h>
 
-#define IDLE_CONNS 60
+#define IDLE_CONNS 100
 #define SLOW_CONNS 20
 #define STORM_CONNS 80
 #define STORM_EVERY_MS 1500
 #define SLOW_EVERY_MS 500
+#define REOPEN_MS 5
 #define JOIN_LIMIT_MS 2000   /* a join takes tens of ms; this is generous */
 
 static char dir[128];
@@ -63,86 +65,84 @@ static int flood_connect(void)
 	return fd;
 }
 
-/* 1 when the publisher closed `fd` (or it never connected). */
-static int flood_closed(int fd)
-{
-	char b;
-	ssize_t n = recv(fd, &b, 1, MSG_DONTWAIT);
-
-	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
-}
-
 typedef struct flood {
 	atomic_int stop;
 	pthread_t thread;
 	uint64_t opened;
 } flood_t;
 
+enum { IDLE, SLOW, STORM };
+
+typedef struct conn {
+	int fd;
+	int kind;
+	int sent;             /* slowloris: bytes sent */
+	uint64_t opened_ms;
+} conn_t;
+
+#define N_CONNS (IDLE_CONNS + SLOW_CONNS + STORM_CONNS)
+
+static void conn_open(flood_t *f, conn_t *c, uint64_t now)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = flood_connect();
+	c->sent = 0;
+	c->opened_ms = now;
+	f->opened++;
+}
+
+/* Every connection is reopened the moment the publisher closes it, so
+ * that the flood never lets go of what it holds; the storm's are also
+ * reopened 1.5 s after they opened, and the slowloris ones trickle a
+ * HELLO's first bytes, one every half second. */
 static void *flood_main(void *arg)
 {
-	/* The first bytes of a HELLO, dribbled out one at a time. */
 	static const uint8_t hello_head[8] = {0x54, 0x43, 0x02, 0x01, 0xb0, 0, 0, 0};
 	flood_t *f = arg;
-	int idle[IDLE_CONNS], slow[SLOW_CONNS], storm[STORM_CONNS];
-	int slow_at[SLOW_CONNS] = {0};
-	uint64_t next_storm = 0, next_slow = 0;
+	conn_t c[N_CONNS];
+	struct pollfd pf[N_CONNS];
+	uint64_t next_slow = 0;
 
-	for (int i = 0; i < IDLE_CONNS; i++)
-		idle[i] = -1;
-	for (int i = 0; i < SLOW_CONNS; i++)
-		slow[i] = -1;
-	for (int i = 0; i < STORM_CONNS; i++)
-		storm[i] = -1;
+	for (int i = 0; i < N_CONNS; i++) {
+		c[i].fd = -1;
+		c[i].kind = i < IDLE_CONNS ? IDLE
+			    : i < IDLE_CONNS + SLOW_CONNS ? SLOW : STORM;
+		conn_open(f, &c[i], mono_ms());
+	}
 	while (!atomic_load(&f->stop)) {
-		uint64_t now = mono_ms();
+		uint64_t now;
 
-		/* Idle: reopened as soon as the publisher closes one. */
-		for (int i = 0; i < IDLE_CONNS; i++) {
-			if (idle[i] >= 0 && flood_closed(idle[i])) {
-				close(idle[i]);
-				idle[i] = -1;
+		for (int i = 0; i < N_CONNS; i++)
+			pf[i] = (struct pollfd){.fd = c[i].fd, .events = POLLIN};
+		/* (a closed one, fd -1, is skipped by poll) */
+		poll(pf, N_CONNS, 5);
+		now = mono_ms();
+		for (int i = 0; i < N_CONNS; i++) {
+			char b[64];
+
+			if (c[i].fd >= 0 &&
+			    (pf[i].revents & (POLLIN | POLLHUP | POLLERR)) &&
+			    recv(c[i].fd, b, sizeof(b), MSG_DONTWAIT) <= 0) {
+				close(c[i].fd);
+				c[i].fd = -1;
 			}
-			if (idle[i] < 0 && (idle[i] = flood_connect()) >= 0)
-				f->opened++;
-		}
-		/* Slowloris: a byte every half second each. */
-		for (int i = 0; i < SLOW_CONNS; i++) {
-			if (slow[i] >= 0 && flood_closed(slow[i])) {
-				close(slow[i]);
-				slow[i] = -1;
-			}
-			if (slow[i] < 0 && (slow[i] = flood_connect()) >= 0) {
-				slow_at[i] = 0;
-				f->opened++;
-			}
-			if (slow[i] >= 0 && now >= next_slow &&
-			    send(slow[i], &hello_head[slow_at[i] % 8], 1,
+			/* Reopened as soon as it is closed, but each at most
+			 * every REOPEN_MS: thousands a second, not a spin. */
+			if ((c[i].fd < 0 && now - c[i].opened_ms >= REOPEN_MS) ||
+			    (c[i].kind == STORM && now - c[i].opened_ms >= STORM_EVERY_MS))
+				conn_open(f, &c[i], now);
+			if (c[i].kind == SLOW && now >= next_slow && c[i].fd >= 0 &&
+			    send(c[i].fd, &hello_head[c[i].sent % 8], 1,
 				 MSG_NOSIGNAL | MSG_DONTWAIT) == 1)
-				slow_at[i]++;
+				c[i].sent++;
 		}
 		if (now >= next_slow)
 			next_slow = now + SLOW_EVERY_MS;
-		/* The storm: all closed and reopened together. */
-		if (now >= next_storm) {
-			for (int i = 0; i < STORM_CONNS; i++) {
-				if (storm[i] >= 0)
-					close(storm[i]);
-				if ((storm[i] = flood_connect()) >= 0)
-					f->opened++;
-			}
-			next_storm = now + STORM_EVERY_MS;
-		}
-		usleep(10000);
 	}
-	for (int i = 0; i < IDLE_CONNS; i++)
-		if (idle[i] >= 0)
-			close(idle[i]);
-	for (int i = 0; i < SLOW_CONNS; i++)
-		if (slow[i] >= 0)
-			close(slow[i]);
-	for (int i = 0; i < STORM_CONNS; i++)
-		if (storm[i] >= 0)
-			close(storm[i]);
+	for (int i = 0; i < N_CONNS; i++)
+		if (c[i].fd >= 0)
+			close(c[i].fd);
 	return NULL;
 }
 
@@ -217,11 +217,11 @@ static void a_subscriber_joins_through_a_flood(void **state)
 	setenv("TICKBUS_QUIET", "0", 1);   /* the publisher's log, please */
 	assert_int_equal(proc_start(&pub, out, argv), 0);
 	setenv("TICKBUS_QUIET", "1", 1);
-	/* The flood first, for a second and a half: slots held, storms
-	 * reopening. */
+	/* The flood first, for over two seconds: slots held, and the
+	 * subscriber comes between two storms (at 1.5 and 3 s). */
 	usleep(300000);
 	assert_int_equal(pthread_create(&fl.thread, NULL, flood_main, &fl), 0);
-	usleep(1500000);
+	usleep(2200000);
 	opened_at = mono_ms();
 	assert_int_equal(tb_subscriber_open_file(&sub, conf, "feed"), 0);
 	until = opened_at + 20000;
