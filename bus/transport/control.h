@@ -140,7 +140,8 @@ typedef struct tb_control_subscribe {
 	uint32_t rkey;
 	uint32_t qpn;            /* 24 bits */
 	uint8_t gid[TB_CONTROL_GID_LEN];
-	uint32_t psn;            /* 24 bits: the subscriber's receive PSN */
+	uint32_t psn;            /* 24 bits: the first PSN the subscriber
+				  * sends (the publisher's QP expects it) */
 	uint32_t recv_depth;     /* receives kept posted: the publisher never
 				  * has more frames in flight; 1..RECV_MAX */
 	uint64_t start_seq;      /* late join from this sequence; 0 = live */
@@ -152,7 +153,8 @@ typedef struct tb_control_accept {
 	uint32_t qpn;            /* publisher's QP, 24 bits */
 	uint64_t epoch;          /* > 0 */
 	uint8_t gid[TB_CONTROL_GID_LEN];
-	uint32_t psn;            /* 24 bits: the publisher's send PSN */
+	uint32_t psn;            /* 24 bits: the first PSN the publisher
+				  * sends (the subscriber's QP expects it) */
 	uint32_t credit_rkey;    /* credit slot; 0 and 0 if none was asked */
 	uint64_t credit_addr;
 	uint64_t next_seq;       /* sequence of the first frame written, > 0 */

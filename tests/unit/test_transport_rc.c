@@ -167,6 +167,7 @@ typedef struct peer {
 	size_t len;
 	union ibv_gid gid;
 	int fd;
+	uint32_t psn;          /* the first PSN it sends, as it told the other end */
 	tb_control_msg_t reply;
 } peer_t;
 
@@ -218,6 +219,7 @@ static void peer_open(peer_t *p, size_t len, uint32_t recv_depth)
 	assert_non_null(p->mr);
 	assert_int_equal(ibv_query_gid(p->ctx, 1, 0, &p->gid), 0);
 	p->fd = -1;
+	p->psn = 77;
 }
 
 static void peer_connect_qp(peer_t *p, uint32_t qpn, const uint8_t *gid,
@@ -242,7 +244,7 @@ static void peer_connect_qp(peer_t *p, uint32_t qpn, const uint8_t *gid,
 	a.timeout = 10;
 	a.retry_cnt = 2;
 	a.rnr_retry = 7;
-	a.sq_psn = 77;
+	a.sq_psn = p->psn;
 	a.max_rd_atomic = 1;
 	assert_int_equal(ibv_modify_qp(p->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
 				       IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
@@ -337,6 +339,7 @@ static void subscribe_mtu(peer_t *p, int port, const char *token,
 	snprintf(h.client_id, sizeof(h.client_id), "test");
 	snprintf(h.token, sizeof(h.token), "%s", token);
 	memcpy(s.gid, p->gid.raw, 16);
+	p->psn = s.psn;    /* what we send from, and the publisher expects */
 	p->fd = tcp_connect(port);
 	send_buf(p->fd, buf, tb_control_encode_hello(buf, sizeof(buf), &h));
 	send_buf(p->fd, buf, tb_control_encode_subscribe(buf, sizeof(buf), &s));
