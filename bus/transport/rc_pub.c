@@ -221,6 +221,11 @@ typedef struct rc_tx {
 	uint64_t reads;            /* the publishing thread's own count */
 	int fenced;                /* no membarrier: the fenced ops, and no
 				    * membarrier() in readers_wait */
+	_Atomic uint32_t inline_max; /* frames up to this go inline: the least
+				    * any subscriber's QP was granted (only
+				    * lowered, before the table change that
+				    * adds it, so a send that sees that
+				    * subscriber sees this) */
 	uint64_t half;             /* our ring's size / 2 */
 	int backpressure;
 	/* Cold. */
@@ -561,6 +566,9 @@ static inline int tx_send(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
 	rc_tx_t *t = (rc_tx_t *)tx;
 	const rc_table_t *tab = reader_enter(t, fenced);
 	rc_sub_t *const *first = tab->sub, *const *end = tab->sub + tab->n;
+	/* Relaxed: ordered before the table change this send's load of the
+	 * table saw (see rc_tx_t). */
+	uint32_t inline_max = tb_atomic_load_relaxed(&t->inline_max);
 	uint64_t pos = from;
 
 	/* Hot path: one post per subscriber per frame; what is the same for
@@ -574,7 +582,7 @@ static inline int tx_send(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
 		if (tb_likely(f->type == TB_FRAME_DATA)) {
 			uint32_t seq_bits = (uint32_t)(f->seq & TB_RC_IMM_SEQ_MASK)
 					    << TB_RC_IMM_OFF_BITS;
-			unsigned inl = len <= TB_RC_INLINE ? IBV_SEND_INLINE : 0;
+			unsigned inl = len <= inline_max ? IBV_SEND_INLINE : 0;
 
 			for (rc_sub_t *const *sp = first; sp != end; sp++)
 				sub_write(t, *sp, f, len, space, seq_bits, inl,
@@ -773,13 +781,15 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 	tb_verbs_qp_cfg_t qc = {
 		.type = IBV_QPT_RC, .send_wr = TB_RC_SQ_DEPTH, .recv_wr = 1,
 		.send_sge = 1, .inline_want = TB_RC_INLINE,
-		.inline_min = TB_RC_INLINE, .access = IBV_ACCESS_REMOTE_WRITE,
+		/* the padding header goes inline: it is not registered */
+		.inline_min = TB_FRAME_HDR_LEN, .access = IBV_ACCESS_REMOTE_WRITE,
 		.send_ops = IBV_QP_EX_WITH_RDMA_WRITE |
 			    IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM,
 	};
 	tb_verbs_peer_t peer = {.qpn = m->qpn, .psn = m->psn, .lid = m->lid};
 	_Atomic uint64_t *slot;
 	rc_sub_t *s = NULL;
+	uint32_t inline_got = 0;
 	char why[TB_CONTROL_TEXT_LEN], what[96];
 
 	if (m->stream_id != t->cfg.id) {
@@ -848,7 +858,18 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 	}
 	qc.cq = s->cq;
 	qc.pd = s->pd;
-	s->qp = tb_verbs_qp_create(&t->dev, &qc, NULL);
+	s->qp = tb_verbs_qp_create(&t->dev, &qc, &inline_got);
+	if (s->qp && inline_got < TB_FRAME_HDR_LEN) {
+		tb_error_set(TB_ENOTSUP, "%s granted %u bytes of inline data, "
+			     "under a frame header (%u)", t->dev.name, inline_got,
+			     TB_FRAME_HDR_LEN);
+		goto internal;
+	}
+	/* A provider may grant less inline than asked: frames above what
+	 * this QP takes go by reference, to every subscriber (it is lowered
+	 * before READY adds this one). */
+	if (s->qp && inline_got < tb_atomic_load_relaxed(&t->inline_max))
+		tb_atomic_store_relaxed(&t->inline_max, inline_got);
 	memcpy(peer.gid, m->gid, sizeof(peer.gid));
 	if (!s->qp || tb_verbs_rc_connect(&t->dev, s->qp, &peer, t->psn,
 					  &path) < 0)
@@ -1362,6 +1383,7 @@ static int rc_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 	t->half = cfg->ring_size / 2;
 	t->backpressure = cfg->slow_consumer == TB_SLOW_BACKPRESSURE;
 	t->fenced = !membarrier_register();
+	tb_atomic_store_relaxed(&t->inline_max, TB_RC_INLINE);
 	tb_atomic_store_relaxed(&t->table, calloc(1, sizeof(rc_table_t)));
 	if (!tb_atomic_load_relaxed(&t->table)) {
 		free(t);

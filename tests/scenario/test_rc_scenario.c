@@ -14,7 +14,12 @@
  *  - a subscriber lapped by a burst after which the stream goes quiet is
  *    told the exact range within one heartbeat of having everything
  *    before it (this test's subscriber runs in the test process, to time
- *    the report).
+ *    the report);
+ *  - on softrdma's strict device, each process a host of its own: both
+ *    ends on InfiniBand ports (LIDs, no GRH); a publisher whose port MTU
+ *    is below its subscriber's, with frames of several packets (the
+ *    packet length rule holds only if both QPs use the one path MTU); a
+ *    device that grants less inline data than asked.
  *
  * run-tests.sh points LD_LIBRARY_PATH at softrdma and gives this test its
  * own SOFTRDMA_FABRIC; `make test-rdma` runs it on a real device instead
@@ -97,6 +102,110 @@ static void start_pub(proc_t *p, const char *count, const char *rate,
 
 	snprintf(out, sizeof(out), "%s/pub.out", dir);
 	assert_int_equal(proc_start(p, out, argv), 0);
+}
+
+/* Sets (set = 1) or removes the variables of `env`, "NAME=value[
+ * NAME=value]" (NULL: none), around starting a process. */
+static void env_apply(const char *env, int set)
+{
+	char e[256], *save = NULL;
+
+	snprintf(e, sizeof(e), "%s", env ? env : "");
+	for (char *kv = strtok_r(e, " ", &save); kv; kv = strtok_r(NULL, " ", &save)) {
+		char *eq = strchr(kv, '=');
+
+		assert_non_null(eq);
+		*eq = '\0';
+		if (set)
+			assert_int_equal(setenv(kv, eq + 1, 1), 0);
+		else
+			unsetenv(kv);
+	}
+}
+
+/* tb-publish with `size`-byte payloads, in an environment of its own. */
+static void start_pub_env(proc_t *p, const char *count, const char *size,
+			  const char *env)
+{
+	char out[256];
+	char *argv[] = {"tb-publish", "-c", conf, "-s", "feed", "--count",
+			(char *)count, "--rate", "20000", "--size", (char *)size,
+			"--start-delay-ms", "1500", "--linger-ms", "200", NULL};
+
+	snprintf(out, sizeof(out), "%s/pub.out", dir);
+	env_apply(env, 1);
+	assert_int_equal(proc_start(p, out, argv), 0);
+	env_apply(env, 0);
+}
+
+/* tb-subscribe as `name`, in an environment of its own. */
+static void start_sub_env(proc_t *p, const char *name, const char *count,
+			  const char *env)
+{
+	char *where[] = {"-c", conf, "-s", "feed", NULL};
+
+	env_apply(env, 1);
+	scenario_start_sub(p, dir, name, where, count, "120000", NULL);
+	env_apply(env, 0);
+}
+
+/* Both ends on InfiniBand ports: addressed by LID (no GRH), at the
+ * service level the publisher names. */
+static void infiniband_ports_carry_the_stream(void **state)
+{
+	proc_t pub, sub;
+	uint64_t checksum;
+
+	(void)state;
+	if (getenv("TICKBUS_RDMA_DEVICE")) {
+		print_message("on a real device: its own link layer decides\n");
+		return;
+	}
+	write_conf("backpressure", "4M");
+	start_sub_env(&sub, "ib", "20000", "SOFTRDMA_LINK_LAYER=ib SOFTRDMA_LID=21");
+	start_pub_env(&pub, "20000", "64", "SOFTRDMA_LINK_LAYER=ib SOFTRDMA_LID=20");
+	checksum = scenario_finish_pub(&pub, 20000, 120000);
+	free(expect_sub_complete(&sub, 20000, checksum, 60000));
+}
+
+/* The publisher's port MTU (1024) is below the subscriber's (4096):
+ * frames of 3000 bytes travel as three packets of the one path MTU both
+ * QPs use; a subscriber at its own MTU would refuse the first. */
+static void ports_with_different_mtus_agree_on_one(void **state)
+{
+	proc_t pub, sub;
+	uint64_t checksum;
+
+	(void)state;
+	if (getenv("TICKBUS_RDMA_DEVICE")) {
+		print_message("on a real device: the ports' own MTUs decide\n");
+		return;
+	}
+	write_conf("backpressure", "4M");
+	start_sub_env(&sub, "mtu4096", "20000", "SOFTRDMA_PORT_MTU=4096");
+	start_pub_env(&pub, "20000", "3000", "SOFTRDMA_PORT_MTU=1024");
+	checksum = scenario_finish_pub(&pub, 20000, 120000);
+	free(expect_sub_complete(&sub, 20000, checksum, 60000));
+}
+
+/* A device that grants 100 bytes of inline data where 220 were asked:
+ * frames between 101 and 220 bytes go by reference, not inline (which it
+ * would refuse). */
+static void a_device_granting_less_inline(void **state)
+{
+	proc_t pub, sub;
+	uint64_t checksum;
+
+	(void)state;
+	if (getenv("TICKBUS_RDMA_DEVICE")) {
+		print_message("on a real device: its own grant decides\n");
+		return;
+	}
+	write_conf("backpressure", "4M");
+	start_sub(&sub, "grant", "feed", "20000", NULL);
+	start_pub_env(&pub, "20000", "150", "SOFTRDMA_GRANT_INLINE=100");
+	checksum = scenario_finish_pub(&pub, 20000, 120000);
+	free(expect_sub_complete(&sub, 20000, checksum, 60000));
 }
 
 static void four_subscribers_get_a_million_in_order(void **state)
@@ -326,6 +435,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(restarted_subscriber_reconnects, setup, teardown),
 		cmocka_unit_test_setup_teardown(wrong_token_is_rejected, setup, teardown),
 		cmocka_unit_test_setup_teardown(lapped_on_a_quiet_stream_is_told_within_a_heartbeat, setup, teardown),
+		cmocka_unit_test_setup_teardown(infiniband_ports_carry_the_stream, setup, teardown),
+		cmocka_unit_test_setup_teardown(ports_with_different_mtus_agree_on_one, setup, teardown),
+		cmocka_unit_test_setup_teardown(a_device_granting_less_inline, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("rc_scenario", tests, NULL, NULL);
 }
