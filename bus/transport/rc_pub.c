@@ -1230,6 +1230,31 @@ static void device_events(rc_tx_t *t)
 	}
 }
 
+/* 1 when `qp` is in the error state (a write failed, or the device
+ * failed it).  A query to the device: control thread only. */
+static int qp_failed(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+
+	return ibv_query_qp(qp, &a, IBV_QP_STATE, &ia) == 0 &&
+	       a.qp_state == IBV_QPS_ERR;
+}
+
+/* Every heartbeat: the publishing thread learns of a failed write only
+ * when it reaps, which a quiet stream does not make it do; the QP's state
+ * says it first. */
+static void check_qps(rc_tx_t *t)
+{
+	for (int i = t->n_clients - 1; i >= 0; i--) {
+		rc_client_t *c = &t->clients[i];
+
+		if (c->state == CLIENT_LIVE && qp_failed(c->sub->qp))
+			client_drop(t, i, TB_CONTROL_BYE_ERROR,
+				    "its queue pair went to the error state");
+	}
+}
+
 /* Deadlines of clients not yet live, liveness of live ones, failed QPs. */
 static void client_check(rc_tx_t *t, int i, uint64_t now_ns, uint64_t now_ms,
 			 uint64_t dead_ns)
@@ -1287,6 +1312,7 @@ static void *ctl_main(void *arg)
 		if (pf[0].revents)
 			accept_clients(t);
 		if (now >= next_beat) {
+			check_qps(t);
 			heartbeat_all(t, now, tb_atomic_load_relaxed(&t->last_seq)); /* V1 */
 			next_beat = now + beat_ns;
 		}

@@ -78,6 +78,8 @@ enum {
 	CTL_LOST,       /* the publisher stopped answering, or the QP failed */
 	CTL_EVICTED,    /* BYE: the publisher dropped us; it is alive */
 	CTL_REJECTED,   /* for good: a wrong token or another version */
+	CTL_RECONNECT,  /* our own side broke (QP, CQ, address): a new
+			 * session; the publisher is not to blame */
 };
 
 typedef struct rc_session {
@@ -348,16 +350,20 @@ static void rx_device_events(rc_rx_t *r)
 
 		switch (ev.kind) {
 		case TB_VERBS_EV_QP_FATAL:
-			if (ev.qp && ev.qp == r->sess.qp) {
-				tb_warn("stream '%s': the queue pair failed (%s); "
-					"reconnecting", r->cfg.name, name);
-				ctl_leave_live(r, CTL_LOST);
-			}
+			if (!ev.qp || ev.qp != r->sess.qp)
+				break;
+			tb_warn("stream '%s': the queue pair failed (%s); "
+				"reconnecting", r->cfg.name, name);
+			/* A request error or an access error is the peer's
+			 * doing: the publisher broke its side.  A fatal
+			 * error is ours. */
+			ctl_leave_live(r, ev.type == IBV_EVENT_QP_FATAL
+					       ? CTL_RECONNECT : CTL_LOST);
 			break;
 		case TB_VERBS_EV_CQ_ERR:
 			if (ev.cq && ev.cq == r->cq) {
 				tb_atomic_store_seq_cst(&r->cq_broken, 1); /* S6 */
-				ctl_leave_live(r, CTL_LOST);
+				ctl_leave_live(r, CTL_RECONNECT);
 			}
 			break;
 		case TB_VERBS_EV_PORT_DOWN:
@@ -374,14 +380,15 @@ static void rx_device_events(rc_rx_t *r)
 			if (tb_verbs_event_on_port(&r->dev, &ev) &&
 			    tb_verbs_refresh(&r->dev) != 0) {
 				tb_warn("stream '%s': our address changed (%s); "
-					"reconnecting", r->cfg.name, name);
-				ctl_leave_live(r, CTL_LOST);
+					"reconnecting from the new one",
+					r->cfg.name, name);
+				ctl_leave_live(r, CTL_RECONNECT);
 			}
 			break;
 		case TB_VERBS_EV_DEVICE_FATAL:
 			tb_warn("stream '%s': %s failed (%s)", r->cfg.name,
 				r->dev.name, name);
-			ctl_leave_live(r, CTL_LOST);
+			ctl_leave_live(r, CTL_RECONNECT);
 			break;
 		default:
 			break;
@@ -493,9 +500,9 @@ static void *rx_ctl_main(void *arg)
 			rx_ctl_live(r, beat_ns, &next_beat);
 			continue;
 		}
-		/* CLOSED, LOST or EVICTED with the socket gone: wait for the
-		 * poller to release the session, then connect again (a
-		 * publisher that restarts is a new epoch).  gen is this
+		/* CLOSED, LOST, EVICTED or RECONNECT with the socket gone:
+		 * wait for the poller to release the session, then connect
+		 * again (a publisher that restarts is a new epoch).  gen is this
 		 * thread's own (R2). */
 		if (tb_atomic_load_acquire(&r->released) >=   /* A3 pairs with R3 */
 		    tb_atomic_load_relaxed(&r->gen)) {
@@ -731,6 +738,10 @@ static int rx_idle(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss)
 	case CTL_EVICTED:
 		rx_release(r);
 		return TB_EVICTED;
+	case CTL_RECONNECT:
+		/* What goes missing meanwhile shows with the next frame. */
+		rx_release(r);
+		return TB_NOT_CONNECTED;
 	case CTL_LOST:
 		rx_release(r);
 		return TB_PUBLISHER_DEAD;
@@ -752,6 +763,10 @@ static int rx_other_wc(rc_rx_t *r, const struct ibv_wc *wc)
 	if (tb_atomic_load_seq_cst(&r->ctl_state) == CTL_CLOSED) /* S4 */
 		return 0;   /* a credit the closed publisher never took, and
 			     * the receives flushed after it */
+	if (wc->status == IBV_WC_WR_FLUSH_ERR)
+		return -1;  /* the QP is in error: whatever put it there
+			     * (an error completion before this, an event
+			     * the control thread reads, a BYE) decides */
 	if (r->base.ctr)
 		tb_counter_inc(r->base.ctr, TB_CTR_ERRORS);
 	ctl_leave_live(r, CTL_LOST); /* S4: a BYE's state stays */

@@ -19,7 +19,10 @@
  *    ends on InfiniBand ports (LIDs, no GRH); a publisher whose port MTU
  *    is below its subscriber's, with frames of several packets (the
  *    packet length rule holds only if both QPs use the one path MTU); a
- *    device that grants less inline data than asked.
+ *    device that grants less inline data than asked; the subscriber's
+ *    GID changing mid-stream (softrdma-ctl): it reads the asynchronous
+ *    event, connects again at its new address and goes on, every loss
+ *    told.
  *
  * run-tests.sh points LD_LIBRARY_PATH at softrdma and gives this test its
  * own SOFTRDMA_FABRIC; `make test-rdma` runs it on a real device instead
@@ -206,6 +209,60 @@ static void a_device_granting_less_inline(void **state)
 	start_pub_env(&pub, "20000", "150", "SOFTRDMA_GRANT_INLINE=100");
 	checksum = scenario_finish_pub(&pub, 20000, 120000);
 	free(expect_sub_complete(&sub, 20000, checksum, 60000));
+}
+
+/* softrdma-ctl with `args` (NULL-terminated, at most 12) on this test's
+ * fabric; its exit status. */
+static int softrdma_ctl(char *const args[])
+{
+	char out[256], *argv[16], *text;
+	int i = 0, rc;
+
+	snprintf(out, sizeof(out), "%s/ctl.out", dir);
+	/* proc_start runs argv[0] from the build's bin/ */
+	argv[i++] = "../softrdma/softrdma-ctl";
+	argv[i++] = "-f";
+	argv[i++] = getenv("SOFTRDMA_FABRIC") ? getenv("SOFTRDMA_FABRIC") : "default";
+	for (; *args && i < 15; args++)
+		argv[i++] = *args;
+	argv[i] = NULL;
+	rc = scenario_run(out, argv, 10000, &text);
+	print_message("softrdma-ctl: %s", text);
+	free(text);
+	return rc;
+}
+
+/* The subscriber's GID (index 3, ::ffff:127.0.0.1) becomes ::ffff:127.0.0.2
+ * mid-stream: writes to the old one are lost from then on.  It reads the
+ * GID_CHANGE event, connects again from its new address and goes on:
+ * every sequence delivered or told lost, in order, to the end. */
+static void a_new_gid_means_a_new_connection(void **state)
+{
+	proc_t pub, sub;
+	char pid[16], *out;
+	char *gid[] = {"gid", pid, "3", "::ffff:127.0.0.2", "v2", NULL};
+
+	(void)state;
+	if (getenv("TICKBUS_RDMA_DEVICE")) {
+		print_message("on a real device: no softrdma-ctl\n");
+		return;
+	}
+	write_conf("lap", "4M");
+	start_sub(&sub, "gid", "feed", "60000", NULL);
+	start_pub(&pub, "60000", "20000", "1500");
+	usleep(2500000);   /* a second into the stream */
+	snprintf(pid, sizeof(pid), "%d", (int)sub.pid);
+	assert_int_equal(softrdma_ctl(gid), 0);
+	scenario_finish_pub(&pub, 60000, 200000);
+	assert_int_equal(proc_wait(&sub, 60000), 0);
+	out = proc_output(&sub);
+	print_message("%s", out);
+	assert_int_equal(proc_field_u64(out, "last"), 60000);
+	assert_int_equal(proc_field_u64(out, "order_errors"), 0);
+	assert_int_equal(proc_field_u64(out, "bad_payload"), 0);
+	assert_int_equal(proc_field_u64(out, "delivered") + proc_field_u64(out, "lost"),
+			 60000 - proc_field_u64(out, "first") + 1);
+	free(out);
 }
 
 static void four_subscribers_get_a_million_in_order(void **state)
@@ -438,6 +495,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(infiniband_ports_carry_the_stream, setup, teardown),
 		cmocka_unit_test_setup_teardown(ports_with_different_mtus_agree_on_one, setup, teardown),
 		cmocka_unit_test_setup_teardown(a_device_granting_less_inline, setup, teardown),
+		cmocka_unit_test_setup_teardown(a_new_gid_means_a_new_connection, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("rc_scenario", tests, NULL, NULL);
 }
