@@ -26,8 +26,8 @@
  *
  * run-tests.sh points LD_LIBRARY_PATH at softrdma and gives this test its
  * own SOFTRDMA_FABRIC; `make test-rdma` runs it on a real device instead
- * (TICKBUS_RDMA_DEVICE and TICKBUS_RDMA_PORT name the port it chose).  Control ports are derived from the pid so that
- * parallel runs do not meet.
+ * (TICKBUS_RDMA_DEVICE and TICKBUS_RDMA_PORT name the port it chose).  Each
+ * test's control port is one the kernel says is free.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -74,7 +74,9 @@ static int setup(void **state)
 		return -1;
 	snprintf(conf, sizeof(conf), "%s/rc.ini", dir);
 	snprintf(conf_bad, sizeof(conf_bad), "%s/rc-bad.ini", dir);
-	port = 20000 + (int)(getpid() % 20000);
+	/* A port the kernel says is free now: one derived from the pid
+	 * meets other tests' listeners on a shared machine. */
+	port = (int)proc_free_port();
 	return 0;
 }
 
