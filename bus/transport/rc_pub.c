@@ -234,6 +234,8 @@ typedef struct rc_tx {
 	tb_mem_t slot_mem;
 	uint64_t slot_used;        /* bitmap of credit slots */
 	uint64_t per_sub_pinned;   /* what each subscriber pins (memlock.h) */
+	uint64_t pinned;           /* what our subscribers pin now: at least
+				    * what the kernel's VmPin counts of us */
 	tb_stream_cfg_t cfg;
 	uint64_t epoch;
 	uint32_t psn;
@@ -685,8 +687,10 @@ static void sub_free(rc_tx_t *t, rc_sub_t *s)
 		ibv_dereg_mr(s->ring_mr);
 	if (s->pd)
 		ibv_dealloc_pd(s->pd);
-	if (s->slot >= 0)
+	if (s->slot >= 0) {
 		t->slot_used &= ~(1ull << s->slot);
+		t->pinned -= t->per_sub_pinned;
+	}
 	free(s);
 }
 
@@ -789,6 +793,7 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 	tb_verbs_peer_t peer = {.qpn = m->qpn, .psn = m->psn, .lid = m->lid};
 	_Atomic uint64_t *slot;
 	rc_sub_t *s = NULL;
+	tb_memlock_state_t ml;
 	uint32_t inline_got = 0;
 	char why[TB_CONTROL_TEXT_LEN], what[96];
 
@@ -822,7 +827,9 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 	}
 	snprintf(what, sizeof(what), "stream '%s': the rc publisher's next "
 		 "subscriber", t->cfg.name);
-	if (tb_memlock_check(t->per_sub_pinned, what) < 0) {
+	if (tb_memlock_read(&ml) < 0 ||
+	    (ml.pinned = ml.pinned > t->pinned ? ml.pinned : t->pinned,
+	     tb_memlock_fits(&ml, t->per_sub_pinned, what) < 0)) {
 		snprintf(why, sizeof(why), "the publisher is out of locked "
 			 "memory (RLIMIT_MEMLOCK); its log says what to raise");
 		tb_warn("%s", tb_errmsg());
@@ -834,6 +841,7 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 		goto internal;
 	s->slot = __builtin_ctzll(~t->slot_used);
 	t->slot_used |= 1ull << s->slot;
+	t->pinned += t->per_sub_pinned;   /* sub_free gives it back */
 	slot = (_Atomic uint64_t *)((uint8_t *)t->slot_mem.addr +
 				    (size_t)s->slot * TB_RC_SLOT_SIZE);
 	/* Relaxed: before the slot is registered, nothing else sees it. */
