@@ -1,6 +1,6 @@
 /*
- * transport/verbs_events.c - reading and sorting a device's asynchronous
- * events (see verbs_events.h).
+ * transport/verbs_events.c - reading a device's asynchronous events (the
+ * design is in verbs_events.h).
  */
 #include "bus/transport/verbs_events.h"
 
@@ -8,13 +8,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <string.h>
 
 int tb_verbs_events_init(tb_verbs_dev_t *d)
 {
-	int fd = d->ctx->async_fd, fl = fcntl(fd, F_GETFL);
+	int fl = fcntl(d->ctx->async_fd, F_GETFL);
 
-	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+	if (fl < 0 || fcntl(d->ctx->async_fd, F_SETFL, fl | O_NONBLOCK) < 0)
 		return tb_error_sys(errno, "%s: make the async event fd "
 				    "non-blocking", d->name);
 	return 0;
@@ -56,42 +55,30 @@ int tb_verbs_events_next(tb_verbs_dev_t *d, tb_verbs_event_t *ev)
 {
 	struct ibv_async_event e;
 
-	memset(ev, 0, sizeof(*ev));
 	if (ibv_get_async_event(d->ctx, &e) != 0) {
 		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
 			return 0;
 		return tb_error_sys(errno, "%s: ibv_get_async_event", d->name);
 	}
-	ev->type = e.event_type;
-	ev->kind = tb_verbs_event_kind_of(e.event_type);
-	switch (e.event_type) {
-	case IBV_EVENT_QP_FATAL:
-	case IBV_EVENT_QP_REQ_ERR:
-	case IBV_EVENT_QP_ACCESS_ERR:
-	case IBV_EVENT_PATH_MIG_ERR:
-	case IBV_EVENT_COMM_EST:
-	case IBV_EVENT_SQ_DRAINED:
-	case IBV_EVENT_PATH_MIG:
-	case IBV_EVENT_QP_LAST_WQE_REACHED:
+	*ev = (tb_verbs_event_t){.kind = tb_verbs_event_kind_of(e.event_type),
+				 .type = e.event_type};
+	switch (ev->kind) {
+	case TB_VERBS_EV_QP_FATAL:
 		ev->qp = e.element.qp;
 		break;
-	case IBV_EVENT_CQ_ERR:
+	case TB_VERBS_EV_CQ_ERR:
 		ev->cq = e.element.cq;
 		break;
-	case IBV_EVENT_PORT_ERR:
-	case IBV_EVENT_PORT_ACTIVE:
-	case IBV_EVENT_GID_CHANGE:
-	case IBV_EVENT_LID_CHANGE:
-	case IBV_EVENT_PKEY_CHANGE:
-	case IBV_EVENT_SM_CHANGE:
-	case IBV_EVENT_CLIENT_REREGISTER:
+	case TB_VERBS_EV_PORT_DOWN:
+	case TB_VERBS_EV_PORT_UP:
+	case TB_VERBS_EV_ADDR_CHANGE:
 		ev->port = e.element.port_num;
 		break;
 	default:
 		break;
 	}
-	/* At once: a QP or CQ cannot be destroyed while an event about it is
-	 * unacknowledged. */
+	/* Acknowledged now: a QP or CQ cannot be destroyed while one of its
+	 * events is unacknowledged, and the caller may want to. */
 	ibv_ack_async_event(&e);
 	return 1;
 }

@@ -3,24 +3,20 @@
  * blocking and sorted by what a transport must do about them.
  *
  * A NIC reports some failures only here, never in a completion: a CQ that
- * overran or failed (every completion after it is lost), a QP that hit a
- * fatal error outside a work request, a port that went down or came back,
- * a GID or LID that changed under us.  An event is read from the context's
- * async fd (ibv_get_async_event) and must be acknowledged before the QP or
- * CQ it names can be destroyed; this module acknowledges it at once and
- * hands back a copy, so the QP and CQ pointers in it are for comparing with
- * a transport's own, never for use.
+ * overran (every completion after it is lost), a QP that hit a fatal error
+ * outside a work request, a port that went down or came back, a GID or LID
+ * that changed under us (peers then address a QP we no longer are).  An
+ * event is read from the context's async fd (ibv_get_async_event) and must
+ * be acknowledged before the QP or CQ it names can be destroyed; this
+ * module acknowledges it at once and hands back a copy, so the QP and CQ
+ * pointers in it are for comparing with a transport's own, never for use.
  *
- * Use, on a thread that may make system calls (a control or heartbeat
- * thread, or a poll loop's idle path every few milliseconds):
+ * Use, on a control thread:
  *
  *   tb_verbs_events_init(&dev);                  once, after tb_verbs_open
+ *   poll() on tb_verbs_events_fd(&dev) with the thread's sockets
  *   while (tb_verbs_events_next(&dev, &ev) == 1)
  *           act on ev.kind (and ev.qp / ev.cq / ev.port)
- *
- * or poll() tb_verbs_events_fd(&dev) for POLLIN with other fds.  The
- * interface is the one rc's control thread uses, so that both transports
- * read events one way.
  *
  * Threads: one thread reads a device's events.  Errors: set-up convention
  * (error.h).
@@ -35,23 +31,23 @@
 /* What an event asks of a transport. */
 typedef enum tb_verbs_event_kind {
 	/* ev.qp can carry nothing more: QP_FATAL, QP_REQ_ERR,
-	 * QP_ACCESS_ERR, PATH_MIG_ERR.  Bring it back or make it anew. */
+	 * QP_ACCESS_ERR, PATH_MIG_ERR.  Drop its peer (it reconnects). */
 	TB_VERBS_EV_QP_FATAL = 1,
-	/* ev.cq overran or failed: completions were lost, so whatever counts
-	 * them is wrong.  Make it, and what uses it, anew. */
+	/* ev.cq overran: completions were lost, so whatever counts them is
+	 * wrong.  Drop what uses it and make a new one. */
 	TB_VERBS_EV_CQ_ERR,
-	/* ev.port went down: nothing leaves or arrives until it returns.
-	 * Say so. */
+	/* ev.port went down: QPs on it retry until it returns or their
+	 * retries run out.  Say so, loudly. */
 	TB_VERBS_EV_PORT_DOWN,
 	/* ev.port is active again. */
 	TB_VERBS_EV_PORT_UP,
 	/* ev.port's GID table, LID, P_Key table or subnet manager changed:
-	 * our own address may have. */
+	 * tb_verbs_refresh() says whether our own address did. */
 	TB_VERBS_EV_ADDR_CHANGE,
 	/* The device is gone or broken: nothing on it works any more. */
 	TB_VERBS_EV_DEVICE_FATAL,
 	/* Anything else (last WQE reached, SRQ limit, path migrated, ...):
-	 * nothing tickbus uses. */
+	 * nothing tickbus uses; logged. */
 	TB_VERBS_EV_OTHER,
 } tb_verbs_event_kind_t;
 
@@ -81,7 +77,7 @@ tb_verbs_event_kind_t tb_verbs_event_kind_of(enum ibv_event_type type);
 /* 1 when `ev` is a port event (down, up, address) about d's own port. */
 int tb_verbs_event_on_port(const tb_verbs_dev_t *d, const tb_verbs_event_t *ev);
 
-/* The event's name for logs (ibv_event_type_str's). */
+/* The event's name for logs ("IBV_EVENT_CQ_ERR" style: "CQ error"). */
 const char *tb_verbs_event_name(const tb_verbs_event_t *ev);
 
 #endif
