@@ -43,7 +43,7 @@
  *   rdma_device  (rc ud)   device name                  first active device
  *   rdma_port    (rc ud)   0..255                       0 = first active
  *   gid_index    (rc ud)   -1..255                      -1 = RoCEv2 IPv4 GID
- *   rdma_traffic_class (rc) 0..255 (RoCE: DSCP << 2 | ECN)  106 = DSCP 26
+ *   rdma_traffic_class (rc ud) 0..255 (RoCE: DSCP << 2 | ECN)  106 = DSCP 26
  *   rdma_timeout (rc)      1..31 (4.096 us * 2^n)       12 = 16.8 ms
  *   rdma_retry   (rc)      0..7                         7
  *   rdma_sl      (rc)      0..15 (InfiniBand)           0
@@ -273,7 +273,7 @@ static const struct key_spec keys[N_KEYS] = {
 	[KEY_GID_INDEX] = {"gid_index", K_INT, FIELD(gid_index),
 		-1, 255, 0, T_RC | T_UD, 0, NULL},
 	[KEY_RDMA_TRAFFIC_CLASS] = {"rdma_traffic_class", K_INT,
-		FIELD(rdma_traffic_class), 0, 255, 0, T_RC, 0, NULL},
+		FIELD(rdma_traffic_class), 0, 255, 0, T_RC | T_UD, 0, NULL},
 	[KEY_RDMA_TIMEOUT] = {"rdma_timeout", K_INT, FIELD(rdma_timeout),
 		1, 31, 0, T_RC, 0, NULL},
 	[KEY_RDMA_RETRY] = {"rdma_retry", K_INT, FIELD(rdma_retry),

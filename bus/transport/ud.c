@@ -8,6 +8,7 @@
 
 #include "bus/clock.h"
 #include "bus/error.h"
+#include "bus/memlock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -120,6 +121,9 @@ static struct ibv_qp *ud_qp(tb_ud_dev_t *d, struct ibv_cq *cq, uint32_t sq,
 		.type = IBV_QPT_UD, .cq = cq, .send_wr = sq, .recv_wr = rq,
 		.send_sge = 2, .inline_want = inline_max, .inline_min = 0,
 		.qkey = qkey,
+		/* The one operation ud posts: a provider sizes its WQEs for
+		 * it alone (ibv_create_qp_ex, verbs.h). */
+		.send_ops = IBV_QP_EX_WITH_SEND_WITH_IMM,
 	};
 	struct ibv_qp *qp = tb_verbs_qp_create(&d->v, &c, inline_got);
 
@@ -271,6 +275,7 @@ static struct ibv_ah *group_ah(tb_ud_tx_t *u, int gid_index)
 	ah.grh.dgid = u->dev.mgid;
 	ah.grh.sgid_index = (uint8_t)gid_index;
 	ah.grh.hop_limit = u->hop_limit;
+	ah.grh.traffic_class = u->traffic_class;
 	return ibv_create_ah(u->dev.v.pd, &ah);
 }
 
@@ -739,6 +744,7 @@ static int tx_verbs(tb_ud_tx_t *u, const tb_stream_cfg_t *cfg)
 		return reg_failed(errno, d, "the heartbeat header",
 				  sizeof(tb_packet_hdr_t));
 	u->hop_limit = (uint8_t)(cfg->ttl > 0 ? cfg->ttl : 1);
+	u->traffic_class = (uint8_t)cfg->rdma_traffic_class;
 	u->ah = group_ah(u, d->v.gid_index);
 	u->beat_ah = u->ah ? group_ah(u, d->v.gid_index) : NULL;
 	if (!u->ah || !u->beat_ah)
@@ -756,6 +762,27 @@ static uint32_t pow2_floor(uint64_t v)
 	while ((uint64_t)p * 2 <= v && p < (1u << 30))
 		p *= 2;
 	return p;
+}
+
+/* What a publisher pins (memlock.h), checked before anything is made: its
+ * ring, header slab and heartbeat header, two QPs and their CQs. */
+static int tx_memlock(const tb_ud_tx_t *u, const tb_stream_cfg_t *cfg)
+{
+	char what[TB_NAME_MAX + 64];
+	size_t slab = (size_t)u->sq_depth * sizeof(tb_packet_hdr_t);
+
+	snprintf(what, sizeof(what), "stream '%s': a ud publisher (its ring of "
+		 "%llu bytes and its queues)", cfg->name,
+		 (unsigned long long)cfg->ring_size);
+	return tb_memlock_check(tb_memlock_mr_bytes(NULL, cfg->ring_size) +
+				tb_memlock_mr_bytes(NULL, slab) +
+				tb_memlock_mr_bytes(NULL, sizeof(tb_packet_hdr_t)) +
+				tb_memlock_cq_bytes(u->sq_depth + 1) +
+				tb_memlock_cq_bytes(4) +
+				tb_memlock_qp_bytes(TB_MEMLOCK_WQE_UD_SEND, u->sq_depth,
+						    TB_UD_INLINE, 2, 1) +
+				tb_memlock_qp_bytes(TB_MEMLOCK_WQE_UD_SEND, 2, 0, 2,
+						    1), what);
 }
 
 static int ud_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
@@ -792,6 +819,8 @@ static int ud_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 	u->sq_depth = pow2_floor(depth);
 	u->signal_every = u->sq_depth / 4 < TB_UD_SIGNAL_EVERY ? u->sq_depth / 4
 							    : TB_UD_SIGNAL_EVERY;
+	if ((rc = tx_memlock(u, cfg)) < 0)
+		goto fail;
 	if ((rc = tb_mem_alloc(&u->ring_mem, cfg->ring_size, node, 0)) < 0 ||
 	    (rc = tb_mem_alloc(&u->slab_mem, u->sq_depth * sizeof(tb_packet_hdr_t),
 			       node, TB_MEM_NO_HUGETLB | TB_MEM_NO_THP)) < 0)
@@ -1178,6 +1207,22 @@ static uint32_t rx_depth(const tb_ud_rx_t *r, const tb_stream_cfg_t *cfg)
 	return (uint32_t)want;
 }
 
+/* What a subscriber pins (memlock.h), checked before anything is made:
+ * its receive buffers, QP and CQ. */
+static int rx_memlock(const tb_ud_rx_t *r, const tb_stream_cfg_t *cfg,
+		      size_t size)
+{
+	char what[TB_NAME_MAX + 160];
+
+	snprintf(what, sizeof(what), "stream '%s': a ud subscriber (%u receive "
+		 "buffers of %u bytes and its queues; recv_depth and mtu set "
+		 "them)", cfg->name, r->depth, r->stride);
+	return tb_memlock_check(tb_memlock_mr_bytes(NULL, size) +
+				tb_memlock_cq_bytes(r->depth + 1) +
+				tb_memlock_qp_bytes(TB_MEMLOCK_WQE_UD_SEND, 1, 0, 2,
+						    r->depth), what);
+}
+
 static int rx_verbs(tb_ud_rx_t *r, const tb_stream_cfg_t *cfg)
 {
 	int node = cfg->subscriber_core >= 0 ? tb_mem_node_of_core(cfg->subscriber_core)
@@ -1190,6 +1235,8 @@ static int rx_verbs(tb_ud_rx_t *r, const tb_stream_cfg_t *cfg)
 	r->stride = (TB_UD_GRH + d->mtu + 63u) & ~63u;
 	r->depth = rx_depth(r, cfg);
 	size = (size_t)r->depth * r->stride;
+	if ((rc = rx_memlock(r, cfg, size)) < 0)
+		return rc;
 	if ((rc = tb_mem_alloc(&r->buf_mem, size, node, 0)) < 0)
 		return tb_error_prepend(rc, "ud: receive buffers");
 	r->bufs = r->buf_mem.addr;

@@ -104,11 +104,14 @@
  * the group joined again, at most every TB_UD_REBUILD_NS; what was lost
  * meanwhile comes back as a gap at the next datagram or heartbeat.
  *
- * Not used by ud: cfg.rcvbuf (udp's socket buffer), cfg.loopback (every QP attached to the group receives,
- * on this host too, as a NIC delivers; only a QP's own datagrams could be
- * blocked, and the publisher's QP never joins).  cfg.ttl is the address
- * handle's hop limit; cfg.interface, when set, chooses the netdev of the
- * IGMP join instead of the GID's.
+ * Not used by ud: cfg.rcvbuf (udp's socket buffer), cfg.loopback (every
+ * QP attached to the group receives, on this host too, as a NIC delivers;
+ * only a QP's own datagrams could be blocked, and the publisher's QP never
+ * joins).  cfg.ttl is the address handle's hop limit, and
+ * cfg.rdma_traffic_class its GRH traffic class (rc's key: default 106,
+ * DSCP 26 with ECN, the lossless class of a usual RoCE fabric);
+ * cfg.interface, when set, chooses the netdev of the IGMP join instead of
+ * the GID's.
  *
  * Threads: as transport.h.  send, flush and poll are hot: no allocation,
  * lock or system call (ibv_post_send, ibv_post_recv and ibv_poll_cq are
@@ -159,7 +162,7 @@
  * send WQE on a UD QP created with only its send operations (256 - 16
  * control - 48 datagram segment - 4 inline header); 256 took five 64-byte
  * blocks. */
-#define TB_UD_INLINE 188u
+#define TB_UD_INLINE TB_VERBS_INLINE_UD_SEND
 /* ENDs sent at close: one may be lost like any datagram. */
 #define TB_UD_END_COPIES 3
 
@@ -192,6 +195,7 @@ typedef struct tb_ud_tx {
 	uint32_t until_signal;     /* posts before the next signalled one */
 	uint32_t max_inline;
 	uint8_t hop_limit;         /* cfg.ttl, for address handles */
+	uint8_t traffic_class;     /* cfg.rdma_traffic_class, likewise */
 	uint64_t posted;           /* WRs posted on the data QP, ever */
 	uint64_t completed;        /* of those, known complete */
 	/* The work request every post sends, prepared at open. */

@@ -40,7 +40,12 @@
 #include "bus/transport/ud.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
+#include <infiniband/verbs.h>
 #include <limits.h>
+#include <linux/capability.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +68,56 @@ static void cfg_for(tb_stream_cfg_t *cfg)
 	cfg->ring_size = 1 << 20;
 	cfg->liveness_timeout_ms = 300;
 	snprintf(cfg->token, sizeof(cfg->token), TOKEN);
+}
+
+/* -------------------------------------------- what ud asks of verbs */
+
+/* The test stands between ud and the verbs library for two calls, and
+ * records what they were asked: ibv_create_qp_ex (through the context
+ * ibv_open_device returns) and ibv_create_ah. */
+static struct ibv_qp_init_attr_ex created_ex[16];
+static int n_created_ex;
+static struct ibv_ah_attr ahs[16];
+static int n_ahs;
+static struct ibv_qp *(*real_create_qp_ex)(struct ibv_context *,
+					   struct ibv_qp_init_attr_ex *);
+
+static struct ibv_qp *recording_create_qp_ex(struct ibv_context *ctx,
+					     struct ibv_qp_init_attr_ex *ia)
+{
+	if (n_created_ex < 16)
+		created_ex[n_created_ex++] = *ia;
+	return real_create_qp_ex(ctx, ia);
+}
+
+struct ibv_context *ibv_open_device(struct ibv_device *dev)
+{
+	static struct ibv_context *(*real)(struct ibv_device *);
+	struct ibv_context *ctx;
+	struct verbs_context *v;
+
+	if (!real)
+		real = (struct ibv_context * (*)(struct ibv_device *))
+			dlvsym(RTLD_NEXT, "ibv_open_device", "IBVERBS_1.1");
+	ctx = real(dev);
+	v = ctx ? verbs_get_ctx_op(ctx, create_qp_ex) : NULL;
+	if (v) {
+		real_create_qp_ex = v->create_qp_ex;
+		v->create_qp_ex = recording_create_qp_ex;
+	}
+	return ctx;
+}
+
+struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	static struct ibv_ah *(*real)(struct ibv_pd *, struct ibv_ah_attr *);
+
+	if (!real)
+		real = (struct ibv_ah * (*)(struct ibv_pd *, struct ibv_ah_attr *))
+			dlvsym(RTLD_NEXT, "ibv_create_ah", "IBVERBS_1.1");
+	if (n_ahs < 16)
+		ahs[n_ahs++] = *attr;
+	return real(pd, attr);
 }
 
 /* ------------------------------------------------------------- helpers */
@@ -1022,6 +1077,140 @@ static void moved_source_gid_gets_a_new_address_handle(void **state)
 	pair_close(&p);
 }
 
+/* ------------------------------------------------- the verbs asked for */
+
+/* Every ud QP through ibv_create_qp_ex with the PD and SEND_WITH_IMM as
+ * its only send operation (a provider then sizes a WQE for it alone); the
+ * data QP asks for 188 bytes inline (one 256-byte WQE), two SGEs, its
+ * send queue; the heartbeat QP nothing inline; the subscriber's QP its
+ * receive depth.  Address handles carry the stream's traffic class. */
+static void queue_pairs_and_address_handles_as_asked(void **state)
+{
+	struct pair p;
+	tb_ud_tx_t *u;
+	tb_ud_rx_t *r;
+	int data = -1, beat = -1, recv = -1;
+
+	(void)state;
+	n_created_ex = n_ahs = 0;
+	pair_open(&p, 0);
+	u = (tb_ud_tx_t *)p.tx;
+	r = (tb_ud_rx_t *)p.rx;
+	assert_int_equal(n_created_ex, 3);
+	for (int i = 0; i < n_created_ex; i++) {
+		const struct ibv_qp_init_attr_ex *x = &created_ex[i];
+
+		assert_int_equal(x->comp_mask, IBV_QP_INIT_ATTR_PD |
+						IBV_QP_INIT_ATTR_SEND_OPS_FLAGS);
+		assert_true(x->send_ops_flags == IBV_QP_EX_WITH_SEND_WITH_IMM);
+		assert_int_equal(x->qp_type, IBV_QPT_UD);
+		if (x->cap.max_recv_wr > 1)
+			recv = i;
+		else if (x->cap.max_inline_data)
+			data = i;
+		else
+			beat = i;
+	}
+	assert_true(data >= 0 && beat >= 0 && recv >= 0);
+	assert_int_equal(created_ex[data].cap.max_inline_data, 188);
+	assert_int_equal(created_ex[data].cap.max_send_sge, 2);
+	assert_int_equal(created_ex[data].cap.max_send_wr, u->sq_depth);
+	assert_int_equal(created_ex[beat].cap.max_send_wr, 2);
+	assert_int_equal(created_ex[recv].cap.max_recv_wr, r->depth);
+	assert_int_equal(u->max_inline, 188);
+	/* The data's and the heartbeat's address handles. */
+	assert_int_equal(n_ahs, 2);
+	for (int i = 0; i < n_ahs; i++) {
+		assert_int_equal(ahs[i].is_global, 1);
+		assert_int_equal(ahs[i].grh.traffic_class, 106);
+		assert_int_equal(ahs[i].grh.hop_limit, 1);
+		assert_int_equal(ahs[i].grh.sgid_index, u->dev.v.gid_index);
+		assert_memory_equal(ahs[i].grh.dgid.raw, u->dev.mgid.raw, 16);
+	}
+	pair_close(&p);
+	/* rdma_traffic_class is the stream's. */
+	n_ahs = 0;
+	memset(&p, 0, sizeof(p));
+	cfg_for(&p.cfg);
+	p.cfg.rdma_traffic_class = 46 << 2;
+	assert_int_equal(tb_ud_tx_ops.open(&p.tx, &p.cfg, 5), 0);
+	assert_int_equal(n_ahs, 2);
+	assert_int_equal(ahs[0].grh.traffic_class, 184);
+	assert_int_equal(ahs[1].grh.traffic_class, 184);
+	p.tx->ops->close(p.tx, 0);
+}
+
+/* Drops CAP_IPC_LOCK, so that RLIMIT_MEMLOCK applies to this process. */
+static void drop_cap_ipc_lock(void)
+{
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct d[2];
+
+	if (syscall(SYS_capget, &h, d) != 0)
+		_exit(90);
+	d[0].effective &= ~(1u << CAP_IPC_LOCK);
+	d[0].permitted &= ~(1u << CAP_IPC_LOCK);
+	if (syscall(SYS_capset, &h, d) != 0)
+		_exit(91);
+}
+
+static int memlock_child(void)
+{
+	struct rlimit rl = {.rlim_cur = 4 << 20, .rlim_max = 4 << 20};
+	tb_stream_cfg_t cfg;
+	tb_tx_t *tx;
+	tb_rx_t *rx;
+
+	drop_cap_ipc_lock();
+	if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0)
+		return 92;
+	setenv("TICKBUS_QUIET", "1", 1);
+	/* 4096 receive buffers of 4 KiB: 17 MB, over a 4 MiB limit. */
+	cfg_for(&cfg);
+	if (tb_ud_rx_ops.open(&rx, &cfg) != TB_ENOMEM)
+		return 1;
+	if (!strstr(tb_errmsg(), "a ud subscriber") ||
+	    !strstr(tb_errmsg(), "recv_depth") ||
+	    !strstr(tb_errmsg(), "ulimit -l") ||
+	    !strstr(tb_errmsg(), "LimitMEMLOCK=") ||
+	    !strstr(tb_errmsg(), "CAP_IPC_LOCK"))
+		return 2;
+	cfg.ring_size = 8 << 20;
+	if (tb_ud_tx_ops.open(&tx, &cfg, 1) != TB_ENOMEM ||
+	    !strstr(tb_errmsg(), "a ud publisher") ||
+	    !strstr(tb_errmsg(), "ulimit -l"))
+		return 3;
+	/* What fits opens: 256 buffers of 1 KiB, a 1 MiB ring. */
+	cfg_for(&cfg);
+	cfg.recv_depth = 256;
+	cfg.mtu = 1024;
+	if (tb_ud_rx_ops.open(&rx, &cfg) != 0)
+		return 4;
+	rx->ops->close(rx);
+	if (tb_ud_tx_ops.open(&tx, &cfg, 1) != 0)
+		return 5;
+	tx->ops->close(tx, 0);
+	return 0;
+}
+
+/* Under RLIMIT_MEMLOCK of 4 MiB and without CAP_IPC_LOCK, what would not
+ * fit is refused at open, with what to change, not at its first verb. */
+static void memlock_budget_is_checked_at_open(void **state)
+{
+	pid_t pid;
+	int st;
+
+	(void)state;
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0)
+		_exit(memlock_child());
+	assert_true(pid > 0);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* ------------------------------------------------------- set-up errors */
 
 static void bad_configurations(void **state)
@@ -1125,6 +1314,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(fatal_qp_on_the_subscriber_is_rebuilt),
 		cmocka_unit_test(port_down_then_up_is_told_and_joined_again),
 		cmocka_unit_test(moved_source_gid_gets_a_new_address_handle),
+		cmocka_unit_test(queue_pairs_and_address_handles_as_asked),
+		cmocka_unit_test(memlock_budget_is_checked_at_open),
 		cmocka_unit_test(bad_configurations),
 		cmocka_unit_test(no_device),
 	};
