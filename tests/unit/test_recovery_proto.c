@@ -9,41 +9,14 @@
 #include "bus/error.h"
 #include "bus/recovery/proto.h"
 #include "bus/transport/control.h"
+#include "tests/common/codec_fuzz.h"
 
 #include <stdio.h>
 #include <string.h>
 
 /* ------------------------------------------------------------- helpers */
 
-static void expect_err(int64_t rc, int code, const char *needle)
-{
-	if (rc != code)
-		fail_msg("got %lld (%s), expected %d; errmsg: %s", (long long)rc,
-			 tb_strerror((int)rc), code, tb_errmsg());
-	if (!strstr(tb_errmsg(), needle))
-		fail_msg("errmsg '%s' does not name '%s'", tb_errmsg(), needle);
-}
-
-static void put8(uint8_t *b, size_t off, uint8_t v) { b[off] = v; }
-static void put32(uint8_t *b, size_t off, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		b[off + i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *b, size_t off, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		b[off + i] = (uint8_t)(v >> (8 * i));
-}
-
 static uint64_t rng_state;
-static uint64_t rng(void)
-{
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return rng_state * 0x2545f4914f6cdd1dull;
-}
 
 static tb_recovery_proto_request_t sample_request(void)
 {
@@ -317,38 +290,38 @@ static void bad_headers(void **state)
 
 	(void)state;
 	n = encode_sample(TB_RECOVERY_PROTO_REQUEST, buf, sizeof(buf));
-	expect_err(decode_bad(buf, 0), TB_EPROTO, "truncated");
-	expect_err(decode_bad(buf, 5), TB_EPROTO, "truncated");
+	codec_expect_err(decode_bad(buf, 0), TB_EPROTO, "truncated");
+	codec_expect_err(decode_bad(buf, 5), TB_EPROTO, "truncated");
 
 	/* A control message on the recovery port. */
 	assert_int_equal(tb_control_encode_bye(ctl, sizeof(ctl), &bye), 16);
-	expect_err(decode_bad(ctl, 16), TB_EFORMAT, "magic");
-	expect_err(tb_recovery_proto_frame_need(ctl, 2), TB_EPROTO, "magic");
+	codec_expect_err(decode_bad(ctl, 16), TB_EFORMAT, "magic");
+	codec_expect_err(tb_recovery_proto_frame_need(ctl, 2), TB_EPROTO, "magic");
 
-	put8(buf, 2, 3);
-	expect_err(decode_bad(buf, (size_t)n), TB_EFORMAT, "version 3");
+	codec_put8(buf, 2, 3);
+	codec_expect_err(decode_bad(buf, (size_t)n), TB_EFORMAT, "version 3");
 	assert_non_null(strstr(tb_errmsg(), "version 1"));
-	put8(buf, 2, TB_RECOVERY_PROTO_VERSION);
+	codec_put8(buf, 2, TB_RECOVERY_PROTO_VERSION);
 
-	put8(buf, 3, 0);
-	expect_err(decode_bad(buf, (size_t)n), TB_EPROTO, "type 0");
-	put8(buf, 3, TB_RECOVERY_PROTO_TYPE_MAX + 1);
-	expect_err(decode_bad(buf, (size_t)n), TB_EPROTO, "type 5");
-	put8(buf, 3, TB_RECOVERY_PROTO_REQUEST);
+	codec_put8(buf, 3, 0);
+	codec_expect_err(decode_bad(buf, (size_t)n), TB_EPROTO, "type 0");
+	codec_put8(buf, 3, TB_RECOVERY_PROTO_TYPE_MAX + 1);
+	codec_expect_err(decode_bad(buf, (size_t)n), TB_EPROTO, "type 5");
+	codec_put8(buf, 3, TB_RECOVERY_PROTO_REQUEST);
 
-	put32(buf, 4, 161);
-	expect_err(decode_bad(buf, sizeof(buf)), TB_EPROTO, "length 161");
-	put32(buf, 4, 32); /* a BEGIN's length */
-	expect_err(decode_bad(buf, sizeof(buf)), TB_EPROTO, "length 32");
-	put32(buf, 4, 160);
-	expect_err(decode_bad(buf, 159), TB_EPROTO, "length");
+	codec_put32(buf, 4, 161);
+	codec_expect_err(decode_bad(buf, sizeof(buf)), TB_EPROTO, "length 161");
+	codec_put32(buf, 4, 32); /* a BEGIN's length */
+	codec_expect_err(decode_bad(buf, sizeof(buf)), TB_EPROTO, "length 32");
+	codec_put32(buf, 4, 160);
+	codec_expect_err(decode_bad(buf, 159), TB_EPROTO, "length");
 
-	put32(buf, 4, 0x10000000u);
-	expect_err(tb_recovery_proto_frame_need(buf, 8), TB_EPROTO, "length");
-	put32(buf, 4, 3);
-	expect_err(tb_recovery_proto_frame_need(buf, 8), TB_EPROTO, "length");
-	put32(buf, 4, 100);
-	expect_err(tb_recovery_proto_frame_need(buf, 8), TB_EPROTO, "length 100");
+	codec_put32(buf, 4, 0x10000000u);
+	codec_expect_err(tb_recovery_proto_frame_need(buf, 8), TB_EPROTO, "length");
+	codec_put32(buf, 4, 3);
+	codec_expect_err(tb_recovery_proto_frame_need(buf, 8), TB_EPROTO, "length");
+	codec_put32(buf, 4, 100);
+	codec_expect_err(tb_recovery_proto_frame_need(buf, 8), TB_EPROTO, "length 100");
 }
 
 /* REQUEST and RESPONSE_BEGIN share the range rules. */
@@ -367,27 +340,27 @@ static void bad_ranges(void **state)
 		int n = encode_sample(at[i].type, good, sizeof(good));
 
 #define RESET() memcpy(b, good, sizeof(b))
-		RESET(); put32(b, at[i].stream, 0);
-		expect_err(decode_bad(b, n), TB_EPROTO, "stream_id");
-		RESET(); put32(b, at[i].count, 0);
-		expect_err(decode_bad(b, n), TB_EPROTO, "count 0");
-		RESET(); put32(b, at[i].count, TB_RECOVERY_PROTO_COUNT_MAX + 1);
-		expect_err(decode_bad(b, n), TB_EPROTO, "count");
-		RESET(); put32(b, at[i].count, 0xffffffffu);
-		expect_err(decode_bad(b, n), TB_EPROTO, "count");
-		RESET(); put64(b, at[i].epoch, 0);
-		expect_err(decode_bad(b, n), TB_EPROTO, "epoch");
-		RESET(); put64(b, at[i].first, 0);
-		expect_err(decode_bad(b, n), TB_EPROTO, "first");
+		RESET(); codec_put32(b, at[i].stream, 0);
+		codec_expect_err(decode_bad(b, n), TB_EPROTO, "stream_id");
+		RESET(); codec_put32(b, at[i].count, 0);
+		codec_expect_err(decode_bad(b, n), TB_EPROTO, "count 0");
+		RESET(); codec_put32(b, at[i].count, TB_RECOVERY_PROTO_COUNT_MAX + 1);
+		codec_expect_err(decode_bad(b, n), TB_EPROTO, "count");
+		RESET(); codec_put32(b, at[i].count, 0xffffffffu);
+		codec_expect_err(decode_bad(b, n), TB_EPROTO, "count");
+		RESET(); codec_put64(b, at[i].epoch, 0);
+		codec_expect_err(decode_bad(b, n), TB_EPROTO, "epoch");
+		RESET(); codec_put64(b, at[i].first, 0);
+		codec_expect_err(decode_bad(b, n), TB_EPROTO, "first");
 		/* first + count overflows: by one, and by a lot. */
-		RESET(); put64(b, at[i].first, UINT64_MAX - 2);
-		put32(b, at[i].count, 3);
-		expect_err(decode_bad(b, n), TB_EPROTO, "overflow");
-		RESET(); put64(b, at[i].first, UINT64_MAX);
-		expect_err(decode_bad(b, n), TB_EPROTO, "overflow");
+		RESET(); codec_put64(b, at[i].first, UINT64_MAX - 2);
+		codec_put32(b, at[i].count, 3);
+		codec_expect_err(decode_bad(b, n), TB_EPROTO, "overflow");
+		RESET(); codec_put64(b, at[i].first, UINT64_MAX);
+		codec_expect_err(decode_bad(b, n), TB_EPROTO, "overflow");
 		/* ... and the largest first that does not. */
-		RESET(); put64(b, at[i].first, UINT64_MAX - 3);
-		put32(b, at[i].count, 3);
+		RESET(); codec_put64(b, at[i].first, UINT64_MAX - 3);
+		codec_put32(b, at[i].count, 3);
 		tb_recovery_proto_msg_t out;
 		assert_int_equal(tb_recovery_proto_decode(b, n, &out), n);
 #undef RESET
@@ -404,15 +377,15 @@ static void bad_request_token(void **state)
 	n = encode_sample(TB_RECOVERY_PROTO_REQUEST, good, sizeof(good));
 #define RESET() memcpy(b, good, sizeof(b))
 	RESET(); memset(b + tok, 0, TB_RECOVERY_PROTO_TOKEN_LEN);
-	expect_err(decode_bad(b, n), TB_EPROTO, "token is empty");
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "token is empty");
 	RESET(); memset(b + tok, 'a', TB_RECOVERY_PROTO_TOKEN_LEN);
-	expect_err(decode_bad(b, n), TB_EPROTO, "token");
-	RESET(); put8(b, tok + 1, 0x00); put8(b, tok + 2, 'x');
-	expect_err(decode_bad(b, n), TB_EPROTO, "token");
-	RESET(); put8(b, tok + 1, 0x80);
-	expect_err(decode_bad(b, n), TB_EPROTO, "token");
-	RESET(); put8(b, tok + 1, ' ');
-	expect_err(decode_bad(b, n), TB_EPROTO, "token");
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "token");
+	RESET(); codec_put8(b, tok + 1, 0x00); codec_put8(b, tok + 2, 'x');
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "token");
+	RESET(); codec_put8(b, tok + 1, 0x80);
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "token");
+	RESET(); codec_put8(b, tok + 1, ' ');
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "token");
 #undef RESET
 }
 
@@ -440,28 +413,28 @@ static void bad_end_and_reject(void **state)
 	(void)state;
 	n = encode_sample(TB_RECOVERY_PROTO_RESPONSE_END, good, sizeof(good));
 #define RESET() memcpy(b, good, sizeof(b))
-	RESET(); put32(b, W(end, status), 0);
-	expect_err(decode_bad(b, n), TB_EPROTO, "status");
-	RESET(); put32(b, W(end, status), TB_RECOVERY_PROTO_END_MAX + 1);
-	expect_err(decode_bad(b, n), TB_EPROTO, "status");
-	RESET(); put64(b, W(end, last_seq), 0);
-	expect_err(decode_bad(b, n), TB_EPROTO, "last_seq");
-	RESET(); put32(b, W(end, reserved), 1);
-	expect_err(decode_bad(b, n), TB_EPROTO, "reserved");
+	RESET(); codec_put32(b, W(end, status), 0);
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "status");
+	RESET(); codec_put32(b, W(end, status), TB_RECOVERY_PROTO_END_MAX + 1);
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "status");
+	RESET(); codec_put64(b, W(end, last_seq), 0);
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "last_seq");
+	RESET(); codec_put32(b, W(end, reserved), 1);
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "reserved");
 
 	n = encode_sample(TB_RECOVERY_PROTO_REJECT, good, sizeof(good));
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		RESET();
-		put32(b, W(reject, reason), bad[i].reason);
-		put64(b, W(reject, detail), bad[i].detail);
-		expect_err(decode_bad(b, n), TB_EPROTO, bad[i].field);
+		codec_put32(b, W(reject, reason), bad[i].reason);
+		codec_put64(b, W(reject, detail), bad[i].detail);
+		codec_expect_err(decode_bad(b, n), TB_EPROTO, bad[i].field);
 	}
 	RESET(); memset(b + W(reject, text), 'z', TB_RECOVERY_PROTO_TEXT_LEN);
-	expect_err(decode_bad(b, n), TB_EPROTO, "text");
-	RESET(); put8(b, W(reject, text), 0x07);
-	expect_err(decode_bad(b, n), TB_EPROTO, "text");
-	RESET(); put8(b, W(reject, text) + 150, 'z');
-	expect_err(decode_bad(b, n), TB_EPROTO, "text");
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "text");
+	RESET(); codec_put8(b, W(reject, text), 0x07);
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "text");
+	RESET(); codec_put8(b, W(reject, text) + 150, 'z');
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "text");
 #undef RESET
 }
 
@@ -476,59 +449,64 @@ static void encoders_refuse(void **state)
 	(void)state;
 	for (int t = 1; t <= TB_RECOVERY_PROTO_TYPE_MAX; t++) {
 		memset(buf, 0xee, sizeof(buf));
-		expect_err(encode_sample(t, buf, sizes[t] - 1), TB_EMSGSIZE,
+		codec_expect_err(encode_sample(t, buf, sizes[t] - 1), TB_EMSGSIZE,
 			   tb_recovery_proto_type_name(t));
 		assert_int_equal(buf[0], 0xee);
 		assert_int_equal(encode_sample(t, buf, sizes[t]), (int)sizes[t]);
 	}
 	q.count = 0;
-	expect_err(tb_recovery_proto_encode_request(buf, sizeof(buf), &q), TB_EINVAL,
+	codec_expect_err(tb_recovery_proto_encode_request(buf, sizeof(buf), &q), TB_EINVAL,
 		   "count");
 	q = sample_request();
 	q.first = UINT64_MAX;
-	expect_err(tb_recovery_proto_encode_request(buf, sizeof(buf), &q), TB_EINVAL,
+	codec_expect_err(tb_recovery_proto_encode_request(buf, sizeof(buf), &q), TB_EINVAL,
 		   "overflow");
 	q = sample_request();
 	q.token[0] = '\0';
-	expect_err(tb_recovery_proto_encode_request(buf, sizeof(buf), &q), TB_EINVAL,
+	codec_expect_err(tb_recovery_proto_encode_request(buf, sizeof(buf), &q), TB_EINVAL,
 		   "token");
 	bg.epoch = 0;
-	expect_err(tb_recovery_proto_encode_begin(buf, sizeof(buf), &bg), TB_EINVAL,
+	codec_expect_err(tb_recovery_proto_encode_begin(buf, sizeof(buf), &bg), TB_EINVAL,
 		   "epoch");
 	e.status = 3;
-	expect_err(tb_recovery_proto_encode_end(buf, sizeof(buf), &e), TB_EINVAL,
+	codec_expect_err(tb_recovery_proto_encode_end(buf, sizeof(buf), &e), TB_EINVAL,
 		   "status");
 	r.reason = TB_RECOVERY_PROTO_REJ_RATE_LIMITED;
 	r.retry_after_ms = 0;
-	expect_err(tb_recovery_proto_encode_reject(buf, sizeof(buf), &r), TB_EINVAL,
+	codec_expect_err(tb_recovery_proto_encode_reject(buf, sizeof(buf), &r), TB_EINVAL,
 		   "retry_after_ms");
 	r = sample_reject();
 	r.text[0] = '\r';
-	expect_err(tb_recovery_proto_encode_reject(buf, sizeof(buf), &r), TB_EINVAL,
+	codec_expect_err(tb_recovery_proto_encode_reject(buf, sizeof(buf), &r), TB_EINVAL,
 		   "text");
 }
 
 /* ---------------------------------------------------------- truncation */
 
+static int decode_any(const uint8_t *buf, size_t len)
+{
+	tb_recovery_proto_msg_t out;
+
+	return tb_recovery_proto_decode(buf, len, &out);
+}
+
+static const codec_fuzz_codec_t codec = {
+	.types = TB_RECOVERY_PROTO_TYPE_MAX,
+	.sizes = sizes,
+	.hdr_len = TB_WIRE_HDR_LEN,
+	.cap = TB_RECOVERY_PROTO_MSG_MAX,
+	.encode_sample = encode_sample,
+	.decode_bad = decode_bad,
+	.decode = decode_any,
+	.frame_need = tb_recovery_proto_frame_need,
+};
+
 static void truncation_every_byte(void **state)
 {
 	uint8_t buf[TB_RECOVERY_PROTO_MSG_MAX];
-	tb_recovery_proto_msg_t out;
 
 	(void)state;
-	for (int t = 1; t <= TB_RECOVERY_PROTO_TYPE_MAX; t++) {
-		int n = encode_sample(t, buf, sizeof(buf));
-
-		assert_int_equal(n, (int)sizes[t]);
-		for (int have = 0; have < n; have++) {
-			expect_err(decode_bad(buf, (size_t)have), TB_EPROTO,
-				   "truncated");
-			assert_int_equal(tb_recovery_proto_frame_need(buf, (size_t)have),
-					 have < 8 ? 8 - have : n - have);
-		}
-		assert_int_equal(tb_recovery_proto_frame_need(buf, (size_t)n), 0);
-		assert_int_equal(tb_recovery_proto_decode(buf, (size_t)n, &out), n);
-	}
+	codec_fuzz_truncation(&codec, buf);
 }
 
 /* ------------------------------------------------- frames of a response */
@@ -561,7 +539,7 @@ static void replay_frame_checks(void **state)
 
 		assert_int_equal(need, have < 32 ? (int)(32 - have)
 						 : (int)(n - have));
-		expect_err(tb_recovery_proto_replay_check(f, have, &bg, 1), TB_EPROTO,
+		codec_expect_err(tb_recovery_proto_replay_check(f, have, &bg, 1), TB_EPROTO,
 			   have < 32 ? "truncated" : "length");
 	}
 	assert_int_equal(tb_recovery_proto_replay_need(f, n), 0);
@@ -569,31 +547,31 @@ static void replay_frame_checks(void **state)
 	assert_int_equal(tb_recovery_proto_replay_check(f, sizeof(raw) - 3, &bg, 1),
 			 (int64_t)n);
 
-	expect_err(tb_recovery_proto_replay_check(f, n, &bg, 0), TB_EPROTO, "seq");
-	expect_err(tb_recovery_proto_replay_check(f, n, &bg, 3), TB_EPROTO, "count");
+	codec_expect_err(tb_recovery_proto_replay_check(f, n, &bg, 0), TB_EPROTO, "seq");
+	codec_expect_err(tb_recovery_proto_replay_check(f, n, &bg, 3), TB_EPROTO, "count");
 	bg.stream_id = 8;
-	expect_err(tb_recovery_proto_replay_check(f, n, &bg, 1), TB_EPROTO, "stream_id");
+	codec_expect_err(tb_recovery_proto_replay_check(f, n, &bg, 1), TB_EPROTO, "stream_id");
 	bg = sample_begin();
 
 	/* A padding frame or heartbeat has no place in a response. */
 	f[5] = TB_FRAME_PAD;
-	expect_err(tb_recovery_proto_replay_check(f, n, &bg, 1), TB_EPROTO, "type");
+	codec_expect_err(tb_recovery_proto_replay_check(f, n, &bg, 1), TB_EPROTO, "type");
 	f[5] = TB_FRAME_DATA;
 
 	/* Headers that can never become a frame. */
 	f[4] = TB_FRAME_VERSION + 1;
-	expect_err(tb_recovery_proto_replay_need(f, 32), TB_EFORMAT, "version");
-	expect_err(tb_recovery_proto_replay_check(f, n, &bg, 1), TB_EFORMAT, "version");
+	codec_expect_err(tb_recovery_proto_replay_need(f, 32), TB_EFORMAT, "version");
+	codec_expect_err(tb_recovery_proto_replay_check(f, n, &bg, 1), TB_EFORMAT, "version");
 	f[4] = TB_FRAME_VERSION;
 	f[5] = 9;
-	expect_err(tb_recovery_proto_replay_need(f, 32), TB_EFORMAT, "type");
+	codec_expect_err(tb_recovery_proto_replay_need(f, 32), TB_EFORMAT, "type");
 	f[5] = TB_FRAME_DATA;
-	put32(f, 0, 31);
-	expect_err(tb_recovery_proto_replay_need(f, 32), TB_EPROTO, "length");
-	put32(f, 0, TB_FRAME_MAX_LEN + 1);
-	expect_err(tb_recovery_proto_replay_need(f, 32), TB_EPROTO, "length");
+	codec_put32(f, 0, 31);
+	codec_expect_err(tb_recovery_proto_replay_need(f, 32), TB_EPROTO, "length");
+	codec_put32(f, 0, TB_FRAME_MAX_LEN + 1);
+	codec_expect_err(tb_recovery_proto_replay_need(f, 32), TB_EPROTO, "length");
 	/* The largest frame is waited for, not refused. */
-	put32(f, 0, TB_FRAME_MAX_LEN);
+	codec_put32(f, 0, TB_FRAME_MAX_LEN);
 	assert_int_equal(tb_recovery_proto_replay_need(f, 32), TB_FRAME_MAX_LEN - 32);
 }
 
@@ -704,28 +682,12 @@ static void random_mutation(void **state)
 	(void)state;
 	rng_state = 0x5eed0002badc0de5ull;
 	for (int round = 0; round < ROUNDS; round++) {
-		int type = 1 + (int)(rng() % TB_RECOVERY_PROTO_TYPE_MAX);
+		int type = 1 + (int)(rng_xorshift64s(&rng_state) % TB_RECOVERY_PROTO_TYPE_MAX);
 		int n = encode_sample(type, good, sizeof(good));
-		int flips = 1 + (int)(rng() % 4);
-		size_t len = (size_t)n;
+		size_t len = codec_fuzz_mutate(&rng_state, good, (size_t)n, b,
+					       sizeof(b), 40, 1);
 		tb_recovery_proto_msg_t out;
 		int rc, need;
-
-		memcpy(b, good, (size_t)n);
-		for (size_t i = (size_t)n; i < sizeof(b); i++)
-			b[i] = (uint8_t)rng();
-		for (int f = 0; f < flips; f++) {
-			size_t at = rng() % 2 ? rng() % 40 : rng() % (size_t)n;
-
-			if (at >= (size_t)n)
-				at %= (size_t)n;
-			if (rng() % 2)
-				b[at] ^= (uint8_t)(1u << (rng() % 8));
-			else
-				b[at] = (uint8_t)rng();
-		}
-		if (rng() % 8 == 0)
-			len = rng() % (sizeof(b) + 1);
 
 		need = tb_recovery_proto_frame_need(b, len);
 		rc = tb_recovery_proto_decode(b, len, &out);
@@ -758,13 +720,13 @@ static void random_replay_frames(void **state)
 	(void)state;
 	rng_state = 0x5eed0003f00dfaceull;
 	for (int round = 0; round < 200000; round++) {
-		size_t len = rng() % 257;
+		size_t len = rng_xorshift64s(&rng_state) % 257;
 		int need;
 		int64_t n;
 
-		put_frame(f, bg.stream_id, bg.first + 1, (uint32_t)(rng() % 200));
-		for (int k = 1 + (int)(rng() % 3); k > 0; k--)
-			f[rng() % 40] ^= (uint8_t)rng();
+		put_frame(f, bg.stream_id, bg.first + 1, (uint32_t)(rng_xorshift64s(&rng_state) % 200));
+		for (int k = 1 + (int)(rng_xorshift64s(&rng_state) % 3); k > 0; k--)
+			f[rng_xorshift64s(&rng_state) % 40] ^= (uint8_t)rng_xorshift64s(&rng_state);
 		need = tb_recovery_proto_replay_need(f, len);
 		n = tb_recovery_proto_replay_check(f, len, &bg, 1);
 		if (n > 0) {

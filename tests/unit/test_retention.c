@@ -12,14 +12,13 @@
 
 #include "bus/recovery/client.h"
 #include "publisher/retention.h"
+#include "tests/common/frames.h"
+#include "tests/common/proc.h"
 #include <tickbus/tickbus.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #define RING (64u << 10)
@@ -37,8 +36,7 @@ static void publish(struct fixture *x, uint32_t len)
 	uint64_t at = x->ring.claim_pos;
 
 	assert_non_null(f);
-	tb_frame_init(f, len, 1, 5, x->next, x->next * 3);
-	memset(tb_frame_payload(f), (int)(x->next & 0xff), len);
+	frames_put(f, 5, x->next, len, 1, x->next * 3, NULL);
 	tb_ring_commit(&x->ring);
 	tb_retention_record(&x->ret, x->next, at);
 	x->next++;
@@ -66,15 +64,12 @@ struct got {
 static int on_frame(void *cd, const tb_frame_hdr_t *f)
 {
 	struct got *g = cd;
-	const uint8_t *p = (const uint8_t *)f + TB_FRAME_HDR_LEN;
 
 	if (g->next && f->seq != g->next)
 		g->bad++;
 	if (!(f->flags & TB_FRAME_F_REPLAY) || f->publish_ns != f->seq * 3)
 		g->bad++;
-	for (uint32_t i = 0; i < f->length - TB_FRAME_HDR_LEN; i++)
-		if (p[i] != (uint8_t)(f->seq & 0xff))
-			g->bad++;
+	g->bad += frames_payload_bad(f);
 	g->next = f->seq + 1;
 	g->n++;
 	return 0;
@@ -170,31 +165,15 @@ static void test_frame_being_overwritten_is_refused(void **state)
 static int on_frame_seq_only(void *cd, const tb_frame_hdr_t *f)
 {
 	struct got *g = cd;
-	const uint8_t *p = (const uint8_t *)f + TB_FRAME_HDR_LEN;
 
 	if (g->next && f->seq != g->next)
 		g->bad++;
 	if (f->stream_id != 5 || f->length != TB_FRAME_HDR_LEN + 40)
 		g->bad++;
-	for (uint32_t i = 0; i < f->length - TB_FRAME_HDR_LEN; i++)
-		if (p[i] != (uint8_t)(f->seq & 0xff))
-			g->bad++;
+	g->bad += frames_payload_bad(f);
 	g->next = f->seq + 1;
 	g->n++;
 	return 0;
-}
-
-static uint16_t free_port(void)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET};
-	socklen_t sl = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	getsockname(fd, (struct sockaddr *)&sa, &sl);
-	close(fd);
-	return ntohs(sa.sin_port);
 }
 
 static void test_publisher_serves_retention(void **state)
@@ -217,7 +196,7 @@ static void test_publisher_serves_retention(void **state)
 	strcpy(cfg.token, "pubtok");
 	cfg.retention = 1000;
 	strcpy(cfg.retention_endpoint.host, "127.0.0.1");
-	cfg.retention_endpoint.port = free_port();
+	cfg.retention_endpoint.port = (uint16_t)proc_free_port();
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
 	for (uint64_t s = 1; s <= 3000; s++) {
 		memset(payload, (int)(s & 0xff), sizeof(payload));

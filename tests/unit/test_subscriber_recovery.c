@@ -23,29 +23,14 @@
 
 #include "bus/frame.h"
 #include "bus/recovery/server.h"
+#include "tests/common/proc.h"
 #include "tests/common/recovery_src.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-
-static uint16_t free_port(void)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET};
-	socklen_t sl = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	getsockname(fd, (struct sockaddr *)&sa, &sl);
-	close(fd);
-	return ntohs(sa.sin_port);
-}
 
 static void stream_cfg(tb_stream_cfg_t *c, int retention)
 {
@@ -60,11 +45,11 @@ static void stream_cfg(tb_stream_cfg_t *c, int retention)
 	if (retention) {
 		c->retention = 200000;
 		strcpy(c->retention_endpoint.host, "127.0.0.1");
-		c->retention_endpoint.port = free_port();
+		c->retention_endpoint.port = (uint16_t)proc_free_port();
 		c->recovery[0] = c->retention_endpoint;
 	} else {
 		strcpy(c->recovery[0].host, "127.0.0.1");
-		c->recovery[0].port = free_port(); /* nobody there */
+		c->recovery[0].port = (uint16_t)proc_free_port(); /* nobody there */
 	}
 	c->n_recovery = 1;
 }
