@@ -208,12 +208,11 @@ static void test_publisher_serves_retention(void **state)
 	q.epoch = tb_pub_epoch(pub);
 	q.first = 2001;
 	q.count = 1000;
-	strcpy(q.token, "pubtok");
 	{
 		struct got h = {0};
 		uint64_t n = 0;
 
-		assert_int_equal(tb_recovery_client_fetch_one(&cfg.retention_endpoint, &q,
+		assert_int_equal(tb_recovery_client_fetch_one(&cfg.retention_endpoint, "pubtok", &q,
 						      2000, on_frame_seq_only, &h,
 						      &rej, &n), 1000);
 		assert_int_equal(h.n, 1000);
@@ -221,14 +220,13 @@ static void test_publisher_serves_retention(void **state)
 		assert_int_equal(h.next, 3001);
 	}
 	q.first = 2000;
-	assert_int_equal(tb_recovery_client_fetch_one(&cfg.retention_endpoint, &q, 2000,
+	assert_int_equal(tb_recovery_client_fetch_one(&cfg.retention_endpoint, "pubtok", &q, 2000,
 					      on_frame_seq_only, &g, &rej, NULL),
 			 TB_RECOVERY_CLIENT_REJECTED);
 	assert_int_equal(rej.reason, TB_RECOVERY_PROTO_REJ_TOO_OLD);
 	assert_int_equal(rej.earliest_seq, 2001);
 	q.first = 2001;
-	strcpy(q.token, "pubtoK");
-	assert_int_equal(tb_recovery_client_fetch_one(&cfg.retention_endpoint, &q, 2000,
+	assert_int_equal(tb_recovery_client_fetch_one(&cfg.retention_endpoint, "pubtoK", &q, 2000,
 					      on_frame_seq_only, &g, &rej, NULL),
 			 TB_RECOVERY_CLIENT_REJECTED);
 	assert_int_equal(rej.reason, TB_RECOVERY_PROTO_REJ_UNAUTHORISED);
