@@ -80,6 +80,8 @@ enum { P_FREE = 0, P_HELLO, P_TARPIT };
 struct pending {
 	int state;
 	int fd;
+	int limited;                 /* over its address's connection rate:
+					one look at what it sent, no more */
 	uint32_t gen;                /* epoll events name (gen, index) */
 	uint64_t order;              /* accept order: the oldest is smallest */
 	uint64_t deadline_ms;        /* P_HELLO: for the HELLO; P_TARPIT: when
@@ -334,26 +336,35 @@ static void evict(tb_recovery_server_t *s, struct pending *p, const char *why)
 	pend_free(s, p);
 }
 
-/* Takes the new connection `fd` from `addr` into the pending table, making
- * room first. */
-static void pend_add(tb_recovery_server_t *s, int fd, const char *addr,
-		     uint64_t now)
+/* Takes the new connection `fd` from `addr` into the pending table,
+ * making room first by closing the oldest (of its address, or of all)
+ * when `may_evict`; NULL when it could not (no room without evicting, or
+ * epoll refused it): `fd` is then the caller's to close. */
+static struct pending *pend_add(tb_recovery_server_t *s, int fd,
+				 const char *addr, uint64_t now, int may_evict)
 {
 	struct pending *p = NULL, *o;
 	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP};
 	int n;
 
 	o = pend_oldest(s, addr, &n);
-	if (o && n >= s->cfg.max_pending_per_addr)
+	if (o && n >= s->cfg.max_pending_per_addr) {
+		if (!may_evict)
+			return NULL;
 		evict(s, o, "too many from one address");
+	}
 	o = pend_oldest(s, NULL, &n);
-	if (o && n >= s->cfg.max_pending)
+	if (o && n >= s->cfg.max_pending) {
+		if (!may_evict)
+			return NULL;
 		evict(s, o, "too many in all");
+	}
 	for (int i = 0; i < s->cfg.max_pending && !p; i++)
 		if (s->pend[i].state == P_FREE)
 			p = &s->pend[i];
 	p->state = P_HELLO;
 	p->fd = fd;
+	p->limited = 0;
 	p->gen++;
 	p->order = ++s->pend_order;
 	p->deadline_ms = now + s->cfg.hello_timeout_ms;
@@ -362,10 +373,11 @@ static void pend_add(tb_recovery_server_t *s, int fd, const char *addr,
 	snprintf(p->addr, sizeof(p->addr), "%s", addr);
 	ev.data.u64 = ((uint64_t)p->gen << 32 | (uint64_t)(p - s->pend)) + 2;
 	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-		close(fd);
 		p->state = P_FREE;
 		p->fd = -1;
+		return NULL;
 	}
+	return p;
 }
 
 /* -------------------------------------------------- authenticated slots */
@@ -450,6 +462,14 @@ static void tarpit(tb_recovery_server_t *s, struct pending *p, uint64_t now)
 {
 	uint64_t delay;
 	uint32_t failures;
+
+	if (p->limited) {
+		/* No answer at all: an address over its connection rate
+		 * must not learn faster than one within it. */
+		count(s, &s->st.auth_failures, 1);
+		pend_free(s, p);
+		return;
+	}
 
 	pthread_mutex_lock(&s->lock);
 	{
@@ -581,6 +601,7 @@ static void accept_some(tb_recovery_server_t *s, uint64_t now)
 {
 	for (int k = 0; k < ACCEPT_BATCH; k++) {
 		char addr[TB_NET_ADDR_MAX];
+		struct pending *p;
 		uint32_t wait = 0;
 		int fd = tb_net_accept(s->lfd, addr, sizeof(addr));
 
@@ -611,17 +632,31 @@ static void accept_some(tb_recovery_server_t *s, uint64_t now)
 			wait = bucket_take(&a->conn_tokens, &a->conn_ms,
 					   s->cfg.conn_rate, s->cfg.conn_burst,
 					   now);
-			if (wait)
-				s->st.conn_limited++;
 		}
 		pthread_mutex_unlock(&s->lock);
-		if (wait) {
-			slog(s, LOG_CONN_RATE, "%s: over %u connections a second; "
-			     "closed", addr, s->cfg.conn_rate);
+		/* One over its rate pushes no one out. */
+		p = pend_add(s, fd, addr, now, wait == 0);
+		if (!p) {
+			if (wait) {
+				count(s, &s->st.conn_limited, 1);
+				slog(s, LOG_CONN_RATE, "%s: over %u connections "
+				     "a second; closed", addr, s->cfg.conn_rate);
+			}
 			close(fd);
 			continue;
 		}
-		pend_add(s, fd, addr, now);
+		p->limited = wait != 0;
+		/* A client sends its HELLO as soon as it has connected: it
+		 * is often here already, and is taken at once, before
+		 * newer connections from its address can push it out. */
+		pend_read(s, p, now);
+		if (p->limited && p->state == P_HELLO && p->fd >= 0) {
+			/* Over the rate and nothing whole to judge: gone. */
+			count(s, &s->st.conn_limited, 1);
+			slog(s, LOG_CONN_RATE, "%s: over %u connections a "
+			     "second; closed", addr, s->cfg.conn_rate);
+			pend_free(s, p);
+		}
 	}
 }
 
