@@ -648,8 +648,11 @@ int tb_recovering_start_gap(tb_recovering_t *r, uint64_t first, uint64_t last,
  * A late joiner (tb_sub_start_at) on a stream with nothing new to read
  * would not see its gap until the next message is published.  So on its
  * first idle poll it asks the recovery services for everything from the
- * start sequence up to the latest they hold (an open job); live frames are
- * buffered meanwhile, and whatever both bring is delivered once.
+ * start sequence up to the latest they hold (an open job: it ends at the
+ * first answer that stops short of what it asked); live frames are
+ * buffered meanwhile, and whatever both bring is delivered once.  With no
+ * epoch from the transport (epoch 0: no publisher to attach to, yet or any
+ * more), the services' newest epoch is asked.
  */
 int tb_recovering_start_probe(tb_recovering_t *r, uint64_t epoch,
 			      tb_handler_t handler, void *clientd, int limit,
@@ -658,7 +661,7 @@ int tb_recovering_start_probe(tb_recovering_t *r, uint64_t epoch,
 	uint64_t from = r->seq->expected;
 
 	r->deliver_next = from;
-	live_marker(r, TB_FIFO_GAP, from, from + TB_RECOVERY_PROTO_COUNT_MAX - 1,
+	live_marker(r, TB_FIFO_GAP, from, UINT64_MAX - TB_RECOVERY_PROTO_COUNT_MAX,
 		    1, epoch);
 	r->active = 1;
 	return tb_recovering_poll(r, handler, clientd, limit, loss);
