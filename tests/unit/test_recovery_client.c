@@ -567,9 +567,80 @@ static void test_deadline_and_backoff(void **state)
 					  &g, &st, &next), TB_EINVAL);
 }
 
+/* One client, many fetches: one connection, dialled before the first
+ * (maintain), authenticated once, requests pipelined; dialled again when
+ * the service goes away and comes back on the same port. */
+static void test_kept_connection(void **state)
+{
+	recovery_src_t x = the_src;
+	tb_recovery_server_t *srv = start_server(&x, 100, 0);
+	tb_recovery_server_cfg_t scfg;
+	tb_endpoint_t ep = ep_of(tb_recovery_server_port(srv));
+	tb_recovery_client_cfg_t cfg;
+	tb_recovery_client_stats_t st;
+	tb_recovery_server_stats_t ss;
+	tb_recovery_client_t *c;
+	struct got g = {0};
+	uint64_t next;
+
+	(void)state;
+	tb_recovery_client_cfg_init(&cfg);
+	cfg.endpoints = &ep;
+	cfg.n_endpoints = 1;
+	cfg.stream_id = STREAM;
+	cfg.token = TOKEN;
+	assert_int_equal(tb_recovery_client_open(&c, &cfg), 0);
+	assert_int_equal(tb_recovery_client_maintain(c), 1);
+	tb_recovery_server_stats(srv, &ss);
+	assert_int_equal(ss.authenticated, 1);
+	assert_int_equal(ss.requests, 0);
+	/* 1,000 frames in requests of 100 (WELCOME's max_count), several in
+	 * flight on the one connection. */
+	assert_int_equal(tb_recovery_client_get(c, EPOCH, 1001, 2000, on_frame,
+						on_loss, &g, &st, &next), 0);
+	assert_int_equal(g.n, 1000);
+	assert_int_equal(g.bad, 0);
+	assert_int_equal(st.requests, 10);
+	assert_int_equal(st.dials, 0); /* the connection was there */
+	for (int i = 0; i < 20; i++) {
+		memset(&g, 0, sizeof(g));
+		assert_int_equal(tb_recovery_client_get(c, EPOCH, 5 + (uint64_t)i,
+							5 + (uint64_t)i, on_frame,
+							on_loss, &g, &st, &next), 0);
+		assert_int_equal(g.n, 1);
+	}
+	/* Epoch 0: the service's newest. */
+	memset(&g, 0, sizeof(g));
+	assert_int_equal(tb_recovery_client_get(c, 0, 7, 9, on_frame, on_loss, &g,
+						&st, &next), 0);
+	assert_int_equal(g.n, 3);
+	assert_true(st.epoch == EPOCH);
+	tb_recovery_server_stats(srv, &ss);
+	assert_int_equal(ss.connections, 1);
+	assert_int_equal(ss.authenticated, 1);
+	assert_int_equal(ss.requests, 31);
+	/* The service restarts on the same port: the next fetch dials it
+	 * again, and maintain() notices before that. */
+	tb_recovery_server_cfg_init(&scfg);
+	scfg.listen.port = ep.port;
+	scfg.max_count = 100;
+	tb_recovery_server_close(srv);
+	assert_int_equal(recovery_src_serve(&srv, &x, TOKEN, &scfg), 0);
+	memset(&g, 0, sizeof(g));
+	assert_int_equal(tb_recovery_client_get(c, EPOCH, 10, 19, on_frame,
+						on_loss, &g, &st, &next), 0);
+	assert_int_equal(g.n, 10);
+	assert_int_equal(st.dials, 1);
+	tb_recovery_server_close(srv);
+	usleep(50000);
+	assert_int_equal(tb_recovery_client_maintain(c), 0);
+	tb_recovery_client_close(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_kept_connection),
 		cmocka_unit_test(test_range_in_order),
 		cmocka_unit_test(test_every_reject_reason),
 		cmocka_unit_test(test_malformed_request),
