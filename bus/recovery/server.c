@@ -14,9 +14,9 @@
  * each served by a thread of its own with time-bounded I/O (net.h).
  *
  * Per-address state (`addrs`: connection and request buckets, failed
- * tokens) is a small table; when it is full the address seen longest ago
- * is forgotten, which costs an attacker nothing it could not have had by
- * waiting.
+ * tokens) is a small hash table; an address new to a full neighbourhood
+ * takes the place of the one there seen longest ago, which costs an
+ * attacker nothing it could not have had by waiting.
  *
  * Edges between the threads (barrier.h), beside the lock:
  *   S1        close stops the admission thread and the connection threads.
@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #define ADDR_SLOTS 1024   /* client addresses remembered */
+#define ADDR_PROBE 8      /* slots an address may be found in */
 #define ACCEPT_BATCH 64   /* accepts per turn, so pending reads are not starved */
 #define AUTH_FORGET_MS 60000 /* an address's failed tokens are forgotten after
 				a quiet minute */
@@ -192,21 +193,33 @@ static void slog(tb_recovery_server_t *s, enum log_kind kind, const char *fmt,
 		tb_warn("recovery server :%u: %s", s->port, line);
 }
 
-/* The state of `addr`, taking the slot of the one seen longest ago when it
- * is new.  Under the lock. */
+/* FNV-1a of an address: where its state is looked for. */
+static uint32_t addr_hash(const char *addr)
+{
+	uint32_t h = 2166136261u;
+
+	for (; *addr; addr++)
+		h = (h ^ (uint8_t)*addr) * 16777619u;
+	return h;
+}
+
+/* The state of `addr`: looked for in ADDR_PROBE slots from its hash;
+ * when it is new, it takes the one of them seen longest ago.  Under the
+ * lock. */
 static struct addr_state *addr_get(tb_recovery_server_t *s, const char *addr,
 				   uint64_t now)
 {
-	struct addr_state *a = NULL, *old = &s->addrs[0];
+	uint32_t h = addr_hash(addr);
+	struct addr_state *a = NULL, *old = NULL;
 
-	for (int i = 0; i < ADDR_SLOTS; i++) {
-		struct addr_state *x = &s->addrs[i];
+	for (int i = 0; i < ADDR_PROBE; i++) {
+		struct addr_state *x = &s->addrs[(h + (uint32_t)i) % ADDR_SLOTS];
 
 		if (strcmp(x->addr, addr) == 0) {
 			a = x;
 			break;
 		}
-		if (x->seen_ms < old->seen_ms)
+		if (!old || x->seen_ms < old->seen_ms)
 			old = x;
 	}
 	if (!a) {
