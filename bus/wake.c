@@ -12,8 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Spins between two looks at the clock while spinning. */
-#define SPINS_PER_LOOK 64
+/* Looks at the counter between two looks at the clock while spinning
+ * (a look at the counter is a load; at the clock, some tens of ns). */
+#define LOOKS_PER_CLOCK 32
 
 void tb_wake_init(tb_wake_t *w, uint64_t spin_ns, uint64_t yield_ns)
 {
@@ -64,8 +65,11 @@ uint64_t tb_wake_wait(tb_wake_t *w, uint64_t seen, uint64_t idle_since_ns,
 			return seen;
 		idle = now > idle_since_ns ? now - idle_since_ns : 0;
 		if (idle < w->spin_ns) {
-			for (int i = 0; i < SPINS_PER_LOOK; i++)
+			for (int i = 0; i < LOOKS_PER_CLOCK; i++) {
 				tb_cpu_relax();
+				if (tb_atomic_load_relaxed(&w->seq) != seen)
+					break; /* taken with acquire above */
+			}
 			continue;
 		}
 		if (w->yield_ns == TB_WAKE_NEVER_PARK || idle < w->yield_ns) {

@@ -34,6 +34,7 @@ int tb_retention_init(tb_retention_t *r, uint64_t n, const tb_ring_t *ring,
 	/* Relaxed, unpaired: no reader runs before the recovery server is
 	 * opened (after this, on this thread). */
 	tb_atomic_store_relaxed(&r->last, 0);
+	tb_atomic_store_relaxed(&r->first_hint, 0);
 	return 0;
 }
 
@@ -100,7 +101,7 @@ void tb_retention_bounds(void *arg, uint64_t *epoch, uint64_t *first,
 	tb_retention_t *r = arg;
 	/* A3 pairs with R3 in tb_retention_record. */
 	uint64_t l = tb_atomic_load_acquire(&r->last);
-	uint64_t lo, hi;
+	uint64_t lo, hi, h;
 
 	*epoch = r->epoch;
 	*first = *last = 0;
@@ -109,19 +110,28 @@ void tb_retention_bounds(void *arg, uint64_t *epoch, uint64_t *first,
 	lo = l > r->n ? l - r->n + 1 : 1;
 	hi = l;
 	/* What the ring still holds is a suffix of [lo, l]: the oldest
-	 * frames are overwritten first.  Find its start. */
+	 * frames are overwritten first.  Find its start, from where it was
+	 * last time: it can only have moved on.  (Relaxed, unpaired: a
+	 * hint, checked by held() like any guess.) */
+	h = tb_atomic_load_relaxed(&r->first_hint);
+	if (h > lo && h <= hi)
+		lo = h;
 	if (!held(r, hi)) {
 		*first = *last = 0;
 		return;
 	}
-	while (lo < hi) {
-		uint64_t mid = lo + (hi - lo) / 2;
+	if (!held(r, lo)) {
+		while (lo < hi) {
+			uint64_t mid = lo + (hi - lo) / 2;
 
-		if (held(r, mid))
-			hi = mid;
-		else
-			lo = mid + 1;
+			if (held(r, mid))
+				hi = mid;
+			else
+				lo = mid + 1;
+		}
 	}
+	if (lo > h)
+		tb_atomic_store_relaxed(&r->first_hint, lo);
 	*first = lo;
 	*last = l;
 }
@@ -276,6 +286,8 @@ static void window_restart(tb_retention_window_t *w, uint64_t epoch,
 	tb_ring_init(&w->ring, w->mem, w->size, w->ret.stream_id, NULL, NULL);
 	w->ret.epoch = epoch;
 	w->from = from;
+	/* Relaxed: readers come after the unlock, which orders it. */
+	tb_atomic_store_relaxed(&w->ret.first_hint, 0);
 	/* Relaxed: readers come after the unlock, which orders it. */
 	tb_atomic_store_relaxed(&w->ret.last, 0);
 	pthread_rwlock_unlock(&w->lock);

@@ -50,6 +50,10 @@ typedef struct tb_retention {
 	const tb_ring_t *ring;
 	uint64_t epoch;
 	uint32_t stream_id;
+	/* Readers: the first sequence still held when one last looked.  It
+	 * only grows (the oldest frames go first), so the next look starts
+	 * there: one probe of the ring, not a search of it. */
+	_Atomic uint64_t first_hint;
 	tb_cache_aligned _Atomic uint64_t last; /* last sequence recorded */
 } tb_retention_t;
 
