@@ -12,8 +12,11 @@
  *    at most max_pending in all and max_pending_per_addr from one address;
  *    over either bound the oldest pending one (of that address, or of all)
  *    is closed to make room, so a client that sends its HELLO as soon as
- *    it connects always gets in.  An address opening more than conn_rate
- *    connections a second (burst conn_burst) has the rest closed at once.
+ *    it connects always gets in (a HELLO already there when the
+ *    connection is accepted is taken at once).  Of an address opening more
+ *    than conn_rate connections a second (burst conn_burst), the rest get
+ *    that one look only: closed at once unless a whole HELLO is there, and
+ *    never pushing another out (nor answered, when their token is wrong).
  *  - A HELLO with the right token takes one of max_clients slots reserved
  *    for authenticated connections (with a thread of its own); when none is
  *    free it is refused BUSY with a retry delay.  No unauthenticated
