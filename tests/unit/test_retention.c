@@ -75,6 +75,13 @@ static int on_frame(void *cd, const tb_frame_hdr_t *f)
 	return 0;
 }
 
+static int on_frame_any(void *cd, const tb_frame_hdr_t *f)
+{
+	(void)cd;
+	(void)f;
+	return 0;
+}
+
 static void test_empty_and_last_n(void **state)
 {
 	struct fixture x;
@@ -234,9 +241,138 @@ static void test_publisher_serves_retention(void **state)
 	unlink(cfg.shm_path);
 }
 
+/* Frames copied straight into an answer: each exactly its length, back to
+ * back at any alignment, flagged replay; a first frame too large for the
+ * room is 0 (send what you have and ask again); one overwritten while it
+ * was copied is refused, not sent. */
+static void test_copy_into_an_answer(void **state)
+{
+	struct fixture x;
+	uint8_t raw[8192 + 3], *out = raw + 3;
+	uint64_t epoch, first, last;
+	size_t len, off = 0;
+	tb_frame_hdr_t h;
+	int n;
+
+	(void)state;
+	fixture_init(&x, 1000);
+	for (int i = 0; i < 300; i++)
+		publish(&x, 40 + (uint32_t)(i % 5));
+	tb_retention_bounds(&x.ret, &epoch, &first, &last);
+	n = tb_retention_copy(&x.ret, 100, 50, out, 8192, &len);
+	assert_int_equal(n, 50);
+	for (int i = 0; i < n; i++) {
+		memcpy(&h, out + off, sizeof(h));
+		assert_true(h.seq == 100 + (uint64_t)i);
+		assert_int_equal(h.length, TB_FRAME_HDR_LEN + 40 + (99 + i) % 5);
+		assert_true(h.flags & TB_FRAME_F_REPLAY);
+		assert_true(h.publish_ns == h.seq * 3);
+		for (uint32_t k = TB_FRAME_HDR_LEN; k < h.length; k++)
+			assert_int_equal(out[off + k], (uint8_t)h.seq);
+		off += h.length;
+	}
+	assert_int_equal(off, len);
+	/* Room for some: as many as fit. */
+	n = tb_retention_copy(&x.ret, 100, 50, out, 200, &len);
+	assert_int_equal(n, 2);
+	assert_true(len <= 200);
+	/* Room for none. */
+	assert_int_equal(tb_retention_copy(&x.ret, 100, 50, out, 10, &len), 0);
+	assert_int_equal(len, 0);
+	/* Outside what is held. */
+	assert_int_equal(tb_retention_copy(&x.ret, last + 1, 5, out, 8192, &len),
+			 TB_STORE_NOT_YET);
+	/* The writer announces a frame over the oldest: gone. */
+	for (int i = 0; i < 400; i++)
+		publish(&x, 40);
+	tb_retention_bounds(&x.ret, &epoch, &first, &last);
+	assert_non_null(tb_ring_claim(&x.ring, 200, x.next));
+	assert_int_equal(tb_retention_copy(&x.ret, first, 5, out, 8192, &len),
+			 TB_STORE_TOO_OLD);
+	tb_ring_abort(&x.ring);
+	assert_int_equal(tb_retention_copy(&x.ret, first, 5, out, 8192, &len), 5);
+	fixture_free(&x);
+}
+
+/* Bounds found from where they were last time agree with a search of
+ * the whole range, round after round of overwriting. */
+static void test_bounds_follow_the_ring(void **state)
+{
+	struct fixture x;
+	uint64_t epoch, first, last;
+
+	(void)state;
+	fixture_init(&x, 100000);
+	for (int round = 0; round < 50; round++) {
+		uint64_t lo = 1;
+
+		for (int i = 0; i < 97 + round * 13; i++)
+			publish(&x, 40 + (uint32_t)((round + i) % 60));
+		tb_retention_bounds(&x.ret, &epoch, &first, &last);
+		while (lo <= last && tb_retention_read(&x.ret, lo, 1, on_frame_any,
+						       NULL) != 1)
+			lo++;
+		assert_true(first == lo);
+		assert_true(last == x.next - 1);
+	}
+	fixture_free(&x);
+}
+
+/* A window: what it holds follows the frames appended; a frame that does
+ * not follow the last, or of another epoch, starts it again; a reader of
+ * another epoch is told too old. */
+static void test_window(void **state)
+{
+	tb_retention_window_t w;
+	uint64_t buf[(TB_FRAME_HDR_LEN + 64) / 8];
+	tb_frame_hdr_t *f = (tb_frame_hdr_t *)buf;
+	uint64_t epoch, first, last;
+	struct got g = {0};
+	uint8_t out[4096];
+	size_t len;
+
+	(void)state;
+	assert_int_equal(tb_retention_window_init(&w, 1000, 5), TB_EINVAL);
+	assert_int_equal(tb_retention_window_init(&w, 64u << 10, 5), 0);
+	tb_retention_window_bounds(&w, &epoch, &first, &last);
+	assert_true(first == 0 && last == 0);
+	for (uint64_t q = 1; q <= 100; q++) {
+		frames_put(f, 5, q, 40, 1, q * 3, NULL);
+		tb_retention_window_append(&w, 7, f);
+	}
+	tb_retention_window_bounds(&w, &epoch, &first, &last);
+	assert_true(epoch == 7 && first == 1 && last == 100);
+	assert_int_equal(tb_retention_window_read(&w, 7, 90, 100, on_frame, &g), 11);
+	assert_int_equal(g.bad, 0);
+	assert_int_equal(tb_retention_window_read(&w, 6, 90, 100, on_frame, &g),
+			 TB_STORE_TOO_OLD);
+	assert_int_equal(tb_retention_window_copy(&w, 7, 99, 10, out, sizeof(out),
+						  &len), 2);
+	/* A hole: it starts again at 150. */
+	for (uint64_t q = 150; q <= 160; q++) {
+		frames_put(f, 5, q, 40, 1, q * 3, NULL);
+		tb_retention_window_append(&w, 7, f);
+	}
+	tb_retention_window_bounds(&w, &epoch, &first, &last);
+	assert_true(first == 150 && last == 160);
+	assert_int_equal(tb_retention_window_read(&w, 7, 100, 1, on_frame, &g),
+			 TB_STORE_TOO_OLD);
+	/* A new epoch, from 1 again. */
+	frames_put(f, 5, 1, 40, 1, 3, NULL);
+	tb_retention_window_append(&w, 8, f);
+	tb_retention_window_bounds(&w, &epoch, &first, &last);
+	assert_true(epoch == 8 && first == 1 && last == 1);
+	assert_int_equal(tb_retention_window_copy(&w, 7, 150, 10, out, sizeof(out),
+						  &len), TB_STORE_TOO_OLD);
+	tb_retention_window_free(&w);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_copy_into_an_answer),
+		cmocka_unit_test(test_bounds_follow_the_ring),
+		cmocka_unit_test(test_window),
 		cmocka_unit_test(test_empty_and_last_n),
 		cmocka_unit_test(test_ring_bounds_retention),
 		cmocka_unit_test(test_frame_being_overwritten_is_refused),
