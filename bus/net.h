@@ -19,11 +19,14 @@
  *   TCP_QUICKACK    the first bytes are acknowledged at once rather than
  *                   after the delayed-ACK timer (Linux treats it as a hint
  *                   and may fall back to delayed ACKs later);
- *   SO_BUSY_POLL    TB_NET_BUSY_POLL_US: a blocking read spins on the
- *                   NIC's receive queue for that long before it sleeps.
- *                   Raising it needs CAP_NET_ADMIN and a NIC driver with
- *                   NAPI; without either (or on the loopback, which has no
- *                   queue to poll) it is skipped or does nothing;
+ *   SO_BUSY_POLL    TB_NET_BUSY_POLL_US: a read with nothing queued
+ *                   polls the NIC's receive queue itself (a blocking one
+ *                   for up to that long before it sleeps; a non-blocking
+ *                   one once, which a reader spinning on the socket,
+ *                   tb_net_reader_spin, turns into a busy-poll of the
+ *                   NIC).  Raising it needs CAP_NET_ADMIN and a NIC driver
+ *                   with NAPI; without either (or on the loopback, which
+ *                   has no queue to poll) it is skipped or does nothing;
  *   SO_KEEPALIVE    a kept connection to a peer that vanished (host down,
  *                   cable out) is found broken within TB_NET_KEEPALIVE_S
  *                   + 3 probes TB_NET_KEEPINTVL_S apart, instead of the
