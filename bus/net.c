@@ -183,6 +183,56 @@ int tb_net_dial(const tb_endpoint_t *ep, uint32_t timeout_ms)
 	return fd;
 }
 
+int tb_net_dial_start(const tb_endpoint_t *ep)
+{
+	struct addrinfo *res, *a;
+	int fd = -1, err = ECONNREFUSED, rc;
+
+	if ((rc = addrinfo_of(ep, 0, &res)) < 0)
+		return rc;
+	for (a = res; a && fd < 0; a = a->ai_next) {
+		int s = socket(a->ai_family,
+			       SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+			       a->ai_protocol);
+
+		if (s < 0) {
+			err = errno;
+			continue;
+		}
+		if (connect(s, a->ai_addr, a->ai_addrlen) == 0 ||
+		    errno == EINPROGRESS) {
+			fd = s;
+			break;
+		}
+		err = errno;
+		close(s);
+	}
+	freeaddrinfo(res);
+	if (fd < 0)
+		return tb_error_sys(err, "connect %s:%u",
+				    ep->host[0] ? ep->host : "(loopback)",
+				    ep->port);
+	return fd;
+}
+
+int tb_net_dial_done(int fd, const tb_endpoint_t *ep)
+{
+	struct pollfd pf = {.fd = fd, .events = POLLOUT};
+	int err = 0;
+	socklen_t el = sizeof(err);
+
+	if (poll(&pf, 1, 0) == 0)
+		return 0;
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
+		err = errno;
+	if (err)
+		return tb_error_sys(err, "connect %s:%u",
+				    ep->host[0] ? ep->host : "(loopback)",
+				    ep->port);
+	tb_net_tune(fd);
+	return 1;
+}
+
 int tb_net_listen(const tb_endpoint_t *ep, uint16_t *port)
 {
 	struct sockaddr_storage ss;

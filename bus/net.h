@@ -97,6 +97,19 @@ int tb_net_resolve(const tb_endpoint_t *ep, int passive,
 int tb_net_dial(const tb_endpoint_t *ep, uint32_t timeout_ms);
 
 /*
+ * A dial that does not wait, for an owner that has other work meanwhile
+ * (a recovery thread keeping its connections up): starts connecting to the
+ * first address `ep` resolves to that takes a connect.  Returns the socket
+ * (>= 0, connecting), or as tb_net_dial.  Then tb_net_dial_done.
+ */
+int tb_net_dial_start(const tb_endpoint_t *ep);
+
+/* Whether the connection tb_net_dial_start began is made, without
+ * waiting: 1 (tuned as tb_net_dial's), 0 (not yet), or TB_ESYS with a
+ * message naming `ep` (refused, unreachable...; close it). */
+int tb_net_dial_done(int fd, const tb_endpoint_t *ep);
+
+/*
  * Listens on `ep` (port 0: any free port).  Returns the listening socket
  * (>= 0) and, when `port` is not NULL, the port it got; or TB_ECONFIG
  * (does not resolve), TB_EBUSY (address in use), TB_ESYS, with a message.

@@ -27,6 +27,7 @@
 
 #include <endian.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,8 @@
 
 struct rconn {
 	int fd;                 /* -1: not connected */
+	int connecting;         /* fd is a dial in progress (maintain) */
+	uint64_t connect_until_ms; /* when that dial is given up */
 	tb_net_reader_t in;
 	uint8_t *buf;           /* CONN_BUF bytes */
 	tb_recovery_proto_welcome_t welcome;
@@ -76,6 +79,7 @@ static void conn_close(struct rconn *k)
 	if (k->fd >= 0)
 		close(k->fd);
 	k->fd = -1;
+	k->connecting = 0;
 }
 
 int tb_recovery_client_open(tb_recovery_client_t **out,
@@ -344,10 +348,12 @@ static int send_request(tb_recovery_client_t *c, struct rconn *k,
 	return tb_net_send_all(k->fd, buf, n, c->cfg.io_timeout_ms);
 }
 
-/* Dials endpoint `i` and authenticates: 0, TB_RECOVERY_CLIENT_REJECTED
- * (*reject filled: unknown stream, unauthorised, busy), or an error. */
-static int conn_dial(tb_recovery_client_t *c, int i,
-		     tb_recovery_proto_reject_t *reject)
+/* Authenticates the connected socket of endpoint `i`: HELLO, then the
+ * WELCOME.  0, TB_RECOVERY_CLIENT_REJECTED (*reject filled: unknown
+ * stream, unauthorised, busy), or an error; the connection is closed on
+ * failure. */
+static int conn_hello(tb_recovery_client_t *c, int i,
+		      tb_recovery_proto_reject_t *reject)
 {
 	struct rconn *k = &c->conns[i];
 	tb_recovery_proto_hello_t h;
@@ -355,19 +361,16 @@ static int conn_dial(tb_recovery_client_t *c, int i,
 	uint8_t out[TB_RECOVERY_PROTO_MSG_MAX];
 	int n, rc;
 
-	conn_close(k);
-	if (!k->buf && !(k->buf = aligned_alloc(64, CONN_BUF)))
-		return tb_error_set(TB_ENOMEM, "recovery client: out of memory");
+	k->connecting = 0;
 	memset(&h, 0, sizeof(h));
 	h.stream_id = c->cfg.stream_id;
 	snprintf(h.token, sizeof(h.token), "%s", c->token);
-	if ((n = tb_recovery_proto_encode_hello(out, sizeof(out), &h)) < 0)
-		return n;
-	if ((rc = tb_net_dial(&c->eps[i], c->cfg.io_timeout_ms)) < 0)
-		return rc;
-	k->fd = rc;
 	tb_net_reader_init(&k->in, k->fd, k->buf, CONN_BUF);
 	tb_net_reader_spin(&k->in, (uint64_t)c->cfg.spin_us * 1000u);
+	if ((n = tb_recovery_proto_encode_hello(out, sizeof(out), &h)) < 0) {
+		rc = n;
+		goto fail;
+	}
 	if ((rc = send_request(c, k, out, (size_t)n)) < 0 ||
 	    (rc = read_msg(c, k, &m)) < 0)
 		goto fail;
@@ -398,6 +401,46 @@ fail:
 	return rc;
 }
 
+static int conn_buf(struct rconn *k)
+{
+	if (!k->buf && !(k->buf = aligned_alloc(64, CONN_BUF)))
+		return tb_error_set(TB_ENOMEM, "recovery client: out of memory");
+	return 0;
+}
+
+/* Dials endpoint `i`, waiting (a dial maintain() began is waited for), and
+ * authenticates: as conn_hello. */
+static int conn_dial(tb_recovery_client_t *c, int i,
+		     tb_recovery_proto_reject_t *reject)
+{
+	struct rconn *k = &c->conns[i];
+	int rc;
+
+	if ((rc = conn_buf(k)) < 0)
+		return rc;
+	if (k->fd >= 0 && k->connecting) {
+		uint64_t until = tb_clock_mono_ms() + c->cfg.io_timeout_ms;
+		struct pollfd pf = {.fd = k->fd, .events = POLLOUT};
+
+		while ((rc = tb_net_dial_done(k->fd, &c->eps[i])) == 0 &&
+		       tb_clock_mono_ms() < until)
+			poll(&pf, 1, (int)(until - tb_clock_mono_ms()));
+		if (rc <= 0) {
+			conn_close(k);
+			return rc < 0 ? rc : tb_error_set(TB_ETIMEDOUT, "connect "
+						     "%s:%u: no answer within %u ms",
+						     c->eps[i].host, c->eps[i].port,
+						     c->cfg.io_timeout_ms);
+		}
+	} else {
+		conn_close(k);
+		if ((rc = tb_net_dial(&c->eps[i], c->cfg.io_timeout_ms)) < 0)
+			return rc;
+		k->fd = rc;
+	}
+	return conn_hello(c, i, reject);
+}
+
 /* After a dial that failed: not again from maintain() before the backoff. */
 static void dial_failed(tb_recovery_client_t *c, struct rconn *k,
 			const tb_recovery_proto_reject_t *rej, int rc)
@@ -424,19 +467,42 @@ int tb_recovery_client_maintain(tb_recovery_client_t *c)
 	for (int i = 0; i < c->cfg.n_endpoints; i++) {
 		struct rconn *k = &c->conns[i];
 		tb_recovery_proto_reject_t rej;
-		int rc;
+		int rc = 0;
 
-		if (k->fd >= 0 && tb_net_idle_ok(k->fd) != 1)
+		memset(&rej, 0, sizeof(rej));
+		if (k->fd >= 0 && !k->connecting && tb_net_idle_ok(k->fd) != 1)
 			conn_close(k); /* closed, broken, or talking nonsense */
-		if (k->fd < 0 && tb_clock_mono_ms() >= k->retry_ms) {
-			rc = conn_dial(c, i, &rej);
-			if (rc < 0) {
-				tb_info("recovery: %s:%u: %s", c->eps[i].host,
-					c->eps[i].port, tb_errmsg());
-				dial_failed(c, k, &rej, rc);
+		/* A dial is begun here and finished on a later call: the
+		 * recovery thread never waits for a service that does not
+		 * answer while a gap may be waiting for it. */
+		if (k->fd < 0 && tb_clock_mono_ms() >= k->retry_ms &&
+		    (rc = conn_buf(k)) == 0) {
+			rc = tb_net_dial_start(&c->eps[i]);
+			if (rc >= 0) {
+				k->fd = rc;
+				k->connecting = 1;
+				k->connect_until_ms = tb_clock_mono_ms() +
+						      c->cfg.io_timeout_ms;
+				rc = 0;
 			}
 		}
-		up += k->fd >= 0;
+		if (rc == 0 && k->fd >= 0 && k->connecting) {
+			rc = tb_net_dial_done(k->fd, &c->eps[i]);
+			if (rc == 0 && tb_clock_mono_ms() >= k->connect_until_ms)
+				rc = tb_error_set(TB_ETIMEDOUT, "connect %s:%u: no "
+						  "answer within %u ms",
+						  c->eps[i].host, c->eps[i].port,
+						  c->cfg.io_timeout_ms);
+			if (rc == 1)
+				rc = conn_hello(c, i, &rej);
+		}
+		if (rc < 0) {
+			tb_info("recovery: %s:%u: %s", c->eps[i].host,
+				c->eps[i].port, tb_errmsg());
+			conn_close(k);
+			dial_failed(c, k, &rej, rc);
+		}
+		up += k->fd >= 0 && !k->connecting;
 	}
 	return up;
 }
@@ -479,10 +545,17 @@ static int ask(tb_recovery_client_t *c, int i, uint64_t *epoch, uint64_t last,
 	int rc;
 
 	*got = 0;
-	if (k->fd >= 0 && *epoch == 0 &&
+	if (k->fd < 0 && tb_clock_mono_ms() < k->retry_ms)
+		/* It failed a moment ago: the next endpoint now, this one
+		 * again after its backoff. */
+		return tb_error_set(TB_ESYS, "%s:%u failed less than %u ms ago; "
+				  "not dialled again yet", c->eps[i].host,
+				  c->eps[i].port, k->backoff_ms);
+	if (k->fd >= 0 && !k->connecting && *epoch == 0 &&
 	    tb_clock_mono_ms() - k->welcome_ms > WELCOME_FRESH_MS)
 		conn_close(k); /* its WELCOME's epoch may be stale */
-	if (k->fd < 0 || tb_net_idle_ok(k->fd) != 1) {
+	if (k->fd < 0 || k->connecting || tb_net_idle_ok(k->fd) != 1) {
+		memset(rej, 0, sizeof(*rej));
 		if ((rc = conn_dial(c, i, rej)) < 0) {
 			x->st->requests++; /* asked, in vain */
 			dial_failed(c, k, rej, rc);
@@ -738,6 +811,7 @@ int tb_recovery_client_fetch_one(const tb_endpoint_t *ep, const char *token,
 	cfg.io_timeout_ms = io_timeout_ms;
 	if ((rc = tb_recovery_client_open(&c, &cfg)) < 0)
 		return rc;
+	memset(reject, 0, sizeof(*reject));
 	rc = conn_dial(c, 0, reject);
 	if (rc == 0 && (rc = send_request(c, &c->conns[0], out, (size_t)n)) == 0)
 		rc = read_answer(c, &c->conns[0], req, fn, clientd, reject, &got);
