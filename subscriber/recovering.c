@@ -87,9 +87,12 @@
 /* The recovery thread's idle time: it spins for SPIN_NS after its last
  * work (a gap that follows another at once is taken up in well under a
  * microsecond), then yields the core until PARK_AFTER_NS, then sleeps on a
- * futex, checking its connections every MAINTAIN_MS. */
+ * futex, checking its connections every MAINTAIN_MS.  Short, so that a
+ * stream with frequent small losses does not keep a core yielding on a
+ * machine that has few (a desk that wants it never to sleep says idle =
+ * busy-spin). */
 #define SPIN_NS 20000u
-#define PARK_AFTER_NS 2000000u
+#define PARK_AFTER_NS 200000u
 #define MAINTAIN_MS 100u
 /* How long the recovery thread busy-polls its socket for an answer before
  * it sleeps in poll() (less with spin-then-yield, none with backoff): a

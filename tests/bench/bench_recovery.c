@@ -19,7 +19,7 @@
  * Two kinds of run: with idle = busy-spin the recovery thread never parks
  * (it spins, then yields the core), which is what a desk that spins its
  * subscriber runs; with the default spin-then-yield the run waits until
- * the recovery thread has parked on its futex (idle > 2 ms), so the gap
+ * the recovery thread has parked on its futex (idle > 200 us), so the gap
  * also pays a FUTEX_WAKE on the poll thread and the scheduler's wake-up.
  *
  * Floor, in the same run: one request/response on a kept loopback TCP
@@ -236,7 +236,7 @@ static int one_run(tb_publisher_t *pub, tb_recovery_server_t *srv,
 		usleep(200);
 		tb_recovery_server_stats(srv, &st);
 	} while (st.authenticated == authenticated && tb_clock_mono_ms() < deadline);
-	/* The WELCOME read; with spin-then-yield, well past the 2 ms after
+	/* The WELCOME read; with spin-then-yield, well past the 200 us after
 	 * which the recovery thread parks. */
 	usleep(cfg->idle == TB_IDLE_BUSY_SPIN ? 1000 : 20000);
 	if (tb_sub_start_at(sub, first) < 0)
