@@ -30,12 +30,12 @@
  *   work, watching a counter the poll thread bumps; only once it has been
  *   idle long (PARK_AFTER_NS; never with cfg.idle = busy-spin, at once
  *   after the spin with backoff) does it park on a futex, and only then
- *   does posting a gap cost the poll thread a FUTEX_WAKE.  A job also
- *   covers the gaps already queued behind
- *   its own (up to COALESCE_MAX sequences on), so that heavy loss costs a
- *   round trip per round trip, not one per gap; what it fetches twice,
- *   deliver drops, and a loss it meets past its own gap is left to the
- *   live buffer and the later gaps' jobs (rec_loss).
+ *   does posting a gap cost the poll thread a FUTEX_WAKE.
+ * - A job also covers the gaps already queued behind its own (up to
+ *   COALESCE_MAX sequences on), so that heavy loss costs a round trip per
+ *   round trip, not one per gap; what it fetches twice, deliver drops, and
+ *   a loss it meets past its own gap is left to the live buffer and the
+ *   later gaps' jobs (rec_loss).
  * - The poll thread delivers the replayed frames (TB_MSG_F_REPLAY), returns
  *   TB_DATA_LOSS once for a lost range (tb_sub_loss gives it exactly), then
  *   drains the live buffer, starting the next job at the next GAP marker,
@@ -48,7 +48,6 @@
  *   quiet stream there may be no such frame for a long time, so the first
  *   idle poll posts an open job ("from seq up to the latest you hold");
  *   live frames and a later gap then overlap it and are deduplicated.
- *
  * - Late join after the publisher is gone: a transport that has no epoch
  *   (nothing to attach to) still lets the first idle poll post its open
  *   job, with epoch 0: the services' newest epoch (their WELCOME) is asked.
