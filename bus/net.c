@@ -17,6 +17,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -460,6 +461,10 @@ static int spin_recv(tb_net_reader_t *r)
 		if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK &&
 			       errno != EINTR))
 			return 0;
+		/* The answer may need this very core (the peer in this
+		 * process, or a busy machine): let whatever waits for it
+		 * run; with nothing else to run this returns at once. */
+		sched_yield();
 	} while (tb_clock_mono_ns() < until);
 	return 0;
 }
