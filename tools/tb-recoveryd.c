@@ -20,7 +20,10 @@
  * a read of the disk.  Older frames of the current epoch come from the
  * store; frames of an earlier epoch (a subscriber still recovering what it
  * lost before the publisher restarted) from that epoch's store on disk,
- * opened read-only.  When the publisher is gone, the stream stays served:
+ * opened read-only.  A record the store finds damaged is a hole with an
+ * exact range (tb_store_lost), which the server tells the subscriber
+ * (the LOST reject), so that it gets that range from another service or
+ * reports exactly it lost, and is served on after it.  When the publisher is gone, the stream stays served:
  * a restarted service opens the newest epoch on disk, and the WELCOME of
  * the recovery protocol names it, so a subscriber that joins late, after
  * the publisher exited, is served all the same.
@@ -466,6 +469,30 @@ static int src_epoch_read(void *sd, uint64_t epoch, uint64_t first, int max,
 	return rc;
 }
 
+/* The range around `seq` of `epoch` that the store lost to damage (a
+ * read said TB_STORE_LOST): 1 with it, or 0.  The store of the current
+ * epoch under the stream's lock, an earlier one's under old_lock. */
+static int src_lost(void *sd, uint64_t epoch, uint64_t seq, uint64_t *first,
+		    uint64_t *last)
+{
+	struct stream *st = sd;
+	tb_store_t *s;
+	int rc = 0, current;
+
+	pthread_mutex_lock(&st->lock);
+	current = st->store && st->epoch == epoch;
+	if (current)
+		rc = tb_store_lost(st->store, seq, first, last);
+	pthread_mutex_unlock(&st->lock);
+	if (current)
+		return rc;
+	pthread_mutex_lock(&st->old_lock);
+	if ((s = old_store(st, epoch)) != NULL)
+		rc = tb_store_lost(s, seq, first, last);
+	pthread_mutex_unlock(&st->old_lock);
+	return rc;
+}
+
 /* ------------------------------------------------------------------ main */
 
 static int open_stream(struct stream *st, const tb_stream_cfg_t *cfg,
@@ -727,6 +754,7 @@ int main(int argc, char **argv)
 		src[i].epoch_bounds = src_epoch_bounds;
 		src[i].epoch_read = src_epoch_read;
 		src[i].copy = src_copy;
+		src[i].lost = src_lost;
 		src[i].sd = &streams[i];
 	}
 	if (tb_recovery_server_open(&srv, &rcfg, src, n) < 0) {

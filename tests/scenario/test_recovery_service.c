@@ -10,7 +10,11 @@
  *  - a store that fails (the disk full: a small tmpfs of the test's own)
  *    ends tb-recoveryd with a non-zero status and a message, so that a
  *    supervisor restarts it, instead of a service that goes on serving
- *    "too old" for what it failed to keep.
+ *    "too old" for what it failed to keep;
+ *  - one corrupt record in the middle of a segment: a late joiner from 1
+ *    is served everything else and told exactly that record's sequence
+ *    as TB_DATA_LOSS; with a second service that holds the record,
+ *    nothing is lost.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +26,7 @@
 
 #include "bus/recovery/client.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
 #include <sched.h>
 #include <sys/mount.h>
@@ -268,6 +273,118 @@ static void store_failure_ends_the_service(void **state)
 	assert_int_equal(umount2(small, 0), 0);
 }
 
+/* Flips a payload byte of the record of sequence `seq` in the segment
+ * file `seg` (store.c: a 64-byte header, then records of [u32 length]
+ * [u32 CRC32C][frame] padded to 8 bytes), so that its CRC fails. */
+static void corrupt_record(const char *seg, uint64_t seq)
+{
+	int fd = open(seg, O_RDWR);
+	off_t size, off = 64;
+
+	assert_true(fd >= 0);
+	size = lseek(fd, 0, SEEK_END);
+	while (off + 8 + TB_FRAME_HDR_LEN <= size) {
+		uint32_t len;
+		tb_frame_hdr_t h;
+		uint8_t b;
+
+		assert_int_equal(pread(fd, &len, 4, off), 4);
+		assert_int_equal(pread(fd, &h, sizeof(h), off + 8), (ssize_t)sizeof(h));
+		assert_true(len >= TB_FRAME_HDR_LEN && h.length == len);
+		if (h.seq == seq) {
+			off_t at = off + 8 + TB_FRAME_HDR_LEN + 1;
+
+			assert_true(len > TB_FRAME_HDR_LEN + 1);
+			assert_int_equal(pread(fd, &b, 1, at), 1);
+			b ^= 0x40;
+			assert_int_equal(pwrite(fd, &b, 1, at), 1);
+			close(fd);
+			return;
+		}
+		off += (8 + (off_t)len + 7) & ~(off_t)7;
+	}
+	close(fd);
+	fail_msg("no record of sequence %" PRIu64 " in %s", seq, seg);
+}
+
+static void damaged_record_lost_alone_or_fetched_elsewhere(void **state)
+{
+	unsigned pa = proc_free_port(), pb = proc_free_port();
+	static proc_t ra, rb, alone, both;
+	char sa[256], sb[256], seg[512], log[256], ini2[256], *out, *losses;
+	char *extra[] = {"--start-at", "1", "--loss-log", log, NULL};
+	char *where_a[] = {"-c", ini, "-s", "q", NULL};
+	char *where_b[] = {"-c", ini2, "-s", "q", NULL};
+	uint64_t checksum, epoch;
+	FILE *f;
+
+	(void)state;
+	/* ini: recovery from service A alone; ini2: A, then B. */
+	write_ini(0, pa);
+	snprintf(ini2, sizeof(ini2), "%s/both.ini", dir);
+	f = fopen(ini2, "w");
+	assert_non_null(f);
+	fprintf(f, "[stream q]\nid = 7\ntransport = shm\nshm_path = %s\n"
+		"ring_size = 4M\ntoken = %s\nrecovery_timeout_ms = 15000\n"
+		"recovery = 127.0.0.1:%u, 127.0.0.1:%u\n", ring, TOKEN, pa, pb);
+	fclose(f);
+	snprintf(sa, sizeof(sa), "%s/store-a", dir);
+	snprintf(sb, sizeof(sb), "%s/store-b", dir);
+	/* Segments of 1 MiB: the damaged record lies in a sealed one, in
+	 * its middle. */
+	start_recoveryd(&ra, "ra", sa, pa, "--segment-bytes");
+	start_recoveryd(&rb, "rb", sb, pb, "--segment-bytes");
+	publish("pub", "30000", "40000", &checksum, &epoch);
+	usleep(500000);
+	free(stop_recoveryd(&ra));
+	free(stop_recoveryd(&rb));
+	snprintf(seg, sizeof(seg), "%s/7-%016" PRIx64 "/%020u.seg", sa, epoch, 1u);
+	corrupt_record(seg, 5000);
+
+	/* Both services again, with no publisher: everything from their
+	 * stores. */
+	start_recoveryd(&ra, "ra2", sa, pa, NULL);
+	start_recoveryd(&rb, "rb2", sb, pb, NULL);
+	usleep(500000);
+
+	/* From A alone: exactly 5000 lost, the rest delivered in order. */
+	snprintf(log, sizeof(log), "%s/alone.loss", dir);
+	scenario_start_sub(&alone, dir, "alone", where_a, "30000", "30000", extra);
+	assert_int_equal(proc_wait(&alone, 60000), 0);
+	out = proc_output(&alone);
+	print_message("%s", out);
+	assert_int_equal(proc_field_u64(out, "delivered"), 29999);
+	assert_int_equal(proc_field_u64(out, "last"), 30000);
+	assert_int_equal(proc_field_u64(out, "lost"), 1);
+	assert_int_equal(proc_field_u64(out, "data_losses"), 1);
+	assert_int_equal(proc_field_u64(out, "order_errors"), 0);
+	assert_int_equal(proc_field_u64(out, "bad_payload"), 0);
+	assert_non_null(strstr(out, "losses=5000-5000 "));
+	assert_non_null(strstr(out, "end=count"));
+	free(out);
+	{
+		struct proc p;
+
+		snprintf(p.out, sizeof(p.out), "%s", log);
+		losses = proc_output(&p);
+		assert_string_equal(losses, "5000 5000\n");
+		free(losses);
+	}
+
+	/* A, then B, which holds it: nothing lost. */
+	snprintf(log, sizeof(log), "%s/both.loss", dir);
+	scenario_start_sub(&both, dir, "both", where_b, "30000", "30000", extra);
+	out = expect_sub_complete(&both, 30000, checksum, 60000);
+	assert_int_equal(proc_field_u64(out, "lost"), 0);
+	assert_int_equal(proc_field_u64(out, "replayed"), 30000);
+	free(out);
+
+	out = stop_recoveryd(&ra);
+	assert_true(proc_field_u64(out, "rejects") >= 2); /* LOST, twice */
+	free(out);
+	free(stop_recoveryd(&rb));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -276,6 +393,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(late_joiner_after_publisher_exit,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(store_failure_ends_the_service,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(damaged_record_lost_alone_or_fetched_elsewhere,
 						setup, teardown),
 	};
 	return cmocka_run_group_tests_name("recovery_service", tests, NULL, NULL);
