@@ -42,6 +42,14 @@
  * that goes on without storing would answer "too old" for what it failed
  * to keep.
  *
+ * Logging: every log line (its own and the library's warnings) goes to
+ * stderr; with --log FILE, stderr is FILE, opened for appending, and
+ * SIGHUP opens FILE again (logrotate's rename-then-HUP): the descriptor
+ * is swapped with dup2, so a line being written by another thread goes
+ * whole to one file or the other.  SIGHUP is taken by the main thread
+ * only (the others start with it blocked) and is harmless without --log.
+ * The summary lines at the end go to stdout.
+ *
  * Threads: the main thread polls every subscription and appends to the
  * stores and windows; the server's threads read them.  One mutex per
  * stream orders the store; the window has its own (publisher/retention.h);
@@ -60,6 +68,7 @@
 #include "publisher/retention.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -112,6 +121,8 @@ static char store_dir[TB_PATH_MAX];
 static tb_store_sync_t sync_mode = TB_STORE_SYNC_NONE;
 static uint64_t segment_bytes;
 static uint64_t window_bytes = WINDOW_DEFAULT;
+static const char *log_path;
+static volatile sig_atomic_t reopen_log;
 
 static void usage(FILE *out)
 {
@@ -147,11 +158,84 @@ static void usage(FILE *out)
 "      --auth-delay-ms N  a wrong token is answered after N ms, twice as long\n"
 "                         for each further one from its address (default 200,\n"
 "                         up to 5000)\n"
+"      --log FILE         append log lines to FILE (created 0640) instead of\n"
+"                         stderr; SIGHUP opens FILE again, so logrotate can\n"
+"                         rename it and send SIGHUP (postrotate), or use\n"
+"                         copytruncate\n"
 "  -h, --help             this text\n"
 "Refused connections and wrong tokens are counted, and logged at most once a\n"
-"second per kind with the number of the others.\n"
+"second per kind with the number of the others.  SIGHUP reopens the --log\n"
+"file (and does nothing else).\n"
 "exit status: 0 stopped by a signal, 1 error (a store that failed: disk full,\n"
 "I/O error), 2 usage\n");
+}
+
+/* ------------------------------------------------------------------ log */
+
+static void on_hup(int sig)
+{
+	(void)sig;
+	reopen_log = 1;
+}
+
+/* Makes stderr the end of log_path (created 0640 if missing).  0, or -1
+ * with a message on the stderr of before, which is kept. */
+static int log_open(void)
+{
+	int fd = open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC |
+		      O_NOCTTY, 0640);
+
+	if (fd < 0) {
+		fprintf(stderr, "%s: --log %s: %s\n", prog, log_path,
+			strerror(errno));
+		return -1;
+	}
+	fflush(stderr);
+	if (dup2(fd, STDERR_FILENO) < 0) {
+		fprintf(stderr, "%s: --log %s: dup2: %s\n", prog, log_path,
+			strerror(errno));
+		close(fd);
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
+/* SIGHUP: the log again at its path (logrotate moved the old one). */
+static void log_reopen(void)
+{
+	reopen_log = 0;
+	if (!log_path)
+		return;
+	if (log_open() == 0)
+		fprintf(stderr, "%s: log reopened (SIGHUP), pid %d\n", prog,
+			(int)getpid());
+}
+
+/* SIGHUP to the main thread only: blocked before any thread starts (they
+ * inherit the mask), taken once they all have (log_hup_take). */
+static void log_hup_block(void)
+{
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
+
+static void log_hup_take(void)
+{
+	struct sigaction sa;
+	sigset_t set;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_hup;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGHUP, &sa, NULL);
+	sigemptyset(&set);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 }
 
 /* ---------------------------------------------------------------- store */
@@ -602,6 +686,7 @@ int main(int argc, char **argv)
 		{"max-pending-per-addr", required_argument, 0, 'A'},
 		{"conn-rate", required_argument, 0, 'N'},
 		{"auth-delay-ms", required_argument, 0, 'D'},
+		{"log", required_argument, 0, 'O'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
@@ -709,6 +794,12 @@ int main(int argc, char **argv)
 			else
 				rcfg.auth_delay_ms = (uint32_t)v;
 			break;
+		case 'O':
+			if (!*optarg)
+				bad = "--log";
+			else
+				log_path = optarg;
+			break;
 		case 'h':
 		default: return tb_cli_usage_exit(usage, c);
 		}
@@ -724,6 +815,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s: --listen %s: %s\n", prog, listen, tb_errmsg());
 		return 2;
 	}
+	if (log_path && log_open() < 0)
+		return 1;
+	log_hup_block();
 	if (tb_config_load(&file, config) < 0) {
 		fprintf(stderr, "%s: %s\n", prog, tb_errmsg());
 		return 1;
@@ -765,11 +859,14 @@ int main(int argc, char **argv)
 	fprintf(stderr, "%s: listening on %s:%u\n", prog, rcfg.listen.host,
 		tb_recovery_server_port(srv));
 	tb_cli_on_stop_signals(&stop);
+	log_hup_take();
 
 	tb_idle_init(&idle, TB_IDLE_SPIN_YIELD);
 	while (!stop) {
 		int work = 0;
 
+		if (reopen_log)
+			log_reopen();
 		for (int i = 0; i < n && !stop; i++) {
 			struct stream *st = &streams[i];
 			uint64_t a, b;

@@ -14,7 +14,10 @@
  *  - one corrupt record in the middle of a segment: a late joiner from 1
  *    is served everything else and told exactly that record's sequence
  *    as TB_DATA_LOSS; with a second service that holds the record,
- *    nothing is lost.
+ *    nothing is lost;
+ *  - --log FILE: the log lines go there; renamed away and SIGHUP sent (as
+ *    logrotate does), the next lines go to a new FILE; SIGHUP without
+ *    --log changes nothing.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,8 +29,11 @@
 
 #include "bus/recovery/client.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -385,6 +391,101 @@ static void damaged_record_lost_alone_or_fetched_elsewhere(void **state)
 	free(stop_recoveryd(&rb));
 }
 
+/* Sends `n` bytes to the service at `port` and closes. */
+static void poke(unsigned port, const void *bytes, size_t n)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	assert_true(fd >= 0);
+	sa.sin_port = htons((uint16_t)port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(send(fd, bytes, n, MSG_NOSIGNAL), (ssize_t)n);
+	usleep(100000);
+	close(fd);
+}
+
+static char *file_text(const char *path)
+{
+	proc_t f;
+
+	snprintf(f.out, sizeof(f.out), "%s", path);
+	return proc_output(&f);
+}
+
+static void log_file_reopened_on_sighup(void **state)
+{
+	unsigned pa = proc_free_port();
+	static proc_t ra, plain;
+	char out[256], listen[64], store[160], logf[200], rotated[220], bad[256];
+	char *text;
+	proc_t lf;
+	struct stat stb;
+
+	(void)state;
+	write_ini(0, pa);
+	snprintf(store, sizeof(store), "%s/store", dir);
+	snprintf(logf, sizeof(logf), "%s/recoveryd.log", dir);
+	snprintf(rotated, sizeof(rotated), "%s.1", logf);
+	snprintf(listen, sizeof(listen), "127.0.0.1:%u", pa);
+	snprintf(out, sizeof(out), "%s/ra.out", dir);
+	{
+		char *argv[] = {"tb-recoveryd", "-c", ini, "-s", "q", "--dir",
+				store, "--listen", listen, "--log", logf, NULL};
+		char *quiet = getenv("TICKBUS_QUIET");
+
+		/* Its warnings are the log lines looked for. */
+		quiet = quiet ? strdup(quiet) : NULL;
+		unsetenv("TICKBUS_QUIET");
+		assert_int_equal(proc_start(&ra, out, argv), 0);
+		if (quiet)
+			setenv("TICKBUS_QUIET", quiet, 1);
+		free(quiet);
+	}
+	snprintf(lf.out, sizeof(lf.out), "%s", logf);
+	assert_int_equal(proc_wait_output(&lf, "listening on", 20000), 0);
+	assert_int_equal(stat(logf, &stb), 0);
+	assert_int_equal(stb.st_mode & 0777, 0640);
+	text = proc_output(&ra);
+	assert_null(strstr(text, "listening on")); /* not on stderr */
+	free(text);
+
+	/* logrotate: rename, then SIGHUP. */
+	assert_int_equal(rename(logf, rotated), 0);
+	assert_int_equal(kill(ra.pid, SIGHUP), 0);
+	assert_int_equal(proc_wait_output(&lf, "log reopened (SIGHUP)", 20000), 0);
+	/* A line logged now (a stranger's bytes on the port) goes to the
+	 * new file. */
+	poke(pa, "NOT-A-TICKBUS-HELLO", 19);
+	assert_int_equal(proc_wait_output(&lf, "bad magic", 20000), 0);
+	text = file_text(rotated);
+	assert_non_null(strstr(text, "listening on"));
+	assert_null(strstr(text, "bad magic"));
+	assert_null(strstr(text, "reopened"));
+	free(text);
+	text = stop_recoveryd(&ra); /* alive until now: SIGHUP did not end it */
+	assert_non_null(strstr(text, "stored=")); /* the summary: stdout */
+	free(text);
+
+	/* Without --log, SIGHUP is harmless. */
+	start_recoveryd(&plain, "plain", store, pa, NULL);
+	assert_int_equal(proc_wait_output(&plain, "listening on", 20000), 0);
+	assert_int_equal(kill(plain.pid, SIGHUP), 0);
+	usleep(200000);
+	free(stop_recoveryd(&plain));
+
+	/* A log that cannot be opened: a clear error, status 1. */
+	snprintf(bad, sizeof(bad), "%s/no/such/dir/x.log", dir);
+	{
+		char *a[] = {"-c", ini, "-s", "q", "--dir", store, "--listen",
+			     listen, "--log", bad, NULL};
+
+		scenario_expect_tool("tb-recoveryd", out, a, 20000, 1,
+				     "No such file or directory");
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -395,6 +496,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(store_failure_ends_the_service,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(damaged_record_lost_alone_or_fetched_elsewhere,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(log_file_reopened_on_sighup,
 						setup, teardown),
 	};
 	return cmocka_run_group_tests_name("recovery_service", tests, NULL, NULL);
