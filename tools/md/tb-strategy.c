@@ -31,7 +31,10 @@
  * value seen (<hop>_most_negative, ns): stamps taken in two processes on
  * two cores can read a little out of order where the cores' TSCs are not
  * in step (some virtual machines).  At the end: a table of p50/p99/p99.9/max per hop,
- * one .hgrm file per hop (--hgrm-dir), and what the stream lost.
+ * one .hgrm file per hop (--hgrm-dir), and what the stream lost.  While it
+ * runs, two of them are exported in its counters file (tb_latency_*, for
+ * tb-stat and Prometheus): publish_to_receive of every message it is
+ * handed, and tick_to_trade of every order acked.
  *
  * Loss.  TB_GAP, TB_LAPPED and TB_DATA_LOSS from tb_sub_poll are counted,
  * with their ranges from tb_sub_loss (the first 16 printed as they happen).
@@ -121,6 +124,9 @@ static void usage(FILE *out)
 "usage: tb-strategy -c CONFIG -s STREAM [options]\n"
 "Keeps the top of book from a tickbus market-data stream, sends orders to\n"
 "tb-gateway when the spread is tight, and reports tick-to-trade per hop.\n"
+"While it runs, publish_to_receive (every message) and tick_to_trade (every\n"
+"order acked) are exported in its counters file (tb-stat, tb-stat\n"
+"--prometheus).\n"
 "options:\n"
 "  -c, --config FILE         tickbus config file (required)\n"
 "  -s, --stream NAME         stream to subscribe to (required)\n"
@@ -171,6 +177,8 @@ typedef struct strat {
 	uint64_t top_hash[MAX_INSTR];
 	pending_t pend[PENDING];
 	tb_hist_t *hop[NHOPS];
+	tb_latency_t *exp_receive;       /* publish_to_receive, every message */
+	tb_latency_t *exp_t2t;           /* tick_to_trade, every order acked */
 	uint64_t messages, replayed, recoveries;
 	uint64_t quotes, trades, level_updates, levels, instruments;
 	uint64_t statuses, malformed, unknown, out_of_range, orders, send_errors;
@@ -325,6 +333,7 @@ static void on_msg(void *ctx, const tb_msg_t *m)
 		s->first_seq = m->seq;
 	s->last_seq = m->seq;
 	s->messages++;
+	tb_latency_record(s->exp_receive, (int64_t)(m->receive_ns - m->publish_ns));
 	if (m->flags & TB_MSG_F_REPLAY)
 		s->replayed++;
 	switch (m->template_id) {
@@ -492,6 +501,7 @@ static int read_acks(strat_t *s)
 			tb_hist_record(s->hop[i], (int64_t)(ts[i + 1] - ts[i]));
 		}
 		tb_hist_record(s->hop[5], (int64_t)(ts[5] - ts[0]));
+		tb_latency_record(s->exp_t2t, (int64_t)(ts[5] - ts[0]));
 		s->disorder += bad;
 	}
 }
@@ -549,6 +559,22 @@ static int write_hgrms(strat_t *s, const char *dir, const char *name)
 		}
 	}
 	return rc;
+}
+
+/* The id of stream `name` of `config`, for the exported histograms'
+ * labels; 0 when it cannot be read (the open that follows says why). */
+static uint32_t stream_id_of(const char *config, const char *name)
+{
+	const tb_stream_cfg_t *st;
+	tb_config_t *cfg;
+	uint32_t id = 0;
+
+	if (tb_config_load(&cfg, config) < 0)
+		return 0;
+	if ((st = tb_config_stream(cfg, name)) != NULL)
+		id = st->id;
+	tb_config_free(cfg);
+	return id;
 }
 
 static uint64_t top_sum(const strat_t *s)
@@ -716,6 +742,15 @@ int main(int argc, char **argv)
 			config, tb_errmsg());
 		return 1;
 	}
+	{
+		uint32_t id = stream_id_of(config, stream);
+
+		if (tb_latency_open(&s.exp_receive, id, "publish_to_receive") ||
+		    tb_latency_open(&s.exp_t2t, id, "tick_to_trade")) {
+			fprintf(stderr, "tb-strategy: %s\n", tb_errmsg());
+			return 1;
+		}
+	}
 	tb_cli_on_stop_signals(&stop);
 	printf("%s: ready stream=%s gateway=%s\n", name, stream, gateway);
 	fflush(stdout);
@@ -807,6 +842,8 @@ int main(int argc, char **argv)
 	if (hgrm_dir && write_hgrms(&s, hgrm_dir, name) != 0)
 		failed = 1;
 	tb_subscriber_close(sub);
+	tb_latency_close(s.exp_receive);
+	tb_latency_close(s.exp_t2t);
 	tb_lvbook_destroy(s.book);
 	close(s.fd);
 	for (i = 0; i < NHOPS; i++)
