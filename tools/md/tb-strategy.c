@@ -66,7 +66,8 @@
  *
  * Stops when the stream closes (TB_CLOSED) or its publisher dies, on
  * SIGINT/SIGTERM, or after --timeout-ms; then waits up to --ack-wait-ms for
- * the acks still out.
+ * the acks still out.  Dropped by a live rc publisher (TB_EVICTED), it goes
+ * on: the transport reconnects (evictions=).
  *
  * Summary line (stdout), parsed by the scenario tests and tools/demo.sh:
  *   strategy: name=S closed=0|1 messages=N quotes=N trades=N
@@ -76,7 +77,7 @@
  *     gapped=N laps=N data_loss=N lost=N recoveries=N replayed=N
  *     top_checksum=0x... book_checksum=0x... first_seq=N last_seq=N
  *     seq_errors=N epochs=N deaths=N book_refused=N joined_at=S join_ms=T
- *     caught_up_ms=T
+ *     caught_up_ms=T evictions=N
  * (gapped: messages in TB_GAP ranges - being recovered where the stream has
  * recovery, missing where it has none; lost: in TB_LAPPED and TB_DATA_LOSS
  * ranges, gone for good)
@@ -587,7 +588,7 @@ static uint64_t top_sum(const strat_t *s)
 }
 
 typedef struct join {
-	uint64_t at, join_ms, caught_up_ms, epochs, deaths;
+	uint64_t at, join_ms, caught_up_ms, epochs, deaths, evictions;
 } join_t;
 
 static void report(strat_t *s, const char *name, int closed, uint64_t gaps,
@@ -633,7 +634,8 @@ static void report(strat_t *s, const char *name, int closed, uint64_t gaps,
 	       " book_checksum=0x%016" PRIx64 " first_seq=%" PRIu64
 	       " last_seq=%" PRIu64 " seq_errors=%" PRIu64 " epochs=%" PRIu64
 	       " deaths=%" PRIu64 " book_refused=%" PRIu64 " joined_at=%" PRIu64
-	       " join_ms=%" PRIu64 " caught_up_ms=%" PRIu64 "\n",
+	       " join_ms=%" PRIu64 " caught_up_ms=%" PRIu64 " evictions=%" PRIu64
+	       "\n",
 	       name, closed, s->messages, s->quotes, s->trades, s->level_updates,
 	       s->levels, s->instruments, s->statuses, s->malformed, s->unknown,
 	       s->out_of_range, s->orders, s->send_errors, s->acks, s->bad_acks,
@@ -641,7 +643,7 @@ static void report(strat_t *s, const char *name, int closed, uint64_t gaps,
 	       s->level_mismatch, gaps, gapped, laps, data_loss, lost, s->recoveries, s->replayed,
 	       sum, tb_lvbook_checksum(s->book), s->first_seq, s->last_seq,
 	       s->seq_errors, j->epochs, j->deaths, s->book_refused, j->at,
-	       j->join_ms, j->caught_up_ms);
+	       j->join_ms, j->caught_up_ms, j->evictions);
 	fflush(stdout);
 }
 
@@ -670,7 +672,7 @@ int main(int argc, char **argv)
 	const char *hgrm_dir = NULL, *gateway = "127.0.0.1:31010";
 	const char *snap_stream = NULL;
 	uint64_t snap_wait_ms = 30000, t_open;
-	join_t join = {0, 0, 0, 0, 0};
+	join_t join = {0, 0, 0, 0, 0, 0};
 	uint64_t core = UINT64_MAX, timeout_ms = 0, ack_wait_ms = 500, v, t0;
 	uint64_t gaps = 0, laps = 0, data_loss = 0, lost = 0, gapped = 0;
 	uint64_t printed = 0;
@@ -813,6 +815,14 @@ int main(int argc, char **argv)
 			fprintf(stderr, "%s: the publisher died\n", name);
 			join.deaths++;
 			closed = 1;
+			continue;
+		case TB_EVICTED:
+			/* An rc publisher, alive, dropped us (we missed its
+			 * liveness): the transport reconnects, and what it
+			 * missed comes as a loss. */
+			fprintf(stderr, "%s: dropped by the publisher; "
+				"reconnecting\n", name);
+			join.evictions++;
 			continue;
 		default:
 			fprintf(stderr, "%s: poll: %s\n", name, tb_strerror(n));
