@@ -877,11 +877,12 @@ int tb_recovery_client_fetch_one(const tb_endpoint_t *ep, const char *token,
 		return rc;
 	memset(reject, 0, sizeof(*reject));
 	rc = conn_dial(c, 0, reject);
-	if (rc == 0)
-		rc = n = tb_recovery_proto_encode(out, sizeof(out),
-						  c->conns[0].version,
-						  TB_RECOVERY_PROTO_REQUEST, req);
-	if (rc >= 0 && (rc = send_request(c, &c->conns[0], out, (size_t)n)) == 0)
+	if (rc == 0 && (n = tb_recovery_proto_encode(out, sizeof(out),
+						     c->conns[0].version,
+						     TB_RECOVERY_PROTO_REQUEST,
+						     req)) < 0)
+		rc = n;
+	if (rc == 0 && (rc = send_request(c, &c->conns[0], out, (size_t)n)) == 0)
 		rc = read_answer(c, &c->conns[0], req, fn, clientd, reject, &got,
 				 &cut);
 	if (delivered)
