@@ -133,7 +133,10 @@ static void usage(FILE *out)
 "subscribers over the recovery protocol.  SIGTERM or SIGINT stop it\n"
 "cleanly; it then prints one line per stream:\n"
 "  tb-recoveryd: stream NAME: stored=N first=F last=L holes=H lost=M\n"
-"    requests=R served=S rejects=J\n"
+"    requests=R served=S rejects=J damaged=D ...\n"
+"(damaged: requests refused because their range was lost to damage in the\n"
+"store - a corrupt record - so that the subscriber got it elsewhere or was\n"
+"told exactly that range was lost)\n"
 "options:\n"
 "  -c, --config FILE      stream configuration file (INI)\n"
 "  -s, --stream NAME      a stream of that file (repeat for more, up to 16)\n"
@@ -916,7 +919,8 @@ out:
 			printf("%s: stream %s: stored=%" PRIu64 " first=%" PRIu64
 			       " last=%" PRIu64 " holes=%" PRIu64 " lost=%" PRIu64
 			       " requests=%" PRIu64 " served=%" PRIu64
-			       " rejects=%" PRIu64 " malformed=%" PRIu64
+			       " rejects=%" PRIu64 " damaged=%" PRIu64
+			       " malformed=%" PRIu64
 			       " unauthorised=%" PRIu64 " connections=%" PRIu64
 			       " authenticated=%" PRIu64 " auth_failures=%" PRIu64
 			       " hello_timeouts=%" PRIu64 " evicted=%" PRIu64
@@ -926,7 +930,8 @@ out:
 			       st->store ? tb_store_first_seq(st->store) : 0,
 			       st->store ? tb_store_last_seq(st->store) : 0,
 			       st->holes, st->lost, rs.requests, rs.served,
-			       rejects, rs.rejects[TB_RECOVERY_PROTO_REJ_MALFORMED],
+			       rejects, rs.rejects[TB_RECOVERY_PROTO_REJ_LOST],
+			       rs.rejects[TB_RECOVERY_PROTO_REJ_MALFORMED],
 			       rs.rejects[TB_RECOVERY_PROTO_REJ_UNAUTHORISED],
 			       rs.connections, rs.authenticated, rs.auth_failures,
 			       rs.hello_timeouts, rs.evicted, rs.conn_limited,

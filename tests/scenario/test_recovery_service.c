@@ -386,7 +386,7 @@ static void damaged_record_lost_alone_or_fetched_elsewhere(void **state)
 	free(out);
 
 	out = stop_recoveryd(&ra);
-	assert_true(proc_field_u64(out, "rejects") >= 2); /* LOST, twice */
+	assert_true(proc_field_u64(out, "damaged") >= 2); /* LOST, to each */
 	free(out);
 	free(stop_recoveryd(&rb));
 }
