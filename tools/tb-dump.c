@@ -7,7 +7,10 @@
  * A message the schema cannot decode (another schema, a truncated block, a
  * group past the end, an unknown template) is printed as an error line with
  * the decoder's reason and counted; the dump goes on.  Losses reported by
- * the subscriber (gaps, laps) are printed in line, where they happened.
+ * the subscriber (gaps, laps, what recovery gave up on) are printed in
+ * line, where they happened.  Dropped by a live rc publisher (TB_EVICTED),
+ * the dump goes on: the transport reconnects, and what it missed shows as
+ * a loss.
  */
 #include <tickbus/tickbus.h>
 #include "tools/cli.h"
@@ -156,11 +159,14 @@ static int dump_live(struct dump *d, const char *config, const char *stream,
 		int n = tb_sub_poll(sub, on_msg, d, want < READ_BATCH ? (int)want
 								       : READ_BATCH);
 
-		if (n == TB_LAPPED || n == TB_GAP) {
+		if (n == TB_LAPPED || n == TB_GAP || n == TB_DATA_LOSS) {
 			uint64_t a, b;
 
 			if (tb_sub_loss(sub, &a, &b) == 0)
 				print_gap(d, a, b);
+		} else if (n == TB_EVICTED) {
+			fprintf(stderr, "tb-dump: dropped by the publisher; "
+				"reconnecting\n");
 		} else if (n == TB_CLOSED) {
 			*end = "closed";
 			break;

@@ -20,7 +20,10 @@
  * a read of the disk.  Older frames of the current epoch come from the
  * store; frames of an earlier epoch (a subscriber still recovering what it
  * lost before the publisher restarted) from that epoch's store on disk,
- * opened read-only.  When the publisher is gone, the stream stays served:
+ * opened read-only.  A record the store finds damaged is a hole with an
+ * exact range (tb_store_lost), which the server tells the subscriber
+ * (the LOST reject), so that it gets that range from another service or
+ * reports exactly it lost, and is served on after it.  When the publisher is gone, the stream stays served:
  * a restarted service opens the newest epoch on disk, and the WELCOME of
  * the recovery protocol names it, so a subscriber that joins late, after
  * the publisher exited, is served all the same.
@@ -38,6 +41,14 @@
  * service with exit status 1, so that a supervisor restarts it: a service
  * that goes on without storing would answer "too old" for what it failed
  * to keep.
+ *
+ * Logging: every log line (its own and the library's warnings) goes to
+ * stderr; with --log FILE, stderr is FILE, opened for appending, and
+ * SIGHUP opens FILE again (logrotate's rename-then-HUP): the descriptor
+ * is swapped with dup2, so a line being written by another thread goes
+ * whole to one file or the other.  SIGHUP is taken by the main thread
+ * only (the others start with it blocked) and is harmless without --log.
+ * The summary lines at the end go to stdout.
  *
  * Threads: the main thread polls every subscription and appends to the
  * stores and windows; the server's threads read them.  One mutex per
@@ -57,6 +68,7 @@
 #include "publisher/retention.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -109,6 +121,8 @@ static char store_dir[TB_PATH_MAX];
 static tb_store_sync_t sync_mode = TB_STORE_SYNC_NONE;
 static uint64_t segment_bytes;
 static uint64_t window_bytes = WINDOW_DEFAULT;
+static const char *log_path;
+static volatile sig_atomic_t reopen_log;
 
 static void usage(FILE *out)
 {
@@ -119,7 +133,10 @@ static void usage(FILE *out)
 "subscribers over the recovery protocol.  SIGTERM or SIGINT stop it\n"
 "cleanly; it then prints one line per stream:\n"
 "  tb-recoveryd: stream NAME: stored=N first=F last=L holes=H lost=M\n"
-"    requests=R served=S rejects=J\n"
+"    requests=R served=S rejects=J damaged=D ...\n"
+"(damaged: requests refused because their range was lost to damage in the\n"
+"store - a corrupt record - so that the subscriber got it elsewhere or was\n"
+"told exactly that range was lost)\n"
 "options:\n"
 "  -c, --config FILE      stream configuration file (INI)\n"
 "  -s, --stream NAME      a stream of that file (repeat for more, up to 16)\n"
@@ -144,11 +161,84 @@ static void usage(FILE *out)
 "      --auth-delay-ms N  a wrong token is answered after N ms, twice as long\n"
 "                         for each further one from its address (default 200,\n"
 "                         up to 5000)\n"
+"      --log FILE         append log lines to FILE (created 0640) instead of\n"
+"                         stderr; SIGHUP opens FILE again, so logrotate can\n"
+"                         rename it and send SIGHUP (postrotate), or use\n"
+"                         copytruncate\n"
 "  -h, --help             this text\n"
 "Refused connections and wrong tokens are counted, and logged at most once a\n"
-"second per kind with the number of the others.\n"
+"second per kind with the number of the others.  SIGHUP reopens the --log\n"
+"file (and does nothing else).\n"
 "exit status: 0 stopped by a signal, 1 error (a store that failed: disk full,\n"
 "I/O error), 2 usage\n");
+}
+
+/* ------------------------------------------------------------------ log */
+
+static void on_hup(int sig)
+{
+	(void)sig;
+	reopen_log = 1;
+}
+
+/* Makes stderr the end of log_path (created 0640 if missing).  0, or -1
+ * with a message on the stderr of before, which is kept. */
+static int log_open(void)
+{
+	int fd = open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC |
+		      O_NOCTTY, 0640);
+
+	if (fd < 0) {
+		fprintf(stderr, "%s: --log %s: %s\n", prog, log_path,
+			strerror(errno));
+		return -1;
+	}
+	fflush(stderr);
+	if (dup2(fd, STDERR_FILENO) < 0) {
+		fprintf(stderr, "%s: --log %s: dup2: %s\n", prog, log_path,
+			strerror(errno));
+		close(fd);
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
+/* SIGHUP: the log again at its path (logrotate moved the old one). */
+static void log_reopen(void)
+{
+	reopen_log = 0;
+	if (!log_path)
+		return;
+	if (log_open() == 0)
+		fprintf(stderr, "%s: log reopened (SIGHUP), pid %d\n", prog,
+			(int)getpid());
+}
+
+/* SIGHUP to the main thread only: blocked before any thread starts (they
+ * inherit the mask), taken once they all have (log_hup_take). */
+static void log_hup_block(void)
+{
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
+
+static void log_hup_take(void)
+{
+	struct sigaction sa;
+	sigset_t set;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_hup;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGHUP, &sa, NULL);
+	sigemptyset(&set);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 }
 
 /* ---------------------------------------------------------------- store */
@@ -466,6 +556,30 @@ static int src_epoch_read(void *sd, uint64_t epoch, uint64_t first, int max,
 	return rc;
 }
 
+/* The range around `seq` of `epoch` that the store lost to damage (a
+ * read said TB_STORE_LOST): 1 with it, or 0.  The store of the current
+ * epoch under the stream's lock, an earlier one's under old_lock. */
+static int src_lost(void *sd, uint64_t epoch, uint64_t seq, uint64_t *first,
+		    uint64_t *last)
+{
+	struct stream *st = sd;
+	tb_store_t *s;
+	int rc = 0, current;
+
+	pthread_mutex_lock(&st->lock);
+	current = st->store && st->epoch == epoch;
+	if (current)
+		rc = tb_store_lost(st->store, seq, first, last);
+	pthread_mutex_unlock(&st->lock);
+	if (current)
+		return rc;
+	pthread_mutex_lock(&st->old_lock);
+	if ((s = old_store(st, epoch)) != NULL)
+		rc = tb_store_lost(s, seq, first, last);
+	pthread_mutex_unlock(&st->old_lock);
+	return rc;
+}
+
 /* ------------------------------------------------------------------ main */
 
 static int open_stream(struct stream *st, const tb_stream_cfg_t *cfg,
@@ -575,6 +689,7 @@ int main(int argc, char **argv)
 		{"max-pending-per-addr", required_argument, 0, 'A'},
 		{"conn-rate", required_argument, 0, 'N'},
 		{"auth-delay-ms", required_argument, 0, 'D'},
+		{"log", required_argument, 0, 'O'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
@@ -682,6 +797,12 @@ int main(int argc, char **argv)
 			else
 				rcfg.auth_delay_ms = (uint32_t)v;
 			break;
+		case 'O':
+			if (!*optarg)
+				bad = "--log";
+			else
+				log_path = optarg;
+			break;
 		case 'h':
 		default: return tb_cli_usage_exit(usage, c);
 		}
@@ -697,6 +818,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s: --listen %s: %s\n", prog, listen, tb_errmsg());
 		return 2;
 	}
+	if (log_path && log_open() < 0)
+		return 1;
+	log_hup_block();
 	if (tb_config_load(&file, config) < 0) {
 		fprintf(stderr, "%s: %s\n", prog, tb_errmsg());
 		return 1;
@@ -727,6 +851,7 @@ int main(int argc, char **argv)
 		src[i].epoch_bounds = src_epoch_bounds;
 		src[i].epoch_read = src_epoch_read;
 		src[i].copy = src_copy;
+		src[i].lost = src_lost;
 		src[i].sd = &streams[i];
 	}
 	if (tb_recovery_server_open(&srv, &rcfg, src, n) < 0) {
@@ -737,11 +862,14 @@ int main(int argc, char **argv)
 	fprintf(stderr, "%s: listening on %s:%u\n", prog, rcfg.listen.host,
 		tb_recovery_server_port(srv));
 	tb_cli_on_stop_signals(&stop);
+	log_hup_take();
 
 	tb_idle_init(&idle, TB_IDLE_SPIN_YIELD);
 	while (!stop) {
 		int work = 0;
 
+		if (reopen_log)
+			log_reopen();
 		for (int i = 0; i < n && !stop; i++) {
 			struct stream *st = &streams[i];
 			uint64_t a, b;
@@ -791,7 +919,8 @@ out:
 			printf("%s: stream %s: stored=%" PRIu64 " first=%" PRIu64
 			       " last=%" PRIu64 " holes=%" PRIu64 " lost=%" PRIu64
 			       " requests=%" PRIu64 " served=%" PRIu64
-			       " rejects=%" PRIu64 " malformed=%" PRIu64
+			       " rejects=%" PRIu64 " damaged=%" PRIu64
+			       " malformed=%" PRIu64
 			       " unauthorised=%" PRIu64 " connections=%" PRIu64
 			       " authenticated=%" PRIu64 " auth_failures=%" PRIu64
 			       " hello_timeouts=%" PRIu64 " evicted=%" PRIu64
@@ -801,7 +930,8 @@ out:
 			       st->store ? tb_store_first_seq(st->store) : 0,
 			       st->store ? tb_store_last_seq(st->store) : 0,
 			       st->holes, st->lost, rs.requests, rs.served,
-			       rejects, rs.rejects[TB_RECOVERY_PROTO_REJ_MALFORMED],
+			       rejects, rs.rejects[TB_RECOVERY_PROTO_REJ_LOST],
+			       rs.rejects[TB_RECOVERY_PROTO_REJ_MALFORMED],
 			       rs.rejects[TB_RECOVERY_PROTO_REJ_UNAUTHORISED],
 			       rs.connections, rs.authenticated, rs.auth_failures,
 			       rs.hello_timeouts, rs.evicted, rs.conn_limited,

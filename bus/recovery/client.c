@@ -18,6 +18,13 @@
  * in that buffer, so that a replay of small frames costs one system call
  * per buffer and no copy; only a frame that is misaligned or larger than
  * the buffer is copied first.
+ *
+ * Versions (proto.h): a connection asks in the current version; a server
+ * of version 2 refuses that HELLO as malformed, in version 2, and is then
+ * dialled again and asked in version 2 (which has no LOST reject: such a
+ * server cuts an answer short at a damaged record, and the client waits
+ * for another service or its deadline, as before version 3).  Every
+ * answer on a connection must come in its version.
  */
 #include "bus/recovery/client.h"
 
@@ -50,6 +57,7 @@ struct rconn {
 	uint64_t welcome_ms;
 	uint32_t max_count;     /* what a request may ask: WELCOME, or less
 				   after a TOO_LARGE */
+	uint8_t version;        /* spoken on this connection */
 	uint64_t retry_ms;      /* maintain: do not dial before */
 	uint32_t backoff_ms;
 };
@@ -230,16 +238,29 @@ static int read_frame(tb_recovery_client_t *c, struct rconn *k, uint64_t i,
 	return 0;
 }
 
+/* A message of another version than the connection's: broken. */
+static int version_check(const struct rconn *k,
+			 const tb_recovery_proto_msg_t *m)
+{
+	if (m->version == k->version)
+		return 0;
+	return tb_error_set(TB_EPROTO, "a %s of version %u on a connection of "
+			  "version %u", tb_recovery_proto_type_name(m->type),
+			  m->version, k->version);
+}
+
 /*
  * Reads the answer to `req` on `k`: its frames go to `fn` in order.
- * Returns the frames delivered (fewer than asked only when the server cut
- * the answer short), TB_RECOVERY_CLIENT_REJECTED with *reject, or an
- * error; *delivered counts what went to `fn` either way.
+ * Returns the frames delivered (fewer than asked when the server served up
+ * to the latest it holds, or cut the answer short: then *cut is 1),
+ * TB_RECOVERY_CLIENT_REJECTED with *reject, or an error; *delivered counts
+ * what went to `fn` either way.
  */
 static int read_answer(tb_recovery_client_t *c, struct rconn *k,
 		       const tb_recovery_proto_request_t *req,
 		       tb_recovery_client_frame_fn fn, void *clientd,
-		       tb_recovery_proto_reject_t *reject, uint64_t *delivered)
+		       tb_recovery_proto_reject_t *reject, uint64_t *delivered,
+		       int *cut)
 {
 	tb_recovery_proto_msg_t m;
 	tb_recovery_proto_begin_t begin;
@@ -247,7 +268,8 @@ static int read_answer(tb_recovery_client_t *c, struct rconn *k,
 	int rc;
 
 	*delivered = 0;
-	if ((rc = read_msg(c, k, &m)) < 0)
+	*cut = 0;
+	if ((rc = read_msg(c, k, &m)) < 0 || (rc = version_check(k, &m)) < 0)
 		return rc;
 	if (m.type == TB_RECOVERY_PROTO_REJECT) {
 		*reject = m.reject;
@@ -313,7 +335,8 @@ static int read_answer(tb_recovery_client_t *c, struct rconn *k,
 		word = le32toh(word);
 		if ((word & 0xffffu) == TB_RECOVERY_PROTO_MAGIC &&
 		    word > TB_FRAME_MAX_LEN) {
-			if ((rc = read_msg(c, k, &m)) < 0)
+			if ((rc = read_msg(c, k, &m)) < 0 ||
+			    (rc = version_check(k, &m)) < 0)
 				return rc;
 			if (m.type != TB_RECOVERY_PROTO_RESPONSE_END)
 				return tb_error_set(TB_EPROTO, "%s between frames",
@@ -327,6 +350,7 @@ static int read_answer(tb_recovery_client_t *c, struct rconn *k,
 						  m.end.status == TB_RECOVERY_PROTO_END_COMPLETE ?
 						  "complete" : "truncated",
 						  (unsigned long long)i, begin.count);
+			*cut = m.end.status == TB_RECOVERY_PROTO_END_TRUNCATED;
 			return (int)i;
 		}
 		if ((rc = read_frame(c, k, i, &f)) < 0)
@@ -362,17 +386,36 @@ static int conn_hello(tb_recovery_client_t *c, int i,
 	int n, rc;
 
 	k->connecting = 0;
+	k->version = TB_RECOVERY_PROTO_VERSION;
+again:
 	memset(&h, 0, sizeof(h));
 	h.stream_id = c->cfg.stream_id;
 	snprintf(h.token, sizeof(h.token), "%s", c->token);
 	tb_net_reader_init(&k->in, k->fd, k->buf, CONN_BUF);
 	tb_net_reader_spin(&k->in, (uint64_t)c->cfg.spin_us * 1000u);
-	if ((n = tb_recovery_proto_encode_hello(out, sizeof(out), &h)) < 0) {
+	if ((n = tb_recovery_proto_encode(out, sizeof(out), k->version,
+					  TB_RECOVERY_PROTO_HELLO, &h)) < 0) {
 		rc = n;
 		goto fail;
 	}
 	if ((rc = send_request(c, k, out, (size_t)n)) < 0 ||
 	    (rc = read_msg(c, k, &m)) < 0)
+		goto fail;
+	if (m.type == TB_RECOVERY_PROTO_REJECT &&
+	    m.reject.reason == TB_RECOVERY_PROTO_REJ_MALFORMED &&
+	    m.version < k->version) {
+		/* A server of an older version: ask again in its own. */
+		tb_info("recovery: %s:%u speaks version %u; asking in it",
+			c->eps[i].host, c->eps[i].port, m.version);
+		close(k->fd);
+		k->fd = -1;
+		if ((rc = tb_net_dial(&c->eps[i], c->cfg.io_timeout_ms)) < 0)
+			goto fail;
+		k->fd = rc;
+		k->version = m.version;
+		goto again;
+	}
+	if ((rc = version_check(k, &m)) < 0)
 		goto fail;
 	if (m.type == TB_RECOVERY_PROTO_REJECT) {
 		*reject = m.reject;
@@ -525,12 +568,13 @@ static int on_frame(void *arg, const tb_frame_hdr_t *f)
 	return x->fn(x->clientd, f);
 }
 
-enum { ASK_DONE = 0, ASK_SHORT = 1 };
+enum { ASK_DONE = 0, ASK_SHORT = 1, ASK_CUT = 2 };
 
 /*
  * Asks endpoint `i` for [x->next, last] of *epoch, several requests in
  * flight.  ASK_DONE when all came; ASK_SHORT when an answer stopped short
- * of what was asked (*got: the frames of this call); or
+ * of what was asked at the latest the service holds, ASK_CUT when the
+ * service cut it short (*got: the frames of this call); or
  * TB_RECOVERY_CLIENT_REJECTED (*rej), TB_ESTATE, or another error, after
  * which the connection is closed.
  */
@@ -579,6 +623,7 @@ static int ask(tb_recovery_client_t *c, int i, uint64_t *epoch, uint64_t last,
 		size_t olen = 0;
 		uint64_t delivered;
 		tb_recovery_proto_request_t *r;
+		int cut;
 
 		while (n_in < depth && send_next <= last) {
 			r = &q[(head + n_in) % PIPELINE_MAX];
@@ -588,8 +633,10 @@ static int ask(tb_recovery_client_t *c, int i, uint64_t *epoch, uint64_t last,
 			r->first = send_next;
 			r->count = last - send_next + 1 < k->max_count ?
 				   (uint32_t)(last - send_next + 1) : k->max_count;
-			rc = tb_recovery_proto_encode_request(out + olen,
-							      sizeof(out) - olen, r);
+			rc = tb_recovery_proto_encode(out + olen,
+						      sizeof(out) - olen,
+						      k->version,
+						      TB_RECOVERY_PROTO_REQUEST, r);
 			if (rc < 0)
 				return rc;
 			olen += (size_t)rc;
@@ -602,7 +649,7 @@ static int ask(tb_recovery_client_t *c, int i, uint64_t *epoch, uint64_t last,
 		if (olen && (rc = send_request(c, k, out, olen)) < 0)
 			goto broken;
 		r = &q[head % PIPELINE_MAX];
-		rc = read_answer(c, k, r, on_frame, x, rej, &delivered);
+		rc = read_answer(c, k, r, on_frame, x, rej, &delivered, &cut);
 		*got += delivered;
 		head++;
 		n_in--;
@@ -618,7 +665,7 @@ static int ask(tb_recovery_client_t *c, int i, uint64_t *epoch, uint64_t last,
 		if ((uint32_t)rc < r->count) {
 			if (n_in)
 				conn_close(k);
-			return ASK_SHORT;
+			return cut ? ASK_CUT : ASK_SHORT;
 		}
 	}
 broken:
@@ -662,11 +709,14 @@ int tb_recovery_client_get(tb_recovery_client_t *c, uint64_t epoch,
 				  "callback");
 	deadline = tb_clock_mono_ms() + cfg->deadline_ms;
 	while (x.next <= last) {
-		uint64_t progress = x.next, oldest_earliest = 0;
+		uint64_t progress = x.next, held_from = 0;
 		uint32_t wait_ms = 0;
-		/* Lost means: every endpoint that answered said "too old"
-		 * (one that is down cannot say otherwise). */
-		int too_old = 0, other = 0;
+		/* Lost means: every endpoint that answered said it does not
+		 * hold x.next ("too old", or "lost" to damage; one that is
+		 * down cannot say otherwise); what is lost is what none of
+		 * them holds, up to the first sequence one of them does
+		 * (held_from). */
+		int unheld = 0, other = 0;
 
 		for (int i = 0; i < cfg->n_endpoints && x.next <= last; i++) {
 			tb_recovery_proto_reject_t rej;
@@ -680,12 +730,16 @@ int tb_recovery_client_get(tb_recovery_client_t *c, uint64_t epoch,
 				return rc;
 			if (rc == ASK_DONE)
 				break;
-			if (rc == ASK_SHORT) {
-				other++;
-				if (cfg->until_latest)
+			if (rc == ASK_SHORT || rc == ASK_CUT) {
+				if (cfg->until_latest && rc == ASK_SHORT)
 					goto done; /* served up to the latest */
-				if (got > 0)
-					i--; /* same endpoint again for the rest */
+				if (got > 0) {
+					/* The same endpoint again for the
+					 * rest: its answer then counts. */
+					i--;
+					continue;
+				}
+				other++;
 				continue;
 			}
 			if (rc != TB_RECOVERY_CLIENT_REJECTED) {
@@ -700,11 +754,20 @@ int tb_recovery_client_get(tb_recovery_client_t *c, uint64_t epoch,
 			if (cfg->until_latest && rej.reason == TB_RECOVERY_PROTO_REJ_NOT_YET &&
 			    rej.latest_seq < x.next)
 				goto done; /* nothing beyond what we have */
-			if (rej.reason == TB_RECOVERY_PROTO_REJ_TOO_OLD) {
-				if (oldest_earliest == 0 ||
-				    rej.earliest_seq < oldest_earliest)
-					oldest_earliest = rej.earliest_seq;
-				too_old++;
+			if ((rej.reason == TB_RECOVERY_PROTO_REJ_TOO_OLD &&
+			     rej.earliest_seq > x.next) ||
+			    (rej.reason == TB_RECOVERY_PROTO_REJ_LOST &&
+			     rej.lost_last >= x.next)) {
+				/* Not held here up to `from` - 1: the next
+				 * endpoint may have it. */
+				uint64_t from = rej.reason == TB_RECOVERY_PROTO_REJ_LOST ?
+						(rej.lost_last == UINT64_MAX ?
+						 UINT64_MAX : rej.lost_last + 1) :
+						rej.earliest_seq;
+
+				if (held_from == 0 || from < held_from)
+					held_from = from;
+				unheld++;
 				continue;
 			}
 			if (rej.reason == TB_RECOVERY_PROTO_REJ_TOO_LARGE &&
@@ -722,9 +785,8 @@ int tb_recovery_client_get(tb_recovery_client_t *c, uint64_t epoch,
 		}
 		if (x.next > last)
 			break;
-		if (too_old && !other && oldest_earliest > x.next) {
-			uint64_t gone = oldest_earliest - 1 < last ?
-					oldest_earliest - 1 : last;
+		if (unheld && !other) {
+			uint64_t gone = held_from - 1 < last ? held_from - 1 : last;
 
 			stats->lost += gone - x.next + 1;
 			if (loss)
@@ -797,10 +859,12 @@ int tb_recovery_client_fetch_one(const tb_endpoint_t *ep, const char *token,
 	tb_recovery_client_cfg_t cfg;
 	tb_recovery_client_t *c;
 	uint64_t got = 0;
-	int n, rc;
+	int n, rc, cut;
 
 	if (delivered)
 		*delivered = 0;
+	/* Checked before anything is dialled; sent in the connection's
+	 * version below. */
 	if ((n = tb_recovery_proto_encode_request(out, sizeof(out), req)) < 0)
 		return n;
 	tb_recovery_client_cfg_init(&cfg);
@@ -813,8 +877,14 @@ int tb_recovery_client_fetch_one(const tb_endpoint_t *ep, const char *token,
 		return rc;
 	memset(reject, 0, sizeof(*reject));
 	rc = conn_dial(c, 0, reject);
+	if (rc == 0 && (n = tb_recovery_proto_encode(out, sizeof(out),
+						     c->conns[0].version,
+						     TB_RECOVERY_PROTO_REQUEST,
+						     req)) < 0)
+		rc = n;
 	if (rc == 0 && (rc = send_request(c, &c->conns[0], out, (size_t)n)) == 0)
-		rc = read_answer(c, &c->conns[0], req, fn, clientd, reject, &got);
+		rc = read_answer(c, &c->conns[0], req, fn, clientd, reject, &got,
+				 &cut);
 	if (delivered)
 		*delivered = got;
 	tb_recovery_client_close(c);

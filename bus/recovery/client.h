@@ -18,8 +18,11 @@
  * is left for the next; a round over all of them that made no progress is
  * retried after a backoff that doubles (a rate-limited or busy reject's
  * retry delay is honoured), until the whole range is delivered or the
- * deadline passes.  When every endpoint that answers says "too old", the
- * part no one holds is reported lost (`loss`) and the rest is fetched.
+ * deadline passes.  An endpoint that lost part of the range to damage
+ * (a corrupt record in its store: the LOST reject, with the range's end)
+ * is left for the next, which is asked for the range first.  When every
+ * endpoint that answers says "too old" or "lost", the part no one holds
+ * is reported lost (`loss`), exactly, and the rest is fetched.
  * The I/O timeout is a deadline per step (net.h): the dial, a request's
  * write, and the read of each protocol message and of each frame.
  *

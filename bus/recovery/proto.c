@@ -19,7 +19,8 @@
  * to, the first sequence and how many.  The server either refuses with a
  * REJECT whose `detail` is the one number the subscriber needs to decide
  * (ask again from the earliest stored sequence, wait for the latest, split
- * the range, back off for so many milliseconds, move to the current epoch),
+ * the range, back off for so many milliseconds, move to the current epoch,
+ * get the range up to `detail` elsewhere because it was lost to damage here),
  * or it answers RESPONSE_BEGIN, then exactly the frames it announced, in
  * sequence order, as tickbus frames (frame.h) back to back, then
  * RESPONSE_END.  The frames are the very bytes the publisher wrote, so the
@@ -44,10 +45,17 @@
  * its own version, whose type (4) and layout (stream id, reason, detail,
  * text at 8, 12, 16, 24) never change, and the subscriber's decoder reports
  * TB_EFORMAT naming both versions.  The frames in a response carry their
- * own version (TB_FRAME_VERSION), checked frame by frame.  This build
- * speaks version 2, which added HELLO and WELCOME and took the token out of
- * REQUEST (version 1 sent it with every request, and had no way to hold a
- * connection open before the first gap).
+ * own version (TB_FRAME_VERSION), checked frame by frame.  Version 2 added
+ * HELLO and WELCOME and took the token out of REQUEST (version 1 sent it
+ * with every request, and had no way to hold a connection open before the
+ * first gap).  Version 3 added one reject reason, LOST, and changed no
+ * layout, so this build speaks both: each version is a table below (the
+ * same types; REJECT's reasons end at BUSY in version 2), a message is
+ * decoded by the table of the version it names, and a server answers in
+ * the version of the connection's HELLO (tb_recovery_proto_encode), so a
+ * subscriber of version 2 reads exactly the bytes it always read.  A
+ * client asks in version 3, and again in version 2 when a server of
+ * version 2 refuses its HELLO as malformed (recovery/client.c).
  *
  * Errors: as wire.h; messages start "recovery <TYPE>:" and name the
  * field.
@@ -70,6 +78,7 @@ static const char *const reject_names[TB_RECOVERY_PROTO_REJ_MAX + 1] = {
 	[TB_RECOVERY_PROTO_REJ_MALFORMED] = "malformed",
 	[TB_RECOVERY_PROTO_REJ_UNKNOWN_STREAM] = "unknown stream",
 	[TB_RECOVERY_PROTO_REJ_EPOCH_MISMATCH] = "epoch mismatch",
+	[TB_RECOVERY_PROTO_REJ_LOST] = "lost",
 };
 
 const char *tb_recovery_proto_reject_name(unsigned reason)
@@ -136,16 +145,19 @@ static int check_end(const tb_recovery_proto_end_t *m, int code)
 	return 0;
 }
 
-static int check_reject(const tb_recovery_proto_reject_t *m, int code)
+/* `max`: the last reason of the version (REJ_MAX_V2 or REJ_MAX). */
+static int check_reject(const tb_recovery_proto_reject_t *m, unsigned max,
+			int code)
 {
 	const char *ctx = "recovery REJECT";
 	uint64_t lo = 0, hi = 0;
 	const char *what = "detail";
 	int rc;
 
-	if ((rc = tb_wire_enum_check(ctx, "reason", m->reason,
-				     TB_RECOVERY_PROTO_REJ_MAX, "a reject reason",
-				     code)) < 0)
+	if ((rc = tb_wire_enum_check(ctx, "reason", m->reason, max,
+				     max == TB_RECOVERY_PROTO_REJ_MAX ?
+				     "a reject reason" :
+				     "a reject reason of version 2", code)) < 0)
 		return rc;
 	switch (m->reason) {
 	case TB_RECOVERY_PROTO_REJ_TOO_OLD:
@@ -163,6 +175,9 @@ static int check_reject(const tb_recovery_proto_reject_t *m, int code)
 		break;
 	case TB_RECOVERY_PROTO_REJ_EPOCH_MISMATCH:
 		what = "current_epoch", lo = 1, hi = UINT64_MAX;
+		break;
+	case TB_RECOVERY_PROTO_REJ_LOST:
+		what = "lost_last", lo = 1, hi = UINT64_MAX;
 		break;
 	default:
 		break; /* unauthorised, malformed, unknown stream: detail 0 */
@@ -323,13 +338,13 @@ static int get_end(const void *wire, void *msg)
 	return check_end(m, TB_EPROTO);
 }
 
-static int put_reject(void *wire, const void *msg)
+static int reject_put(void *wire, const void *msg, unsigned max)
 {
 	tb_recovery_proto_wire_reject_t *w = wire;
 	const tb_recovery_proto_reject_t *m = msg;
 	int rc;
 
-	if ((rc = check_reject(m, TB_EINVAL)) < 0 ||
+	if ((rc = check_reject(m, max, TB_EINVAL)) < 0 ||
 	    (rc = tb_wire_str_put("recovery REJECT", "text", w->text, m->text,
 				  sizeof(w->text), TB_WIRE_STR_TEXT)) < 0)
 		return rc;
@@ -339,7 +354,7 @@ static int put_reject(void *wire, const void *msg)
 	return 0;
 }
 
-static int get_reject(const void *wire, void *msg)
+static int reject_get(const void *wire, void *msg, unsigned max)
 {
 	const tb_recovery_proto_wire_reject_t *w = wire;
 	tb_recovery_proto_reject_t *m = msg;
@@ -348,7 +363,7 @@ static int get_reject(const void *wire, void *msg)
 	m->stream_id = le32toh(w->stream_id);
 	m->reason = le32toh(w->reason);
 	m->detail = le64toh(w->detail);
-	if ((rc = check_reject(m, TB_EPROTO)) < 0 ||
+	if ((rc = check_reject(m, max, TB_EPROTO)) < 0 ||
 	    (rc = tb_wire_str_check("recovery REJECT", "text", w->text,
 				    sizeof(w->text), TB_WIRE_STR_TEXT)) < 0)
 		return rc;
@@ -356,8 +371,29 @@ static int get_reject(const void *wire, void *msg)
 	return 0;
 }
 
-/* ------------------------------------------------------ the protocol table */
+static int put_reject(void *wire, const void *msg)
+{
+	return reject_put(wire, msg, TB_RECOVERY_PROTO_REJ_MAX);
+}
 
+static int get_reject(const void *wire, void *msg)
+{
+	return reject_get(wire, msg, TB_RECOVERY_PROTO_REJ_MAX);
+}
+
+static int put_reject_v2(void *wire, const void *msg)
+{
+	return reject_put(wire, msg, TB_RECOVERY_PROTO_REJ_MAX_V2);
+}
+
+static int get_reject_v2(const void *wire, void *msg)
+{
+	return reject_get(wire, msg, TB_RECOVERY_PROTO_REJ_MAX_V2);
+}
+
+/* ----------------------------------------------------- the protocol tables */
+
+/* Version 3, the current one. */
 static const tb_wire_type_t rproto_types[TB_RECOVERY_PROTO_TYPE_MAX + 1] = {
 	[TB_RECOVERY_PROTO_REQUEST] = {"REQUEST",
 		sizeof(tb_recovery_proto_wire_request_t), put_request, get_request},
@@ -373,6 +409,23 @@ static const tb_wire_type_t rproto_types[TB_RECOVERY_PROTO_TYPE_MAX + 1] = {
 		sizeof(tb_recovery_proto_wire_welcome_t), put_welcome, get_welcome},
 };
 
+/* Version 2: the same layouts; REJECT's reasons end at BUSY. */
+static const tb_wire_type_t rproto_v2_types[TB_RECOVERY_PROTO_TYPE_MAX + 1] = {
+	[TB_RECOVERY_PROTO_REQUEST] = {"REQUEST",
+		sizeof(tb_recovery_proto_wire_request_t), put_request, get_request},
+	[TB_RECOVERY_PROTO_RESPONSE_BEGIN] = {"RESPONSE_BEGIN",
+		sizeof(tb_recovery_proto_wire_begin_t), put_begin, get_begin},
+	[TB_RECOVERY_PROTO_RESPONSE_END] = {"RESPONSE_END",
+		sizeof(tb_recovery_proto_wire_end_t), put_end, get_end},
+	[TB_RECOVERY_PROTO_REJECT] = {"REJECT",
+		sizeof(tb_recovery_proto_wire_reject_t), put_reject_v2,
+		get_reject_v2},
+	[TB_RECOVERY_PROTO_HELLO] = {"HELLO",
+		sizeof(tb_recovery_proto_wire_hello_t), put_hello, get_hello},
+	[TB_RECOVERY_PROTO_WELCOME] = {"WELCOME",
+		sizeof(tb_recovery_proto_wire_welcome_t), put_welcome, get_welcome},
+};
+
 static const tb_wire_proto_t rproto = {
 	.name = "recovery",
 	.magic = TB_RECOVERY_PROTO_MAGIC,
@@ -382,8 +435,38 @@ static const tb_wire_proto_t rproto = {
 	.types = rproto_types,
 };
 
+static const tb_wire_proto_t rproto_v2 = {
+	.name = "recovery",
+	.magic = TB_RECOVERY_PROTO_MAGIC,
+	.version = 2,
+	.type_max = TB_RECOVERY_PROTO_TYPE_MAX,
+	.msg_max = TB_RECOVERY_PROTO_MSG_MAX,
+	.types = rproto_v2_types,
+};
+
 _Static_assert(TB_RECOVERY_PROTO_MSG_MAX <= TB_WIRE_MSG_MAX,
 	       "recovery: wire scratch");
+_Static_assert(TB_RECOVERY_PROTO_VERSION_MIN == 2 &&
+	       TB_RECOVERY_PROTO_VERSION == 3, "recovery: one table a version");
+
+/* The table of `version`; NULL for one this build does not speak. */
+static const tb_wire_proto_t *proto_of(unsigned version)
+{
+	return version == TB_RECOVERY_PROTO_VERSION ? &rproto :
+	       version == 2 ? &rproto_v2 : NULL;
+}
+
+/* The table to read the message at `buf` with: its version's, or the
+ * current one (which then refuses the version, naming both). */
+static const tb_wire_proto_t *proto_at(const void *buf, size_t have)
+{
+	const tb_wire_proto_t *p = NULL;
+
+	if (have > offsetof(tb_wire_hdr_t, version))
+		p = proto_of(((const uint8_t *)buf)[offsetof(tb_wire_hdr_t,
+							     version)]);
+	return p ? p : &rproto;
+}
 
 const char *tb_recovery_proto_type_name(unsigned type)
 {
@@ -394,7 +477,23 @@ const char *tb_recovery_proto_type_name(unsigned type)
 
 int tb_recovery_proto_frame_need(const void *buf, size_t have)
 {
-	return tb_wire_frame_need(&rproto, buf, have);
+	return tb_wire_frame_need(proto_at(buf, have), buf, have);
+}
+
+int tb_recovery_proto_encode(void *buf, size_t cap, unsigned version,
+			     unsigned type, const void *m)
+{
+	const tb_wire_proto_t *p = proto_of(version);
+
+	if (!p)
+		return tb_error_set(TB_EINVAL, "recovery: version %u is not "
+				  "spoken here (%u..%u)", version,
+				  TB_RECOVERY_PROTO_VERSION_MIN,
+				  TB_RECOVERY_PROTO_VERSION);
+	if (type < 1 || type > TB_RECOVERY_PROTO_TYPE_MAX)
+		return tb_error_set(TB_EINVAL, "recovery: no message type %u",
+				  type);
+	return tb_wire_encode(p, type, buf, cap, m);
 }
 
 int tb_recovery_proto_encode_hello(void *buf, size_t cap,
@@ -443,7 +542,8 @@ int tb_recovery_proto_decode(const void *buf, size_t len,
 
 	memset(&m, 0, sizeof(m));
 	/* The body goes to the union: every member starts where request does. */
-	if ((rc = tb_wire_decode(&rproto, buf, len, &h, &m.request)) < 0)
+	if ((rc = tb_wire_decode(proto_at(buf, len), buf, len, &h,
+				 &m.request)) < 0)
 		return rc;
 	m.type = h.type;
 	m.version = h.version;

@@ -17,7 +17,8 @@
  *           RESPONSE_END    last sequence sent, status
  *        or REJECT          why not, with the number that helps (earliest
  *                           sequence, latest, max count, retry delay,
- *                           current epoch) and a line of text
+ *                           current epoch, the end of a range lost to
+ *                           damage) and a line of text
  *
  * A connection is kept: one HELLO, then any number of REQUESTs, which a
  * client may send without waiting for the answers (pipelining); the
@@ -42,8 +43,15 @@
 
 #define TB_RECOVERY_PROTO_MAGIC 0x5254u   /* bytes 'T','R' */
 /* Version 2 added HELLO and WELCOME (a kept, authenticated connection),
- * took the token out of REQUEST, and added the BUSY reject. */
-#define TB_RECOVERY_PROTO_VERSION 2u
+ * took the token out of REQUEST, and added the BUSY reject.  Version 3
+ * added the LOST reject and nothing else: every message of version 2 has
+ * the same layout in version 3, only the version byte differs.  This build
+ * asks in version 3 and understands both: a server answers a connection in
+ * the version of its HELLO (a version 2 client is never sent LOST: it gets
+ * the answer cut short, as before), and a client whose HELLO an older
+ * server refuses as malformed in version 2 asks again in version 2. */
+#define TB_RECOVERY_PROTO_VERSION 3u
+#define TB_RECOVERY_PROTO_VERSION_MIN 2u
 /* The biggest message (REJECT) is 224 bytes; 512 leaves later versions
  * room to grow a body without a reader having to trust a bigger length. */
 #define TB_RECOVERY_PROTO_MSG_MAX 512u
@@ -93,8 +101,20 @@ enum tb_recovery_proto_reject_reason {
 	TB_RECOVERY_PROTO_REJ_EPOCH_MISMATCH = 8, /* [current_epoch], >= 1 */
 	TB_RECOVERY_PROTO_REJ_BUSY = 9,           /* [retry_after_ms], 1..RETRY_MAX_MS:
 						     no room for another client */
+	/* Version 3.  [lost_last], >= 1: the request's first sequence up to
+	 * lost_last (which may lie past the request's end) was held here
+	 * but lost to damage (a corrupt record in the store); ask another
+	 * service for it, or report it lost, and ask again from
+	 * lost_last + 1.  Only ever sent for a request whose first
+	 * sequence is in the damaged range: an answer that reaches one
+	 * stops before it, TRUNCATED, and the request for the rest gets
+	 * this. */
+	TB_RECOVERY_PROTO_REJ_LOST = 10,
 };
-#define TB_RECOVERY_PROTO_REJ_MAX TB_RECOVERY_PROTO_REJ_BUSY
+/* The first version that has the LOST reject. */
+#define TB_RECOVERY_PROTO_REJ_LOST_VERSION 3u
+#define TB_RECOVERY_PROTO_REJ_MAX TB_RECOVERY_PROTO_REJ_LOST
+#define TB_RECOVERY_PROTO_REJ_MAX_V2 TB_RECOVERY_PROTO_REJ_BUSY
 
 /* --------------------------------------------------- decoded (host) form */
 
@@ -136,13 +156,14 @@ typedef struct tb_recovery_proto_reject {
 		uint64_t max_count;
 		uint64_t retry_after_ms;
 		uint64_t current_epoch;
+		uint64_t lost_last;
 	};
 	char text[TB_RECOVERY_PROTO_TEXT_LEN]; /* printable, may be "" */
 } tb_recovery_proto_reject_t;
 
 typedef struct tb_recovery_proto_msg {
 	uint8_t type;         /* enum tb_recovery_proto_type */
-	uint8_t version;
+	uint8_t version;      /* VERSION_MIN..VERSION: the one it came in */
 	uint32_t length;
 	union {
 		tb_recovery_proto_request_t request;
@@ -154,7 +175,7 @@ typedef struct tb_recovery_proto_msg {
 	};
 } tb_recovery_proto_msg_t;
 
-/* ------------------------------------------------------ wire layouts (v2) */
+/* ------------------------------------------------- wire layouts (v2, v3) */
 
 typedef struct tb_recovery_proto_wire_hello {
 	tb_wire_hdr_t hdr;
@@ -247,10 +268,22 @@ int tb_recovery_proto_encode_reject(void *buf, size_t cap,
 			    const tb_recovery_proto_reject_t *m);
 
 /*
- * Decodes the message at the start of `buf` (`len` readable bytes).
+ * The same in `version` (VERSION_MIN..VERSION), for a peer that spoke it:
+ * message `type` from the host struct of that type (`m`: a
+ * tb_recovery_proto_request_t for a REQUEST, ...).  As the encoders
+ * above, and TB_EINVAL for a version or type not known, or anything
+ * `version` cannot say (the LOST reject in version 2).
+ */
+int tb_recovery_proto_encode(void *buf, size_t cap, unsigned version,
+			     unsigned type, const void *m);
+
+/*
+ * Decodes the message at the start of `buf` (`len` readable bytes), in any
+ * version from VERSION_MIN to VERSION (out->version says which).
  * Returns the bytes it occupied (> 0) with `*out` filled, or, leaving `*out`
  * untouched, TB_EFORMAT (bad magic, other version) or TB_EPROTO (short,
- * unknown type, wrong length, a field out of range: the message names it).
+ * unknown type, wrong length, a field out of range for its version: the
+ * message names it).
  */
 int tb_recovery_proto_decode(const void *buf, size_t len, tb_recovery_proto_msg_t *out);
 

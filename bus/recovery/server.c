@@ -27,9 +27,17 @@
  * frames as the source hands them over (the source's lock, if any, is held
  * only while it copies), RESPONSE_END, and written once, or in buffers of
  * TB_RECOVERY_SERVER_FLUSH bytes when it is large.  A source that ends
- * early (retention deleted the rest meanwhile) yields RESPONSE_END
- * TRUNCATED with the last sequence sent, which the client follows with a
- * new request.
+ * early (retention deleted the rest meanwhile, or the store met a damaged
+ * record) yields RESPONSE_END TRUNCATED with the last sequence sent, which
+ * the client follows with a new request.  A request that starts in a
+ * damaged range is refused LOST instead of BEGIN: the BEGIN already built
+ * is dropped, which is possible as long as nothing of the answer has been
+ * written.
+ *
+ * Versions: the HELLO's version (proto.h: 2 or 3) is the connection's;
+ * every answer and refusal on it is encoded in it, and so is the refusal
+ * of a HELLO (in the current version when the HELLO's is not one spoken
+ * here, which is what tells an older client why).
  */
 #include "bus/recovery/server.h"
 
@@ -88,6 +96,7 @@ struct pending {
 	uint64_t deadline_ms;        /* P_HELLO: for the HELLO; P_TARPIT: when
 					the refusal goes out */
 	uint32_t stream_id;          /* P_TARPIT: the stream asked for */
+	uint8_t version;             /* P_TARPIT: the HELLO's version */
 	uint32_t have;
 	char addr[TB_NET_ADDR_MAX];
 	uint8_t buf[TB_RECOVERY_PROTO_MSG_MAX];
@@ -99,6 +108,7 @@ struct conn {
 	pthread_t thread;
 	int fd;         /* -1: free */
 	int running;    /* thread not yet joined */
+	uint8_t version; /* its HELLO's: what it is answered in */
 	_Atomic int done;   /* R2: its thread is finishing, its socket closed */
 	char addr[TB_NET_ADDR_MAX];
 	uint8_t *out;   /* the answer being built */
@@ -278,16 +288,28 @@ static uint32_t rate_check(tb_recovery_server_t *s, const char *addr)
 
 /* --------------------------------------------------------------- refusals */
 
-/* Sends a REJECT on `fd` within `timeout_ms` (0: only if the socket takes
- * it at once, as the admission thread must never wait).  Counted by
- * reason.  0, or -1 when the connection must end. */
+/* The version to answer the message at `buf` in: its own when spoken
+ * here, else the current one. */
+static uint8_t version_of(const uint8_t *buf, size_t have)
+{
+	uint8_t v = have > offsetof(tb_wire_hdr_t, version) ?
+		    buf[offsetof(tb_wire_hdr_t, version)] : 0;
+
+	return v >= TB_RECOVERY_PROTO_VERSION_MIN &&
+	       v <= TB_RECOVERY_PROTO_VERSION ? v : TB_RECOVERY_PROTO_VERSION;
+}
+
+/* Sends a REJECT in `version` on `fd` within `timeout_ms` (0: only if the
+ * socket takes it at once, as the admission thread must never wait).
+ * Counted by reason.  0, or -1 when the connection must end. */
 static int send_reject(tb_recovery_server_t *s, int fd, uint32_t timeout_ms,
-		       uint32_t stream_id, uint32_t reason, uint64_t detail,
-		       const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+		       uint8_t version, uint32_t stream_id, uint32_t reason,
+		       uint64_t detail, const char *fmt, ...)
+	__attribute__((format(printf, 8, 9)));
 
 static int send_reject(tb_recovery_server_t *s, int fd, uint32_t timeout_ms,
-		       uint32_t stream_id, uint32_t reason, uint64_t detail,
-		       const char *fmt, ...)
+		       uint8_t version, uint32_t stream_id, uint32_t reason,
+		       uint64_t detail, const char *fmt, ...)
 {
 	uint8_t out[TB_RECOVERY_PROTO_MSG_MAX];
 	tb_recovery_proto_reject_t r;
@@ -306,7 +328,8 @@ static int send_reject(tb_recovery_server_t *s, int fd, uint32_t timeout_ms,
 		if (*t < 0x20 || *t > 0x7e)
 			*t = '?';
 	count(s, &s->st.rejects[reason <= TB_RECOVERY_PROTO_REJ_MAX ? reason : 0], 1);
-	n = tb_recovery_proto_encode_reject(out, sizeof(out), &r);
+	n = tb_recovery_proto_encode(out, sizeof(out), version,
+				     TB_RECOVERY_PROTO_REJECT, &r);
 	if (n < 0)
 		return -1;
 	return tb_net_send_all(fd, out, (size_t)n, timeout_ms) < 0 ? -1 : 0;
@@ -415,7 +438,7 @@ static void conns_reap(tb_recovery_server_t *s)
 /* Gives the pending connection `p`, authenticated for `src`, a slot and a
  * thread, or refuses it BUSY. */
 static void admit(tb_recovery_server_t *s, struct pending *p,
-		  const tb_recovery_server_source_t *src)
+		  const tb_recovery_server_source_t *src, uint8_t version)
 {
 	struct conn *c = NULL;
 	int rc;
@@ -428,9 +451,10 @@ static void admit(tb_recovery_server_t *s, struct pending *p,
 		count(s, &s->st.busy, 1);
 		slog(s, LOG_BUSY, "%s: authenticated, but all %d client slots "
 		     "are taken; refused", p->addr, s->cfg.max_clients);
-		send_reject(s, p->fd, 0, src->stream_id, TB_RECOVERY_PROTO_REJ_BUSY,
-			    BUSY_RETRY_MS, "all %d client slots are taken; "
-			    "retry in %u ms", s->cfg.max_clients, BUSY_RETRY_MS);
+		send_reject(s, p->fd, 0, version, src->stream_id,
+			    TB_RECOVERY_PROTO_REJ_BUSY, BUSY_RETRY_MS, "all %d "
+			    "client slots are taken; retry in %u ms",
+			    s->cfg.max_clients, BUSY_RETRY_MS);
 		pend_free(s, p);
 		return;
 	}
@@ -440,6 +464,7 @@ static void admit(tb_recovery_server_t *s, struct pending *p,
 	s->st.authenticated++;
 	pthread_mutex_unlock(&s->lock);
 	c->src = src;
+	c->version = version;
 	c->running = 1;
 	/* Relaxed: no thread runs on the slot; pthread_create below orders
 	 * it before the new one. */
@@ -521,15 +546,17 @@ static void hello(tb_recovery_server_t *s, struct pending *p, uint64_t now)
 		snprintf(why, sizeof(why), "%s", rc < 0 ? tb_errmsg() :
 			 "the first message must be HELLO");
 		slog(s, LOG_MALFORMED, "%s: %s", p->addr, why);
-		send_reject(s, p->fd, 0, 0, TB_RECOVERY_PROTO_REJ_MALFORMED, 0,
-			    "%s", why);
+		send_reject(s, p->fd, 0, version_of(p->buf, p->have), 0,
+			    TB_RECOVERY_PROTO_REJ_MALFORMED, 0, "%s", why);
 		pend_free(s, p);
 		return;
 	}
 	p->stream_id = m.hello.stream_id;
+	p->version = m.version;
 	src = source_of(s, m.hello.stream_id);
 	if (!src) {
-		send_reject(s, p->fd, 0, 0, TB_RECOVERY_PROTO_REJ_UNKNOWN_STREAM, 0,
+		send_reject(s, p->fd, 0, m.version, 0,
+			    TB_RECOVERY_PROTO_REJ_UNKNOWN_STREAM, 0,
 			    "stream %u is not served here", m.hello.stream_id);
 		pend_free(s, p);
 		return;
@@ -539,7 +566,7 @@ static void hello(tb_recovery_server_t *s, struct pending *p, uint64_t now)
 		tarpit(s, p, now);
 		return;
 	}
-	admit(s, p, src);
+	admit(s, p, src, m.version);
 }
 
 /* Reads what `p` has sent, never more than its HELLO still needs. */
@@ -555,8 +582,8 @@ static void pend_read(tb_recovery_server_t *s, struct pending *p, uint64_t now)
 
 		snprintf(why, sizeof(why), "%s", tb_errmsg());
 		slog(s, LOG_MALFORMED, "%s: %s", p->addr, why);
-		send_reject(s, p->fd, 0, 0, TB_RECOVERY_PROTO_REJ_MALFORMED, 0,
-			    "%s", why);
+		send_reject(s, p->fd, 0, version_of(p->buf, p->have), 0,
+			    TB_RECOVERY_PROTO_REJ_MALFORMED, 0, "%s", why);
 		pend_free(s, p);
 		return;
 	}
@@ -601,7 +628,7 @@ static uint64_t pend_expire(tb_recovery_server_t *s, uint64_t now)
 			     "connecting (%u bytes); closed", p->addr,
 			     s->cfg.hello_timeout_ms, p->have);
 		} else {
-			send_reject(s, p->fd, 0, p->stream_id,
+			send_reject(s, p->fd, 0, p->version, p->stream_id,
 				    TB_RECOVERY_PROTO_REJ_UNAUTHORISED, 0,
 				    "bad token for stream %u", p->stream_id);
 		}
@@ -766,15 +793,15 @@ static int serve(struct conn *c, const tb_recovery_proto_request_t *q)
 {
 	tb_recovery_server_t *s = c->srv;
 	const tb_recovery_server_source_t *src = c->src;
-	uint64_t epoch, first, last, next, end;
+	uint64_t epoch, first, last, next, end, lost_first, lost_last;
 	tb_recovery_proto_begin_t b;
 	tb_recovery_proto_end_t e;
 	uint32_t wait, n_frames;
-	int older = 0, n;
+	int older = 0, flushed = 0, got = 0, n;
 
 	wait = rate_check(s, c->addr);
 	if (wait)
-		return send_reject(s, c->fd, s->cfg.io_timeout_ms, q->stream_id,
+		return send_reject(s, c->fd, s->cfg.io_timeout_ms, c->version, q->stream_id,
 				   TB_RECOVERY_PROTO_REJ_RATE_LIMITED, wait,
 				   "over %u requests per second; retry in %u ms",
 				   s->cfg.rate, wait);
@@ -782,7 +809,7 @@ static int serve(struct conn *c, const tb_recovery_proto_request_t *q)
 		slog(s, LOG_MALFORMED, "%s: a request for stream %u on a "
 		     "connection for stream %u", c->addr, q->stream_id,
 		     src->stream_id);
-		send_reject(s, c->fd, s->cfg.io_timeout_ms, 0,
+		send_reject(s, c->fd, s->cfg.io_timeout_ms, c->version, 0,
 			    TB_RECOVERY_PROTO_REJ_MALFORMED, 0, "stream %u is "
 			    "not the stream of this connection's HELLO (%u)",
 			    q->stream_id, src->stream_id);
@@ -794,12 +821,12 @@ static int serve(struct conn *c, const tb_recovery_proto_request_t *q)
 		    src->epoch_bounds(src->sd, q->epoch, &first, &last) == 0)
 			older = 1;
 		else if (epoch == 0)
-			return send_reject(s, c->fd, s->cfg.io_timeout_ms,
+			return send_reject(s, c->fd, s->cfg.io_timeout_ms, c->version,
 					   q->stream_id, TB_RECOVERY_PROTO_REJ_NOT_YET,
 					   0, "nothing received on stream %u yet",
 					   q->stream_id);
 		else
-			return send_reject(s, c->fd, s->cfg.io_timeout_ms,
+			return send_reject(s, c->fd, s->cfg.io_timeout_ms, c->version,
 					   q->stream_id,
 					   TB_RECOVERY_PROTO_REJ_EPOCH_MISMATCH, epoch,
 					   "epoch %llu is not held; the current "
@@ -808,18 +835,18 @@ static int serve(struct conn *c, const tb_recovery_proto_request_t *q)
 					   (unsigned long long)epoch);
 	}
 	if (q->count > s->cfg.max_count)
-		return send_reject(s, c->fd, s->cfg.io_timeout_ms, q->stream_id,
+		return send_reject(s, c->fd, s->cfg.io_timeout_ms, c->version, q->stream_id,
 				   TB_RECOVERY_PROTO_REJ_TOO_LARGE,
 				   s->cfg.max_count, "%u frames asked, at most "
 				   "%u per request", q->count, s->cfg.max_count);
 	if (last == 0 || q->first > last)
-		return send_reject(s, c->fd, s->cfg.io_timeout_ms, q->stream_id,
+		return send_reject(s, c->fd, s->cfg.io_timeout_ms, c->version, q->stream_id,
 				   TB_RECOVERY_PROTO_REJ_NOT_YET, last,
 				   "%llu is not published yet; the latest is %llu",
 				   (unsigned long long)q->first,
 				   (unsigned long long)last);
 	if (q->first < first)
-		return send_reject(s, c->fd, s->cfg.io_timeout_ms, q->stream_id,
+		return send_reject(s, c->fd, s->cfg.io_timeout_ms, c->version, q->stream_id,
 				   TB_RECOVERY_PROTO_REJ_TOO_OLD, first,
 				   "%llu is no longer held; the earliest is %llu",
 				   (unsigned long long)q->first,
@@ -833,15 +860,16 @@ static int serve(struct conn *c, const tb_recovery_proto_request_t *q)
 	c->out_len = 0;
 	if (out_room(c, TB_RECOVERY_SERVER_FLUSH) < 0)
 		return -1;
-	n = tb_recovery_proto_encode_begin(c->out, c->out_cap, &b);
+	n = tb_recovery_proto_encode(c->out, c->out_cap, c->version,
+				     TB_RECOVERY_PROTO_RESPONSE_BEGIN, &b);
 	if (n < 0)
 		return -1;
 	c->out_len = (size_t)n;
 	next = q->first;
 	while (next <= end) {
 		uint64_t want = end - next + 1;
-		int got = 0;
 
+		got = 0;
 		if (src->copy && !older) {
 			size_t used;
 
@@ -854,6 +882,7 @@ static int serve(struct conn *c, const tb_recovery_proto_request_t *q)
 				if (c->out_len ? out_flush(c) < 0 :
 				    out_room(c, c->out_cap * 2) < 0)
 					return -1;
+				flushed = 1;
 				continue;
 			}
 			if (got > 0)
@@ -868,8 +897,27 @@ static int serve(struct conn *c, const tb_recovery_proto_request_t *q)
 			break;
 		next += (uint64_t)got;
 		count(s, &s->st.frames, (uint64_t)got);
-		if (c->out_len >= TB_RECOVERY_SERVER_FLUSH && out_flush(c) < 0)
-			return -1;
+		if (c->out_len >= TB_RECOVERY_SERVER_FLUSH) {
+			if (out_flush(c) < 0)
+				return -1;
+			flushed = 1;
+		}
+	}
+	/* The request starts in a damaged range: LOST, with its end, in
+	 * place of the answer begun (none of it has gone out). */
+	if (got == TB_STORE_LOST && next == q->first && !flushed &&
+	    c->version >= TB_RECOVERY_PROTO_REJ_LOST_VERSION && src->lost &&
+	    src->lost(src->sd, q->epoch, next, &lost_first, &lost_last) &&
+	    lost_first <= next && next <= lost_last) {
+		c->out_len = 0;
+		return send_reject(s, c->fd, s->cfg.io_timeout_ms, c->version,
+				   q->stream_id, TB_RECOVERY_PROTO_REJ_LOST,
+				   lost_last, "%llu..%llu was lost to damage "
+				   "here (%llu..%llu unreadable in the store)",
+				   (unsigned long long)next,
+				   (unsigned long long)lost_last,
+				   (unsigned long long)lost_first,
+				   (unsigned long long)lost_last);
 	}
 	e.status = next > end ? TB_RECOVERY_PROTO_END_COMPLETE :
 		   TB_RECOVERY_PROTO_END_TRUNCATED;
@@ -881,8 +929,9 @@ static int serve(struct conn *c, const tb_recovery_proto_request_t *q)
 	count(s, &s->st.served, 1);
 	if (out_room(c, TB_RECOVERY_PROTO_MSG_MAX) < 0)
 		return -1;
-	n = tb_recovery_proto_encode_end(c->out + c->out_len,
-					 c->out_cap - c->out_len, &e);
+	n = tb_recovery_proto_encode(c->out + c->out_len,
+				     c->out_cap - c->out_len, c->version,
+				     TB_RECOVERY_PROTO_RESPONSE_END, &e);
 	if (n < 0)
 		return -1;
 	c->out_len += (size_t)n;
@@ -917,12 +966,16 @@ static int read_request(struct conn *c, tb_recovery_proto_msg_t *m)
 	if (rc >= 0 && m->type != TB_RECOVERY_PROTO_REQUEST)
 		rc = tb_error_set(TB_EPROTO, "a %s where a REQUEST belongs",
 				  tb_recovery_proto_type_name(m->type));
+	else if (rc >= 0 && m->version != c->version)
+		rc = tb_error_set(TB_EPROTO, "a REQUEST of version %u on a "
+				  "connection of version %u (its HELLO's)",
+				  m->version, c->version);
 	if (rc < 0) {
 		char why[TB_RECOVERY_PROTO_TEXT_LEN];
 
 		snprintf(why, sizeof(why), "%s", tb_errmsg());
 		slog(s, LOG_MALFORMED, "%s: %s", c->addr, why);
-		send_reject(s, c->fd, s->cfg.io_timeout_ms, 0,
+		send_reject(s, c->fd, s->cfg.io_timeout_ms, c->version, 0,
 			    TB_RECOVERY_PROTO_REJ_MALFORMED, 0, "%s", why);
 		return -1;
 	}
@@ -942,7 +995,8 @@ static int welcome(struct conn *c)
 	src->bounds(src->sd, &w.epoch, &w.first, &w.last);
 	if (w.epoch == 0 || w.first == 0 || w.last < w.first)
 		w.first = w.last = 0;
-	n = tb_recovery_proto_encode_welcome(out, sizeof(out), &w);
+	n = tb_recovery_proto_encode(out, sizeof(out), c->version,
+				     TB_RECOVERY_PROTO_WELCOME, &w);
 	if (n < 0)
 		return -1;
 	return tb_net_send_all(c->fd, out, (size_t)n,

@@ -37,10 +37,16 @@
  * epoch mismatch (an epoch the source does not hold; with the current
  * epoch), too large (with max_count), too old (with the earliest held),
  * not yet published (with the latest).  A range that is partly published
- * is served up to the latest; the client asks again for the rest.  An
- * answer goes out in as few writes as its size allows: BEGIN, the frames
- * and END of a small one in one write, a large one in buffers of
- * TB_RECOVERY_SERVER_FLUSH bytes.
+ * is served up to the latest; the client asks again for the rest.  A range
+ * the source lost to damage (a corrupt record in its store) is never an
+ * end: an answer that reaches it stops before it (END TRUNCATED), and a
+ * request that starts in it is refused LOST with the range's last sequence,
+ * so the client gets exactly that range elsewhere, or reports exactly it
+ * lost, and asks again after it.  A connection is answered in the version
+ * of its HELLO (proto.h); one of version 2, which has no LOST, gets the
+ * truncated answer alone.  An answer goes out in as few writes as its size
+ * allows: BEGIN, the frames and END of a small one in one write, a large
+ * one in buffers of TB_RECOVERY_SERVER_FLUSH bytes.
  *
  * Threads: one admission thread, one thread per authenticated connection.
  * The source's callbacks are called from the connection threads,
@@ -69,11 +75,18 @@ typedef struct tb_recovery_server_source {
 	void (*bounds)(void *sd, uint64_t *epoch, uint64_t *first,
 		       uint64_t *last);
 	/* Up to `max` frames of the current epoch from `first`, as
-	 * tb_store_read: a count, or TB_STORE_TOO_OLD / TB_STORE_NOT_YET or
-	 * a TB_E* code. */
+	 * tb_store_read: a count (stopping before a damaged range), or
+	 * TB_STORE_TOO_OLD / TB_STORE_NOT_YET / TB_STORE_LOST (`first` is
+	 * in a damaged range) or a TB_E* code. */
 	int (*read)(void *sd, uint64_t first, int max, tb_store_read_fn fn,
 		    void *clientd);
 	void *sd;
+	/* Optional (NULL: a read that says TB_STORE_LOST ends the answer
+	 * TRUNCATED, as any other short read): when `seq` of `epoch` lies in
+	 * a range the source held but lost to damage, sets [*first, *last]
+	 * to that range and returns 1, else 0 (tb_store_lost). */
+	int (*lost)(void *sd, uint64_t epoch, uint64_t seq, uint64_t *first,
+		    uint64_t *last);
 	/* Earlier epochs, for a source that keeps them (NULL: it holds the
 	 * current epoch only).  epoch_bounds: 0 with the range held of
 	 * `epoch`, or TB_ENOENT when it is not held.  epoch_read: as read,

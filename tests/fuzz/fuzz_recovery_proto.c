@@ -6,8 +6,9 @@
  * top); `make test` replays its corpus, tests/fuzz/corpus/recovery_proto/,
  * through it (tests/fuzz/replay.c).
  *
- * The input is read twice: as a protocol message (decode; whatever decodes
- * must re-encode to the same bytes) and, from its second byte so that it
+ * The input is read twice: as a protocol message of either version spoken
+ * (decode; whatever decodes must re-encode, in its version, to the same
+ * bytes) and, from its second byte so that it
  * is misaligned, as a replayed tickbus frame (replay_need and
  * replay_check must agree and never read past the input).
  */
@@ -17,8 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* In the version it came in: version 2's through the generic encoder. */
 static int reencode(const tb_recovery_proto_msg_t *m, uint8_t *buf, size_t cap)
 {
+	if (m->version != TB_RECOVERY_PROTO_VERSION)
+		return tb_recovery_proto_encode(buf, cap, m->version, m->type,
+						&m->request);
 	switch (m->type) {
 	case TB_RECOVERY_PROTO_REQUEST:
 		return tb_recovery_proto_encode_request(buf, cap, &m->request);

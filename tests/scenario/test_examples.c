@@ -37,6 +37,7 @@ static void open_epoch(void **state) { (void)state; run_example("open_epoch"); }
 static void open_sources(void **state) { (void)state; run_example("open_sources"); }
 static void start_at_snapshot(void **state) { (void)state; run_example("start_at_snapshot"); }
 static void input_counters(void **state) { (void)state; run_example("input_counters"); }
+static void latency_export(void **state) { (void)state; run_example("latency_export"); }
 
 /* A new example must be added here too: this test counts them. */
 static void every_example_is_run(void **state)
@@ -55,7 +56,7 @@ static void every_example_is_run(void **state)
 		if (e->d_name[0] != '.' && !strchr(e->d_name, '.'))
 			n++;
 	closedir(d);
-	assert_int_equal(n, 11);
+	assert_int_equal(n, 12);
 }
 
 int main(void)
@@ -72,6 +73,7 @@ int main(void)
 		cmocka_unit_test(open_sources),
 		cmocka_unit_test(start_at_snapshot),
 		cmocka_unit_test(input_counters),
+		cmocka_unit_test(latency_export),
 		cmocka_unit_test(every_example_is_run),
 	};
 	return cmocka_run_group_tests_name("examples", tests, NULL, NULL);

@@ -5,7 +5,9 @@
  * (tests/metrics/parse_prom.py), whose sample lines are checked against
  * values this test put there itself: its own counters file (a stream with
  * known counters and an awkward name, a latency histogram with known
- * records) beside a real tb-publish.  The server is also fed what a
+ * records) beside a real tb-publish, and the publish-to-receive latency
+ * histogram a running tb-subscribe exports (its buckets filled by the
+ * messages it got).  The server is also fed what a
  * scraper should never send (garbage, other paths and methods, an endless
  * head, a silent client) and must answer each with its status and go on
  * serving.  Skips (77) without python3-prometheus-client.
@@ -175,6 +177,34 @@ static double pub_published(const char *parsed, pid_t pid)
 	return p ? atof(p + 2) : 0;
 }
 
+/* The samples of tb-subscribe `pid`'s publish_to_receive histogram: its
+ * count, and how many of its finite (cumulative) buckets are above 0. */
+static double sub_latency(const char *parsed, pid_t pid, int *filled)
+{
+	static const char bucket[] = "tickbus_latency_seconds_bucket{le=\"";
+	char who[160], cnt[320];
+	const char *p = parsed;
+	double count = 0;
+
+	snprintf(who, sizeof(who), "name=\"publish_to_receive\",pid=\"%d\","
+		 "process=\"tb-subscribe\",role=\"subscriber\",stream=\"\","
+		 "stream_id=\"1\",transport=\"\"}", (int)pid);
+	snprintf(cnt, sizeof(cnt), "tickbus_latency_seconds_count{%s ", who);
+	*filled = 0;
+	while ((p = strstr(p, bucket)) != NULL) {
+		const char *eol = strchr(p, '\n'), *at = strstr(p, who);
+
+		if (at && (!eol || at < eol) &&
+		    strncmp(p + strlen(bucket), "+Inf", 4) != 0 &&
+		    atof(at + strlen(who)) > 0)
+			(*filled)++;
+		p += 1;
+	}
+	if ((p = strstr(parsed, cnt)) != NULL)
+		count = atof(p + strlen(cnt));
+	return count;
+}
+
 static void start_pub(proc_t *pub)
 {
 	char out[256];
@@ -211,6 +241,39 @@ static void test_prometheus_text(void **state)
 	check_own_values(parsed);
 	assert_true(published > 0);
 	free(parsed);
+
+	/* A running tb-subscribe: its latency histogram, filled. */
+	{
+		char sout[256];
+		char *argv[] = {"tb-subscribe", "--shm", ring, "--count",
+				"100000000", "--timeout-ms", "120000", NULL};
+		proc_t sub;
+		double count = 0;
+		int filled = 0;
+
+		snprintf(sout, sizeof(sout), "%s/sub.out", dir);
+		assert_int_equal(proc_start(&sub, sout, argv), 0);
+		for (uint64_t until = proc_now_ms() + 30000; count < 10;) {
+			char *a[] = {"--prometheus", NULL};
+
+			assert_true(proc_now_ms() < until);
+			usleep(100000);
+			assert_int_equal(scenario_run_tool("tb-stat", path, a,
+							   60000, &text), 0);
+			free(text);
+			parsed = parse(path);
+			count = sub_latency(parsed, sub.pid, &filled);
+			if (count < 10)
+				free(parsed);
+		}
+		print_message("tb-subscribe's publish_to_receive: %.0f "
+			      "recorded, %d finite buckets above 0\n", count,
+			      filled);
+		assert_true(filled >= 1);
+		free(parsed);
+		kill(sub.pid, SIGTERM);
+		assert_int_equal(proc_wait(&sub, 10000), 0);
+	}
 
 	/* --output: the file, written whole, and nothing on stdout. */
 	snprintf(file, sizeof(file), "%s/textfile/tickbus.prom", dir);

@@ -2,8 +2,9 @@
  * The Wireshark dissector (tools/wireshark/tickbus.lua) run by the real
  * tshark on a capture this test writes from a known stream: udp datagrams
  * made by tickbus's own encoders (packet.h, frame.h, the generated schema:
- * two Quotes and a heartbeat datagram), a control HELLO and SUBSCRIBE and a
- * recovery HELLO and REQUEST on TCP.  `tshark -X lua_script:... -T fields`
+ * two Quotes and a heartbeat datagram), a control HELLO and SUBSCRIBE, a
+ * recovery HELLO and REQUEST on TCP, and the service's answers: a LOST
+ * reject (version 3) and a truncated RESPONSE_END of version 2.  `tshark -X lua_script:... -T fields`
  * must give back every value sent; a datagram of another packet version is flagged,
  * not decoded; and the dissector's schema tables must be those
  * tools/wireshark/gen-schema.py makes from schema/tickbus.xml today.
@@ -156,6 +157,21 @@ static void write_capture(void)
 						&req);
 	assert_true(len2 > 0);
 	packet(f, 6, 40002, 17520, buf, (size_t)(len + len2), 1);
+	{
+		tb_recovery_proto_reject_t lost = {
+			.stream_id = 9, .reason = TB_RECOVERY_PROTO_REJ_LOST,
+			.lost_last = 1502,
+			.text = "1000..1502 was lost to damage here"};
+		tb_recovery_proto_end_t end = {TB_RECOVERY_PROTO_END_TRUNCATED, 999};
+
+		len = tb_recovery_proto_encode_reject(buf, sizeof(buf), &lost);
+		assert_int_equal(len, 224);
+		packet(f, 6, 17520, 40002, buf, (size_t)len, 1);
+		len = tb_recovery_proto_encode(buf, sizeof(buf), 2,
+					       TB_RECOVERY_PROTO_RESPONSE_END, &end);
+		assert_int_equal(len, 24);
+		packet(f, 6, 17520, 40003, buf, (size_t)len, 1);
+	}
 	fclose(f);
 }
 
@@ -239,11 +255,28 @@ static void test_tcp_protocols(void **state)
 		   "-e tickbus.ctl.rkey -e tickbus.ctl.qpn",
 		   "1,2|9,9|strat-1|6|0x00007f0000001000|4194304|0x00001234|"
 		   "0x00000099\n");
-	expect_out("tickbus.rec.type",
+	expect_out("tickbus.rec.type == 5",
 		   "-e tickbus.rec.type -e tickbus.stream_id -e tickbus.epoch "
 		   "-e tickbus.rec.first -e tickbus.rec.count "
 		   "-e tickbus.token_len",
 		   "5,1|9,9|3|1000|100|6\n");
+	/* The answers: LOST with the range's end, in version 3; a cut
+	 * answer's END in version 2. */
+	expect_out("tickbus.rec.type == 4",
+		   "-e tickbus.wire.version -e tickbus.stream_id "
+		   "-e tickbus.rec.reason -e tickbus.rec.detail -e tickbus.text",
+		   "3|9|10|1502|1000..1502 was lost to damage here\n");
+	expect_out("tickbus.rec.type == 3",
+		   "-e tickbus.wire.version -e tickbus.rec.status "
+		   "-e tickbus.last_seq",
+		   "2|2|999\n");
+	{
+		char *got = tshark("tickbus.rec.type == 4", "-e _ws.col.Info");
+
+		if (!strstr(got, "REJECT (lost)"))
+			fail_msg("info column: %s", got);
+		free(got);
+	}
 }
 
 static void test_schema_tables_current(void **state)

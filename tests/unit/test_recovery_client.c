@@ -3,7 +3,10 @@
  * order; every reject reason reaching the client with its number; answers
  * that are malformed, cut short or never come; failover between endpoints;
  * backoff under rate limiting; a range no service holds reported lost
- * exactly.
+ * exactly; a range one service lost to damage fetched from the next, or
+ * reported lost exactly when none holds it, and the stream served on
+ * after it, a late joiner's open fetch included; a server of version 2
+ * asked in version 2.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +17,7 @@
 #include "bus/recovery/client.h"
 #include "bus/recovery/server.h"
 #include "tests/common/proc.h"
+#include "tests/common/recovery_damaged.h"
 #include "tests/common/recovery_src.h"
 
 #include <arpa/inet.h>
@@ -646,6 +650,216 @@ static void test_kept_connection(void **state)
 	tb_recovery_client_close(c);
 }
 
+/* A client of `n` endpoints at the servers' ports. */
+static void client_cfg(tb_recovery_client_cfg_t *cfg, tb_endpoint_t *eps,
+		       tb_recovery_server_t **srv, int n)
+{
+	for (int i = 0; i < n; i++)
+		eps[i] = ep_of(tb_recovery_server_port(srv[i]));
+	tb_recovery_client_cfg_init(cfg);
+	cfg->endpoints = eps;
+	cfg->n_endpoints = n;
+	cfg->stream_id = STREAM;
+	cfg->token = TOKEN;
+	cfg->deadline_ms = 5000;
+}
+
+static tb_recovery_server_t *start_damaged(recovery_damaged_t *d)
+{
+	tb_recovery_server_cfg_t cfg;
+	tb_recovery_server_t *srv;
+
+	tb_recovery_server_cfg_init(&cfg);
+	cfg.max_count = 100;
+	cfg.io_timeout_ms = 2000;
+	assert_int_equal(recovery_damaged_serve(&srv, d, TOKEN, &cfg), 0);
+	return srv;
+}
+
+/* 1..NFRAMES from services of which one lost 1500..1502 to damage. */
+static void test_damaged_range(void **state)
+{
+	recovery_damaged_t d1 = {.src = the_src, .lost_first = 1500,
+				 .lost_last = 1502};
+	recovery_damaged_t d2 = {.src = the_src, .lost_first = 1501,
+				 .lost_last = 1510};
+	recovery_src_t whole = the_src;
+	tb_recovery_server_t *srv[3];
+	tb_endpoint_t eps[3];
+	tb_recovery_client_cfg_t cfg;
+	tb_recovery_client_stats_t st;
+	tb_recovery_client_t *c;
+	struct got g;
+	uint64_t next;
+
+	(void)state;
+	srv[0] = start_damaged(&d1);
+	srv[1] = start_server(&whole, 100, 0);
+	srv[2] = start_damaged(&d2);
+
+	/* It alone: exactly the damaged range lost, everything else
+	 * delivered, the end reached. */
+	client_cfg(&cfg, eps, srv, 1);
+	memset(&g, 0, sizeof(g));
+	assert_int_equal(tb_recovery_client_fetch(&cfg, EPOCH, 1, NFRAMES,
+						  on_frame, on_loss, &g, &st,
+						  &next), 0);
+	assert_int_equal(g.losses, 1);
+	assert_int_equal(g.loss_first, 1500);
+	assert_int_equal(g.loss_last, 1502);
+	assert_int_equal(g.n, NFRAMES - 3);
+	assert_int_equal(g.bad, 0);
+	assert_int_equal(st.lost, 3);
+	assert_int_equal(next, NFRAMES + 1);
+	assert_true(d1.lost_calls >= 1);
+
+	/* A second service that holds it: nothing lost. */
+	client_cfg(&cfg, eps, srv, 2);
+	memset(&g, 0, sizeof(g));
+	assert_int_equal(tb_recovery_client_fetch(&cfg, EPOCH, 1, NFRAMES,
+						  on_frame, on_loss, &g, &st,
+						  &next), 0);
+	assert_int_equal(g.losses, 0);
+	assert_int_equal(g.n, NFRAMES);
+	assert_int_equal(g.bad, 0);
+	assert_int_equal(st.lost, 0);
+
+	/* Two services damaged over 1500..1502 and 1501..1510: lost is what
+	 * neither holds, 1501..1502. */
+	eps[1] = ep_of(tb_recovery_server_port(srv[2]));
+	memset(&g, 0, sizeof(g));
+	assert_int_equal(tb_recovery_client_fetch(&cfg, EPOCH, 1, NFRAMES,
+						  on_frame, on_loss, &g, &st,
+						  &next), 0);
+	assert_int_equal(g.losses, 1);
+	assert_int_equal(g.loss_first, 1501);
+	assert_int_equal(g.loss_last, 1502);
+	assert_int_equal(g.n, NFRAMES - 2);
+	assert_int_equal(g.bad, 0);
+
+	/* A late joiner's open fetch (up to the latest, epoch 0): it goes
+	 * on past the damage to the end. */
+	client_cfg(&cfg, eps, srv, 1);
+	assert_int_equal(tb_recovery_client_open(&c, &cfg), 0);
+	tb_recovery_client_until_latest(c, 1);
+	memset(&g, 0, sizeof(g));
+	assert_int_equal(tb_recovery_client_get(c, 0, 1,
+						UINT64_MAX - TB_RECOVERY_PROTO_COUNT_MAX,
+						on_frame, on_loss, &g, &st,
+						&next), 0);
+	assert_int_equal(g.losses, 1);
+	assert_int_equal(g.loss_first, 1500);
+	assert_int_equal(g.loss_last, 1502);
+	assert_int_equal(g.n, NFRAMES - 3);
+	assert_int_equal(next, NFRAMES + 1);
+	tb_recovery_client_close(c);
+	for (int i = 0; i < 3; i++)
+		tb_recovery_server_close(srv[i]);
+}
+
+/* ------------------------------------------- a server of version 2 */
+
+struct old_server {
+	int lfd;
+	uint16_t port;
+	int connections, hellos_v3;
+	pthread_t t;
+};
+
+/* Speaks version 2 only: a HELLO of another version is refused
+ * malformed, in version 2, as such a server does; in version 2, one
+ * request is answered whole. */
+static void *old_server_main(void *arg)
+{
+	struct old_server *s = arg;
+	uint8_t in[sizeof(tb_recovery_proto_wire_hello_t)], out[8192];
+
+	for (int k = 0; k < 2; k++) {
+		tb_recovery_proto_msg_t m;
+		int fd = accept(s->lfd, NULL, NULL), n = 0;
+
+		if (fd < 0)
+			return NULL;
+		s->connections++;
+		if (recv_n(fd, in, sizeof(in)) < 0) {
+			close(fd);
+			return NULL;
+		}
+		if (in[2] != 2) {
+			tb_recovery_proto_reject_t r = {
+				.reason = TB_RECOVERY_PROTO_REJ_MALFORMED,
+				.text = "recovery: protocol version 3 is not "
+					"supported; this peer speaks version 2"};
+
+			s->hellos_v3++;
+			n = tb_recovery_proto_encode(out, sizeof(out), 2,
+						     TB_RECOVERY_PROTO_REJECT, &r);
+			send(fd, out, (size_t)n, MSG_NOSIGNAL);
+			close(fd);
+			continue;
+		}
+		{
+			tb_recovery_proto_welcome_t w = {
+				.stream_id = STREAM, .max_count = 100,
+				.epoch = EPOCH, .first = 1, .last = NFRAMES};
+
+			n = tb_recovery_proto_encode(out, sizeof(out), 2,
+						     TB_RECOVERY_PROTO_WELCOME, &w);
+			send(fd, out, (size_t)n, MSG_NOSIGNAL);
+		}
+		if (recv_n(fd, in, sizeof(tb_recovery_proto_wire_request_t)) == 0 &&
+		    tb_recovery_proto_decode(in, sizeof(tb_recovery_proto_wire_request_t),
+					     &m) > 0 && m.version == 2) {
+			tb_recovery_proto_end_t e = {
+				TB_RECOVERY_PROTO_END_COMPLETE,
+				m.request.first + m.request.count - 1};
+
+			n = tb_recovery_proto_encode(out, sizeof(out), 2,
+						     TB_RECOVERY_PROTO_RESPONSE_BEGIN,
+						     &m.request);
+			for (uint32_t i = 0; i < m.request.count; i++)
+				n += (int)copy_frame(out + n, m.request.first + i);
+			n += tb_recovery_proto_encode(out + n, sizeof(out) - (size_t)n,
+						      2, TB_RECOVERY_PROTO_RESPONSE_END,
+						      &e);
+			send(fd, out, (size_t)n, MSG_NOSIGNAL);
+		}
+		close(fd);
+		return NULL;
+	}
+	return NULL;
+}
+
+static void test_old_server_asked_in_its_version(void **state)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+	struct old_server s = {0};
+	tb_recovery_proto_request_t q;
+	tb_recovery_proto_reject_t rej;
+	tb_endpoint_t ep;
+	struct got g = {0};
+
+	(void)state;
+	s.lfd = socket(AF_INET, SOCK_STREAM, 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(s.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(s.lfd, 4), 0);
+	getsockname(s.lfd, (struct sockaddr *)&sa, &sl);
+	s.port = ntohs(sa.sin_port);
+	assert_int_equal(pthread_create(&s.t, NULL, old_server_main, &s), 0);
+	ep = ep_of(s.port);
+	request(&q, 10, 5);
+	assert_int_equal(tb_recovery_client_fetch_one(&ep, TOKEN, &q, 2000,
+						      on_frame, &g, &rej, NULL), 5);
+	pthread_join(s.t, NULL);
+	close(s.lfd);
+	assert_int_equal(g.n, 5);
+	assert_int_equal(g.bad, 0);
+	assert_int_equal(s.connections, 2);
+	assert_int_equal(s.hellos_v3, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -656,6 +870,8 @@ int main(void)
 		cmocka_unit_test(test_malformed_answers),
 		cmocka_unit_test(test_failover_and_loss),
 		cmocka_unit_test(test_deadline_and_backoff),
+		cmocka_unit_test(test_damaged_range),
+		cmocka_unit_test(test_old_server_asked_in_its_version),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,6 +1,7 @@
-/* The recovery protocol codec (version 2): round trips, the exact wire
- * bytes, every malformed input, truncation at every byte, random mutation,
- * and the frames of a response read from a byte stream. */
+/* The recovery protocol codec (versions 3 and 2): round trips, the exact
+ * wire bytes of both, every malformed input, the LOST reject that only
+ * version 3 has, truncation at every byte, random mutation, and the frames
+ * of a response read from a byte stream. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -94,8 +95,12 @@ static int encode_sample(int type, uint8_t *buf, size_t cap)
 	return -1;
 }
 
+/* Re-encodes a decoded message in the version it came in. */
 static int encode_msg(const tb_recovery_proto_msg_t *m, uint8_t *buf, size_t cap)
 {
+	if (m->version != TB_RECOVERY_PROTO_VERSION)
+		return tb_recovery_proto_encode(buf, cap, m->version, m->type,
+						&m->request);
 	switch (m->type) {
 	case TB_RECOVERY_PROTO_REQUEST:
 		return tb_recovery_proto_encode_request(buf, cap, &m->request);
@@ -253,6 +258,8 @@ static void round_trip_reject_every_reason(void **state)
 		{TB_RECOVERY_PROTO_REJ_EPOCH_MISMATCH, 0x8000000000000002ull},
 		{TB_RECOVERY_PROTO_REJ_BUSY, 1000},
 		{TB_RECOVERY_PROTO_REJ_BUSY, TB_RECOVERY_PROTO_RETRY_MAX_MS},
+		{TB_RECOVERY_PROTO_REJ_LOST, 1},
+		{TB_RECOVERY_PROTO_REJ_LOST, UINT64_MAX},
 	};
 	uint8_t buf[TB_RECOVERY_PROTO_MSG_MAX];
 	tb_recovery_proto_reject_t in = sample_reject();
@@ -286,6 +293,10 @@ static void round_trip_reject_every_reason(void **state)
 	in.reason = TB_RECOVERY_PROTO_REJ_RATE_LIMITED;
 	in.retry_after_ms = 40;
 	assert_true(in.detail == 40);
+	in.lost_last = 41;
+	assert_true(in.detail == 41);
+	assert_string_equal(tb_recovery_proto_reject_name(TB_RECOVERY_PROTO_REJ_LOST),
+			    "lost");
 	assert_string_equal(tb_recovery_proto_reject_name(0), "?");
 	assert_string_equal(tb_recovery_proto_type_name(TB_RECOVERY_PROTO_TYPE_MAX + 1), "?");
 	for (int t = 1; t <= TB_RECOVERY_PROTO_TYPE_MAX; t++)
@@ -297,8 +308,8 @@ static void round_trip_reject_every_reason(void **state)
 static void golden_request_and_hello(void **state)
 {
 	static const uint8_t request[32] = {
-		/* header: magic "TR", version 2, type 1, length 32 */
-		0x54, 0x52, 0x02, 0x01, 0x20, 0x00, 0x00, 0x00,
+		/* header: magic "TR", version 3, type 1, length 32 */
+		0x54, 0x52, 0x03, 0x01, 0x20, 0x00, 0x00, 0x00,
 		/* stream_id 7, count 100 */
 		0x07, 0x00, 0x00, 0x00, 0x64, 0x00, 0x00, 0x00,
 		/* epoch 0x1122334455667788 */
@@ -307,16 +318,16 @@ static void golden_request_and_hello(void **state)
 		0x88, 0x13, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
 	};
 	static const uint8_t hello_head[24] = {
-		/* header: magic "TR", version 2, type 5, length 144 */
-		0x54, 0x52, 0x02, 0x05, 0x90, 0x00, 0x00, 0x00,
+		/* header: magic "TR", version 3, type 5, length 144 */
+		0x54, 0x52, 0x03, 0x05, 0x90, 0x00, 0x00, 0x00,
 		/* stream_id 7, reserved 0 */
 		0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
 		/* token "s3cret", NUL, zeros */
 		's', '3', 'c', 'r', 'e', 't', 0x00, 0x00,
 	};
 	static const uint8_t welcome[40] = {
-		/* header: magic "TR", version 2, type 6, length 40 */
-		0x54, 0x52, 0x02, 0x06, 0x28, 0x00, 0x00, 0x00,
+		/* header: magic "TR", version 3, type 6, length 40 */
+		0x54, 0x52, 0x03, 0x06, 0x28, 0x00, 0x00, 0x00,
 		/* stream_id 7, max_count 4096 */
 		0x07, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00,
 		/* epoch, first 1000, last 5002 */
@@ -343,12 +354,12 @@ static void golden_request_and_hello(void **state)
 static void golden_end_and_reject_head(void **state)
 {
 	static const uint8_t end[24] = {
-		0x54, 0x52, 0x02, 0x03, 0x18, 0x00, 0x00, 0x00,
+		0x54, 0x52, 0x03, 0x03, 0x18, 0x00, 0x00, 0x00,
 		0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
 		0x8a, 0x13, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
 	};
 	static const uint8_t reject_head[24] = {
-		0x54, 0x52, 0x02, 0x04, 0xe0, 0x00, 0x00, 0x00,
+		0x54, 0x52, 0x03, 0x04, 0xe0, 0x00, 0x00, 0x00,
 		0x07, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,
 		0x00, 0x09, 0x3d, 0x00, 0x00, 0x00, 0x00, 0x00, /* 4000000 */
 	};
@@ -385,9 +396,9 @@ static void bad_headers(void **state)
 	/* Another version: version 1's REQUEST, and a later one. */
 	codec_put8(buf, 2, 1);
 	codec_expect_err(decode_bad(buf, (size_t)n), TB_EFORMAT, "version 1");
-	assert_non_null(strstr(tb_errmsg(), "version 2"));
-	codec_put8(buf, 2, 3);
-	codec_expect_err(decode_bad(buf, (size_t)n), TB_EFORMAT, "version 3");
+	assert_non_null(strstr(tb_errmsg(), "version 3"));
+	codec_put8(buf, 2, 4);
+	codec_expect_err(decode_bad(buf, (size_t)n), TB_EFORMAT, "version 4");
 	codec_put8(buf, 2, TB_RECOVERY_PROTO_VERSION);
 
 	codec_put8(buf, 3, 0);
@@ -409,6 +420,11 @@ static void bad_headers(void **state)
 	codec_expect_err(tb_recovery_proto_frame_need(buf, 8), TB_EPROTO, "length");
 	codec_put32(buf, 4, 100);
 	codec_expect_err(tb_recovery_proto_frame_need(buf, 8), TB_EPROTO, "length 100");
+	/* Framed by the table of its own version, version 2's too. */
+	codec_put8(buf, 2, 2);
+	codec_expect_err(tb_recovery_proto_frame_need(buf, 8), TB_EPROTO, "length 100");
+	codec_put32(buf, 4, 144);
+	assert_int_equal(tb_recovery_proto_frame_need(buf, 8), 136);
 }
 
 /* REQUEST and RESPONSE_BEGIN share the range rules. */
@@ -505,6 +521,7 @@ static void bad_end_and_reject(void **state)
 		 "retry_after_ms"},
 		{TB_RECOVERY_PROTO_REJ_RATE_LIMITED, UINT64_MAX, "retry_after_ms"},
 		{TB_RECOVERY_PROTO_REJ_EPOCH_MISMATCH, 0, "current_epoch"},
+		{TB_RECOVERY_PROTO_REJ_LOST, 0, "lost_last"},
 		{TB_RECOVERY_PROTO_REJ_UNAUTHORISED, 1, "detail"},
 		{TB_RECOVERY_PROTO_REJ_MALFORMED, 1ull << 40, "detail"},
 		{TB_RECOVERY_PROTO_REJ_UNKNOWN_STREAM, 9, "detail"},
@@ -588,6 +605,75 @@ static void encoders_refuse(void **state)
 	r.text[0] = '\r';
 	codec_expect_err(tb_recovery_proto_encode_reject(buf, sizeof(buf), &r), TB_EINVAL,
 		   "text");
+}
+
+/* ------------------------------------------------------------ versions */
+
+/* Version 2 is version 3 without LOST: every sample is the same bytes but
+ * the version byte, both ways; LOST exists only in version 3. */
+static void version_two_beside_three(void **state)
+{
+	uint8_t v3[TB_RECOVERY_PROTO_MSG_MAX], v2[TB_RECOVERY_PROTO_MSG_MAX];
+	uint8_t again[TB_RECOVERY_PROTO_MSG_MAX];
+	tb_recovery_proto_reject_t lost = sample_reject();
+	tb_recovery_proto_msg_t out;
+	int n;
+
+	(void)state;
+	for (int t = 1; t <= TB_RECOVERY_PROTO_TYPE_MAX; t++) {
+		tb_recovery_proto_msg_t m;
+
+		n = encode_sample(t, v3, sizeof(v3));
+		assert_int_equal(tb_recovery_proto_decode(v3, (size_t)n, &m), n);
+		assert_int_equal(m.version, 3);
+		assert_int_equal(tb_recovery_proto_encode(v2, sizeof(v2), 2, (unsigned)t,
+							  &m.request), n);
+		assert_int_equal(v2[2], 2);
+		assert_memory_equal(v2, v3, 2);
+		assert_memory_equal(v2 + 3, v3 + 3, (size_t)n - 3);
+		assert_int_equal(tb_recovery_proto_decode(v2, (size_t)n, &out), n);
+		assert_int_equal(out.version, 2);
+		assert_int_equal(out.type, t);
+		assert_int_equal(encode_msg(&out, again, sizeof(again)), n);
+		assert_memory_equal(again, v2, (size_t)n);
+		/* The generic encoder in version 3 is the typed one. */
+		assert_int_equal(tb_recovery_proto_encode(again, sizeof(again), 3,
+							  (unsigned)t, &m.request), n);
+		assert_memory_equal(again, v3, (size_t)n);
+	}
+
+	/* LOST: said in version 3 only, read in version 3 only. */
+	lost.reason = TB_RECOVERY_PROTO_REJ_LOST;
+	lost.lost_last = 5123;
+	n = tb_recovery_proto_encode_reject(v3, sizeof(v3), &lost);
+	assert_int_equal(n, 224);
+	assert_int_equal(tb_recovery_proto_decode(v3, (size_t)n, &out), n);
+	assert_int_equal(out.reject.reason, TB_RECOVERY_PROTO_REJ_LOST);
+	assert_true(out.reject.lost_last == 5123);
+	codec_expect_err(tb_recovery_proto_encode(v2, sizeof(v2), 2,
+						  TB_RECOVERY_PROTO_REJECT, &lost),
+			 TB_EINVAL, "version 2");
+	memcpy(v2, v3, (size_t)n);
+	v2[2] = 2;
+	codec_expect_err(decode_bad(v2, (size_t)n), TB_EPROTO, "reason 10");
+	/* BUSY, the last reason of version 2, is one. */
+	codec_put32(v2, W(reject, reason), TB_RECOVERY_PROTO_REJ_BUSY);
+	codec_put64(v2, W(reject, detail), 1000);
+	assert_int_equal(tb_recovery_proto_decode(v2, (size_t)n, &out), n);
+	assert_int_equal(out.version, 2);
+
+	/* Versions and types the generic encoder does not know. */
+	codec_expect_err(tb_recovery_proto_encode(v2, sizeof(v2), 1,
+						  TB_RECOVERY_PROTO_REJECT, &lost),
+			 TB_EINVAL, "version 1");
+	codec_expect_err(tb_recovery_proto_encode(v2, sizeof(v2), 4,
+						  TB_RECOVERY_PROTO_REJECT, &lost),
+			 TB_EINVAL, "version 4");
+	codec_expect_err(tb_recovery_proto_encode(v2, sizeof(v2), 3, 0, &lost),
+			 TB_EINVAL, "type 0");
+	codec_expect_err(tb_recovery_proto_encode(v2, sizeof(v2), 3,
+						  TB_RECOVERY_PROTO_TYPE_MAX + 1,
+						  &lost), TB_EINVAL, "type 7");
 }
 
 /* ---------------------------------------------------------- truncation */
@@ -780,7 +866,11 @@ static void check_in_range(const tb_recovery_proto_msg_t *m)
 		break;
 	case TB_RECOVERY_PROTO_REJECT:
 		assert_true(m->reject.reason >= 1 &&
-			    m->reject.reason <= TB_RECOVERY_PROTO_REJ_MAX);
+			    m->reject.reason <= (m->version == 2 ?
+						 TB_RECOVERY_PROTO_REJ_MAX_V2 :
+						 TB_RECOVERY_PROTO_REJ_MAX));
+		if (m->reject.reason == TB_RECOVERY_PROTO_REJ_LOST)
+			assert_true(m->reject.lost_last >= 1);
 		if (m->reject.reason == TB_RECOVERY_PROTO_REJ_RATE_LIMITED ||
 		    m->reject.reason == TB_RECOVERY_PROTO_REJ_BUSY)
 			assert_true(m->reject.retry_after_ms >= 1 &&
@@ -875,6 +965,7 @@ int main(void)
 		cmocka_unit_test(bad_hello_and_welcome),
 		cmocka_unit_test(bad_end_and_reject),
 		cmocka_unit_test(encoders_refuse),
+		cmocka_unit_test(version_two_beside_three),
 		cmocka_unit_test(truncation_every_byte),
 		cmocka_unit_test(replay_frame_checks),
 		cmocka_unit_test(response_read_byte_by_byte),

@@ -14,7 +14,11 @@
  *  - a connection is authenticated once: HELLO, then pipelined requests
  *    answered in order; a request for another stream is refused and the
  *    connection closed;
- *  - an earlier epoch is served by a source that keeps one.
+ *  - an earlier epoch is served by a source that keeps one;
+ *  - a range the source lost to damage: an answer stops before it
+ *    (TRUNCATED), a request that starts in it is refused LOST with the
+ *    range's end, and the frames after it are served; a connection of
+ *    version 2 is answered in version 2 throughout, never with LOST.
  * Source addresses 127.0.0.2 and up stand for other hosts: the whole of
  * 127/8 is the loopback.
  */
@@ -27,6 +31,7 @@
 #include "bus/recovery/client.h"
 #include "bus/recovery/server.h"
 #include "tests/common/proc.h"
+#include "tests/common/recovery_damaged.h"
 #include "tests/common/recovery_src.h"
 
 #include <arpa/inet.h>
@@ -565,6 +570,133 @@ static void earlier_epoch_served(void **state)
 	tb_recovery_server_close(srv);
 }
 
+/* Reads one answer from a raw socket in `version`: BEGIN of `count` from
+ * `first`, `frames` frames, END with `status` and `last`. */
+static void expect_cut(int fd, unsigned version, uint64_t first, uint32_t count,
+		       uint32_t frames, uint32_t status, uint64_t last)
+{
+	uint8_t frame[TB_FRAME_HDR_LEN + RECOVERY_SRC_PAYLOAD_MAX];
+	tb_recovery_proto_msg_t m;
+
+	assert_int_equal(read_msg(fd, &m, 2000), 0);
+	assert_int_equal(m.version, version);
+	assert_int_equal(m.type, TB_RECOVERY_PROTO_RESPONSE_BEGIN);
+	assert_true(m.begin.first == first);
+	assert_int_equal(m.begin.count, count);
+	for (uint32_t i = 0; i < frames; i++) {
+		tb_frame_hdr_t h;
+
+		assert_int_equal(recv(fd, frame, TB_FRAME_HDR_LEN, MSG_WAITALL),
+				 TB_FRAME_HDR_LEN);
+		memcpy(&h, frame, sizeof(h));
+		assert_true(h.seq == first + i);
+		assert_int_equal(recv(fd, frame + TB_FRAME_HDR_LEN,
+				      h.length - TB_FRAME_HDR_LEN, MSG_WAITALL),
+				 (ssize_t)(h.length - TB_FRAME_HDR_LEN));
+	}
+	assert_int_equal(read_msg(fd, &m, 2000), 0);
+	assert_int_equal(m.version, version);
+	assert_int_equal(m.type, TB_RECOVERY_PROTO_RESPONSE_END);
+	assert_int_equal(m.end.status, status);
+	assert_true(m.end.last_seq == last);
+}
+
+static void send_request(int fd, unsigned version, uint64_t first,
+			 uint32_t count)
+{
+	tb_recovery_proto_request_t q = {.stream_id = STREAM, .count = count,
+					 .epoch = EPOCH, .first = first};
+	uint8_t out[TB_RECOVERY_PROTO_MSG_MAX];
+	int n = tb_recovery_proto_encode(out, sizeof(out), version,
+					 TB_RECOVERY_PROTO_REQUEST, &q);
+
+	assert_int_equal(n, 32);
+	send_bytes(fd, out, (size_t)n);
+}
+
+static int hello_in(uint8_t *buf, unsigned version, uint32_t stream)
+{
+	tb_recovery_proto_hello_t h;
+
+	memset(&h, 0, sizeof(h));
+	h.stream_id = stream;
+	snprintf(h.token, sizeof(h.token), "%s", TOKEN);
+	return tb_recovery_proto_encode(buf, TB_RECOVERY_PROTO_MSG_MAX, version,
+					TB_RECOVERY_PROTO_HELLO, &h);
+}
+
+static void damaged_range_is_lost_not_an_end(void **state)
+{
+	recovery_damaged_t d = {.src = held, .lost_first = 1500,
+				.lost_last = 1502};
+	tb_recovery_server_cfg_t cfg;
+	tb_recovery_server_t *srv;
+	tb_recovery_proto_msg_t m;
+	uint8_t out[TB_RECOVERY_PROTO_MSG_MAX];
+	int fd;
+
+	(void)state;
+	cfg_init(&cfg);
+	cfg.max_count = 1000;
+	assert_int_equal(recovery_damaged_serve(&srv, &d, TOKEN, &cfg), 0);
+
+	/* Version 3. */
+	fd = dial_from("127.0.0.1", tb_recovery_server_port(srv));
+	send_bytes(fd, out, (size_t)hello_in(out, 3, STREAM));
+	assert_int_equal(read_msg(fd, &m, 2000), 0);
+	assert_int_equal(m.type, TB_RECOVERY_PROTO_WELCOME);
+	assert_int_equal(m.version, 3);
+	/* Reaching the damage: the frames before it, cut short there. */
+	send_request(fd, 3, 1490, 20);
+	expect_cut(fd, 3, 1490, 20, 10, TB_RECOVERY_PROTO_END_TRUNCATED, 1499);
+	/* Starting in it: LOST, up to its end. */
+	send_request(fd, 3, 1501, 20);
+	assert_int_equal(read_msg(fd, &m, 2000), 0);
+	assert_int_equal(m.type, TB_RECOVERY_PROTO_REJECT);
+	assert_int_equal(m.reject.reason, TB_RECOVERY_PROTO_REJ_LOST);
+	assert_true(m.reject.lost_last == 1502);
+	assert_non_null(strstr(m.reject.text, "1501..1502"));
+	assert_non_null(strstr(m.reject.text, "1500..1502"));
+	/* The connection goes on, and so does the stream after it. */
+	send_request(fd, 3, 1503, 5);
+	expect_cut(fd, 3, 1503, 5, 5, TB_RECOVERY_PROTO_END_COMPLETE, 1507);
+	close(fd);
+	assert_int_equal(stats(srv).rejects[TB_RECOVERY_PROTO_REJ_LOST], 1);
+
+	/* Version 2: the same answers in its bytes, and no LOST. */
+	fd = dial_from("127.0.0.1", tb_recovery_server_port(srv));
+	send_bytes(fd, out, (size_t)hello_in(out, 2, STREAM));
+	assert_int_equal(read_msg(fd, &m, 2000), 0);
+	assert_int_equal(m.type, TB_RECOVERY_PROTO_WELCOME);
+	assert_int_equal(m.version, 2);
+	send_request(fd, 2, 1490, 20);
+	expect_cut(fd, 2, 1490, 20, 10, TB_RECOVERY_PROTO_END_TRUNCATED, 1499);
+	send_request(fd, 2, 1500, 20);
+	expect_cut(fd, 2, 1500, 20, 0, TB_RECOVERY_PROTO_END_TRUNCATED, 1499);
+	send_request(fd, 2, 1503, 5);
+	expect_cut(fd, 2, 1503, 5, 5, TB_RECOVERY_PROTO_END_COMPLETE, 1507);
+	/* A request of another version than its HELLO's: malformed, in
+	 * the connection's version, and the end of it. */
+	send_request(fd, 3, 1503, 5);
+	assert_int_equal(read_msg(fd, &m, 2000), 0);
+	assert_int_equal(m.version, 2);
+	assert_int_equal(m.type, TB_RECOVERY_PROTO_REJECT);
+	assert_int_equal(m.reject.reason, TB_RECOVERY_PROTO_REJ_MALFORMED);
+	assert_non_null(strstr(m.reject.text, "version 3"));
+	assert_true(closed_within(fd, 2000) >= 0);
+	close(fd);
+	assert_int_equal(stats(srv).rejects[TB_RECOVERY_PROTO_REJ_LOST], 1);
+
+	/* A HELLO of version 2 is refused in version 2. */
+	fd = dial_from("127.0.0.1", tb_recovery_server_port(srv));
+	send_bytes(fd, out, (size_t)hello_in(out, 2, STREAM + 5));
+	assert_int_equal(read_msg(fd, &m, 2000), 0);
+	assert_int_equal(m.version, 2);
+	assert_int_equal(m.reject.reason, TB_RECOVERY_PROTO_REJ_UNKNOWN_STREAM);
+	close(fd);
+	tb_recovery_server_close(srv);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -577,6 +709,7 @@ int main(void)
 		cmocka_unit_test(log_lines_held_back_are_counted),
 		cmocka_unit_test(authenticated_once_then_pipelined),
 		cmocka_unit_test(earlier_epoch_served),
+		cmocka_unit_test(damaged_range_is_lost_not_an_end),
 	};
 
 	return cmocka_run_group_tests_name("recovery_server", tests, NULL, NULL);

@@ -31,7 +31,10 @@
  * value seen (<hop>_most_negative, ns): stamps taken in two processes on
  * two cores can read a little out of order where the cores' TSCs are not
  * in step (some virtual machines).  At the end: a table of p50/p99/p99.9/max per hop,
- * one .hgrm file per hop (--hgrm-dir), and what the stream lost.
+ * one .hgrm file per hop (--hgrm-dir), and what the stream lost.  While it
+ * runs, two of them are exported in its counters file (tb_latency_*, for
+ * tb-stat and Prometheus): publish_to_receive of every message it is
+ * handed, and tick_to_trade of every order acked.
  *
  * Loss.  TB_GAP, TB_LAPPED and TB_DATA_LOSS from tb_sub_poll are counted,
  * with their ranges from tb_sub_loss (the first 16 printed as they happen).
@@ -63,7 +66,8 @@
  *
  * Stops when the stream closes (TB_CLOSED) or its publisher dies, on
  * SIGINT/SIGTERM, or after --timeout-ms; then waits up to --ack-wait-ms for
- * the acks still out.
+ * the acks still out.  Dropped by a live rc publisher (TB_EVICTED), it goes
+ * on: the transport reconnects (evictions=).
  *
  * Summary line (stdout), parsed by the scenario tests and tools/demo.sh:
  *   strategy: name=S closed=0|1 messages=N quotes=N trades=N
@@ -73,7 +77,7 @@
  *     gapped=N laps=N data_loss=N lost=N recoveries=N replayed=N
  *     top_checksum=0x... book_checksum=0x... first_seq=N last_seq=N
  *     seq_errors=N epochs=N deaths=N book_refused=N joined_at=S join_ms=T
- *     caught_up_ms=T
+ *     caught_up_ms=T evictions=N
  * (gapped: messages in TB_GAP ranges - being recovered where the stream has
  * recovery, missing where it has none; lost: in TB_LAPPED and TB_DATA_LOSS
  * ranges, gone for good)
@@ -121,6 +125,9 @@ static void usage(FILE *out)
 "usage: tb-strategy -c CONFIG -s STREAM [options]\n"
 "Keeps the top of book from a tickbus market-data stream, sends orders to\n"
 "tb-gateway when the spread is tight, and reports tick-to-trade per hop.\n"
+"While it runs, publish_to_receive (every message) and tick_to_trade (every\n"
+"order acked) are exported in its counters file (tb-stat, tb-stat\n"
+"--prometheus).\n"
 "options:\n"
 "  -c, --config FILE         tickbus config file (required)\n"
 "  -s, --stream NAME         stream to subscribe to (required)\n"
@@ -171,6 +178,8 @@ typedef struct strat {
 	uint64_t top_hash[MAX_INSTR];
 	pending_t pend[PENDING];
 	tb_hist_t *hop[NHOPS];
+	tb_latency_t *exp_receive;       /* publish_to_receive, every message */
+	tb_latency_t *exp_t2t;           /* tick_to_trade, every order acked */
 	uint64_t messages, replayed, recoveries;
 	uint64_t quotes, trades, level_updates, levels, instruments;
 	uint64_t statuses, malformed, unknown, out_of_range, orders, send_errors;
@@ -325,6 +334,7 @@ static void on_msg(void *ctx, const tb_msg_t *m)
 		s->first_seq = m->seq;
 	s->last_seq = m->seq;
 	s->messages++;
+	tb_latency_record(s->exp_receive, (int64_t)(m->receive_ns - m->publish_ns));
 	if (m->flags & TB_MSG_F_REPLAY)
 		s->replayed++;
 	switch (m->template_id) {
@@ -492,6 +502,7 @@ static int read_acks(strat_t *s)
 			tb_hist_record(s->hop[i], (int64_t)(ts[i + 1] - ts[i]));
 		}
 		tb_hist_record(s->hop[5], (int64_t)(ts[5] - ts[0]));
+		tb_latency_record(s->exp_t2t, (int64_t)(ts[5] - ts[0]));
 		s->disorder += bad;
 	}
 }
@@ -551,6 +562,22 @@ static int write_hgrms(strat_t *s, const char *dir, const char *name)
 	return rc;
 }
 
+/* The id of stream `name` of `config`, for the exported histograms'
+ * labels; 0 when it cannot be read (the open that follows says why). */
+static uint32_t stream_id_of(const char *config, const char *name)
+{
+	const tb_stream_cfg_t *st;
+	tb_config_t *cfg;
+	uint32_t id = 0;
+
+	if (tb_config_load(&cfg, config) < 0)
+		return 0;
+	if ((st = tb_config_stream(cfg, name)) != NULL)
+		id = st->id;
+	tb_config_free(cfg);
+	return id;
+}
+
 static uint64_t top_sum(const strat_t *s)
 {
 	uint64_t sum = 0;
@@ -561,7 +588,7 @@ static uint64_t top_sum(const strat_t *s)
 }
 
 typedef struct join {
-	uint64_t at, join_ms, caught_up_ms, epochs, deaths;
+	uint64_t at, join_ms, caught_up_ms, epochs, deaths, evictions;
 } join_t;
 
 static void report(strat_t *s, const char *name, int closed, uint64_t gaps,
@@ -607,7 +634,8 @@ static void report(strat_t *s, const char *name, int closed, uint64_t gaps,
 	       " book_checksum=0x%016" PRIx64 " first_seq=%" PRIu64
 	       " last_seq=%" PRIu64 " seq_errors=%" PRIu64 " epochs=%" PRIu64
 	       " deaths=%" PRIu64 " book_refused=%" PRIu64 " joined_at=%" PRIu64
-	       " join_ms=%" PRIu64 " caught_up_ms=%" PRIu64 "\n",
+	       " join_ms=%" PRIu64 " caught_up_ms=%" PRIu64 " evictions=%" PRIu64
+	       "\n",
 	       name, closed, s->messages, s->quotes, s->trades, s->level_updates,
 	       s->levels, s->instruments, s->statuses, s->malformed, s->unknown,
 	       s->out_of_range, s->orders, s->send_errors, s->acks, s->bad_acks,
@@ -615,7 +643,7 @@ static void report(strat_t *s, const char *name, int closed, uint64_t gaps,
 	       s->level_mismatch, gaps, gapped, laps, data_loss, lost, s->recoveries, s->replayed,
 	       sum, tb_lvbook_checksum(s->book), s->first_seq, s->last_seq,
 	       s->seq_errors, j->epochs, j->deaths, s->book_refused, j->at,
-	       j->join_ms, j->caught_up_ms);
+	       j->join_ms, j->caught_up_ms, j->evictions);
 	fflush(stdout);
 }
 
@@ -644,7 +672,7 @@ int main(int argc, char **argv)
 	const char *hgrm_dir = NULL, *gateway = "127.0.0.1:31010";
 	const char *snap_stream = NULL;
 	uint64_t snap_wait_ms = 30000, t_open;
-	join_t join = {0, 0, 0, 0, 0};
+	join_t join = {0, 0, 0, 0, 0, 0};
 	uint64_t core = UINT64_MAX, timeout_ms = 0, ack_wait_ms = 500, v, t0;
 	uint64_t gaps = 0, laps = 0, data_loss = 0, lost = 0, gapped = 0;
 	uint64_t printed = 0;
@@ -716,6 +744,15 @@ int main(int argc, char **argv)
 			config, tb_errmsg());
 		return 1;
 	}
+	{
+		uint32_t id = stream_id_of(config, stream);
+
+		if (tb_latency_open(&s.exp_receive, id, "publish_to_receive") ||
+		    tb_latency_open(&s.exp_t2t, id, "tick_to_trade")) {
+			fprintf(stderr, "tb-strategy: %s\n", tb_errmsg());
+			return 1;
+		}
+	}
 	tb_cli_on_stop_signals(&stop);
 	printf("%s: ready stream=%s gateway=%s\n", name, stream, gateway);
 	fflush(stdout);
@@ -779,6 +816,14 @@ int main(int argc, char **argv)
 			join.deaths++;
 			closed = 1;
 			continue;
+		case TB_EVICTED:
+			/* An rc publisher, alive, dropped us (we missed its
+			 * liveness): the transport reconnects, and what it
+			 * missed comes as a loss. */
+			fprintf(stderr, "%s: dropped by the publisher; "
+				"reconnecting\n", name);
+			join.evictions++;
+			continue;
 		default:
 			fprintf(stderr, "%s: poll: %s\n", name, tb_strerror(n));
 			failed = 1;
@@ -807,6 +852,8 @@ int main(int argc, char **argv)
 	if (hgrm_dir && write_hgrms(&s, hgrm_dir, name) != 0)
 		failed = 1;
 	tb_subscriber_close(sub);
+	tb_latency_close(s.exp_receive);
+	tb_latency_close(s.exp_t2t);
 	tb_lvbook_destroy(s.book);
 	close(s.fd);
 	for (i = 0; i < NHOPS; i++)

@@ -7,8 +7,9 @@
 --     (bus/frame.h), each payload decoded through the market-data schema
 --     (schema/tickbus.xml; the tables below are generated from it)
 --   tcp: the control protocol ("TC", bus/transport/control.h) and the
---     recovery protocol ("TR", bus/recovery/proto.h), with the frames a
---     RESPONSE_BEGIN announces when they sit in the same segment
+--     recovery protocol ("TR", bus/recovery/proto.h: versions 2 and 3, one
+--     layout; 3 adds the LOST reject), with the frames a RESPONSE_BEGIN
+--     announces when they sit in the same segment
 --
 -- Both are heuristic dissectors: a datagram or segment is tickbus's when its
 -- magic and version say so, whatever the port.  Tokens are shown by length
@@ -36,6 +37,11 @@ local ctl_types = {[1] = "HELLO", [2] = "SUBSCRIBE", [3] = "ACCEPT",
 	[4] = "REJECT", [5] = "HEARTBEAT", [6] = "BYE"}
 local rec_types = {[1] = "REQUEST", [2] = "RESPONSE_BEGIN",
 	[3] = "RESPONSE_END", [4] = "REJECT", [5] = "HELLO", [6] = "WELCOME"}
+local rec_reasons = {[1] = "too old", [2] = "not yet published",
+	[3] = "too large", [4] = "rate limited", [5] = "unauthorised",
+	[6] = "malformed", [7] = "unknown stream", [8] = "epoch mismatch",
+	[9] = "busy", [10] = "lost"}
+local rec_ends = {[1] = "complete", [2] = "truncated"}
 
 -- packet header
 f("magic", "uint16", "magic", base.HEX)
@@ -90,7 +96,8 @@ f("timestamp (ns)", "uint64", "ctl.timestamp_ns")
 f("last sequence", "uint64", "last_seq")
 f("count", "uint32", "rec.count")
 f("first", "uint64", "rec.first")
-f("status", "uint32", "rec.status")
+f("status", "uint32", "rec.status", base.DEC, rec_ends)
+f("recovery reason", "uint32", "rec.reason", base.DEC, rec_reasons)
 f("detail", "uint64", "rec.detail")
 
 -- BEGIN SCHEMA
@@ -305,8 +312,12 @@ local function dissect_wire(tvb, off, pinfo, tree)
 			if ty == 1 then token(32, 128) end
 		elseif ty == 3 then u32(8, F["status"]); u64(16, F["last sequence"])
 		elseif ty == 4 then
-			u32(8, F["stream id"]); u32(12, F["reason"])
+			u32(8, F["stream id"]); u32(12, F["recovery reason"])
 			u64(16, F["detail"]); txt(24, len - 24, F["text"])
+			if len >= 16 then
+				pinfo.cols.info = name .. " (" ..
+					(rec_reasons[tvb(off + 12, 4):le_uint()] or "?") .. ")"
+			end
 		elseif ty == 5 then u32(8, F["stream id"]); token(16, 128)
 		elseif ty == 6 then
 			u32(8, F["stream id"]); u32(12, F["count"])

@@ -427,6 +427,31 @@ uint64_t tb_input_get(const tb_input_t *in, tb_input_counter_t c);
  * Errors: none. */
 void tb_input_close(tb_input_t *in);
 
+/* ------------------------------------------------------ latency exported */
+
+/* A latency the application measures (publish to receive, tick to trade),
+ * kept as a histogram in the process's counters file, where tb-stat shows
+ * it and serves it to Prometheus (tickbus_latency_seconds{name=...}, in
+ * buckets of powers of two from 64 ns).  For a dashboard; the exact tails
+ * are tb_hist_*'s. */
+typedef struct tb_latency tb_latency_t;
+
+/* Exports histogram `name` ([a-z0-9_]; capitals are lowered, others become
+ * '_'; at most 47 characters) of stream `id` (any number the application
+ * gives it; 0 for none), role subscriber.  When the counters file cannot
+ * take it, it is recorded privately, after a warning: never fails for
+ * that.  Errors: TB_EINVAL (NULL argument, empty name), TB_ENOMEM. */
+int tb_latency_open(tb_latency_t **lat, uint32_t id, const char *name);
+/* Records `ns` nanoseconds (negative counts as 0).  Hot path: a bit scan
+ * and two relaxed stores, no lock, no system call; from the one thread
+ * that owns the histogram.  Errors: none. */
+void tb_latency_record(tb_latency_t *lat, int64_t ns);
+/* How many have been recorded.  Errors: none. */
+uint64_t tb_latency_count(const tb_latency_t *lat);
+/* Stops exporting and frees; the owner must have stopped recording.  NULL
+ * is a no-op.  Errors: none. */
+void tb_latency_close(tb_latency_t *lat);
+
 /* ------------------------------------------------------ threads and time */
 
 /* Pins the calling thread to `core`; warns if the core is not isolated.
