@@ -1020,7 +1020,7 @@ int tb_stream_cfg_shm_path(const tb_stream_cfg_t *cfg, char *buf, size_t len)
 
 int tb_config_endpoint_parse(tb_endpoint_t *ep, const char *text)
 {
-	char why[WHY_MAX], allowed[WHY_MAX];
+	char why[WHY_MAX], allowed[WHY_MAX], shown[SHOWN_MAX];
 	tb_endpoint_t tmp;
 
 	if (!ep || !text)
@@ -1029,7 +1029,9 @@ int tb_config_endpoint_parse(tb_endpoint_t *ep, const char *text)
 	memset(&tmp, 0, sizeof(tmp));
 	if (parse_endpoint(text, &tmp, why)) {
 		describe(&keys[KEY_CONTROL], 0, allowed, sizeof(allowed));
-		return tb_error_set(TB_ECONFIG, "%s; allowed: %s", why, allowed);
+		return tb_error_set(TB_ECONFIG, "%s; allowed: %s",
+				  escape(shown, sizeof(shown), why, strlen(why)),
+				  allowed);
 	}
 	*ep = tmp;
 	return 0;
