@@ -36,8 +36,12 @@
  *     and TB_STORE_NOT_YET;
  *   - a read delivers consecutive sequences from the one asked for, each a
  *     frame whose length field is at least a header and which lies 8-byte
- *     aligned; it ends with a count or, on a corrupt sealed segment,
- *     TB_EFORMAT;
+ *     aligned; it ends with a count, or with TB_STORE_LOST when it starts
+ *     in a range lost to damage, which tb_store_lost() then names;
+ *   - a replay of everything, from the first to the last sequence, going
+ *     on after each lost range as a recovery server does, covers every
+ *     sequence once (delivered or reported lost), in order, and ends:
+ *     damage never ends a replay;
  *   - the last sequence reads back (open checked the active segment's
  *     tail and cut what did not check);
  *   - opened for writing, the store takes the next sequence and returns it
@@ -97,10 +101,10 @@ static void make_root(void)
 	setenv("TICKBUS_QUIET", "1", 1);
 }
 
-/* Removes every file of the epoch directory, and the directory. */
-static void clean(void)
+/* Removes every file of `dir`, its quarantine/ and the directory. */
+static void clean_dir(const char *dir)
 {
-	DIR *d = opendir(epoch_dir);
+	DIR *d = opendir(dir);
 	struct dirent *e;
 	char p[512];
 
@@ -109,11 +113,19 @@ static void clean(void)
 	while ((e = readdir(d))) {
 		if (e->d_name[0] == '.')
 			continue;
-		snprintf(p, sizeof(p), "%s/%s", epoch_dir, e->d_name);
-		unlink(p);
+		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+		if (!strcmp(e->d_name, "quarantine"))
+			clean_dir(p);
+		else
+			unlink(p);
 	}
 	closedir(d);
-	rmdir(epoch_dir);
+	rmdir(dir);
+}
+
+static void clean(void)
+{
+	clean_dir(epoch_dir);
 }
 
 static void header(uint8_t h[HDR_LEN], uint64_t magic, uint64_t first_seq)
@@ -189,16 +201,43 @@ static int on_frame(void *clientd, const tb_frame_hdr_t *f)
 	return 0;
 }
 
-/* Reads up to `max` from `first`: consecutive, or TB_EFORMAT. */
+/* Reads up to `max` from `first`: consecutive frames, or TB_STORE_LOST
+ * for a range that tb_store_lost() names and that holds `first`. */
 static int read_check(tb_store_t *s, uint64_t first, int max)
 {
 	reading_t rd = {first, 0};
 	int r = tb_store_read(s, first, max, on_frame, &rd);
+	uint64_t a, b;
 
 	if (r >= 0 ? r != rd.count || r > max || r == 0 :
-	    r != TB_EFORMAT || rd.count != 0)
+	    r != TB_STORE_LOST || rd.count != 0 ||
+	    !tb_store_lost(s, first, &a, &b) || a > first || b < first)
 		abort();
 	return r;
+}
+
+/* Replays [first, last] as a recovery server does, across holes: every
+ * sequence is delivered once or falls in a range reported lost, in order,
+ * and the replay reaches the end. */
+static void replay_all(tb_store_t *s, uint64_t first, uint64_t last)
+{
+	uint64_t q = first, a, b;
+	uint64_t steps = 0;
+
+	while (q <= last) {
+		int r = read_check(s, q, 64);
+
+		if (++steps > 2 * (last - first + 1) + 2)
+			abort(); /* no progress */
+		if (r > 0) {
+			q += (uint64_t)r;
+			continue;
+		}
+		tb_store_lost(s, q, &a, &b);
+		if (b >= last)
+			break;
+		q = b + 1;
+	}
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -273,9 +312,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			  &(reading_t){last_seq + 1, 0}) != TB_STORE_NOT_YET)
 		abort();
 	if (last_seq) {
-		int all = (int)(last_seq - first_seq + 1);
-
-		read_check(s, first_seq, all);
+		replay_all(s, first_seq, last_seq);
 		read_check(s, first_seq + (last_seq - first_seq) / 2, 3);
 		/* Open checked the active segment from its last good index
 		 * point to the end, and cut what did not check: the last
