@@ -16,6 +16,9 @@
  *          32   records' sequences made right (with 2: from the segment's
  *               first sequence up)
  *          64   a header byte replaced (segment or index, by the next u16)
+ *          128  with 1 clear: append the next sequence after open (the
+ *               append grows and maps the active segment, which costs a
+ *               MiB of zeros: a quarter of the inputs pay it)
  *   u16  where the header byte goes (bits 0..6: offset; bit 7: index file;
  *        bit 8: the first segment's files) and u8 its value
  *   u16  first sequence of the first segment, minus 1
@@ -44,9 +47,9 @@
  *     damage never ends a replay;
  *   - the last sequence reads back (open checked the active segment's
  *     tail and cut what did not check);
- *   - opened for writing, the store takes the next sequence and returns it
- *     byte for byte, and a fresh read-only open sees the same last
- *     sequence.
+ *   - opened for writing (and asked to, flag 128), the store takes the
+ *     next sequence and returns it byte for byte; a fresh read-only open
+ *     sees the same last sequence.
  */
 #include "bus/crc32c.h"
 #include "bus/error.h"
@@ -71,7 +74,7 @@
 
 enum {
 	F_RO = 1, F_FIX_REC = 2, F_FIX_IDX = 4, F_TWO = 8, F_NO_IDX = 16,
-	F_FIX_SEQ = 32, F_BREAK_HDR = 64,
+	F_FIX_SEQ = 32, F_BREAK_HDR = 64, F_APPEND = 128,
 };
 
 static char root[64];       /* the directory handed to the store */
@@ -324,7 +327,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		    (nseg == 1 || last_seq >= first[1]))
 			abort();
 	}
-	if (!cfg.read_only) {
+	if (!cfg.read_only && (flags & F_APPEND)) {
 		uint8_t frame[64];
 		tb_frame_hdr_t *f = (tb_frame_hdr_t *)frame;
 		uint64_t next = last_seq ? last_seq + 1 : first[0];

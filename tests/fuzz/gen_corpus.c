@@ -702,6 +702,8 @@ static void gen_store(void)
 	for (uint64_t s = 2; s <= 5; s++)
 		s_rec(&c, 0, s, (uint32_t)(s * 13));
 	s_put(&c, "one-segment");
+	c.flags = 128;
+	s_put(&c, "one-segment-append");
 	c.flags = 1;
 	s_put(&c, "one-segment-read-only");
 	c.flags = 16;
@@ -718,6 +720,8 @@ static void gen_store(void)
 		s_rec(&c, 0, s, 20);
 	c.rec[0].b[2 * 64 + 4] ^= 1;
 	s_put(&c, "bad-crc-middle");
+	c.flags = 128;
+	s_put(&c, "bad-crc-middle-append");
 	/* the wrong sequence in a record */
 	s_init(&c, 0, 10);
 	s_rec(&c, 0, 10, 8);
@@ -733,6 +737,8 @@ static void gen_store(void)
 	s_rec(&c, 1, 5, 16);
 	s_idx(&c, 0, 1, 64);
 	s_put(&c, "two-segments");
+	c.flags = 8 | 128;
+	s_put(&c, "two-segments-append");
 	c.flags = 8 | 1;
 	s_put(&c, "two-segments-read-only");
 	/* corruption inside the sealed segment */
