@@ -230,6 +230,11 @@ $(BUILD)/fuzz/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(MD_LIB) $(STATIC_LIB)
 
 fuzz-build: $(FUZZ_BINS)
 
+# fuzz_schema and gen_corpus include the generated schema (schema/schema.mk
+# orders the tree's other objects after it).
+$(FUZZ_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/tests/fuzz/gen_corpus.o: | \
+	$(SCHEMA_HEADERS)
+
 # The seed corpora, written by tests/fuzz/gen_corpus.c from the encoders.
 $(BUILD)/tests/fuzz_gen_corpus: $(BUILD)/obj/tests/fuzz/gen_corpus.o \
 		$(MD_LIB) $(STATIC_LIB)
