@@ -13,9 +13,9 @@
  *   - an interval has a histogram, a tag without ',' that fits
  *     TB_HIST_TAG_MAX, and finite times;
  *   - the reader ends: it consumes a line per call at least;
- *   - the interval written again by tb_hist_log_writer_write (when the
- *     writer takes its tag: one without white space) reads back with the
- *     same tag and an equal histogram.
+ *   - the first interval (whose tag the writer takes: one without white
+ *     space), written again by tb_hist_log_writer_write, reads back with
+ *     the same tag and an equal histogram.
  */
 #include "bus/error.h"
 #include "tests/fuzz/fuzz_util.h"
@@ -73,7 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	tb_hist_log_entry_t e;
 	size_t lines = 1;
 	FILE *in;
-	int rc, calls = 0;
+	int rc, calls = 0, rewritten = 0;
 
 	for (size_t i = 0; i < size; i++)
 		lines += data[i] == '\n';
@@ -94,7 +94,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		if (strchr(e.tag, ','))
 			abort();
-		if (!has_space(e.tag))
+		/* Writing walks every count of the layout, which costs more
+		 * than reading the line: the first interval of an input is
+		 * enough to hold the writer to the reader. */
+		if (!has_space(e.tag) && !rewritten++)
 			rewrite(&e);
 		tb_hist_free(e.hist);
 	}
