@@ -48,8 +48,8 @@
  *   - the last sequence reads back (open checked the active segment's
  *     tail and cut what did not check);
  *   - opened for writing (and asked to, flag 128), the store takes the
- *     next sequence and returns it byte for byte; a fresh read-only open
- *     sees the same last sequence.
+ *     next sequence (but UINT64_MAX, which it refuses) and returns it byte
+ *     for byte; a fresh read-only open sees the same last sequence.
  */
 #include "bus/crc32c.h"
 #include "bus/error.h"
@@ -336,11 +336,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		memset(frame, 0xab, sizeof(frame));
 		tb_frame_init(f, sizeof(frame) - TB_FRAME_HDR_LEN, 1, STREAM, next,
 			      7);
-		if (tb_store_append(s, f) != 0 ||
-		    tb_store_last_seq(s) != next ||
-		    tb_store_read(s, next, 1, on_frame, &rd) != 1)
-			abort();
-		last_seq = next;
+		if (next == UINT64_MAX) {
+			/* The last number is never stored (its successor
+			 * could not be numbered). */
+			if (tb_store_append(s, f) != TB_EINVAL ||
+			    tb_store_last_seq(s) != last_seq)
+				abort();
+		} else {
+			if (tb_store_append(s, f) != 0 ||
+			    tb_store_last_seq(s) != next ||
+			    tb_store_read(s, next, 1, on_frame, &rd) != 1)
+				abort();
+			last_seq = next;
+		}
 	}
 	if (tb_store_close(s) != 0)
 		abort();
