@@ -245,6 +245,9 @@ $(BUILD)/tests/fuzz_gen_corpus: $(BUILD)/obj/tests/fuzz/gen_corpus.o \
 fuzz-corpus: $(BUILD)/tests/fuzz_gen_corpus
 	$(BUILD)/tests/fuzz_gen_corpus tests/fuzz/corpus
 
+# Built by `make` too, so that it cannot rot between corpus updates.
+all: $(BUILD)/tests/fuzz_gen_corpus
+
 # Objects that only a pattern rule names are intermediate to make, which
 # would delete them after each link; keep them.
 .SECONDARY: $(FUZZ_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/tests/fuzz/replay.o \

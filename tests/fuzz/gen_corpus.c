@@ -1027,8 +1027,8 @@ static void gen_control(void)
 {
 	uint8_t b[4096];
 	tb_control_hello_t h;
-	tb_control_heartbeat_t hb = {123456789, 42};
-	tb_control_bye_t bye = {TB_CONTROL_BYE_NORMAL};
+	tb_control_heartbeat_t hb = {.timestamp_ns = 123456789, .last_seq = 42};
+	tb_control_bye_t bye = {.reason = TB_CONTROL_BYE_NORMAL};
 	int n = 0, r;
 
 	target("control");
@@ -1052,8 +1052,10 @@ static void gen_control(void)
 static void gen_recovery_proto(void)
 {
 	uint8_t b[4096];
-	tb_recovery_proto_begin_t begin = {1, 3, 5, 10};
-	tb_recovery_proto_end_t end = {TB_RECOVERY_PROTO_END_COMPLETE, 12};
+	tb_recovery_proto_begin_t begin = {.stream_id = 1, .count = 3,
+					   .epoch = 5, .first = 10};
+	tb_recovery_proto_end_t end = {.status = TB_RECOVERY_PROTO_END_COMPLETE,
+				       .last_seq = 12};
 	size_t n, second = 0;
 	int r;
 
