@@ -12,11 +12,14 @@
 #   make fuzz       builds each libFuzzer target tests/fuzz/fuzz_<name>.c
 #                   with clang -fsanitize=fuzzer,address,undefined (the
 #                   library too, into build/libfuzzer/) and runs it for
-#                   FUZZ_SECONDS from its corpus tests/fuzz/corpus/<name>/
-#                   (tests/fuzz/run-fuzz.sh).  What it finds new goes to
-#                   build/libfuzzer/fuzz/corpus/<name>/, a crash to
-#                   build/libfuzzer/fuzz/artifacts/.  `make test` replays
-#                   each corpus without libFuzzer (see Conventions).
+#                   FUZZ_SECONDS, or FUZZ_RUNS executions, from its corpus
+#                   tests/fuzz/corpus/<name>/ (tests/fuzz/run-fuzz.sh).
+#                   What it finds new goes to build/libfuzzer/fuzz/corpus/
+#                   <name>/, a crash to build/libfuzzer/fuzz/artifacts/.
+#                   `make test` replays each corpus without libFuzzer (see
+#                   Conventions).  FUZZ_TARGETS="a b" runs only those.
+#   make fuzz-corpus  writes the seed corpora again from the encoders
+#                   (tests/fuzz/gen_corpus.c; deterministic)
 #   make install    headers, libraries, tools and tickbus.pc under
 #                   $(DESTDIR)$(PREFIX); softrdma and its tb-softrdma wrapper,
 #                   the man pages, the Wireshark dissector
@@ -30,6 +33,7 @@
 #   CC=gcc          compiler; OPT=-O2 optimisation flags
 #   NODEPS=1        do not run `make deps` before demo, test and fuzz
 #   FUZZ_SECONDS=30 how long `make fuzz` runs each target
+#   FUZZ_RUNS=N     run each target N executions instead (CI: 1000000)
 #   FUZZ_CC=clang   the compiler for `make fuzz` (it needs libFuzzer)
 #   V=1             show every compiler command
 #
@@ -129,6 +133,8 @@ FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(FUZZ_SRCS))
 FUZZ_REPLAYS := $(addprefix $(BUILD)/tests/fuzz_replay_,$(FUZZ_NAMES))
 FUZZ_BINS := $(addprefix $(BUILD)/fuzz/fuzz_,$(FUZZ_NAMES))
 FUZZ_SECONDS ?= 30
+FUZZ_RUNS ?=
+FUZZ_TARGETS ?= $(FUZZ_NAMES)
 FUZZ_CC ?= clang
 FUZZ_BUILD ?= build/libfuzzer
 UDP_LOSS_LIB := $(BUILD)/tests/libtb_udp_loss.so
@@ -146,7 +152,7 @@ TEST_BINS := $(TESTS) $(FUZZ_REPLAYS) $(BUILD)/tests/test_layout
 
 -include $(wildcard tools/*/*.mk schema/*.mk)
 
-.PHONY: all deps test test-rdma demo bench fuzz fuzz-build install clean check-deps
+.PHONY: all deps test test-rdma demo bench fuzz fuzz-build fuzz-corpus install clean check-deps
 .DEFAULT_GOAL := all
 
 all: $(ALL_TARGETS) $(TEST_BINS)
@@ -224,9 +230,28 @@ $(BUILD)/fuzz/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(MD_LIB) $(STATIC_LIB)
 
 fuzz-build: $(FUZZ_BINS)
 
+# fuzz_schema and gen_corpus include the generated schema (schema/schema.mk
+# orders the tree's other objects after it).
+$(FUZZ_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/tests/fuzz/gen_corpus.o: | \
+	$(SCHEMA_HEADERS)
+
+# The seed corpora, written by tests/fuzz/gen_corpus.c from the encoders.
+$(BUILD)/tests/fuzz_gen_corpus: $(BUILD)/obj/tests/fuzz/gen_corpus.o \
+		$(MD_LIB) $(STATIC_LIB)
+	@mkdir -p $(dir $@)
+	@echo "  LINK    $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(MD_LIB) $(STATIC_LIB) $(LDLIBS)
+
+fuzz-corpus: $(BUILD)/tests/fuzz_gen_corpus
+	$(BUILD)/tests/fuzz_gen_corpus tests/fuzz/corpus
+
+# Built by `make` too, so that it cannot rot between corpus updates.
+all: $(BUILD)/tests/fuzz_gen_corpus
+
 # Objects that only a pattern rule names are intermediate to make, which
 # would delete them after each link; keep them.
 .SECONDARY: $(FUZZ_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/tests/fuzz/replay.o \
+	$(BUILD)/obj/tests/fuzz/gen_corpus.o \
 	$(BUILD)/obj/tests/common/udp_loss.nosan.o
 
 # No include runs upward or sideways (tests/layout.sh says the rules).
@@ -264,8 +289,8 @@ demo: $(TEST_PREREQ)
 fuzz: $(TEST_PREREQ)
 	@$(MAKE) --no-print-directory FUZZ=1 SAN=0 CC=$(FUZZ_CC) OPT=-O1 \
 		BUILD=$(FUZZ_BUILD) fuzz-build
-	@BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run-fuzz.sh \
-		$(FUZZ_NAMES)
+	@BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_RUNS=$(FUZZ_RUNS) \
+		tests/fuzz/run-fuzz.sh $(FUZZ_TARGETS)
 
 bench: $(TEST_PREREQ)
 	@$(MAKE) --no-print-directory all

@@ -77,6 +77,17 @@
  *   "<file>:<line>: key '<key>': <what is wrong>; allowed: <what is allowed>"
  *   "<file>:<line>: section '[...]': ..."
  *   "<file>: stream '<name>': missing required key '<key>'"
+ * What a message quotes from the file is escaped (escape(): \xNN for
+ * control characters, DEL, C1 controls, bidirectional overrides and bytes
+ * that are not UTF-8, \\ for a backslash): a file cannot send a terminal
+ * escape sequence to whoever reads the message.
+ *
+ * Reading.  The file is read whole, then parsed from memory
+ * (tb_config_load_buffer, which the fuzz target calls too).  Only a regular
+ * file of at most TB_CONFIG_FILE_MAX (1 MiB) is read: it is opened with
+ * O_NONBLOCK (a FIFO without a writer would block open(2) forever) and
+ * checked with fstat before a byte is read, so /dev/zero, a FIFO, a
+ * directory or a huge file is refused at once, naming the file.
  *
  * Line numbers and libinih.  Debian builds inih without INI_HANDLER_LINENO
  * (the handler gets no line number, and defining the macro here would not
@@ -104,6 +115,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ini.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -113,6 +125,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define KIB (UINT64_C(1) << 10)
@@ -130,6 +143,9 @@
 
 /* Why a parse failed, before the key and the allowed values are added. */
 #define WHY_MAX 320
+/* Text quoted from a file, escaped for a message (escape()): a 199-byte
+ * line of control bytes is 796 characters; a message holds 511. */
+#define SHOWN_MAX 512
 
 /* ------------------------------------------------------------ key table */
 
@@ -325,6 +341,76 @@ static int whyf(char *why, const char *fmt, ...)
 	vsnprintf(why, WHY_MAX, fmt, ap);
 	va_end(ap);
 	return -1;
+}
+
+/* Length of the UTF-8 character at s[0..n) that may be shown as it is, or
+ * 0: a malformed, overlong or surrogate sequence, or a character that
+ * steers a terminal or the order text is shown in (C1 controls, among them
+ * the 8-bit CSI; the bidirectional overrides and isolates). */
+static size_t utf8_shown_len(const unsigned char *s, size_t n)
+{
+	uint32_t cp;
+	size_t len, i;
+
+	if (s[0] < 0xc2 || s[0] > 0xf4)
+		return 0; /* ASCII is the caller's; 0x80..0xc1 never lead */
+	len = s[0] < 0xe0 ? 2 : s[0] < 0xf0 ? 3 : 4;
+	if (n < len)
+		return 0;
+	cp = s[0] & (0x7f >> len);
+	for (i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+	    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	if (cp <= 0x9f || (cp >= 0x202a && cp <= 0x202e) ||
+	    (cp >= 0x2066 && cp <= 0x2069))
+		return 0;
+	return len;
+}
+
+/*
+ * Copies s[0..n) into out[0..cap) (NUL-terminated) for a message that
+ * quotes a file: printable ASCII and well-formed UTF-8 as they are, a
+ * backslash as "\\", and every other byte (control characters, DEL, bytes
+ * that are not UTF-8, the characters utf8_shown_len refuses) as \xNN, so
+ * that what a file holds cannot drive the terminal the message is printed
+ * on, and every byte of it can be told from the message.  Stops at a whole
+ * character when out is full.  Returns out.
+ */
+static char *escape(char *out, size_t cap, const char *s, size_t n)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t o = 0, i = 0;
+
+	while (i < n) {
+		size_t len = 1;
+		char esc[5];
+		const char *piece = esc;
+
+		if (u[i] >= 0x20 && u[i] < 0x7f && u[i] != '\\') {
+			piece = s + i;
+		} else if (u[i] == '\\') {
+			memcpy(esc, "\\\\", 3);
+			len = 2;
+		} else if (u[i] >= 0x80 && (len = utf8_shown_len(u + i, n - i))) {
+			piece = s + i;
+		} else {
+			snprintf(esc, sizeof(esc), "\\x%02x", u[i]);
+			len = 4;
+		}
+		if (o + len >= cap)
+			break;
+		memcpy(out + o, piece, len);
+		o += len;
+		i += piece == esc ? 1 : len;
+	}
+	if (cap)
+		out[o] = '\0';
+	return out;
 }
 
 static long cpu_count(void)
@@ -961,7 +1047,7 @@ const char *tb_config_transport_name(tb_transport_t t)
 
 int tb_stream_cfg_validate(const tb_stream_cfg_t *cfg)
 {
-	char why[WHY_MAX], allowed[WHY_MAX];
+	char why[WHY_MAX], allowed[WHY_MAX], shown[SHOWN_MAX];
 	long ncpu = cpu_count();
 	unsigned tbit;
 
@@ -970,9 +1056,11 @@ int tb_stream_cfg_validate(const tb_stream_cfg_t *cfg)
 				  "NULL");
 	if (!memchr(cfg->name, '\0', sizeof(cfg->name)) ||
 	    !valid_stream_name(cfg->name, strlen(cfg->name)))
-		return tb_error_set(TB_ECONFIG, "stream name '%.*s' is invalid; "
+		return tb_error_set(TB_ECONFIG, "stream name '%s' is invalid; "
 				  "allowed: 1 to %d of A-Z a-z 0-9 _ . -",
-				  TB_NAME_MAX - 1, cfg->name, TB_NAME_MAX - 1);
+				  escape(shown, sizeof(shown), cfg->name,
+					 strnlen(cfg->name, TB_NAME_MAX - 1)),
+				  TB_NAME_MAX - 1);
 	if (cfg->n_sources != 0) {
 		tbit = T_SRC; /* no transport of its own: not checked */
 	} else {
@@ -1001,7 +1089,9 @@ int tb_stream_cfg_validate(const tb_stream_cfg_t *cfg)
 			describe(k, ncpu, allowed, sizeof(allowed));
 			return tb_error_set(TB_ECONFIG, "stream '%s': field "
 					  "'%s': %s; allowed: %s", cfg->name,
-					  k->name, why, allowed);
+					  k->name, escape(shown, sizeof(shown),
+							  why, strlen(why)),
+					  allowed);
 		}
 	}
 	if ((uint64_t)cfg->liveness_timeout_ms < 2 * (uint64_t)cfg->heartbeat_ms)
@@ -1046,7 +1136,7 @@ int tb_stream_cfg_shm_path(const tb_stream_cfg_t *cfg, char *buf, size_t len)
 
 int tb_config_endpoint_parse(tb_endpoint_t *ep, const char *text)
 {
-	char why[WHY_MAX], allowed[WHY_MAX];
+	char why[WHY_MAX], allowed[WHY_MAX], shown[SHOWN_MAX];
 	tb_endpoint_t tmp;
 
 	if (!ep || !text)
@@ -1055,7 +1145,9 @@ int tb_config_endpoint_parse(tb_endpoint_t *ep, const char *text)
 	memset(&tmp, 0, sizeof(tmp));
 	if (parse_endpoint(text, &tmp, why)) {
 		describe(&keys[KEY_CONTROL], 0, allowed, sizeof(allowed));
-		return tb_error_set(TB_ECONFIG, "%s; allowed: %s", why, allowed);
+		return tb_error_set(TB_ECONFIG, "%s; allowed: %s",
+				  escape(shown, sizeof(shown), why, strlen(why)),
+				  allowed);
 	}
 	*ep = tmp;
 	return 0;
@@ -1079,9 +1171,8 @@ struct tb_config {
 struct loader {
 	tb_config_t *cfg;
 	const char *path;
-	FILE *f;
-	char *buf;      /* getline's buffer */
-	size_t cap;
+	const char *text; /* the whole file */
+	size_t len, off;  /* its length; where the next line starts */
 	int lineno;     /* lines read so far = the line inih is handling */
 	int cur;        /* index of the stream being read, -1 before one */
 	int err;        /* first error (a TB_E* code), 0 while there is none */
@@ -1104,14 +1195,16 @@ static int key_fail(struct loader *ld, int line, const char *key,
 static int key_fail(struct loader *ld, int line, const char *key,
 		    const char *fmt, ...)
 {
-	char what[WHY_MAX * 2];
+	char what[WHY_MAX * 2], shown_key[SHOWN_MAX], shown_what[SHOWN_MAX];
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
-	tb_error_set(TB_ECONFIG, "%s:%d: key '%s': %s", ld->path, line, key,
-		   what);
+	/* Both may quote the file (a key, a value): escaped. */
+	tb_error_set(TB_ECONFIG, "%s:%d: key '%s': %s", ld->path, line,
+		     escape(shown_key, sizeof(shown_key), key, strlen(key)),
+		     escape(shown_what, sizeof(shown_what), what, strlen(what)));
 	return fail(ld, TB_ECONFIG);
 }
 
@@ -1249,23 +1342,24 @@ static int section_header(struct loader *ld, const char *p)
 {
 	const char *close = strchr(p, ']'), *q, *word, *name;
 	size_t word_len, name_len;
-	int shown_len;
+	char shown[SHOWN_MAX]; /* the header as the file has it, escaped */
 	struct entry *e;
 
 	/* the previous stream is complete: its errors come first */
 	if (ld->cur >= 0 && finish_stream(ld, &ld->cfg->v[ld->cur]))
 		return ld->err;
+	escape(shown, sizeof(shown), p,
+	       close ? (size_t)(close - p + 1) : strlen(p));
 	if (!close) {
 		tb_error_set(TB_ECONFIG, "%s:%d: section '%s': missing ']'",
-			   ld->path, ld->lineno, p);
+			   ld->path, ld->lineno, shown);
 		return fail(ld, TB_ECONFIG);
 	}
-	shown_len = (int)(close - p + 1);
 	for (q = close + 1; isspace((unsigned char)*q); q++)
 		;
 	if (*q && *q != ';' && *q != '#') {
-		tb_error_set(TB_ECONFIG, "%s:%d: section '%.*s': unexpected text "
-			   "after ']'", ld->path, ld->lineno, shown_len, p);
+		tb_error_set(TB_ECONFIG, "%s:%d: section '%s': unexpected text "
+			   "after ']'", ld->path, ld->lineno, shown);
 		return fail(ld, TB_ECONFIG);
 	}
 	for (word = p + 1; isspace((unsigned char)*word); word++)
@@ -1281,30 +1375,30 @@ static int section_header(struct loader *ld, const char *p)
 	while (q < close && isspace((unsigned char)*q))
 		q++;
 	if (word_len != 6 || strncmp(word, "stream", 6) != 0) {
-		tb_error_set(TB_ECONFIG, "%s:%d: section '%.*s': unknown section; "
+		tb_error_set(TB_ECONFIG, "%s:%d: section '%s': unknown section; "
 			   "only [stream NAME] sections are allowed", ld->path,
-			   ld->lineno, shown_len, p);
+			   ld->lineno, shown);
 		return fail(ld, TB_ECONFIG);
 	}
 	if (name_len == 0 || q != close) {
-		tb_error_set(TB_ECONFIG, "%s:%d: section '%.*s': expected "
+		tb_error_set(TB_ECONFIG, "%s:%d: section '%s': expected "
 			   "[stream NAME] with exactly one name", ld->path,
-			   ld->lineno, shown_len, p);
+			   ld->lineno, shown);
 		return fail(ld, TB_ECONFIG);
 	}
 	if (!valid_stream_name(name, name_len)) {
-		tb_error_set(TB_ECONFIG, "%s:%d: section '%.*s': invalid stream "
+		tb_error_set(TB_ECONFIG, "%s:%d: section '%s': invalid stream "
 			   "name; allowed: 1 to %d of A-Z a-z 0-9 _ . -",
-			   ld->path, ld->lineno, shown_len, p, TB_NAME_MAX - 1);
+			   ld->path, ld->lineno, shown, TB_NAME_MAX - 1);
 		return fail(ld, TB_ECONFIG);
 	}
 	for (int i = 0; i < ld->cfg->n; i++) {
 		e = &ld->cfg->v[i];
 		if (strlen(e->cfg.name) == name_len &&
 		    memcmp(e->cfg.name, name, name_len) == 0) {
-			tb_error_set(TB_ECONFIG, "%s:%d: section '%.*s': stream "
+			tb_error_set(TB_ECONFIG, "%s:%d: section '%s': stream "
 				   "'%s' is already defined at line %d",
-				   ld->path, ld->lineno, shown_len, p,
+				   ld->path, ld->lineno, shown,
 				   e->cfg.name, e->line);
 			return fail(ld, TB_ECONFIG);
 		}
@@ -1335,47 +1429,39 @@ static int section_header(struct loader *ld, const char *p)
 static char *next_line(char *str, int num, void *stream)
 {
 	struct loader *ld = stream;
-	ssize_t n;
-	size_t len;
-	char *p;
+	const char *line, *nl;
+	size_t n;
 
-	if (ld->err)
-		return NULL; /* stop at the first error */
-	errno = 0;
-	n = getline(&ld->buf, &ld->cap, ld->f);
-	if (n < 0) {
-		if (ferror(ld->f)) {
-			ld->lineno++;
-			fail(ld, tb_error_sys(errno ? errno : EIO, "%s: cannot "
-					    "read config file", ld->path));
-		}
-		return NULL;
-	}
+	if (ld->err || ld->off == ld->len)
+		return NULL; /* stop at the first error, or at the end */
+	line = ld->text + ld->off;
+	nl = memchr(line, '\n', ld->len - ld->off);
+	n = nl ? (size_t)(nl - line) : ld->len - ld->off;
+	ld->off += nl ? n + 1 : n;
 	ld->lineno++;
-	if (memchr(ld->buf, '\0', (size_t)n)) {
+	if (memchr(line, '\0', n)) {
 		tb_error_set(TB_ECONFIG, "%s:%d: line contains a NUL byte; a "
 			   "config file is text", ld->path, ld->lineno);
 		fail(ld, TB_ECONFIG);
 		return NULL;
 	}
-	while (n > 0 && (ld->buf[n - 1] == '\n' || ld->buf[n - 1] == '\r'))
-		ld->buf[--n] = '\0';
-	p = ld->buf;
-	if (ld->lineno == 1 && strncmp(p, "\xEF\xBB\xBF", 3) == 0)
-		p += 3; /* UTF-8 byte order mark */
-	while (isspace((unsigned char)*p))
-		p++;
-	len = strlen(p);
-	if (len + 1 > (size_t)num) {
+	while (n > 0 && line[n - 1] == '\r')
+		n--;
+	if (ld->lineno == 1 && n >= 3 && memcmp(line, "\xEF\xBB\xBF", 3) == 0)
+		line += 3, n -= 3; /* UTF-8 byte order mark */
+	while (n > 0 && isspace((unsigned char)*line))
+		line++, n--;
+	if (n + 1 > (size_t)num) {
 		tb_error_set(TB_ECONFIG, "%s:%d: line is %zu characters long; "
-			   "at most %d are allowed", ld->path, ld->lineno, len,
+			   "at most %d are allowed", ld->path, ld->lineno, n,
 			   num - 1);
 		fail(ld, TB_ECONFIG);
 		return NULL;
 	}
-	if (*p == '[' && section_header(ld, p))
+	memcpy(str, line, n);
+	str[n] = '\0';
+	if (*str == '[' && section_header(ld, str))
 		return NULL;
-	memcpy(str, p, len + 1);
 	return str;
 }
 
@@ -1502,26 +1588,31 @@ static int finish_file(struct loader *ld)
 	return 0;
 }
 
-int tb_config_load(tb_config_t **out, const char *path)
+int tb_config_load_buffer(tb_config_t **out, const char *name,
+			  const void *text, size_t len)
 {
 	struct loader ld;
 	int r, rc = 0;
 
-	if (!out || !path)
-		return tb_error_set(TB_EINVAL, "tb_config_load: NULL argument");
+	if (!out || !name || (!text && len))
+		return tb_error_set(TB_EINVAL, "tb_config_load_buffer: NULL "
+				  "argument");
 	*out = NULL;
+	if (len > TB_CONFIG_FILE_MAX)
+		return tb_error_set(TB_ECONFIG, "%s: %zu bytes, more than the "
+				  "%u (1 MiB) a config file may hold", name,
+				  len, TB_CONFIG_FILE_MAX);
 	memset(&ld, 0, sizeof(ld));
-	ld.path = path;
+	ld.path = name;
+	ld.text = text;
+	ld.len = len;
 	ld.cur = -1;
 	ld.ncpu = cpu_count();
-	ld.f = fopen(path, "re");
-	if (!ld.f)
-		return tb_error_sys(errno, "%s: cannot open config file", path);
 	ld.cfg = calloc(1, sizeof(*ld.cfg));
 	if (ld.cfg)
-		ld.cfg->path = strdup(path);
+		ld.cfg->path = strdup(name);
 	if (!ld.cfg || !ld.cfg->path) {
-		rc = tb_error_set(TB_ENOMEM, "%s: out of memory", path);
+		rc = tb_error_set(TB_ENOMEM, "%s: out of memory", name);
 		goto out;
 	}
 
@@ -1529,13 +1620,13 @@ int tb_config_load(tb_config_t **out, const char *path)
 	if (r > 0 && (!ld.err || r < ld.err_line)) {
 		/* a line inih could not split, before any error of ours */
 		rc = tb_error_set(TB_ECONFIG, "%s:%d: expected 'key = value', "
-				"'[stream NAME]' or a comment", path, r);
+				"'[stream NAME]' or a comment", name, r);
 	} else if (ld.err) {
 		rc = ld.err;
 	} else if (r == -2) {
-		rc = tb_error_set(TB_ENOMEM, "%s: out of memory", path);
+		rc = tb_error_set(TB_ENOMEM, "%s: out of memory", name);
 	} else if (r != 0) {
-		rc = tb_error_set(TB_EIO, "%s: inih failed (%d)", path, r);
+		rc = tb_error_set(TB_EIO, "%s: inih failed (%d)", name, r);
 	} else if (ld.cur >= 0) {
 		rc = finish_stream(&ld, &ld.cfg->v[ld.cur]);
 		if (rc == 0)
@@ -1543,17 +1634,134 @@ int tb_config_load(tb_config_t **out, const char *path)
 	} else {
 		rc = tb_error_set(TB_ECONFIG, "%s: no [stream NAME] section; a "
 				"config file describes at least one stream",
-				path);
+				name);
 	}
 out:
-	free(ld.buf);
-	fclose(ld.f);
 	if (rc) {
 		tb_config_free(ld.cfg);
 		return rc;
 	}
 	*out = ld.cfg;
 	return 0;
+}
+
+/* What a file that is not a regular one is, for the message. */
+static const char *file_kind(mode_t mode)
+{
+	if (S_ISDIR(mode))
+		return "a directory";
+	if (S_ISFIFO(mode))
+		return "a FIFO";
+	if (S_ISCHR(mode))
+		return "a character device";
+	if (S_ISBLK(mode))
+		return "a block device";
+	if (S_ISSOCK(mode))
+		return "a socket";
+	return "not a regular file";
+}
+
+/*
+ * Reads the config file at `path` whole into a malloc'd *text (*len bytes).
+ * Opened without blocking (a FIFO without a writer would hang open(2)) and
+ * checked with fstat before a byte is read: only a regular file of at most
+ * TB_CONFIG_FILE_MAX bytes is read, so /dev/zero, a FIFO or a huge file
+ * fails at once instead of filling memory.  The size is checked again
+ * while reading, for a file that grows.
+ */
+static int read_file(const char *path, char **text, size_t *len)
+{
+	struct stat st;
+	size_t cap, n = 0;
+	char *buf;
+	int fd, rc = 0;
+
+	fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0)
+		return tb_error_sys(errno, "%s: cannot open config file", path);
+	if (fstat(fd, &st) != 0) {
+		rc = tb_error_sys(errno, "%s: cannot stat config file", path);
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = tb_error_set(TB_ECONFIG, "%s: is %s; a config file must be "
+				"a regular file", path, file_kind(st.st_mode));
+		goto out;
+	}
+	if (st.st_size > (off_t)TB_CONFIG_FILE_MAX) {
+		rc = tb_error_set(TB_ECONFIG, "%s: %lld bytes, more than the %u "
+				"(1 MiB) a config file may hold", path,
+				(long long)st.st_size, TB_CONFIG_FILE_MAX);
+		goto out;
+	}
+	/* One byte more than the limit, to see a file that grew past it. */
+	cap = (size_t)st.st_size + 1;
+	buf = malloc(cap);
+	if (!buf) {
+		rc = tb_error_set(TB_ENOMEM, "%s: out of memory", path);
+		goto out;
+	}
+	for (;;) {
+		ssize_t got;
+
+		if (n == cap) {
+			char *more;
+
+			if (cap > TB_CONFIG_FILE_MAX) {
+				rc = tb_error_set(TB_ECONFIG, "%s: more than the "
+						"%u bytes (1 MiB) a config file "
+						"may hold", path,
+						TB_CONFIG_FILE_MAX);
+				break;
+			}
+			cap = cap * 2 > TB_CONFIG_FILE_MAX + 1 ?
+			      TB_CONFIG_FILE_MAX + 1 : cap * 2;
+			more = realloc(buf, cap);
+			if (!more) {
+				rc = tb_error_set(TB_ENOMEM, "%s: out of memory",
+						path);
+				break;
+			}
+			buf = more;
+		}
+		got = read(fd, buf + n, cap - n);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0) {
+			rc = tb_error_sys(errno, "%s: cannot read config file",
+					path);
+			break;
+		}
+		if (got == 0)
+			break;
+		n += (size_t)got;
+	}
+	if (rc) {
+		free(buf);
+		goto out;
+	}
+	*text = buf;
+	*len = n;
+out:
+	close(fd);
+	return rc;
+}
+
+int tb_config_load(tb_config_t **out, const char *path)
+{
+	char *text = NULL;
+	size_t len = 0;
+	int rc;
+
+	if (!out || !path)
+		return tb_error_set(TB_EINVAL, "tb_config_load: NULL argument");
+	*out = NULL;
+	rc = read_file(path, &text, &len);
+	if (rc)
+		return rc;
+	rc = tb_config_load_buffer(out, path, text, len);
+	free(text);
+	return rc;
 }
 
 void tb_config_free(tb_config_t *cfg)

@@ -17,6 +17,11 @@
 /* A stream whose shm_path is empty uses this prefix followed by its name. */
 #define TB_SHM_PATH_PREFIX "/dev/shm/tickbus."
 
+/* The most a config file may hold: tb_config_load refuses a larger file
+ * before it reads it.  Every example is under 4 KiB; 1 MiB holds
+ * thousands of streams. */
+#define TB_CONFIG_FILE_MAX (1u << 20)
+
 /* Writes the ring path of a shm stream to `buf`: cfg->shm_path, or
  * TB_SHM_PATH_PREFIX<name> when shm_path is empty.  tb_config_load fills
  * the default already; this is for structs filled by hand. */
@@ -36,6 +41,15 @@ const char *tb_config_transport_name(tb_transport_t t);
  */
 int tb_config_load_stream(tb_stream_cfg_t *out, const char *path,
 			  const char *stream);
+
+/*
+ * Parses config text `text` (`len` bytes, not NUL-terminated, at most
+ * TB_CONFIG_FILE_MAX) as tb_config_load parses a file, naming it `name` in
+ * messages.  tb_config_load reads the file and calls this; the fuzz target
+ * calls it directly.  Errors: tb_config_load's, but none of open(2)'s.
+ */
+int tb_config_load_buffer(tb_config_t **out, const char *name,
+			  const void *text, size_t len);
 
 /* Parses "host:port" or "[ipv6]:port" strictly, as the config keys
  * control and recovery do (port 1..65535, host 1..63 characters). */

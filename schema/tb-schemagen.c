@@ -1294,7 +1294,8 @@ static void emit_message(const struct block *m)
 	W("\tconst uint8_t *p = (const uint8_t *)buf;\n\t%s_message_header_t h;\n"
 	  "\tuint16_t version, block, need;\n\tsize_t pos;\n", P);
 	if (m->ng)
-		W("\t%s_group_size_encoding_t gh;\n\tsize_t bytes;\n", P);
+		W("\t%s_group_size_encoding_t gh;\n\tsize_t bytes;\n\tint64_t rc;\n",
+		  P);
 	W("\n\tmemset(m, 0, sizeof(*m)); /* defined even on error */\n");
 	if (m->ng)
 		W("\tmemset(g, 0, sizeof(*g));\n");
@@ -1318,7 +1319,8 @@ static void emit_message(const struct block *m)
 
 		W("\tg->%s.version = version;\n", g);
 		W("\tif (version >= %d) {\n", gb->since);
-		W("\t\tif (len - pos < %s_GROUP_HEADER_LEN)\n\t\t\treturn %s_EGROUP;\n"
+		W("\t\tif (len - pos < %s_GROUP_HEADER_LEN) {\n"
+		  "\t\t\trc = %s_EGROUP;\n\t\t\tgoto fail;\n\t\t}\n"
 		  "\t\tmemcpy(&gh, p + pos, sizeof(gh));\n\t\tpos += sizeof(gh);\n", U, U);
 		/* minimum entry block for the sender's version */
 		W("\t\t{\n");
@@ -1335,16 +1337,23 @@ static void emit_message(const struct block *m)
 					W("\t\t\tif (version >= %d)\n\t\t\t\tneed = %d;\n",
 					  v, nd);
 			}
-			W("\t\t\tif (gh.num_in_group && gh.block_length < need)\n"
-			  "\t\t\t\treturn %s_EBLOCK;\n\t\t}\n", U);
+			W("\t\t\tif (gh.num_in_group && gh.block_length < need) {\n"
+			  "\t\t\t\trc = %s_EBLOCK;\n\t\t\t\tgoto fail;\n"
+			  "\t\t\t}\n\t\t}\n", U);
 		}
 		W("\t\tbytes = (size_t)gh.num_in_group * gh.block_length;\n"
-		  "\t\tif (len - pos < bytes)\n\t\t\treturn %s_EGROUP;\n"
+		  "\t\tif (len - pos < bytes) {\n\t\t\trc = %s_EGROUP;\n"
+		  "\t\t\tgoto fail;\n\t\t}\n"
 		  "\t\tg->%s.data = p + pos;\n\t\tg->%s.count = gh.num_in_group;\n"
 		  "\t\tg->%s.block_length = gh.block_length;\n\t\tpos += bytes;\n\t}\n",
 		  U, g, g, g);
 	}
-	W("\treturn (int64_t)pos;\n}\n\n");
+	W("\treturn (int64_t)pos;\n");
+	if (m->ng)
+		W("fail:\n\t/* the block was read: undone, as promised */\n"
+		  "\tmemset(m, 0, sizeof(*m));\n\tmemset(g, 0, sizeof(*g));\n"
+		  "\treturn rc;\n");
+	W("}\n\n");
 
 	/* printers */
 	W("static inline void %s_out(%s_out_t *o, const %s_t *m%s%s%s)\n{\n", n, P,

@@ -1348,11 +1348,14 @@ static uint64_t parse_file_name(const char *name, const char *ext)
 	    strcmp(name + 21, ext) != 0)
 		return 0;
 	for (i = 0; i < 20; i++) {
+		uint64_t d = (uint64_t)(name[i] - '0');
+
 		if (name[i] < '0' || name[i] > '9')
 			return 0;
-		if (v > (UINT64_MAX - 9) / 10)
+		/* Exactly: a first sequence up to UINT64_MAX - 1 has a name. */
+		if (v > (UINT64_MAX - d) / 10)
 			return 0;
-		v = v * 10 + (uint64_t)(name[i] - '0');
+		v = v * 10 + d;
 	}
 	return v;
 }
@@ -1874,6 +1877,12 @@ static int frame_refuse(const tb_store_t *s, const tb_frame_hdr_t *f,
 				  f->seq == 0 ? "sequences start at 1" :
 				  expect && f->seq < expect ? "duplicate" :
 				  "out of order", s->last_seq);
+	/* Open takes records up to UINT64_MAX - 1 (scan), whose successor
+	 * can still be numbered: the last number is never stored. */
+	if (f->seq == UINT64_MAX)
+		return tb_error_set(TB_EINVAL, "tb_store_append: sequence %" PRIu64
+				  " refused: the store numbers up to %" PRIu64,
+				  f->seq, UINT64_MAX - 1);
 	return 0;
 }
 
@@ -1927,6 +1936,7 @@ int tb_store_append(tb_store_t *s, const tb_frame_hdr_t *f)
 	if (tb_unlikely(!s))
 		return tb_error_set(TB_EINVAL, "tb_store_append: NULL store");
 	if (tb_unlikely(!f || f->seq != s->last_seq + 1 || s->nsegs == 0 ||
+			f->seq == UINT64_MAX ||
 			f->stream_id != s->cfg.stream_id ||
 			f->length < TB_FRAME_HDR_LEN || f->length > TB_FRAME_MAX_LEN ||
 			f->version != TB_FRAME_VERSION ||

@@ -229,6 +229,10 @@ static inline int tb_shm_reader_poll(tb_shm_reader_t *r, tb_seq_t *seq,
 		if (tb_unlikely(tb_frame_check(c, len) < 0))
 			goto lapped; /* a corrupt ring: resynchronise at the tail */
 		if (c->type == TB_FRAME_PAD) {
+			/* The writer pads only up to the ring's end (ring.h);
+			 * any other pad is a corrupt ring. */
+			if (tb_unlikely(c->length != ring_size - off))
+				goto lapped;
 			r->pos += c->length;
 			continue;
 		}

@@ -12,7 +12,11 @@
  *     encoding per message, and the encoder accepts everything the decoder
  *     does);
  *   - the framer never asks for more than TB_CONTROL_MSG_MAX bytes in all, and
- *     says 0 (whole) whenever decode succeeds.
+ *     says 0 (whole) whenever decode succeeds;
+ *   - a decoded message's type, reject reason and bye reason have names;
+ *   - read as a TCP stream of messages back to back (as the control
+ *     threads read it: frame, then decode), every step makes progress and
+ *     ends at a message the framer waits on or refuses.
  */
 #include "bus/error.h"
 #include "bus/transport/control.h"
@@ -34,6 +38,27 @@ static int reencode(const tb_control_msg_t *m, uint8_t *buf, size_t cap)
 	case TB_CONTROL_READY: return tb_control_encode_ready(buf, cap, &m->ready);
 	}
 	return -1;
+}
+
+/* Messages back to back, framed then decoded, until one is incomplete,
+ * refused by the framer or by the decoder. */
+static void as_stream(const uint8_t *data, size_t size)
+{
+	size_t off = 0;
+
+	while (off < size) {
+		tb_control_msg_t m;
+		int need = tb_control_frame_need(data + off, size - off), rc;
+
+		if (need != 0)
+			break;
+		rc = tb_control_decode(data + off, size - off, &m);
+		if (rc < 0)
+			break;
+		if (rc == 0 || (size_t)rc > size - off)
+			abort();
+		off += (size_t)rc;
+	}
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -62,5 +87,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (m.type == TB_CONTROL_HELLO &&
 	    !tb_control_token_equal(m.hello.token, m.hello.token))
 		abort();
+	if (!strcmp(tb_control_type_name(m.type), "?") ||
+	    (m.type == TB_CONTROL_REJECT &&
+	     !strcmp(tb_control_reject_name(m.reject.reason), "?")) ||
+	    (m.type == TB_CONTROL_BYE &&
+	     !strcmp(tb_control_bye_name(m.bye.reason), "?")))
+		abort();
+	as_stream(data, size);
 	return 0;
 }

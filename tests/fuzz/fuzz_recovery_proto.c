@@ -6,11 +6,14 @@
  * top); `make test` replays its corpus, tests/fuzz/corpus/recovery_proto/,
  * through it (tests/fuzz/replay.c).
  *
- * The input is read twice: as a protocol message of either version spoken
- * (decode; whatever decodes must re-encode, in its version, to the same
- * bytes) and, from its second byte so that it
- * is misaligned, as a replayed tickbus frame (replay_need and
- * replay_check must agree and never read past the input).
+ * The input is read three times: as a protocol message of either version
+ * spoken (decode; whatever decodes must re-encode, in its version, to the
+ * same bytes, and its type and reject reason have names), from its second
+ * byte so that it is misaligned, as a replayed tickbus frame (replay_need
+ * and replay_check must agree and never read past the input), and as a
+ * whole response the way the client reads one: RESPONSE_BEGIN, the frames
+ * it announces (each framed with replay_need, then checked), RESPONSE_END;
+ * every step makes progress and stays inside the input.
  */
 #include "bus/error.h"
 #include "bus/recovery/proto.h"
@@ -61,6 +64,43 @@ static void as_message(const uint8_t *data, size_t size)
 	if (reencode(&m, again, sizeof(again)) != rc ||
 	    memcmp(again, data, (size_t)rc) != 0)
 		abort();
+	if (!strcmp(tb_recovery_proto_type_name(m.type), "?") ||
+	    (m.type == TB_RECOVERY_PROTO_REJECT &&
+	     !strcmp(tb_recovery_proto_reject_name(m.reject.reason), "?")))
+		abort();
+}
+
+/* BEGIN, up to 64 of its frames, END: as the client reads a response. */
+static void as_response(const uint8_t *data, size_t size)
+{
+	tb_recovery_proto_msg_t m;
+	size_t off;
+	int rc = tb_recovery_proto_decode(data, size, &m);
+
+	if (rc <= 0 || m.type != TB_RECOVERY_PROTO_RESPONSE_BEGIN)
+		return;
+	off = (size_t)rc;
+	for (uint64_t i = 0; i < m.begin.count && i < 64; i++) {
+		int need = tb_recovery_proto_replay_need(data + off, size - off);
+		int64_t n;
+
+		if (need != 0)
+			return;
+		n = tb_recovery_proto_replay_check(data + off, size - off,
+						   &m.begin, i);
+		if (n < 0)
+			return;
+		if (n < TB_FRAME_HDR_LEN || (size_t)n > size - off)
+			abort();
+		off += (size_t)n;
+	}
+	if (tb_recovery_proto_frame_need(data + off, size - off) == 0) {
+		tb_recovery_proto_msg_t end;
+
+		rc = tb_recovery_proto_decode(data + off, size - off, &end);
+		if (rc > 0 && (size_t)rc > size - off)
+			abort();
+	}
 }
 
 static void as_frame(const uint8_t *data, size_t size)
@@ -88,5 +128,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	as_message(data, size);
 	as_frame(data, size);
+	as_response(data, size);
 	return 0;
 }

@@ -22,8 +22,11 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char dir[] = "/tmp/tb-test-config-XXXXXX";
@@ -1105,14 +1108,14 @@ static void test_bad_token(void **state)
 	static const struct bad_case cases[] = {
 		{"shm", "token", "a b", "'a b' contains a space or a character "
 		 "that is not printable ASCII; allowed: " A_TOKEN},
-		{"shm", "token", "a\tb", "'a\tb' contains a space or a "
+		{"shm", "token", "a\tb", "'a\\x09b' contains a space or a "
 		 "character that is not printable ASCII; allowed: " A_TOKEN},
 		{"shm", "token", "caf\xc3\xa9", "'caf\xc3\xa9' contains a space "
 		 "or a character that is not printable ASCII; allowed: "
 		 A_TOKEN},
 		{"rc", "rdma_device", "mlx5 0", "'mlx5 0' contains a space or a "
 		 "character that is not printable ASCII; allowed: " A_NAME63},
-		{"udp", "interface", "eth\x7f", "'eth\x7f' contains a space or "
+		{"udp", "interface", "eth\x7f", "'eth\\x7f' contains a space or "
 		 "a character that is not printable ASCII; allowed: "
 		 A_NAME63},
 	};
@@ -1367,14 +1370,248 @@ static void test_missing_file(void **state)
 		 "file or directory", missing);
 	assert_string_equal(tb_errmsg(), want);
 
-	assert_int_equal(tb_config_load(&cfg, dir), TB_ESYS);
+	assert_int_equal(tb_config_load(&cfg, dir), TB_ECONFIG);
 	assert_null(cfg);
-	snprintf(want, sizeof(want), "%s: cannot read config file: Is a "
-		 "directory", dir);
+	snprintf(want, sizeof(want), "%s: is a directory; a config file must "
+		 "be a regular file", dir);
 	assert_string_equal(tb_errmsg(), want);
 
 	assert_int_equal(tb_config_load(NULL, path), TB_EINVAL);
 	assert_int_equal(tb_config_load(&cfg, NULL), TB_EINVAL);
+}
+
+/* ------------------------------------------------ what is read, and how */
+
+/*
+ * Loads `file` in a child process and returns its result, with its message
+ * in msg[0..cap).  The child has 5 seconds, and outside ASan (whose shadow
+ * memory an address-space limit would break) 1 GiB of address space: a
+ * loader that blocks on a FIFO, or reads /dev/zero until memory runs out,
+ * fails the test instead of hanging it or starving the machine.
+ */
+static int load_in_child(const char *file, char *msg, size_t cap)
+{
+	int fds[2], status, rc = 0;
+	size_t got = 0;
+	ssize_t n;
+	pid_t pid;
+
+	assert_int_equal(pipe(fds), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		tb_config_t *cfg = NULL;
+#ifndef __SANITIZE_ADDRESS__
+		struct rlimit as = {1ul << 30, 1ul << 30};
+
+		setrlimit(RLIMIT_AS, &as);
+#endif
+		close(fds[0]);
+		alarm(5);
+		rc = tb_config_load(&cfg, file);
+		tb_config_free(cfg);
+		if (write(fds[1], &rc, sizeof(rc)) != sizeof(rc) ||
+		    write(fds[1], tb_errmsg(), strlen(tb_errmsg())) < 0)
+			_exit(2);
+		_exit(0);
+	}
+	close(fds[1]);
+	assert_int_equal(read(fds[0], &rc, sizeof(rc)) == sizeof(rc) ? 0 : -1,
+			 0);
+	while (got + 1 < cap && (n = read(fds[0], msg + got, cap - 1 - got)) > 0)
+		got += (size_t)n;
+	msg[got] = '\0';
+	close(fds[0]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail_msg("loading %s did not return (child %s %d)", file,
+			 WIFSIGNALED(status) ? "killed by signal" : "exit",
+			 WIFSIGNALED(status) ? WTERMSIG(status) :
+			 WEXITSTATUS(status));
+	return rc;
+}
+
+/* Only a regular file is read.  /dev/zero (no newline, no end) used to be
+ * read until the OOM killer came, a FIFO without a writer blocked the
+ * open forever, /dev/null read as an empty file: each is refused now, at
+ * once, before a byte is read. */
+static void test_not_a_regular_file(void **state)
+{
+	char fifo[PATH_MAX], msg[1024], want[PATH_MAX + 128];
+	static const struct {
+		const char *path, *kind;
+	} devices[] = {
+		{"/dev/null", "a character device"},
+		{"/dev/zero", "a character device"},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(devices) / sizeof(devices[0]); i++) {
+		print_message("  %s\n", devices[i].path);
+		assert_int_equal(load_in_child(devices[i].path, msg, sizeof(msg)),
+				 TB_ECONFIG);
+		snprintf(want, sizeof(want), "%s: is %s; a config file must be "
+			 "a regular file", devices[i].path, devices[i].kind);
+		assert_string_equal(msg, want);
+	}
+
+	snprintf(fifo, sizeof(fifo), "%s/fifo.ini", dir);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	assert_int_equal(load_in_child(fifo, msg, sizeof(msg)), TB_ECONFIG);
+	snprintf(want, sizeof(want), "%s: is a FIFO; a config file must be a "
+		 "regular file", fifo);
+	assert_string_equal(msg, want);
+	unlink(fifo);
+}
+
+/* Writes a file of exactly `size` bytes: one valid stream, then comment
+ * lines to fill. */
+static void write_sized(size_t size)
+{
+	static const char head[] = "[stream s]\nid = 1\ntransport = shm\n";
+	char *text = malloc(size);
+	size_t off;
+
+	assert_non_null(text);
+	assert_true(size > sizeof(head));
+	memcpy(text, head, sizeof(head) - 1);
+	for (off = sizeof(head) - 1; off < size; off += 100) {
+		size_t n = size - off < 100 ? size - off : 100;
+
+		memset(text + off, '#', n);
+		text[off + n - 1] = '\n';
+	}
+	write_file(text, size);
+	free(text);
+}
+
+/* A config file holds at most TB_CONFIG_FILE_MAX bytes: at the bound it
+ * loads, one byte past it is refused with the file, its size and the
+ * bound, and the loader has not read it. */
+static void test_file_size_bound(void **state)
+{
+	tb_config_t *cfg = NULL;
+	char want[PATH_MAX + 128];
+
+	(void)state;
+	write_sized(TB_CONFIG_FILE_MAX);
+	assert_int_equal(tb_config_load(&cfg, path), 0);
+	assert_int_equal(tb_config_stream_count(cfg), 1);
+	tb_config_free(cfg);
+
+	write_sized(TB_CONFIG_FILE_MAX + 1);
+	cfg = (tb_config_t *)&cfg;
+	assert_int_equal(tb_config_load(&cfg, path), TB_ECONFIG);
+	assert_null(cfg);
+	snprintf(want, sizeof(want), "%s: 1048577 bytes, more than the 1048576 "
+		 "(1 MiB) a config file may hold", path);
+	assert_string_equal(tb_errmsg(), want);
+
+	/* the same bound on text handed over in memory */
+	assert_int_equal(tb_config_load_buffer(&cfg, "mem.ini", "",
+					       TB_CONFIG_FILE_MAX + 1),
+			 TB_ECONFIG);
+	assert_string_equal(tb_errmsg(), "mem.ini: 1048577 bytes, more than "
+			    "the 1048576 (1 MiB) a config file may hold");
+}
+
+/* No control character, DEL or C1 control (UTF-8 c2 80..c2 9f), and no
+ * byte that is not part of well-formed UTF-8. */
+static void assert_safe_to_print(const char *msg)
+{
+	const unsigned char *u = (const unsigned char *)msg;
+
+	for (size_t i = 0; u[i]; i++) {
+		if (u[i] < 0x20 || u[i] == 0x7f)
+			fail_msg("byte %02x at %zu of '%s'", u[i], i, msg);
+		if (u[i] >= 0x80 && !(u[i] == 0xc3 && u[i + 1] == 0xa9) &&
+		    !(u[i] == 0xa9 && i > 0 && u[i - 1] == 0xc3))
+			fail_msg("byte %02x at %zu of '%s'", u[i], i, msg);
+	}
+}
+
+static void expect_escaped(const char *text, const char *tail)
+{
+	expect_error(text, tail);
+	assert_safe_to_print(tb_errmsg());
+}
+
+/* Messages quote keys, values and section headers from the file: their
+ * bytes appear escaped (\xNN for control characters, DEL, C1 controls,
+ * bidirectional overrides and bytes that are not UTF-8; \\ for a
+ * backslash), so that a file cannot drive the terminal a message is
+ * printed on.  Well-formed UTF-8 text stays as it is. */
+static void test_messages_escape_file_bytes(void **state)
+{
+	char text[512], line[256];
+	tb_stream_cfg_t c;
+
+	(void)state;
+	/* a key: ESC [ 2 J clears the screen */
+	expect_escaped("[stream s]\nid = 1\ntransport = shm\n"
+		       "ring_siz\x1b = 4M\n",
+		       ":4: key 'ring_siz\\x1b': unknown key; did you mean "
+		       "'ring_size'?");
+	{
+		static const char t[] = "[stream s]\nid = 1\ntransport = shm\n"
+					"\x1b[2J = 4M\n";
+		tb_config_t *cfg = NULL;
+		char want[PATH_MAX + 64];
+
+		write_file(t, sizeof(t) - 1);
+		assert_int_equal(tb_config_load(&cfg, path), TB_ECONFIG);
+		snprintf(want, sizeof(want), "%s:4: key '\\x1b[2J': unknown "
+			 "key; known keys: id, ", path);
+		assert_memory_equal(tb_errmsg(), want, strlen(want));
+		assert_safe_to_print(tb_errmsg());
+	}
+	/* a value: OSC sets the window title, BEL ends it */
+	expect_escaped("[stream s]\nid = 1\ntransport = shm\n"
+		       "idle = \x1b]0;owned\x07\n",
+		       ":4: key 'idle': '\\x1b]0;owned\\x07' is not one of the "
+		       "choices; allowed: busy-spin, spin-then-yield or backoff");
+	/* a section: the 8-bit CSI (C1, UTF-8 c2 9b), a byte that is not
+	 * UTF-8, a right-to-left override (e2 80 ae), a backslash */
+	expect_escaped("[stream a\xc2\x9b" "31m\xff\xe2\x80\xae\\b]\n",
+		       ":1: section '[stream a\\xc2\\x9b31m\\xff\\xe2\\x80\\xae"
+		       "\\\\b]': invalid stream name; allowed: 1 to 63 of A-Z "
+		       "a-z 0-9 _ . -");
+	expect_escaped("[stream a\n\x1b[1A",
+		       ":1: section '[stream a': missing ']'");
+	expect_escaped("[\x1b[2K]\n", ":1: section '[\\x1b[2K]': unknown "
+		       "section; only [stream NAME] sections are allowed");
+	/* overlong and truncated UTF-8 are not UTF-8 */
+	expect_escaped("[stream \xc0\xaf\xe2\x82]\n", ":1: section '[stream "
+		       "\\xc0\\xaf\\xe2\\x82]': invalid stream name; allowed: 1 "
+		       "to 63 of A-Z a-z 0-9 _ . -");
+	/* well-formed UTF-8 is shown as it is */
+	expect_escaped("[stream caf\xc3\xa9]\n", ":1: section '[stream "
+		       "caf\xc3\xa9]': invalid stream name; allowed: 1 to 63 "
+		       "of A-Z a-z 0-9 _ . -");
+
+	/* a whole line of control bytes: the message is cut, never raw */
+	memset(line, '\x1b', 190);
+	line[190] = '\0';
+	snprintf(text, sizeof(text), "[stream s]\nid = 1\ntransport = shm\n"
+		 "token = x%s\n", line);
+	write_file(text, strlen(text));
+	{
+		tb_config_t *cfg = NULL;
+
+		assert_int_equal(tb_config_load(&cfg, path), TB_ECONFIG);
+	}
+	assert_non_null(strstr(tb_errmsg(), ":4: key 'token': 'x\\x1b\\x1b"));
+	assert_safe_to_print(tb_errmsg());
+
+	/* a name in a struct filled by hand is quoted the same way */
+	tb_stream_cfg_init(&c);
+	snprintf(c.name, sizeof(c.name), "s");
+	c.id = 1;
+	c.transport = TB_TRANSPORT_SHM;
+	snprintf(c.name, sizeof(c.name), "\x1b[2J");
+	assert_int_equal(tb_stream_cfg_validate(&c), TB_ECONFIG);
+	assert_string_equal(tb_errmsg(), "stream name '\\x1b[2J' is invalid; "
+			    "allowed: 1 to 63 of A-Z a-z 0-9 _ . -");
 }
 
 /* Every example in config/ loads, and every stream in it validates. */
@@ -1487,6 +1724,9 @@ int main(void)
 		cmocka_unit_test(test_key_for_another_transport),
 		cmocka_unit_test(test_empty_file),
 		cmocka_unit_test(test_missing_file),
+		cmocka_unit_test(test_not_a_regular_file),
+		cmocka_unit_test(test_file_size_bound),
+		cmocka_unit_test(test_messages_escape_file_bytes),
 		cmocka_unit_test(test_example_files),
 		cmocka_unit_test(test_recovery_keys),
 	};

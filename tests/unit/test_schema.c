@@ -433,6 +433,48 @@ static void bad_groups_are_rejected(void **state)
 	}
 }
 
+/* A decode that fails in a group leaves the message zeroed and no group
+ * entries, as one that fails in the header does (found by fuzz_schema: a
+ * BookLevelUpdate whose group header is cut, or whose entries run past
+ * the end, came back with its block fields filled). */
+static void failed_group_decode_leaves_nothing(void **state)
+{
+	static const uint8_t zero[sizeof(tb_md_book_level_update_t) +
+				  sizeof(tb_md_book_level_update_groups_t)];
+	tb_md_book_level_update_levels_entry_t lv[3];
+	tb_md_book_level_update_t d;
+	tb_md_book_level_update_groups_t g;
+	int64_t n = encode_book(3, lv);
+	struct {
+		size_t len;
+		size_t at;
+		uint16_t value;
+		int64_t rc;
+	} cases[] = {
+		{34, 0, 0, TB_MD_EGROUP},  /* the group header cut */
+		{0, 34, 4, TB_MD_EGROUP},  /* one entry too many */
+		{0, 32, 27, TB_MD_EBLOCK}, /* entries too short */
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint8_t *p;
+		size_t len = cases[i].len ? cases[i].len : (size_t)n;
+
+		encode_book(3, lv);
+		if (cases[i].at)
+			wr16(buf + cases[i].at, cases[i].value);
+		p = exact(buf, len);
+		memset(&d, 0xaa, sizeof(d));
+		memset(&g, 0xaa, sizeof(g));
+		assert_int_equal(tb_md_book_level_update_decode(p, len, &d, &g),
+				 cases[i].rc);
+		assert_memory_equal(&d, zero, sizeof(d));
+		assert_memory_equal(&g, zero, sizeof(g));
+		free(p);
+	}
+}
+
 static void wrong_ids_are_rejected(void **state)
 {
 	tb_md_quote_t q;
@@ -782,6 +824,7 @@ int main(void)
 		cmocka_unit_test(short_header_is_rejected),
 		cmocka_unit_test(block_length_too_small_is_rejected),
 		cmocka_unit_test(bad_groups_are_rejected),
+		cmocka_unit_test(failed_group_decode_leaves_nothing),
 		cmocka_unit_test(wrong_ids_are_rejected),
 		cmocka_unit_test(garbage_never_reads_past_the_end),
 		cmocka_unit_test(v2_message_read_by_v1),

@@ -457,6 +457,35 @@ static void out_of_order_and_duplicates_are_refused(void **state)
 	tb_store_close(s);
 }
 
+/* The store numbers up to UINT64_MAX - 1: open takes no record above it
+ * (its successor could not be numbered), so append refuses the last
+ * sequence rather than take a record the next open would cut.  Found by
+ * fuzz_store (artifact store-crash-b1a3bd14...): a segment whose record
+ * claimed sequence 2^64 - 2 took an append of 2^64 - 1, which a read-only
+ * open then did not see. */
+static void last_sequence_number_is_refused(void **state)
+{
+	tb_store_t *s = open_ok(EPOCH, 4096);
+	tb_store_cfg_t c;
+
+	(void)state;
+	assert_int_equal(tb_store_append(s, frame(UINT64_MAX)), TB_EINVAL);
+	assert_int_equal(tb_store_last_seq(s), 0);
+	append_range(s, UINT64_MAX - 2, UINT64_MAX - 1);
+	assert_int_equal(tb_store_append(s, frame(UINT64_MAX)), TB_EINVAL);
+	assert_non_null(strstr(tb_errmsg(), "18446744073709551615"));
+	assert_int_equal(tb_store_last_seq(s), UINT64_MAX - 1);
+	tb_store_close(s);
+
+	/* what was taken is what the next open sees */
+	cfg_make(&c, EPOCH, 4096);
+	c.read_only = 1;
+	assert_int_equal(tb_store_open(&s, &c), 0);
+	assert_int_equal(tb_store_last_seq(s), UINT64_MAX - 1);
+	read_all(s, UINT64_MAX - 2, UINT64_MAX - 1, 1);
+	tb_store_close(s);
+}
+
 static void batch_append_round_trips(void **state)
 {
 	enum { N = 3000 };
@@ -1792,6 +1821,7 @@ int main(void)
 		T(read_cost_is_a_seek_not_a_scan),
 		T(too_old_and_not_yet_name_the_bounds),
 		T(out_of_order_and_duplicates_are_refused),
+		T(last_sequence_number_is_refused),
 		T(batch_append_round_trips),
 		T(torn_tail_cut_at_every_byte),
 		T(torn_tail_with_index_entry_past_the_data),

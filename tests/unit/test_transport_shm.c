@@ -441,6 +441,105 @@ static void corrupt_file_is_refused_with_a_message(void **state)
 	assert_int_equal(tb_subscriber_open(&sub, &cfg), TB_EFORMAT);
 }
 
+/* A reader attached to a ring in memory that the test writes by hand, as
+ * a corrupt or hostile writer could: the header, a 64 KiB ring, the
+ * reader's frame buffer. */
+struct hand_ring {
+	tb_shm_hdr_t *hdr;
+	uint8_t *ring;
+	tb_shm_reader_t r;
+	tb_seq_t seq;
+};
+
+static void hand_ring_open(struct hand_ring *h, uint64_t pos, uint64_t expected)
+{
+	const uint64_t size = 64 << 10;
+
+	h->hdr = aligned_alloc(64, sizeof(*h->hdr));
+	h->ring = aligned_alloc(64, size);
+	assert_non_null(h->hdr);
+	assert_non_null(h->ring);
+	memset(h->hdr, 0, sizeof(*h->hdr));
+	memset(h->ring, 0, size);
+	memset(&h->r, 0, sizeof(h->r));
+	h->hdr->ring_size = size;
+	h->hdr->state = TB_SHM_OPEN;
+	h->r.hdr = h->hdr;
+	h->r.ring = h->ring;
+	h->r.mask = size - 1;
+	h->r.max_frame = (uint32_t)(size / 8);
+	h->r.scratch = malloc(h->r.max_frame);
+	assert_non_null(h->r.scratch);
+	h->r.state = TB_SHM_R_ATTACHED;
+	h->r.stream_id = 9;
+	h->r.pos = pos;
+	tb_seq_init(&h->seq, expected);
+}
+
+/* Writes a data frame of 16 bytes with sequence `seq` at ring offset
+ * `off`; returns the space it takes. */
+static uint32_t hand_frame(struct hand_ring *h, uint64_t off, uint64_t seq)
+{
+	tb_frame_hdr_t f;
+
+	tb_frame_init(&f, 16, (uint16_t)seq, 9, seq, 0);
+	memcpy(h->ring + off, &f, sizeof(f));
+	fill(h->ring + off + TB_FRAME_HDR_LEN, 16, seq);
+	return tb_frame_space(f.length);
+}
+
+static void hand_ring_close(struct hand_ring *h)
+{
+	free(h->r.scratch);
+	free(h->ring);
+	free(h->hdr);
+}
+
+/* The writer pads only from a frame that would straddle the end up to the
+ * end (ring.h), so a padding frame that stops short of the end is
+ * corruption: the reader resynchronises at the tail, as for any frame that
+ * does not check, and delivers nothing after it.  Found by fuzz_shm: a pad
+ * of an odd length (40) moved the reader to a misaligned position, and it
+ * read the next "frame" there (UBSan: misaligned tb_frame_hdr_t access in
+ * tb_shm_reader_poll); one of an aligned length (64) let it skip to bytes
+ * the writer never put a frame at. */
+static void pad_short_of_the_end_is_corruption(void **state)
+{
+	static const uint32_t pads[] = {40, 64};
+	struct hand_ring h;
+	tb_seq_range_t loss;
+	struct sink s;
+	uint64_t tail;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(pads) / sizeof(pads[0]); i++) {
+		hand_ring_open(&h, 0, 1);
+		tb_frame_init_pad((tb_frame_hdr_t *)h.ring, pads[i], 9, 1);
+		tail = pads[i] + hand_frame(&h, pads[i], 1);
+		h.hdr->tail = h.hdr->tail_intent = tail;
+		memset(&s, 0, sizeof(s));
+		s.next = 1;
+		assert_int_equal(tb_shm_reader_poll(&h.r, &h.seq, &loss, on_msg,
+						    &s, 16), 0);
+		assert_int_equal(s.count, 0);
+		assert_int_equal(h.r.pos, tail); /* resynchronised at the tail */
+		hand_ring_close(&h);
+	}
+
+	/* The pad the writer does write, up to the end, is stepped over. */
+	hand_ring_open(&h, (64 << 10) - 64, 1);
+	tb_frame_init_pad((tb_frame_hdr_t *)(h.ring + (64 << 10) - 64), 64, 9, 1);
+	tail = (64 << 10) + hand_frame(&h, 0, 1);
+	h.hdr->tail = h.hdr->tail_intent = tail;
+	memset(&s, 0, sizeof(s));
+	s.next = 1;
+	assert_int_equal(tb_shm_reader_poll(&h.r, &h.seq, &loss, on_msg, &s, 16),
+			 1);
+	assert_int_equal(s.count, 1);
+	assert_int_equal(s.bad, 0);
+	hand_ring_close(&h);
+}
+
 static void claim_commit_abort(void **state)
 {
 	tb_stream_cfg_t cfg;
@@ -488,6 +587,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(killed_publisher_is_reported_dead, setup, teardown),
 		cmocka_unit_test_setup_teardown(corrupt_file_is_refused_with_a_message, setup, teardown),
 		cmocka_unit_test_setup_teardown(claim_commit_abort, setup, teardown),
+		cmocka_unit_test(pad_short_of_the_end_is_corruption),
 	};
 	return cmocka_run_group_tests_name("transport_shm", tests, NULL, NULL);
 }

@@ -143,10 +143,11 @@ typedef struct tb_config tb_config_t;
 /* Reads an INI file of [stream NAME] sections.  Unknown keys, bad values and
  * missing required keys fail with TB_ECONFIG and a message naming the file,
  * the line and the key.
- * Errors: TB_EINVAL (cfg or path NULL), TB_ECONFIG (the file's contents),
+ * Errors: TB_EINVAL (cfg or path NULL), TB_ECONFIG (the file's contents;
+ * a file over 1 MiB; not a regular file: a directory, FIFO or device),
  * TB_ENOMEM, TB_EIO (inih failed), and for a file that cannot be opened or
  * read the code of its errno (tb_error_sys: TB_ENOENT, TB_EIO, or TB_ESYS
- * for e.g. permission denied or a directory). */
+ * for e.g. permission denied). */
 int tb_config_load(tb_config_t **cfg, const char *path);
 /* Frees what tb_config_load made; NULL is a no-op.  Errors: none. */
 void tb_config_free(tb_config_t *cfg);
