@@ -89,6 +89,8 @@ static const char *const counter_names[TB_CTR_COUNT] = {
 	[TB_CTR_STALE_EPOCH] = "stale_epoch",
 	[TB_CTR_REPLAYED] = "replayed",
 	[TB_CTR_DATA_LOSS] = "data_loss",
+	[TB_CTR_READ_FILLED] = "read_filled",
+	[TB_CTR_READ_MISSED] = "read_missed",
 };
 
 const char *tb_counter_name(int id)
