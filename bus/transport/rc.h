@@ -80,9 +80,10 @@
  * READs that span into a local buffer (in windows of TB_RC_READ_BUF), then
  * READs the position word, fenced behind the data, and takes the frames
  * only if the publisher had not claimed its way into the first of them by
- * then (intent <= start + ring size: a torn or overwritten frame is never
- * taken), each is the next sequence of the stream, whole and within the
- * ring, and the span ends exactly at the anchor.  They are delivered in
+ * then (intent + 2 largest frames <= start + ring size: the margin is what
+ * a claim given back may have written; a torn or overwritten frame is
+ * never taken), each is the next sequence of the stream, whole and within
+ * the ring, and the span ends exactly at the anchor.  They are delivered in
  * order, with TB_MSG_F_REPLAY, before L + 1.  Anything else -- the frames
  * gone, a check failed, a READ refused -- reports what is still missing
  * upward as the lap it is (TB_LAPPED), and recovery (subscriber/

@@ -764,6 +764,19 @@ static inline uint64_t rc_ring_next(uint64_t pos, uint64_t mask, uint32_t space)
 	return pos + space + (off + space > mask + 1 ? mask + 1 - off : 0);
 }
 
+/*
+ * How far past the publisher's intent its writing may have reached all the
+ * same: a claim it gave back (tb_pub_abort) takes intent back to the tail,
+ * but what it wrote (a padding frame at the end of the ring, a zero-copy
+ * claim's payload) stays written over.  One claim is open at a time, and
+ * reaches at most a padding frame and a frame past the tail, each at most
+ * a largest frame (ring.h): two of those.
+ */
+static uint64_t rd_margin(uint64_t psize)
+{
+	return 2 * (uint64_t)tb_frame_space(tb_ring_max_frame(psize));
+}
+
 /* A new session's read-back grant (ACCEPT).  The position we follow stays
  * good across sessions of one ring (ring_id): what went missing while we
  * reconnected is read back too. */
@@ -906,7 +919,8 @@ static int rd_begin(rc_rx_t *r, uint64_t first, uint64_t last, uint64_t start,
 		return -1;
 	/* Writing the frame at `end` has claimed its way into the first
 	 * one already: gone, no READ needed to know it. */
-	if (end && (end <= start || end + next_space > start + d->psize))
+	if (end && (end <= start || end + next_space + rd_margin(d->psize) >
+						 start + d->psize))
 		return -1;
 	d->next = first;
 	d->last = last;
@@ -972,7 +986,7 @@ static int rd_wait(rc_rx_t *r)
  * where its ring wraps, nothing past the end; and the publisher's position
  * word, read after all of it, says nothing in the window had been claimed
  * for writing over by then (a frame is claimed before a byte of it is
- * written: ring.h).  0 with [0, dend) of the buffer to deliver and `at`,
+ * written: ring.h), not even by a claim given back (rd_margin).  0 with [0, dend) of the buffer to deliver and `at`,
  * `next` moved past it; -1 when the window cannot be trusted.
  */
 static int rd_parse(rc_rx_t *r)
@@ -982,7 +996,8 @@ static int rd_parse(rc_rx_t *r)
 	uint32_t dend = 0;
 
 	memcpy(&intent, d->buf + d->cap, sizeof(intent));
-	if (intent > d->wstart + d->psize || (d->end && intent < d->end))
+	if (intent + rd_margin(d->psize) > d->wstart + d->psize ||
+	    (d->end && intent < d->end))
 		return -1;
 	while (next <= d->last || (d->end && d->wstart + p < d->end)) {
 		uint64_t pos = d->wstart + p, off = pos & mask;
