@@ -91,6 +91,8 @@ static const char *const counter_names[TB_CTR_COUNT] = {
 	[TB_CTR_DATA_LOSS] = "data_loss",
 	[TB_CTR_DGRAM_FORGED] = "dgram_forged",
 	[TB_CTR_DGRAM_REPLAYED] = "dgram_replayed",
+	[TB_CTR_READ_FILLED] = "read_filled",
+	[TB_CTR_READ_MISSED] = "read_missed",
 };
 
 const char *tb_counter_name(int id)

@@ -40,9 +40,10 @@
 /* Largest slot count a reader accepts, so a corrupt header cannot make it
  * walk far. */
 #define TB_COUNTERS_MAX_SLOTS 256
-/* Memory registrations a process records: a publisher registers its ring
- * and one credit slot per rc subscriber, so 128 covers 127 subscribers. */
-#define TB_COUNTERS_MRS 128
+/* Memory registrations a process records: an rc publisher registers, per
+ * subscriber, a credit slot, its ring and its ring's position word, so 256
+ * covers 85 subscribers (TB_RC_MAX_SUBS is 64). */
+#define TB_COUNTERS_MRS 256
 #define TB_COUNTERS_MAX_MRS 1024
 /* Latency histograms a process exports: a few per stream is plenty. */
 #define TB_COUNTERS_HISTS 16
@@ -103,6 +104,9 @@ typedef enum tb_counter_id {
 	 * in the epoch (a replay, or a copy the fabric made). */
 	TB_CTR_DGRAM_FORGED,
 	TB_CTR_DGRAM_REPLAYED,
+	TB_CTR_READ_FILLED,   /* frames an rc subscriber read back itself
+				 (RDMA READ from the publisher's ring) */
+	TB_CTR_READ_MISSED,   /* gaps it could not fill so, handed on as laps */
 	TB_CTR_COUNT,
 } tb_counter_id_t;
 

@@ -32,6 +32,11 @@
  *    in its own otherwise, and closes.  Either way the subscriber can read
  *    the refusal (tb_control_decode_refusal) and say which side to
  *    upgrade.
+ *  - Version 2 is not released yet, so it still grows in place: the
+ *    read-back grant (SUBSCRIBE's READ flag, ACCEPT's flags, rd_atomic and
+ *    read fields, 120 bytes where it had 80) came after the rest.  A peer
+ *    built with the shorter ACCEPT is refused by the framer (a length
+ *    that is not the type's size), never misread.
  *  - This build speaks version 2 only.  Version 1 had no LIDs, so it
  *    could not reach an InfiniBand peer, no negotiated path MTU and no
  *    READY: a version 1 peer would misbehave on exactly the fabrics
@@ -97,6 +102,43 @@ static int check_subscribe(const tb_control_subscribe_t *m, int code)
 	return check_24bit(ctx, "psn", m->psn, code);
 }
 
+/* The read-back grant: all zero without ACC_F_READ (one encoding), a
+ * usable ring and position word with it. */
+static int check_accept_read(const tb_control_accept_t *m, int code)
+{
+	const char *ctx = "control ACCEPT";
+
+	if (m->flags & ~TB_CONTROL_ACC_F_ALL)
+		return tb_error_set(code, "%s: flags 0x%x has unknown bits", ctx,
+				  m->flags);
+	if (!(m->flags & TB_CONTROL_ACC_F_READ)) {
+		if (m->rd_atomic || m->read_addr || m->read_len || m->read_rkey ||
+		    m->pos_rkey || m->pos_addr || m->ring_id)
+			return tb_error_set(code, "%s: read fields set without "
+					  "the READ flag", ctx);
+		return 0;
+	}
+	if (m->rd_atomic < 1 || m->rd_atomic > TB_CONTROL_RD_ATOMIC_MAX)
+		return tb_error_set(code, "%s: rd_atomic %u is outside 1..%u", ctx,
+				  m->rd_atomic, TB_CONTROL_RD_ATOMIC_MAX);
+	if (!tb_ring_size_ok(m->read_len))
+		return tb_error_set(code, "%s: read_len %llu is not a ring size "
+				  "(a power of two, %llu..%llu)", ctx,
+				  (unsigned long long)m->read_len,
+				  (unsigned long long)TB_RING_MIN,
+				  (unsigned long long)TB_RING_MAX);
+	if (m->read_addr > UINT64_MAX - m->read_len)
+		return tb_error_set(code, "%s: read_addr 0x%llx + read_len runs "
+				  "past the end of the address space", ctx,
+				  (unsigned long long)m->read_addr);
+	if (m->pos_addr % 8 != 0)
+		return tb_error_set(code, "%s: pos_addr 0x%llx is not 8-byte "
+				  "aligned", ctx, (unsigned long long)m->pos_addr);
+	if (m->ring_id == 0)
+		return tb_error_set(code, "%s: ring_id 0 names no ring", ctx);
+	return 0;
+}
+
 static int check_accept(const tb_control_accept_t *m, int code)
 {
 	const char *ctx = "control ACCEPT";
@@ -119,7 +161,7 @@ static int check_accept(const tb_control_accept_t *m, int code)
 		return tb_error_set(code, "%s: ring_offset %llu is not a multiple "
 				  "of %u", ctx, (unsigned long long)m->ring_offset,
 				  TB_FRAME_ALIGN);
-	return 0;
+	return check_accept_read(m, code);
 }
 
 static int check_reject(const tb_control_reject_t *m, int code)
@@ -270,6 +312,14 @@ static int put_accept(void *wire, const void *msg)
 	w->mtu = m->mtu;
 	w->sl = m->sl;
 	w->traffic_class = m->traffic_class;
+	w->flags = m->flags;
+	w->rd_atomic = m->rd_atomic;
+	w->read_addr = htole64(m->read_addr);
+	w->read_len = htole64(m->read_len);
+	w->read_rkey = htole32(m->read_rkey);
+	w->pos_rkey = htole32(m->pos_rkey);
+	w->pos_addr = htole64(m->pos_addr);
+	w->ring_id = htole64(m->ring_id);
 	return 0;
 }
 
@@ -279,9 +329,7 @@ static int get_accept(const void *wire, void *msg)
 	tb_control_accept_t *m = msg;
 	int rc;
 
-	if ((rc = tb_wire_reserved_check("control ACCEPT", "reserved0",
-					 w->reserved0)) < 0 ||
-	    (rc = tb_wire_reserved_check("control ACCEPT", "reserved1",
+	if ((rc = tb_wire_reserved_check("control ACCEPT", "reserved1",
 					 w->reserved1)) < 0)
 		return rc;
 	m->stream_id = le32toh(w->stream_id);
@@ -297,6 +345,14 @@ static int get_accept(const void *wire, void *msg)
 	m->mtu = w->mtu;
 	m->sl = w->sl;
 	m->traffic_class = w->traffic_class;
+	m->flags = w->flags;
+	m->rd_atomic = w->rd_atomic;
+	m->read_addr = le64toh(w->read_addr);
+	m->read_len = le64toh(w->read_len);
+	m->read_rkey = le32toh(w->read_rkey);
+	m->pos_rkey = le32toh(w->pos_rkey);
+	m->pos_addr = le64toh(w->pos_addr);
+	m->ring_id = le64toh(w->ring_id);
 	return check_accept(m, TB_EPROTO);
 }
 

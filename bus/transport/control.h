@@ -6,11 +6,15 @@
  *
  *   S -> P  HELLO      who I am, my token, the stream I want
  *   S -> P  SUBSCRIBE  my ring (address, length, rkey), my QP (number, GID,
- *                      LID, PSN, the port's MTU), where to start
+ *                      LID, PSN, the port's MTU), where to start, and
+ *                      whether I read back what I miss (SUB_F_READ)
  *   P -> S  ACCEPT     your feed: epoch, my QP (number, GID, LID, PSN), the
  *                      path MTU, service level and traffic class both ends
  *                      use, my credit slot, the sequence and ring offset the
- *                      first frame will carry
+ *                      first frame will carry; with READ granted, my ring
+ *                      and its position word to read (addresses, read-only
+ *                      rkeys, the ring's size and identity) and how many
+ *                      READs my QP answers at once
  *        or REJECT     why not (a reason code and a line of text)
  *   S -> P  READY      my QP is in RTR: you may write (before it, a WRITE
  *                      would meet a QP that cannot receive and wait out an
@@ -22,8 +26,10 @@
  *
  * Version 2 added the LIDs (InfiniBand addresses a QP by LID), the path
  * MTU, service level and traffic class in ACCEPT (one value for both ends),
- * READY, and the skipped range in HEARTBEAT.  Version 1 peers are refused:
- * see control.c, "Versioning".
+ * READY, the skipped range in HEARTBEAT, and the read-back grant (SUBSCRIBE
+ * flag READ; ACCEPT's flags, rd_atomic and read fields: transport/rc.h,
+ * "Reading back").  Version 1 peers are refused: see control.c,
+ * "Versioning".
  *
  * Every message follows the convention of tickbus's TCP protocols (wire.h):
  * a fixed 8-byte header (magic TB_CONTROL_MAGIC, "TC" on the wire; version
@@ -101,7 +107,16 @@ enum tb_control_mtu {
 
 /* SUBSCRIBE flags. */
 #define TB_CONTROL_SUB_F_CREDIT_SLOT 1u /* give me a credit slot to write into */
-#define TB_CONTROL_SUB_F_ALL TB_CONTROL_SUB_F_CREDIT_SLOT
+#define TB_CONTROL_SUB_F_READ 2u        /* let me read back, with RDMA READ,
+					 * what you skip me for (rc.h) */
+#define TB_CONTROL_SUB_F_ALL (TB_CONTROL_SUB_F_CREDIT_SLOT | TB_CONTROL_SUB_F_READ)
+
+/* ACCEPT flags. */
+#define TB_CONTROL_ACC_F_READ 1u  /* read granted: the read fields are set */
+#define TB_CONTROL_ACC_F_ALL TB_CONTROL_ACC_F_READ
+/* READs a publisher's QP may say it answers at once (max_dest_rd_atomic):
+ * what verbs devices offer (mlx5: 16). */
+#define TB_CONTROL_RD_ATOMIC_MAX 16u
 
 enum tb_control_reject_reason {
 	TB_CONTROL_REJ_BAD_TOKEN = 1,
@@ -165,6 +180,19 @@ typedef struct tb_control_accept {
 				  * use, at most the subscriber's */
 	uint8_t sl;              /* service level, 0..TB_CONTROL_SL_MAX */
 	uint8_t traffic_class;   /* GRH traffic class (RoCE: DSCP << 2 | ECN) */
+	/* Read-back (rc.h).  Without TB_CONTROL_ACC_F_READ every field below
+	 * is 0; with it: */
+	uint8_t flags;           /* TB_CONTROL_ACC_F_* */
+	uint8_t rd_atomic;       /* READs the publisher's QP answers at once,
+				  * 1..TB_CONTROL_RD_ATOMIC_MAX */
+	uint64_t read_addr;      /* its ring, readable with read_rkey */
+	uint64_t read_len;       /* the ring's size: TB_RING_MIN..TB_RING_MAX,
+				  * a power of two */
+	uint32_t read_rkey;      /* REMOTE_READ on the ring alone */
+	uint32_t pos_rkey;       /* REMOTE_READ on the position word alone */
+	uint64_t pos_addr;       /* its ring's position word (8-aligned) */
+	uint64_t ring_id;        /* that ring, among every ring the stream
+				  * has had (a restart is another): > 0 */
 } tb_control_accept_t;
 
 typedef struct tb_control_reject {
@@ -279,8 +307,15 @@ typedef struct tb_control_wire_accept {
 	uint8_t mtu;
 	uint8_t sl;
 	uint8_t traffic_class;
-	uint8_t reserved0;                    /* zero */
-	uint16_t reserved1;                   /* zero */
+	uint8_t flags;
+	uint8_t rd_atomic;
+	uint8_t reserved1;                    /* zero */
+	uint64_t read_addr;
+	uint64_t read_len;
+	uint32_t read_rkey;
+	uint32_t pos_rkey;
+	uint64_t pos_addr;
+	uint64_t ring_id;
 } tb_control_wire_accept_t;
 
 _Static_assert(offsetof(tb_control_wire_accept_t, stream_id) == 8, "ctl layout");
@@ -296,9 +331,16 @@ _Static_assert(offsetof(tb_control_wire_accept_t, lid) == 72, "ctl layout");
 _Static_assert(offsetof(tb_control_wire_accept_t, mtu) == 74, "ctl layout");
 _Static_assert(offsetof(tb_control_wire_accept_t, sl) == 75, "ctl layout");
 _Static_assert(offsetof(tb_control_wire_accept_t, traffic_class) == 76, "ctl layout");
-_Static_assert(offsetof(tb_control_wire_accept_t, reserved0) == 77, "ctl layout");
-_Static_assert(offsetof(tb_control_wire_accept_t, reserved1) == 78, "ctl layout");
-_Static_assert(sizeof(tb_control_wire_accept_t) == 80, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_accept_t, flags) == 77, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_accept_t, rd_atomic) == 78, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_accept_t, reserved1) == 79, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_accept_t, read_addr) == 80, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_accept_t, read_len) == 88, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_accept_t, read_rkey) == 96, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_accept_t, pos_rkey) == 100, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_accept_t, pos_addr) == 104, "ctl layout");
+_Static_assert(offsetof(tb_control_wire_accept_t, ring_id) == 112, "ctl layout");
+_Static_assert(sizeof(tb_control_wire_accept_t) == 120, "ctl layout");
 
 typedef struct tb_control_wire_reject {
 	tb_wire_hdr_t hdr;

@@ -52,6 +52,46 @@
  * level); both ends must be on the same link layer.  Memory every set-up
  * pins is checked against RLIMIT_MEMLOCK before it is made (memlock.h).
  *
+ * Reading back (one-sided recovery).  A subscriber that asks (SUBSCRIBE's
+ * READ flag) fills a gap the publisher made by skipping it on its own, with
+ * RDMA READ from the publisher's ring, which still holds the frames for a
+ * while: the publisher registers its ring in that subscriber's PD with
+ * REMOTE_READ and nothing else (the same registration its WRITEs send
+ * from), and its ring's position word (intent: how far its writing may
+ * have reached, bus/ring.h) likewise, and ACCEPT hands both rkeys over.
+ * The publisher's CPU does nothing for a READ.  To know where its missing
+ * frames lie in the publisher's ring, the subscriber follows the
+ * publisher's ring position:
+ *
+ *   - before the first frame it writes to a subscriber after READY, and
+ *     after every skip, the publisher writes an anchor into that
+ *     subscriber's ring: a 32-byte padding frame of template TB_RC_ANCHOR
+ *     whose seq is the next frame's and whose publish_ns is where that
+ *     frame starts in the publisher's ring (a slow-path WRITE, inline,
+ *     chained before the frame's, so it lands first);
+ *   - from there the subscriber moves its copy of the position by every
+ *     frame it takes, the way the publisher's ring lays them out (a frame
+ *     that would straddle the end starts again at offset 0, behind a
+ *     padding frame), so it knows where the frame after its last one is.
+ *
+ * A gap [F, L] thus lies exactly between the position after the last frame
+ * and the anchor of L + 1.  The subscriber keeps L + 1 where it is (in its
+ * ring and its CQ: the publisher cannot write over what is not credited),
+ * READs that span into a local buffer (in windows of TB_RC_READ_BUF), then
+ * READs the position word, fenced behind the data, and takes the frames
+ * only if the publisher had not claimed its way into the first of them by
+ * then (intent + 2 largest frames <= start + ring size: the margin is what
+ * a claim given back may have written; a torn or overwritten frame is
+ * never taken), each is the next sequence of the stream, whole and within
+ * the ring, and the span ends exactly at the anchor.  They are delivered in
+ * order, with TB_MSG_F_REPLAY, before L + 1.  Anything else -- the frames
+ * gone, a check failed, a READ refused -- reports what is still missing
+ * upward as the lap it is (TB_LAPPED), and recovery (subscriber/
+ * recovering.c) fetches it over TCP.  The position survives a reconnect to
+ * the same ring (ACCEPT's ring_id), so frames missed while reconnecting are
+ * read back too; on a quiet stream the range a heartbeat names is read the
+ * same way, up to its last sequence.
+ *
  * Loss is told within a heartbeat.  A subscriber the publisher skips (no
  * room) sees the gap with the next frame it gets; on a stream that then
  * goes quiet there is no next frame, so every heartbeat the publisher
@@ -96,6 +136,14 @@
 #define TB_RC_RECV_DEPTH 2048u   /* receives a subscriber keeps posted */
 #define TB_RC_RECV_BATCH 64u     /* ... re-posted this many at a time */
 #define TB_RC_SLOT_SIZE 64u      /* one credit slot: a cache line */
+#define TB_RC_ANCHOR 0x4e41u     /* template of an anchor ("AN"): a padding
+				  * frame whose publish_ns is the next
+				  * frame's position in the publisher's ring */
+#define TB_RC_ANCHOR_LEN 32u     /* an anchor: one frame header */
+#define TB_RC_READ_BUF (1u << 20) /* a subscriber reads back this much at
+				  * once, at most (and at most its ring) */
+#define TB_RC_RD_ATOMIC 4u       /* READs a publisher's QP answers at once:
+				  * a window in two pieces, the position */
 
 _Static_assert((TB_RC_SQ_DEPTH & (TB_RC_SQ_DEPTH - 1)) == 0, "SQ depth: 2^n");
 

@@ -70,6 +70,7 @@
 
 #include "bus/barrier.h"
 #include "bus/clock.h"
+#include "bus/counters.h"
 #include "bus/error.h"
 #include "bus/frame.h"
 #include "bus/mem.h"
@@ -91,6 +92,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -98,6 +100,9 @@
 #define DRAIN_TIMEOUT_NS 1000000000ull
 /* Completion queue of one subscriber's QP: its send queue and a margin. */
 #define SUB_CQE (TB_RC_SQ_DEPTH + 16)
+/* Room kept in a send queue for one frame's requests: its padding, its
+ * anchor and itself. */
+#define SQ_SLACK 3u
 
 /* Admission (see the top of the file). */
 #define TB_RC_PENDING_MAX 16       /* unauthenticated connections, in all */
@@ -143,11 +148,16 @@ typedef struct rc_sub {
 	uint64_t room_frames;      /* ... to this, by the last credit read */
 	uint64_t pin;              /* our ring position its oldest may read */
 	int skipping;
+	int reads;                 /* it reads back what it misses (rc.h) */
+	int anchor_due;            /* its next frame goes behind an anchor */
 	_Atomic int dead;          /* its queue pair failed; control removes it
 				    * (R1 in the hot path, A1 in ctl_main) */
 	struct ibv_send_wr pad_wr; /* the padding WRITE before a wrap */
 	struct ibv_sge pad_sge;
 	tb_frame_hdr_t pad_hdr;
+	struct ibv_send_wr anchor_wr; /* the anchor WRITE before a frame */
+	struct ibv_sge anchor_sge;
+	tb_frame_hdr_t anchor_hdr;
 	struct ibv_cq *cq;
 	const _Atomic uint64_t *credit; /* its slot, written by it over RDMA */
 	uint32_t rkey;
@@ -159,7 +169,10 @@ typedef struct rc_sub {
 	/* Cold: control thread. */
 	struct ibv_pd *pd;         /* its own: its rkeys reach nothing else */
 	struct ibv_mr *credit_mr;
-	struct ibv_mr *ring_mr;    /* our ring, registered in its PD */
+	struct ibv_mr *ring_mr;    /* our ring, registered in its PD (with
+				    * REMOTE_READ when it reads back) */
+	struct ibv_mr *pos_mr;     /* our ring's intent word, REMOTE_READ */
+	tb_counter_mr_t *credit_rec, *ring_rec, *pos_rec; /* the audit's */
 	int slot;
 	enum ibv_mtu mtu;          /* the path MTU both ends use */
 	char client[TB_CONTROL_CLIENT_ID_LEN];
@@ -231,7 +244,10 @@ typedef struct rc_tx {
 	/* Cold. */
 	tb_verbs_dev_t dev;
 	tb_mem_t ring_mem;
-	tb_mem_t slot_mem;
+	tb_mem_t slot_mem;         /* the credit slots, then a line with our
+				    * ring's intent and tail (pos) */
+	_Atomic uint64_t *pos;     /* [0] intent, [1] tail (ring.h) */
+	uint64_t ring_id;          /* this ring, for read-back (control.h) */
 	uint64_t slot_used;        /* bitmap of credit slots */
 	uint64_t per_sub_pinned;   /* what each subscriber pins (memlock.h) */
 	uint64_t pinned;           /* what our subscribers pin now: at least
@@ -317,7 +333,7 @@ static inline uint64_t min64(uint64_t a, uint64_t b)
  * Warm: after every slow-path step. */
 static void sub_limits(rc_tx_t *t, rc_sub_t *s)
 {
-	uint64_t sq_limit = s->completed + TB_RC_SQ_DEPTH - 2;
+	uint64_t sq_limit = s->completed + TB_RC_SQ_DEPTH - SQ_SLACK;
 
 	/* Slow when the next request would pass the SQ's room, be the one
 	 * to signal, or find no receive. */
@@ -328,7 +344,8 @@ static void sub_limits(rc_tx_t *t, rc_sub_t *s)
 	 * frame ended: every later frame lies at or past it, so it bounds
 	 * the next one too (the slow path takes a stale one for what it is
 	 * and sets pin afresh). */
-	s->pin_limit = s->skipping || tb_atomic_load_relaxed(&s->dead) /* our R1 */
+	s->pin_limit = s->skipping || s->anchor_due ||
+				       tb_atomic_load_relaxed(&s->dead) /* our R1 */
 			       ? 0 : s->pin + t->half;
 }
 
@@ -434,6 +451,7 @@ static void sub_skip(rc_tx_t *t, rc_sub_t *s, uint64_t pos, uint64_t seq)
 		if (s->posted != s->last_signal)
 			sub_fence(s, pos);
 		s->skipping = 1;
+		s->anchor_due = s->reads; /* where it resumes, for read-back */
 		/* K1 pairs with K2 in skipped_range: last first, then the
 		 * new first, so a reader that sees this first sees a last of
 		 * this range. */
@@ -449,25 +467,26 @@ static void sub_skip(rc_tx_t *t, rc_sub_t *s, uint64_t pos, uint64_t seq)
 /*
  * Everything sub_write leaves out: completions to take, a subscriber to
  * fail because what it still reads is about to be overwritten, a padding
- * WRITE at the end of its ring, credit to read again, a signalled
- * request, the end of a skip, and a skip.  Warm: once in
+ * WRITE at the end of its ring, an anchor before the first frame after
+ * READY or a skip (rc.h, "Reading back"), credit to read again, a
+ * signalled request, the end of a skip, and a skip.  Warm: once in
  * TB_RC_SIGNAL_EVERY frames, at a wrap, when credit runs out.
  */
 static void sub_write_slow(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
 			   uint32_t space, uint32_t seq_bits, unsigned inl,
 			   uint64_t pos, uint64_t pub_tail)
 {
-	uint64_t sq_limit = s->completed + TB_RC_SQ_DEPTH - 2;
+	uint64_t sq_limit = s->completed + TB_RC_SQ_DEPTH - SQ_SLACK;
 	int in_flight = s->posted != s->completed;
 	struct ibv_send_wr *w = &s->wr, *bad;
-	uint64_t off, pad, nwr = 1;
+	uint64_t off, pad, anc, nwr = 1;
 
 	if (tb_atomic_load_relaxed(&s->dead)) /* R1 is this thread's own */
 		return;
 	if (s->posted > sq_limit || (in_flight && pub_tail - s->pin > t->half)) {
 		if (sub_reap(t, s) < 0)
 			return;
-		sq_limit = s->completed + TB_RC_SQ_DEPTH - 2;
+		sq_limit = s->completed + TB_RC_SQ_DEPTH - SQ_SLACK;
 		in_flight = s->posted != s->completed;
 	}
 	if (s->posted > sq_limit)
@@ -483,16 +502,31 @@ static void sub_write_slow(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
 		return;
 	}
 	off = s->wpos & s->rmask;
-	pad = off + space > s->rmask + 1 ? s->rmask + 1 - off : 0;
-	if (!sub_has_room(t, s, pad + space))
+	anc = s->anchor_due ? TB_RC_ANCHOR_LEN : 0;
+	pad = off + anc + space > s->rmask + 1 ? s->rmask + 1 - off : 0;
+	if (!sub_has_room(t, s, pad + anc + space))
 		goto skip;
+	/* Inline, both: copied at post time, so one header serves all. */
 	if (pad) {
-		/* Inline: copied at post time, so one header serves all. */
 		tb_frame_init_pad(&s->pad_hdr, (uint32_t)pad, f->stream_id, f->seq);
 		s->pad_wr.wr.rdma.remote_addr = s->raddr + off;
-		w = &s->pad_wr;
-		nwr = 2;
 		off = 0;
+	}
+	if (anc) {
+		tb_frame_init_pad(&s->anchor_hdr, TB_RC_ANCHOR_LEN, f->stream_id,
+				  f->seq);
+		s->anchor_hdr.template_id = TB_RC_ANCHOR;
+		s->anchor_hdr.publish_ns = pos;  /* where f is in our ring */
+		s->anchor_wr.wr.rdma.remote_addr = s->raddr + off;
+		s->anchor_wr.next = w;
+		w = &s->anchor_wr;
+		nwr++;
+		off += TB_RC_ANCHOR_LEN;
+	}
+	if (pad) {
+		s->pad_wr.next = w;
+		w = &s->pad_wr;
+		nwr++;
 	}
 	s->sge.addr = (uintptr_t)f;
 	s->sge.length = f->length;
@@ -512,7 +546,8 @@ static void sub_write_slow(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
 	}
 	s->posted += nwr;
 	s->extra += nwr - 1;
-	s->wpos += pad + space;
+	s->wpos += pad + anc + space;
+	s->anchor_due = 0;
 	if (s->skipping) {
 		/* Written to again: the range ends (K1; the release of the
 		 * next range's skip_last orders this before it). */
@@ -620,7 +655,9 @@ static inline int tx_room(tb_tx_t *tx, uint64_t new_tail, int fenced)
 		rc_sub_t *s = tab->sub[i];
 
 		/* Relaxed: R1 is this thread's own store. */
-		if (!tb_atomic_load_relaxed(&s->dead) && !sub_has_room(t, s, 2 * span))
+		if (!tb_atomic_load_relaxed(&s->dead) &&
+		    !sub_has_room(t, s, 2 * (span + (s->anchor_due
+						     ? TB_RC_ANCHOR_LEN : 0))))
 			rc = TB_BACK_PRESSURED;
 	}
 	reader_leave(t);
@@ -681,10 +718,18 @@ static void sub_free(rc_tx_t *t, rc_sub_t *s)
 		ibv_destroy_qp(s->qp);
 	if (s->cq)
 		ibv_destroy_cq(s->cq);
-	if (s->credit_mr)
+	if (s->credit_mr) {
+		tb_counters_mr_remove(s->credit_rec);
 		ibv_dereg_mr(s->credit_mr);
-	if (s->ring_mr)
+	}
+	if (s->ring_mr) {
+		tb_counters_mr_remove(s->ring_rec);
 		ibv_dereg_mr(s->ring_mr);
+	}
+	if (s->pos_mr) {
+		tb_counters_mr_remove(s->pos_rec);
+		ibv_dereg_mr(s->pos_mr);
+	}
 	if (s->pd)
 		ibv_dealloc_pd(s->pd);
 	if (s->slot >= 0) {
@@ -760,24 +805,33 @@ static void client_drop(rc_tx_t *t, int i, uint32_t bye_reason, const char *why)
 	t->clients[i] = t->clients[--t->n_clients];
 }
 
-/* The memory one subscriber pins: our ring and its credit slot registered
- * in its PD, its CQ and QP (memlock.h). */
+/* The memory one subscriber pins: our ring, its credit slot and our
+ * ring's position word registered in its PD, its CQ and QP (memlock.h). */
 static uint64_t sub_pinned(const rc_tx_t *t)
 {
 	return tb_memlock_mr_bytes(t->ring_mem.addr, t->cfg.ring_size) +
 	       tb_memlock_mr_bytes(t->slot_mem.addr, TB_RC_SLOT_SIZE) +
+	       tb_memlock_mr_bytes((const uint8_t *)t->slot_mem.addr +
+				   TB_RC_MAX_SUBS * TB_RC_SLOT_SIZE,
+				   sizeof(uint64_t)) +
 	       tb_memlock_cq_bytes(SUB_CQE) +
 	       tb_memlock_qp_bytes(TB_MEMLOCK_WQE_RC_WRITE, TB_RC_SQ_DEPTH,
 				   TB_RC_INLINE, 1, 1);
 }
 
 /* SUBSCRIBE: a PD, a queue pair in RTS and a credit slot for the
- * subscriber, then ACCEPT.  Returns 0, or < 0 after rejecting it. */
+ * subscriber (and, when it reads back, our ring and its position word
+ * readable), then ACCEPT.  Returns 0, or < 0 after rejecting it. */
 static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 			    const tb_control_subscribe_t *m)
 {
 	enum ibv_mtu mtu = tb_verbs_mtu_min(t->dev.mtu, (enum ibv_mtu)m->mtu);
 	tb_verbs_path_t path = tb_verbs_path_of(&t->cfg, mtu);
+	int reads = (m->flags & TB_CONTROL_SUB_F_READ) != 0;
+	/* Our ring: the source of our WRITEs (a local read needs no flag)
+	 * and, for a subscriber that reads back, REMOTE_READ; nothing else. */
+	unsigned ring_access = reads ? IBV_ACCESS_REMOTE_READ : 0;
+	unsigned credit_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 	tb_control_accept_t a = {.stream_id = t->cfg.id, .epoch = t->epoch,
 				 .psn = t->psn, .lid = t->dev.lid,
 				 .mtu = (uint8_t)mtu, .sl = path.sl,
@@ -786,7 +840,8 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 		.type = IBV_QPT_RC, .send_wr = TB_RC_SQ_DEPTH, .recv_wr = 1,
 		.send_sge = 1, .inline_want = TB_RC_INLINE,
 		/* the padding header goes inline: it is not registered */
-		.inline_min = TB_FRAME_HDR_LEN, .access = IBV_ACCESS_REMOTE_WRITE,
+		.inline_min = TB_FRAME_HDR_LEN,
+		.access = IBV_ACCESS_REMOTE_WRITE | (reads ? IBV_ACCESS_REMOTE_READ : 0),
 		.send_ops = IBV_QP_EX_WITH_RDMA_WRITE |
 			    IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM,
 	};
@@ -795,7 +850,7 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 	rc_sub_t *s = NULL;
 	tb_memlock_state_t ml;
 	uint32_t inline_got = 0;
-	char why[TB_CONTROL_TEXT_LEN], what[96];
+	char why[TB_CONTROL_TEXT_LEN], what[96], peer_name[96];
 
 	if (m->stream_id != t->cfg.id) {
 		reject(t, c, TB_CONTROL_REJ_UNKNOWN_STREAM, "SUBSCRIBE names another stream");
@@ -853,12 +908,26 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 		goto internal;
 	}
 	s->credit_mr = ibv_reg_mr(s->pd, (void *)slot, TB_RC_SLOT_SIZE,
-				  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	s->ring_mr = ibv_reg_mr(s->pd, t->ring_mem.addr, t->cfg.ring_size, 0);
-	if (!s->credit_mr || !s->ring_mr) {
+				  (int)credit_access);
+	s->ring_mr = ibv_reg_mr(s->pd, t->ring_mem.addr, t->cfg.ring_size,
+				(int)ring_access);
+	if (reads)
+		s->pos_mr = ibv_reg_mr(s->pd, (void *)t->pos, sizeof(uint64_t),
+				       IBV_ACCESS_REMOTE_READ);
+	if (!s->credit_mr || !s->ring_mr || (reads && !s->pos_mr)) {
 		tb_error_sys(errno, "ibv_reg_mr");
 		goto internal;
 	}
+	s->credit_rec = tb_counters_mr_add(t->cfg.id, TB_ROLE_PUBLISHER,
+					   TB_MR_CREDIT, "rc", s->credit_mr,
+					   credit_access);
+	s->ring_rec = tb_counters_mr_add(t->cfg.id, TB_ROLE_PUBLISHER,
+					 reads ? TB_MR_REPLAY : TB_MR_RING_TX, "rc",
+					 s->ring_mr, ring_access);
+	if (reads)
+		s->pos_rec = tb_counters_mr_add(t->cfg.id, TB_ROLE_PUBLISHER,
+						TB_MR_REPLAY, "rc", s->pos_mr,
+						IBV_ACCESS_REMOTE_READ);
 	s->cq = ibv_create_cq(t->dev.ctx, (int)SUB_CQE, NULL, NULL, 0);
 	if (!s->cq) {
 		tb_error_sys(errno, "ibv_create_cq");
@@ -879,6 +948,10 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 	if (s->qp && inline_got < tb_atomic_load_relaxed(&t->inline_max))
 		tb_atomic_store_relaxed(&t->inline_max, inline_got);
 	memcpy(peer.gid, m->gid, sizeof(peer.gid));
+	/* Its READs of our ring come two at a time at most (rc.h). */
+	if (reads)
+		path.rd_in = TB_RC_RD_ATOMIC < t->dev.rd_in_max ? TB_RC_RD_ATOMIC
+								 : t->dev.rd_in_max;
 	if (!s->qp || tb_verbs_rc_connect(&t->dev, s->qp, &peer, t->psn,
 					  &path) < 0)
 		goto internal;
@@ -894,6 +967,16 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 					 .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
 					 .send_flags = IBV_SEND_INLINE,
 					 .wr.rdma.rkey = m->rkey};
+	s->anchor_sge = (struct ibv_sge){.addr = (uintptr_t)&s->anchor_hdr,
+					 .length = TB_RC_ANCHOR_LEN};
+	s->anchor_wr = (struct ibv_send_wr){.next = &s->wr,
+					    .sg_list = &s->anchor_sge,
+					    .num_sge = 1,
+					    .opcode = IBV_WR_RDMA_WRITE,
+					    .send_flags = IBV_SEND_INLINE,
+					    .wr.rdma.rkey = m->rkey};
+	s->reads = reads;
+	s->anchor_due = reads;  /* its first frame comes behind one */
 	s->rmask = m->ring_len - 1;
 	s->recv_depth = m->recv_depth;
 	s->mtu = mtu;
@@ -906,6 +989,24 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 	a.credit_addr = (uintptr_t)slot;
 	a.next_seq = tb_atomic_load_relaxed(&t->last_seq) + 1; /* V1 */
 	a.ring_offset = 0;
+	if (reads) {
+		a.flags = TB_CONTROL_ACC_F_READ;
+		a.rd_atomic = path.rd_in;
+		a.read_addr = (uintptr_t)t->ring_mem.addr;
+		a.read_len = t->cfg.ring_size;
+		a.read_rkey = s->ring_mr->rkey;
+		a.pos_addr = (uintptr_t)t->pos;
+		a.pos_rkey = s->pos_mr->rkey;
+		a.ring_id = t->ring_id;
+	}
+	/* The keys go to this subscriber alone: the audit's record of it. */
+	snprintf(peer_name, sizeof(peer_name), "%s@%s qp %u",
+		 c->id[0] ? c->id : "?", t->addrs[c->addr].ip, m->qpn);
+	tb_counters_mr_peer(s->credit_rec, peer_name);
+	if (reads) {
+		tb_counters_mr_peer(s->ring_rec, peer_name);
+		tb_counters_mr_peer(s->pos_rec, peer_name);
+	}
 	c->sub = s;
 	if (SEND(c->fd, accept, &a) < 0)
 		return -1;   /* the caller drops it, and with it the sub */
@@ -1423,17 +1524,25 @@ static int rc_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 		free(t);
 		return tb_error_set(TB_ENOMEM, "out of memory");
 	}
+	if (getrandom(&t->ring_id, sizeof(t->ring_id), 0) != sizeof(t->ring_id))
+		t->ring_id = tb_clock_now_ns() ^ ((uint64_t)getpid() << 40);
+	t->ring_id |= 1;  /* never 0: "no ring" */
 	if ((rc = tb_verbs_open(&t->dev, cfg, NULL)) < 0 ||
 	    (rc = tb_mem_alloc(&t->ring_mem, cfg->ring_size, node, 0)) < 0 ||
-	    (rc = tb_mem_alloc(&t->slot_mem, TB_RC_MAX_SUBS * TB_RC_SLOT_SIZE,
+	    (rc = tb_mem_alloc(&t->slot_mem, (TB_RC_MAX_SUBS + 1) * TB_RC_SLOT_SIZE,
 			       node, 0)) < 0 ||
 	    (rc = memlock_at_open(t)) < 0 ||
 	    (rc = tb_verbs_events_init(&t->dev)) < 0)
 		goto fail;
 	snprintf(what, sizeof(what), "stream '%s' (rc publisher)", cfg->name);
 	tb_verbs_numa_check(&t->dev, t->ring_mem.numa_node, what);
+	/* The ring's positions on a line of their own after the credit
+	 * slots: registered memory, so that a subscriber reading back can
+	 * read intent (rc.h). */
+	t->pos = (_Atomic uint64_t *)((uint8_t *)t->slot_mem.addr +
+				      TB_RC_MAX_SUBS * TB_RC_SLOT_SIZE);
 	tb_ring_init(&t->base.ring, t->ring_mem.addr, cfg->ring_size, cfg->id,
-		     NULL, NULL);
+		     &t->pos[0], &t->pos[1]);
 	t->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (t->wake_fd < 0) {
 		rc = tb_error_sys(errno, "eventfd");

@@ -17,6 +17,17 @@
  * publisher whose BYE is waiting in its socket.  The polling thread only
  * reports the state it finds, once, at its place in the stream.
  *
+ * Reading back (rc.h).  A gap the publisher made by skipping us is read
+ * back by the polling thread itself, from the publisher's ring, before it
+ * is reported: the frame that shows the gap stays where it is (in our ring
+ * and in r->wc: the publisher cannot write over what we have not
+ * credited), the READs go out, and later polls collect them (rd_wait,
+ * keeping every completion that arrives meanwhile, in order, behind that
+ * frame), check what landed (rd_parse), deliver it (rd_deliver) and go on
+ * with the frame.  A poll never waits for a READ: it returns 0 while one
+ * is out.  Whatever cannot be read back is reported as the lap it is
+ * (rd_fail), exactly as without read-back.
+ *
  * Edges between the two threads (barrier.h):
  *   R2 -> A2  session_open fills `sess` (and remakes `cq` if it broke),
  *             then bumps gen; rc_rx_poll sees the new gen and adopts it.
@@ -68,6 +79,16 @@
 #define SUB_SIGNAL_EVERY 16u      /* one signalled credit write in this many */
 #define SUB_INLINE 8u             /* the credit, inline */
 #define SUB_CQE ((TB_RC_RECV_DEPTH + SUB_SQ_DEPTH) * 2)
+/* Completions r->wc holds while a read-back is out: every receive that can
+ * complete (the receives posted) and every request of ours, and a poll's
+ * worth. */
+#define WC_HOLD (TB_RC_RECV_DEPTH + SUB_SQ_DEPTH + CQ_BATCH)
+/* A read-back's work requests carry this bit in wr_id, with the request's
+ * place in the send queue (cposted) below it. */
+#define RD_TAG (1ull << 63)
+/* A read-back of a quiet stream's range, whose end is not known, reads
+ * this many bytes a frame (and a page more) at first. */
+#define RD_GUESS 128u
 
 #define SEND TB_RC_CTL_SEND
 
@@ -88,7 +109,53 @@ typedef struct rc_session {
 	uint64_t credit_addr;
 	uint32_t credit_rkey;
 	uint64_t next_seq;
+	tb_control_accept_t grant; /* its read-back fields (flags, read_*,
+				    * pos_*, ring_id) */
 } rc_session_t;
+
+enum {
+	RD_IDLE,       /* no read-back */
+	RD_READING,    /* a window's READs are out */
+	RD_DELIVER,    /* a window checked; its frames being delivered */
+	RD_FAILED,     /* what is left goes up as a lap at the next poll */
+};
+
+/* Reading back (rc.h, and the top of this file).  Polling thread only. */
+typedef struct rc_read {
+	/* The session's grant (rx_adopt); ok = 0: none. */
+	int ok;
+	uint64_t raddr;            /* the publisher's ring ... */
+	uint64_t psize;            /* ... its size ... */
+	uint32_t rkey;             /* ... and read key */
+	uint64_t pos_addr;         /* its position word (intent) */
+	uint32_t pos_rkey;
+	uint64_t ring_id;          /* the ring r->pmirror follows */
+	int mirror_ok;             /* r->pmirror follows it */
+	/* The last anchor. */
+	uint64_t anchor_seq;       /* the frame it came with */
+	uint64_t gap_start;        /* r->pmirror before it ... */
+	int gap_start_ok;          /* ... when that followed the ring */
+	/* A read-back in progress. */
+	int state;                 /* RD_* */
+	int quiet;                 /* of a heartbeat's range (end unknown) */
+	uint64_t next, last;       /* the sequences still to fill */
+	uint64_t at;               /* where `next` (or a padding frame before
+				    * it) starts in the publisher's ring */
+	uint64_t end;              /* where [next, last] ends (the anchor of
+				    * last + 1); 0: not known */
+	uint64_t wstart;           /* the window read: ring position ... */
+	uint32_t wlen;             /* ... and bytes, into buf */
+	uint32_t dpos, dend;       /* its frames being delivered */
+	uint64_t wr_id;            /* the window's last READ (the position) */
+	uint64_t filled;           /* frames delivered by this read-back */
+	int status;                /* a READ's failure */
+	/* Where windows land: `cap` bytes, then the position word. */
+	uint8_t *buf;
+	uint32_t cap;
+	tb_mem_t mem;
+	struct ibv_mr *mr;
+	tb_counter_mr_t *rec;
+} rc_read_t;
 
 typedef struct rc_rx {
 	tb_rx_t base;
@@ -111,7 +178,10 @@ typedef struct rc_rx {
 	uint64_t epoch;
 	uint64_t seen_gen;
 	uint32_t stream_id;
-	struct ibv_wc wc[CQ_BATCH];
+	uint64_t pmirror;           /* where the frame after our last one
+				     * starts in the publisher's ring (rc.h) */
+	uint64_t pmask;             /* the publisher's ring size - 1 */
+	rc_read_t rd;
 	struct ibv_recv_wr rwr[TB_RC_RECV_BATCH];
 	/* Shared with the control thread (the edges are listed above). */
 	_Atomic uint64_t gen;       /* R2: bumped when `sess` is ready */
@@ -129,6 +199,8 @@ typedef struct rc_rx {
 	tb_verbs_dev_t dev;
 	tb_mem_t ring_mem;
 	struct ibv_mr *ring_mr;
+	tb_counter_mr_t *ring_rec;  /* the audit's record of it ... */
+	char ring_peer[96];         /* ... and who has its key */
 	tb_stream_cfg_t cfg;
 	uint64_t dead_ns;
 	pthread_t ctl;
@@ -138,6 +210,9 @@ typedef struct rc_rx {
 	struct ibv_qp *old_qp;      /* waiting for the poller to release it */
 	uint64_t old_gen;
 	char reject_text[TB_CONTROL_TEXT_LEN + 160];
+	/* Completions taken from the CQ, not yet handled (r->wc_i ..
+	 * r->wc_n); more than a poll's only while a read-back is out. */
+	struct ibv_wc wc[WC_HOLD];
 } rc_rx_t;
 
 /* Posts `n` receives, TB_RC_RECV_BATCH to a call.  0, or the errno value
@@ -235,7 +310,8 @@ static int session_open(rc_rx_t *r)
 	tb_control_hello_t h = {.stream_id = r->cfg.id};
 	tb_control_subscribe_t s = {
 		.stream_id = r->cfg.id, .transport = TB_TRANSPORT_RC,
-		.mtu = (uint8_t)r->dev.mtu, .flags = TB_CONTROL_SUB_F_CREDIT_SLOT,
+		.mtu = (uint8_t)r->dev.mtu,
+		.flags = TB_CONTROL_SUB_F_CREDIT_SLOT | TB_CONTROL_SUB_F_READ,
 		.ring_addr = (uintptr_t)r->ring, .ring_len = r->mask + 1,
 		.rkey = r->ring_mr->rkey, .recv_depth = TB_RC_RECV_DEPTH,
 		.lid = r->dev.lid,
@@ -245,7 +321,7 @@ static int session_open(rc_rx_t *r)
 		.recv_wr = TB_RC_RECV_DEPTH, .send_sge = 1,
 		.inline_want = SUB_INLINE, .inline_min = SUB_INLINE,
 		.access = IBV_ACCESS_REMOTE_WRITE,
-		.send_ops = IBV_QP_EX_WITH_RDMA_WRITE,
+		.send_ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ,
 	};
 	tb_verbs_peer_t peer = {0};
 	tb_verbs_path_t path;
@@ -273,6 +349,17 @@ static int session_open(rc_rx_t *r)
 	s.qpn = qp->qp_num;
 	memcpy(s.gid, r->dev.gid.raw, 16);
 	s.psn = psn;
+	/* Our ring's key goes to this publisher: the audit's record. */
+	{
+		char peer_name[sizeof(r->ring_peer)];
+
+		snprintf(peer_name, sizeof(peer_name), "publisher %s:%u",
+			 r->cfg.control.host, r->cfg.control.port);
+		if (strcmp(peer_name, r->ring_peer) != 0) {
+			tb_counters_mr_peer(r->ring_rec, peer_name);
+			memcpy(r->ring_peer, peer_name, sizeof(r->ring_peer));
+		}
+	}
 	if ((rc = SEND(r->fd, hello, &h)) < 0 || (rc = SEND(r->fd, subscribe, &s)) < 0)
 		goto fail;
 	rc = tb_rc_ctl_read(r->fd, &r->in, &m, REPLY_TIMEOUT_MS);
@@ -313,6 +400,9 @@ static int session_open(rc_rx_t *r)
 	path = tb_verbs_path_of(&r->cfg, (enum ibv_mtu)m.accept.mtu);
 	path.sl = m.accept.sl;
 	path.traffic_class = m.accept.traffic_class;
+	if (m.accept.flags & TB_CONTROL_ACC_F_READ)
+		path.rd_out = m.accept.rd_atomic < r->dev.rd_out_max
+				      ? m.accept.rd_atomic : r->dev.rd_out_max;
 	peer.qpn = m.accept.qpn;
 	peer.psn = m.accept.psn;
 	peer.lid = m.accept.lid;
@@ -326,7 +416,8 @@ static int session_open(rc_rx_t *r)
 	r->sess = (rc_session_t){.qp = qp, .epoch = m.accept.epoch,
 				 .credit_addr = m.accept.credit_addr,
 				 .credit_rkey = m.accept.credit_rkey,
-				 .next_seq = m.accept.next_seq};
+				 .next_seq = m.accept.next_seq,
+				 .grant = m.accept};
 	skip_store(r, 0, 0);
 	tb_atomic_store_relaxed(&r->last_beat_ns, tb_clock_now_ns()); /* by R2 */
 	tb_atomic_store_seq_cst(&r->ctl_state, CTL_LIVE);              /* S4 */
@@ -526,22 +617,39 @@ static void rc_rx_free(rc_rx_t *r)
 		ibv_destroy_qp(r->old_qp);
 	if (r->cq)
 		ibv_destroy_cq(r->cq);
-	if (r->ring_mr)
+	if (r->ring_mr) {
+		tb_counters_mr_remove(r->ring_rec);
 		ibv_dereg_mr(r->ring_mr);
+	}
+	if (r->rd.mr) {
+		tb_counters_mr_remove(r->rd.rec);
+		ibv_dereg_mr(r->rd.mr);
+	}
 	tb_verbs_close(&r->dev);
 	tb_mem_free(&r->ring_mem);
+	tb_mem_free(&r->rd.mem);
 	free(r);
 }
 
-/* What a subscriber pins: its ring's registration, its CQ and its QP. */
+/* Where read-back windows land: at most TB_RC_READ_BUF, at most our ring
+ * (a stream's scale), then the position word on a line of its own. */
+static uint32_t rd_cap_of(const tb_stream_cfg_t *cfg)
+{
+	return cfg->ring_size < TB_RC_READ_BUF ? (uint32_t)cfg->ring_size
+					       : TB_RC_READ_BUF;
+}
+
+/* What a subscriber pins: its ring's registration, its read-back buffer's,
+ * its CQ and its QP. */
 static int rx_memlock(const tb_stream_cfg_t *cfg)
 {
-	char what[TB_NAME_MAX + 96];
+	char what[TB_NAME_MAX + 128];
 
 	snprintf(what, sizeof(what), "stream '%s': an rc subscriber (its ring "
-		 "of %llu bytes and its queues)", cfg->name,
-		 (unsigned long long)cfg->ring_size);
+		 "of %llu bytes, its read-back buffer of %u and its queues)",
+		 cfg->name, (unsigned long long)cfg->ring_size, rd_cap_of(cfg));
 	return tb_memlock_check(tb_memlock_mr_bytes(NULL, cfg->ring_size) +
+				tb_memlock_mr_bytes(NULL, rd_cap_of(cfg) + 64) +
 				tb_memlock_cq_bytes(SUB_CQE) +
 				tb_memlock_qp_bytes(TB_MEMLOCK_WQE_RC_WRITE,
 						    SUB_SQ_DEPTH, SUB_INLINE, 1,
@@ -561,6 +669,7 @@ static int rc_rx_open(tb_rx_t **out, const tb_stream_cfg_t *cfg)
 	r->cfg = *cfg;
 	r->stream_id = cfg->id;
 	r->mask = cfg->ring_size - 1;
+	r->pmask = (1ull << 62) - 1;   /* no read-back: any value will do */
 	r->dead_ns = (uint64_t)cfg->liveness_timeout_ms * 1000000ull;
 	for (uint32_t i = 0; i < TB_RC_RECV_BATCH; i++)
 		r->rwr[i].next = i + 1 < TB_RC_RECV_BATCH ? &r->rwr[i + 1] : NULL;
@@ -584,6 +693,23 @@ static int rc_rx_open(tb_rx_t **out, const tb_stream_cfg_t *cfg)
 				(unsigned long long)cfg->ring_size);
 		goto fail;
 	}
+	r->ring_rec = tb_counters_mr_add(cfg->id, TB_ROLE_SUBSCRIBER, TB_MR_RING_RX,
+					 "rc", r->ring_mr, IBV_ACCESS_LOCAL_WRITE |
+					 IBV_ACCESS_REMOTE_WRITE);
+	/* Read-back windows land here: ours alone, nothing remote. */
+	r->rd.cap = rd_cap_of(cfg);
+	if ((rc = tb_mem_alloc(&r->rd.mem, r->rd.cap + 64, node, 0)) < 0)
+		goto fail;
+	r->rd.buf = r->rd.mem.addr;
+	r->rd.mr = ibv_reg_mr(r->dev.pd, r->rd.buf, r->rd.cap + 64,
+			      IBV_ACCESS_LOCAL_WRITE);
+	if (!r->rd.mr) {
+		rc = tb_error_sys(errno, "ibv_reg_mr (read-back buffer, %u bytes)",
+				  r->rd.cap + 64);
+		goto fail;
+	}
+	r->rd.rec = tb_counters_mr_add(cfg->id, TB_ROLE_SUBSCRIBER, TB_MR_RECV,
+				       "rc", r->rd.mr, IBV_ACCESS_LOCAL_WRITE);
 	r->cq = ibv_create_cq(r->dev.ctx, (int)SUB_CQE, NULL, NULL, 0);
 	if (!r->cq) {
 		rc = tb_error_sys(errno, "ibv_create_cq");
@@ -624,11 +750,425 @@ static uint64_t rc_rx_epoch(const tb_rx_t *rx)
 	return ((const rc_rx_t *)rx)->epoch;
 }
 
+/* ------------------------------------------------------------ reading back */
+
+/* Where the frame after one of `space` bytes starting at or after `pos`
+ * starts in a ring of mask + 1 bytes laid out as ring.h lays it out: one
+ * that would straddle the end starts at the next lap, behind padding.
+ * Hot path: a few instructions, no branch the compiler cannot turn into a
+ * conditional move. */
+static inline uint64_t rc_ring_next(uint64_t pos, uint64_t mask, uint32_t space)
+{
+	uint64_t off = pos & mask;
+
+	return pos + space + (off + space > mask + 1 ? mask + 1 - off : 0);
+}
+
+/*
+ * How far past the publisher's intent its writing may have reached all the
+ * same: a claim it gave back (tb_pub_abort) takes intent back to the tail,
+ * but what it wrote (a padding frame at the end of the ring, a zero-copy
+ * claim's payload) stays written over.  One claim is open at a time, and
+ * reaches at most a padding frame and a frame past the tail, each at most
+ * a largest frame (ring.h): two of those.
+ */
+static uint64_t rd_margin(uint64_t psize)
+{
+	return 2 * (uint64_t)tb_frame_space(tb_ring_max_frame(psize));
+}
+
+/* A new session's read-back grant (ACCEPT).  The position we follow stays
+ * good across sessions of one ring (ring_id): what went missing while we
+ * reconnected is read back too. */
+static void rd_adopt(rc_rx_t *r, const tb_control_accept_t *a)
+{
+	rc_read_t *d = &r->rd;
+
+	d->state = RD_IDLE;
+	d->ok = (a->flags & TB_CONTROL_ACC_F_READ) != 0;
+	if (!d->ok || a->ring_id != d->ring_id) {
+		d->mirror_ok = 0;
+		d->gap_start_ok = 0;
+	}
+	if (!d->ok)
+		return;
+	d->raddr = a->read_addr;
+	d->psize = a->read_len;
+	d->rkey = a->read_rkey;
+	d->pos_addr = a->pos_addr;
+	d->pos_rkey = a->pos_rkey;
+	d->ring_id = a->ring_id;
+	r->pmask = a->read_len - 1;
+}
+
+/*
+ * The completion for the frame at ring offset `target` names a place past
+ * our read position: what lies between must be padding the publisher
+ * wrote -- an anchor (rc.h) right before the frame, and/or one filling our
+ * ring's tail, the frame then at the start.  Takes them (an anchor sets
+ * where we are in the publisher's ring); 0, or -1 when what lies there is
+ * anything else.  Warm: at a wrap, and at a frame after a skip.
+ */
+static int rx_pads(rc_rx_t *r, uint64_t target)
+{
+	uint64_t size = r->mask + 1;
+
+	for (int k = 0; k < 2 && (r->cpos & r->mask) != target; k++) {
+		uint64_t off = r->cpos & r->mask;
+		const tb_frame_hdr_t *p = (const tb_frame_hdr_t *)(r->ring + off);
+		const tb_frame_hdr_t *f = (const tb_frame_hdr_t *)(r->ring + target);
+
+		if (p->version != TB_FRAME_VERSION || p->type != TB_FRAME_PAD ||
+		    p->stream_id != r->stream_id)
+			return -1;
+		if (p->template_id == TB_RC_ANCHOR) {
+			if (!r->rd.ok || p->length != TB_RC_ANCHOR_LEN ||
+			    off + TB_RC_ANCHOR_LEN != target || p->seq != f->seq)
+				return -1;
+			r->rd.anchor_seq = p->seq;
+			r->rd.gap_start = r->pmirror;
+			r->rd.gap_start_ok = r->rd.mirror_ok;
+			r->pmirror = p->publish_ns;
+			r->rd.mirror_ok = 1;
+			r->cpos += TB_RC_ANCHOR_LEN;
+		} else if (p->template_id == 0 && p->length == size - off &&
+			   (target == 0 || target == TB_RC_ANCHOR_LEN)) {
+			r->cpos += size - off;
+		} else {
+			return -1;
+		}
+	}
+	return (r->cpos & r->mask) == target ? 0 : -1;
+}
+
+/* Posts the READs of the next window: [at, ..) of the publisher's ring
+ * (two READs where it wraps), then its position word, fenced behind them
+ * and signalled.  0, or -1 when they could not go (nothing posted). */
+static int rd_post(rc_rx_t *r)
+{
+	rc_read_t *d = &r->rd;
+	uint64_t left = d->last - d->next + 1;
+	uint64_t want = d->end ? d->end - d->at
+		      : left > d->psize / RD_GUESS ? d->psize
+						   : left * RD_GUESS + 4096;
+	uint64_t off = d->at & (d->psize - 1);
+	uint32_t w = (uint32_t)(want < d->cap ? want : d->cap), n1;
+	struct ibv_sge sge[3];
+	struct ibv_send_wr wr[3], *bad;
+	int k = 0;
+
+	if (w > d->psize)
+		w = (uint32_t)d->psize;
+	n1 = off + w > d->psize ? (uint32_t)(d->psize - off) : w;
+	if (r->cposted + 3 - r->ccompleted >= SUB_SQ_DEPTH)
+		return -1;
+	memset(wr, 0, sizeof(wr));
+	sge[k] = (struct ibv_sge){.addr = (uintptr_t)d->buf, .length = n1,
+				  .lkey = d->mr->lkey};
+	wr[k] = (struct ibv_send_wr){.wr_id = RD_TAG | (r->cposted + 1),
+				     .sg_list = &sge[k], .num_sge = 1,
+				     .opcode = IBV_WR_RDMA_READ,
+				     .wr.rdma = {.remote_addr = d->raddr + off,
+						 .rkey = d->rkey}};
+	k++;
+	if (n1 < w) {
+		sge[k] = (struct ibv_sge){.addr = (uintptr_t)d->buf + n1,
+					  .length = w - n1, .lkey = d->mr->lkey};
+		wr[k] = (struct ibv_send_wr){.wr_id = RD_TAG | (r->cposted + 2),
+					     .sg_list = &sge[k], .num_sge = 1,
+					     .opcode = IBV_WR_RDMA_READ,
+					     .wr.rdma = {.remote_addr = d->raddr,
+							 .rkey = d->rkey}};
+		wr[k - 1].next = &wr[k];
+		k++;
+	}
+	/* After every byte above has come: the fence holds it behind them. */
+	sge[k] = (struct ibv_sge){.addr = (uintptr_t)d->buf + d->cap,
+				  .length = sizeof(uint64_t), .lkey = d->mr->lkey};
+	wr[k] = (struct ibv_send_wr){.wr_id = RD_TAG | (r->cposted + (uint64_t)k + 1),
+				     .sg_list = &sge[k], .num_sge = 1,
+				     .opcode = IBV_WR_RDMA_READ,
+				     .send_flags = IBV_SEND_FENCE | IBV_SEND_SIGNALED,
+				     .wr.rdma = {.remote_addr = d->pos_addr,
+						 .rkey = d->pos_rkey}};
+	wr[k - 1].next = &wr[k];
+	k++;
+	if (ibv_post_send(r->qp, wr, &bad) != 0)
+		return -1;
+	r->cposted += (uint64_t)k;
+	d->wr_id = wr[k - 1].wr_id;
+	d->wstart = d->at;
+	d->wlen = w;
+	d->state = RD_READING;
+	return 0;
+}
+
+/*
+ * Starts reading back [first, last], which starts at `start` in the
+ * publisher's ring and ends at `end` (0: not known: up to `last`); the
+ * frame after it, when there is one, takes `next_space` bytes at `end`.
+ * 0 when the READs are out; -1 when they cannot be (no grant, an
+ * inconsistent span, the frames already written over, no room to post).
+ */
+static int rd_begin(rc_rx_t *r, uint64_t first, uint64_t last, uint64_t start,
+		    uint64_t end, uint32_t next_space)
+{
+	rc_read_t *d = &r->rd;
+
+	if (!d->ok || !r->qp || d->state != RD_IDLE || first == 0 || last < first)
+		return -1;
+	/* Writing the frame at `end` has claimed its way into the first
+	 * one already: gone, no READ needed to know it. */
+	if (end && (end <= start || end + next_space + rd_margin(d->psize) >
+						 start + d->psize))
+		return -1;
+	d->next = first;
+	d->last = last;
+	d->at = start;
+	d->end = end;
+	d->filled = 0;
+	d->quiet = !end;
+	return rd_post(r);
+}
+
+/*
+ * Collects the window's READs: 1 when every one landed, 0 not yet, -1 when
+ * one failed (or nothing can be collected).  Every other completion that
+ * comes meanwhile is kept in r->wc, in order, behind the frame that showed
+ * the gap.  Warm: polls while a read-back is out.
+ */
+static int rd_wait(rc_rx_t *r)
+{
+	rc_read_t *d = &r->rd;
+	int room, k, keep, done = 0;
+
+	if (r->wc_i) {
+		memmove(r->wc, r->wc + r->wc_i,
+			(size_t)(r->wc_n - r->wc_i) * sizeof(r->wc[0]));
+		r->wc_n -= r->wc_i;
+		r->wc_i = 0;
+	}
+	room = WC_HOLD - r->wc_n;
+	if (room <= 0)
+		return -1;   /* cannot happen: WC_HOLD holds what can come */
+	k = ibv_poll_cq(r->cq, room < CQ_BATCH ? room : CQ_BATCH, r->wc + r->wc_n);
+	if (k < 0) {
+		/* Overrun: a new session on a new CQ follows (as in poll). */
+		tb_atomic_store_seq_cst(&r->cq_broken, 1); /* S6 */
+		ctl_leave_live(r, CTL_LOST);               /* S4 */
+		return -1;
+	}
+	keep = r->wc_n;
+	for (int i = r->wc_n; i < r->wc_n + k; i++) {
+		const struct ibv_wc *wc = &r->wc[i];
+
+		if (wc->qp_num == r->qp->qp_num && (wc->wr_id & RD_TAG)) {
+			if ((wc->wr_id & ~RD_TAG) > r->ccompleted)
+				r->ccompleted = wc->wr_id & ~RD_TAG;
+			if (wc->status != IBV_WC_SUCCESS) {
+				if (done >= 0)
+					d->status = (int)wc->status;
+				done = -1;
+			} else if (wc->wr_id == d->wr_id && done == 0) {
+				done = 1;
+			}
+			continue;
+		}
+		r->wc[keep++] = *wc;
+	}
+	r->wc_n = keep;
+	return done;
+}
+
+/*
+ * Checks the window that landed and finds the frames in it: each the next
+ * sequence of our stream, whole, within the publisher's ring, padding only
+ * where its ring wraps, nothing past the end; and the publisher's position
+ * word, read after all of it, says nothing in the window had been claimed
+ * for writing over by then (a frame is claimed before a byte of it is
+ * written: ring.h), not even by a claim given back (rd_margin).  0 with [0, dend) of the buffer to deliver and `at`,
+ * `next` moved past it; -1 when the window cannot be trusted.
+ */
+static int rd_parse(rc_rx_t *r)
+{
+	rc_read_t *d = &r->rd;
+	uint64_t mask = d->psize - 1, intent, p = 0, next = d->next;
+	uint32_t dend = 0;
+
+	memcpy(&intent, d->buf + d->cap, sizeof(intent));
+	if (intent + rd_margin(d->psize) > d->wstart + d->psize ||
+	    (d->end && intent < d->end))
+		return -1;
+	while (next <= d->last || (d->end && d->wstart + p < d->end)) {
+		uint64_t pos = d->wstart + p, off = pos & mask;
+		const tb_frame_hdr_t *h = (const tb_frame_hdr_t *)(d->buf + p);
+		uint32_t sp;
+
+		if (d->end && pos >= d->end)
+			return -1;         /* at the anchor with frames missing */
+		if (p + TB_FRAME_HDR_LEN > d->wlen)
+			break;             /* the rest in the next window */
+		if (h->version != TB_FRAME_VERSION || h->stream_id != r->stream_id)
+			return -1;
+		if (h->type == TB_FRAME_PAD) {
+			/* The publisher's wrap: to the end of its ring, with
+			 * the sequence of the frame after it. */
+			if (h->template_id != 0 || h->length != d->psize - off ||
+			    h->seq != next)
+				return -1;
+			p += h->length;
+			continue;
+		}
+		if (next > d->last)
+			return -1;         /* a frame between the last and the anchor */
+		if (h->type != TB_FRAME_DATA || h->seq != next ||
+		    h->length < TB_FRAME_HDR_LEN || h->length > TB_FRAME_MAX_LEN)
+			return -1;
+		sp = tb_frame_space(h->length);
+		if (off + sp > d->psize || (d->end && pos + sp > d->end))
+			return -1;
+		if (p + h->length > d->wlen) {
+			if (p == 0)
+				return -1; /* larger than a window */
+			break;
+		}
+		p += sp;
+		dend = (uint32_t)p;
+		next++;
+	}
+	if (p == 0)
+		return -1;                 /* nothing taken: no progress */
+	/* All of it holds: take it. */
+	d->next = next;
+	d->dpos = 0;
+	d->dend = dend;
+	d->at = d->wstart + p;
+	return 0;
+}
+
+/* Delivers the checked frames, up to `limit`, with TB_MSG_F_REPLAY.
+ * Returns how many. */
+static int rd_deliver(rc_rx_t *r, tb_seq_t *seq, tb_handler_t handler,
+		      void *clientd, int limit)
+{
+	rc_read_t *d = &r->rd;
+	uint64_t now_ns = tb_clock_now_ns_inline();
+	tb_msg_t msg;
+	int n = 0;
+
+	while (d->dpos < d->dend && n < limit) {
+		const tb_frame_hdr_t *h = (const tb_frame_hdr_t *)(d->buf + d->dpos);
+
+		if (h->type == TB_FRAME_DATA) {
+			tb_seq_admit(seq, h->seq);   /* the next: rd_parse saw to it */
+			tb_frame_to_msg(h, &msg);
+			msg.flags |= TB_MSG_F_REPLAY;
+			msg.receive_ns = now_ns;
+			handler(clientd, &msg);
+			n++;
+			d->dpos += tb_frame_space(h->length);
+		} else {
+			d->dpos += h->length;
+		}
+	}
+	d->filled += (uint64_t)n;
+	if (n && r->base.ctr)
+		tb_counter_add(r->base.ctr, TB_CTR_READ_FILLED, (uint64_t)n);
+	return n;
+}
+
+/* The read-back ends short: what is left of it goes up as the lap it is
+ * (TB_LAPPED, `loss` the range), or 0 when nothing is. */
+static int rd_fail(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss)
+{
+	rc_read_t *d = &r->rd;
+
+	d->state = RD_IDLE;
+	if (d->status) {
+		/* The READ broke our queue pair.  A peer that stopped
+		 * answering is as a credit write's would be (rx_other_wc);
+		 * a READ refused is our request's doing: a new session. */
+		if (r->base.ctr)
+			tb_counter_inc(r->base.ctr, TB_CTR_ERRORS);
+		if (d->status == IBV_WC_RETRY_EXC_ERR)
+			ctl_leave_live(r, CTL_LOST);        /* S4 */
+		else if (d->status != IBV_WC_WR_FLUSH_ERR)
+			ctl_leave_live(r, CTL_RECONNECT);   /* S4 */
+		d->status = 0;
+	}
+	if (d->quiet)
+		d->mirror_ok = 0;  /* lost track: the next anchor sets it */
+	if (seq->expected > d->last)
+		return 0;
+	if (r->base.ctr)
+		tb_counter_inc(r->base.ctr, TB_CTR_READ_MISSED);
+	tb_seq_gap_to(seq, d->last + 1, loss);
+	return TB_LAPPED;
+}
+
+/* A poll while a read-back is on: collect, check, deliver, read on.
+ * Returns frames delivered, 0 (waiting), or TB_LAPPED. */
+static int rd_poll(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss,
+		   tb_handler_t handler, void *clientd, int limit)
+{
+	rc_read_t *d = &r->rd;
+	int rc, n;
+
+	switch (d->state) {
+	case RD_READING:
+		rc = rd_wait(r);
+		if (rc == 0)
+			return 0;
+		if (rc < 0 || rd_parse(r) < 0)
+			return rd_fail(r, seq, loss);
+		d->state = RD_DELIVER;
+		/* fall through */
+	case RD_DELIVER:
+		n = rd_deliver(r, seq, handler, clientd, limit);
+		if (d->dpos < d->dend)
+			return n;  /* the limit: the rest at the next poll */
+		if (d->next > d->last) {
+			d->state = RD_IDLE;
+			if (d->quiet)
+				r->pmirror = d->at; /* after the last one */
+			return n;
+		}
+		if (rd_post(r) == 0)
+			return n;
+		d->state = RD_FAILED;
+		if (n)
+			return n;  /* the loss on its own, next */
+		/* fall through */
+	default:
+		return rd_fail(r, seq, loss);
+	}
+}
+
+/* The frame `f` shows a gap: read it back (0: f waits for it) or report it
+ * (TB_LAPPED).  The gap can be read back when an anchor came with f and
+ * we knew where the frame before the gap ended. */
+static int rx_gap(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss,
+		  const tb_frame_hdr_t *f)
+{
+	rc_read_t *d = &r->rd;
+
+	if (d->ok && d->gap_start_ok && d->anchor_seq == f->seq &&
+	    rd_begin(r, seq->expected, f->seq - 1, d->gap_start, r->pmirror,
+		     tb_frame_space(f->length)) == 0)
+		return 0;
+	if (d->ok && r->base.ctr)
+		tb_counter_inc(r->base.ctr, TB_CTR_READ_MISSED);
+	tb_seq_gap_to(seq, f->seq, loss);
+	return TB_LAPPED;   /* rc is reliable: we were skipped */
+}
+
 /* Lets go of the session: the control thread may destroy its QP. */
 static void rx_release(rc_rx_t *r)
 {
 	r->qp = NULL;
 	r->wc_n = r->wc_i = 0;
+	r->rd.ok = 0;         /* the grant was this session's */
+	r->rd.state = RD_IDLE;
 	/* R3 pairs with A3 in rx_ctl_main: the QP and the CQ are its now. */
 	tb_atomic_store_release(&r->released, r->seen_gen);
 }
@@ -650,6 +1190,7 @@ static int rx_adopt(rc_rx_t *r, tb_seq_t *seq)
 	r->cposted = r->ccompleted = r->clast_signal = 0;
 	r->wc_n = r->wc_i = 0;
 	r->idle_polls = 0;
+	rd_adopt(r, &r->sess.grant);
 	if (r->epoch && r->epoch != epoch) {
 		r->epoch = epoch;
 		tb_seq_init(seq, 0);
@@ -712,10 +1253,17 @@ static int rx_idle(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss)
 	if (r->cpos != r->credited || r->recv_owed)
 		rx_credit(r);
 	/* Skipped, and the stream went quiet: every frame before the range
-	 * is here (the CQ is empty and we expect its first), none of it
-	 * ever will be. */
+	 * is here (the CQ is empty and we expect one of it), none of it
+	 * ever will be.  Read back from where our last frame ended, or
+	 * told. */
 	skip_load(r, &first, &last);
-	if (first && seq->expected == first) {
+	if (first && seq->expected >= first && seq->expected <= last) {
+		if (r->rd.mirror_ok &&
+		    rd_begin(r, seq->expected, last, r->pmirror, 0, 0) == 0)
+			return 0;
+		if (r->rd.ok && r->base.ctr)
+			tb_counter_inc(r->base.ctr, TB_CTR_READ_MISSED);
+		r->rd.mirror_ok = 0;
 		tb_seq_gap_to(seq, last + 1, loss);
 		return TB_LAPPED;
 	}
@@ -755,8 +1303,15 @@ static int rx_other_wc(rc_rx_t *r, const struct ibv_wc *wc)
 {
 	if (wc->qp_num != r->qp->qp_num)
 		return 0;            /* a released session's leftovers */
+	if (wc->wr_id & RD_TAG) {
+		/* A read-back's, after rd_fail left it: judged there. */
+		if ((wc->wr_id & ~RD_TAG) > r->ccompleted)
+			r->ccompleted = wc->wr_id & ~RD_TAG;
+		return 0;
+	}
 	if (wc->status == IBV_WC_SUCCESS) {
-		if (wc->opcode == IBV_WC_RDMA_WRITE && wc->wr_id)
+		/* Read-back completions may have taken it further. */
+		if (wc->opcode == IBV_WC_RDMA_WRITE && wc->wr_id > r->ccompleted)
 			r->ccompleted = wc->wr_id;
 		return 0;
 	}
@@ -791,6 +1346,8 @@ static int rc_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 	}
 	if (tb_unlikely(!r->qp))
 		return rx_idle(r, seq, loss);
+	if (tb_unlikely(r->rd.state != RD_IDLE))
+		return rd_poll(r, seq, loss, handler, clientd, limit);
 	if (r->wc_i == r->wc_n) {
 		r->wc_i = 0;
 		r->wc_n = ibv_poll_cq(r->cq, CQ_BATCH, r->wc);
@@ -812,7 +1369,7 @@ static int rc_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 		const struct ibv_wc *wc = &r->wc[r->wc_i];
 		uint64_t off = r->cpos & r->mask;
 		const tb_frame_hdr_t *f;
-		uint32_t imm;
+		uint32_t imm, space;
 
 		if (tb_unlikely(wc->status != IBV_WC_SUCCESS ||
 				wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM ||
@@ -824,15 +1381,11 @@ static int rc_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 		}
 		imm = be32toh(wc->imm_data);
 		if (tb_unlikely(tb_rc_imm_offset(imm) != off)) {
-			/* The only other place it may be: the start, after a
-			 * padding frame that fills our tail. */
-			const tb_frame_hdr_t *p = (const tb_frame_hdr_t *)(r->ring + off);
-
-			if (tb_rc_imm_offset(imm) != 0 || p->type != TB_FRAME_PAD ||
-			    p->length != size - off)
+			/* Behind padding: an anchor, our ring's tail. */
+			if (tb_rc_imm_offset(imm) >= size ||
+			    rx_pads(r, tb_rc_imm_offset(imm)) < 0)
 				goto corrupt;
-			r->cpos += size - off;
-			off = 0;
+			off = r->cpos & r->mask;
 		}
 		f = (const tb_frame_hdr_t *)(r->ring + off);
 		if (tb_unlikely(tb_frame_check(f, size - off) < 0 ||
@@ -847,16 +1400,17 @@ static int rc_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 			goto consumed;
 		case TB_SEQ_GAP:
 			if (n > 0)
-				goto out;         /* report the loss on its own */
-			tb_seq_gap_to(seq, f->seq, loss);
-			return TB_LAPPED;  /* rc is reliable: we were skipped */
+				goto out;         /* read back, or report, on its own */
+			return rx_gap(r, seq, loss, f);
 		}
 		tb_frame_to_msg(f, &msg);
 		msg.receive_ns = now_ns;
 		handler(clientd, &msg);
 		n++;
 consumed:
-		r->cpos += tb_frame_space(f->length);
+		space = tb_frame_space(f->length);
+		r->cpos += space;
+		r->pmirror = rc_ring_next(r->pmirror, r->pmask, space);
 		r->recv_owed++;
 		r->wc_i++;
 		continue;

@@ -175,6 +175,14 @@ static int no_port(const tb_stream_cfg_t *cfg, int named_seen, int ib_seen,
 	return tb_error_set(TB_ENOENT, "%s: no active port", dev);
 }
 
+/* A device's READ depth as a QP attribute: at least 1 (a device that
+ * says 0 still takes one, as mlx5 counts 0), at most 16 (what the control
+ * protocol carries). */
+static uint8_t rd_cap(int v)
+{
+	return (uint8_t)(v < 1 ? 1 : v > 16 ? 16 : v);
+}
+
 int tb_verbs_open(tb_verbs_dev_t *d, const tb_stream_cfg_t *cfg,
 		  const char *no_ib)
 {
@@ -219,6 +227,8 @@ int tb_verbs_open(tb_verbs_dev_t *d, const tb_stream_cfg_t *cfg,
 						 name, why);
 				port = why ? 0 : pick_port(d, &da, cfg->rdma_port,
 							   no_ib, &pa, &ib_seen);
+				d->rd_out_max = rd_cap(da.max_qp_init_rd_atom);
+				d->rd_in_max = rd_cap(da.max_qp_rd_atom);
 			}
 		}
 		if (port) {
@@ -361,7 +371,8 @@ tb_verbs_path_t tb_verbs_path_of(const tb_stream_cfg_t *cfg, enum ibv_mtu mtu)
 	return (tb_verbs_path_t){.mtu = mtu, .sl = (uint8_t)cfg->rdma_sl,
 				 .traffic_class = (uint8_t)cfg->rdma_traffic_class,
 				 .timeout = (uint8_t)cfg->rdma_timeout,
-				 .retry = (uint8_t)cfg->rdma_retry};
+				 .retry = (uint8_t)cfg->rdma_retry,
+				 .rd_out = 1, .rd_in = 1};
 }
 
 int tb_verbs_rc_connect(tb_verbs_dev_t *d, struct ibv_qp *qp,
@@ -371,7 +382,8 @@ int tb_verbs_rc_connect(tb_verbs_dev_t *d, struct ibv_qp *qp,
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_RTR, .path_mtu = path->mtu,
 		.dest_qp_num = peer->qpn, .rq_psn = peer->psn,
-		.max_dest_rd_atomic = 1, .min_rnr_timer = 1,
+		.max_dest_rd_atomic = path->rd_in ? path->rd_in : 1,
+		.min_rnr_timer = 1,
 		.ah_attr = {.port_num = d->port, .is_global = (uint8_t)d->global},
 	};
 	int e;
@@ -412,7 +424,7 @@ int tb_verbs_rc_connect(tb_verbs_dev_t *d, struct ibv_qp *qp,
 				     * (retry + 1) of them */
 	a.rnr_retry = 7;     /* never: credits keep receives ahead of writes */
 	a.sq_psn = my_psn;
-	a.max_rd_atomic = 1;
+	a.max_rd_atomic = path->rd_out ? path->rd_out : 1;
 	e = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 			  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
 			  IBV_QP_MAX_QP_RD_ATOMIC);

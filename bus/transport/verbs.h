@@ -84,6 +84,10 @@ typedef struct tb_verbs_dev {
 	union ibv_gid gid;         /* our GID */
 	int ifindex;               /* RoCE: the GID's netdev; 0 if unknown */
 	int numa_node;             /* the device's NUMA node; -1 unknown */
+	uint8_t rd_out_max;        /* RDMA READs a QP may have out at once
+				    * (max_qp_init_rd_atom) ... */
+	uint8_t rd_in_max;         /* ... and answer at once (max_qp_rd_atom);
+				    * at least 1, at most 16 */
 	char ibdev_path[IBV_SYSFS_PATH_MAX]; /* its sysfs directory */
 } tb_verbs_dev_t;
 
@@ -166,9 +170,13 @@ typedef struct tb_verbs_path {
 	uint8_t traffic_class;     /* RoCE GRH traffic class */
 	uint8_t timeout;           /* ACK timeout, 4.096 us * 2^timeout */
 	uint8_t retry;             /* retries before the QP fails */
+	uint8_t rd_out;            /* RDMA READs this end has out at once
+				    * (max_rd_atomic), 1..dev.rd_out_max */
+	uint8_t rd_in;             /* ... and answers at once for the peer
+				    * (max_dest_rd_atomic), 1..dev.rd_in_max */
 } tb_verbs_path_t;
 
-/* The path a stream's keys ask for, at `mtu`. */
+/* The path a stream's keys ask for, at `mtu`; one READ each way. */
 tb_verbs_path_t tb_verbs_path_of(const tb_stream_cfg_t *cfg, enum ibv_mtu mtu);
 
 /* The smaller of two path MTUs. */

@@ -462,8 +462,8 @@ static void lapped_on_a_quiet_stream_is_told_within_a_heartbeat(void **state)
 		if (rc == TB_LAPPED) {
 			told_ms = mono_ms();
 			assert_int_equal(tb_sub_loss(sub, &first, &last), 0);
-		} else {
-			assert_true(rc >= 0);
+		} else if (rc < 0) {
+			fail_msg("poll: %s: %s", tb_strerror(rc), tb_errmsg());
 		}
 		if (rc == 0)
 			usleep(100);
@@ -499,5 +499,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(a_device_granting_less_inline, setup, teardown),
 		cmocka_unit_test_setup_teardown(a_new_gid_means_a_new_connection, setup, teardown),
 	};
+	/* TB_CMOCKA_FILTER=glob runs the matching tests alone. */
+	if (getenv("TB_CMOCKA_FILTER"))
+		cmocka_set_test_filter(getenv("TB_CMOCKA_FILTER"));
 	return cmocka_run_group_tests_name("rc_scenario", tests, NULL, NULL);
 }

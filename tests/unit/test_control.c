@@ -75,6 +75,15 @@ static tb_control_accept_t sample_accept(void)
 	m.mtu = TB_CONTROL_MTU_2048;
 	m.sl = 3;
 	m.traffic_class = 106;
+	/* Read-back granted. */
+	m.flags = TB_CONTROL_ACC_F_READ;
+	m.rd_atomic = 4;
+	m.read_addr = 0x7f0000200000ull;
+	m.read_len = 4u << 20;
+	m.read_rkey = 0x01020304;
+	m.pos_rkey = 0x0a0b0c0d;
+	m.pos_addr = 0x7fff00002000ull;
+	m.ring_id = 0x1122334455667789ull;
 	return m;
 }
 
@@ -150,7 +159,7 @@ static int encode_msg(const tb_control_msg_t *m, uint8_t *buf, size_t cap)
 }
 
 static const uint32_t sizes[TB_CONTROL_TYPE_MAX + 1] = {
-	0, 176, 80, 80, 216, 40, 16, 16,
+	0, 176, 80, 120, 216, 40, 16, 16,
 };
 
 /* Decodes a message that must fail, checking *out is left alone. */
@@ -259,9 +268,17 @@ static void round_trip_accept(void **state)
 	tb_control_msg_t out;
 
 	(void)state;
-	assert_int_equal(tb_control_encode_accept(buf, sizeof(buf), &in), 80);
-	assert_int_equal(tb_control_decode(buf, 80, &out), 80);
+	assert_int_equal(tb_control_encode_accept(buf, sizeof(buf), &in), 120);
+	assert_int_equal(tb_control_decode(buf, 120, &out), 120);
 	assert_int_equal(out.type, TB_CONTROL_ACCEPT);
+	assert_int_equal(out.accept.flags, TB_CONTROL_ACC_F_READ);
+	assert_int_equal(out.accept.rd_atomic, 4);
+	assert_true(out.accept.read_addr == 0x7f0000200000ull);
+	assert_true(out.accept.read_len == 4u << 20);
+	assert_int_equal(out.accept.read_rkey, 0x01020304);
+	assert_int_equal(out.accept.pos_rkey, 0x0a0b0c0d);
+	assert_true(out.accept.pos_addr == 0x7fff00002000ull);
+	assert_true(out.accept.ring_id == 0x1122334455667789ull);
 	assert_int_equal(out.accept.lid, 0x0102);
 	assert_int_equal(out.accept.mtu, TB_CONTROL_MTU_2048);
 	assert_int_equal(out.accept.sl, 3);
@@ -283,8 +300,15 @@ static void round_trip_accept(void **state)
 	in.sl = TB_CONTROL_SL_MAX;
 	in.traffic_class = 255;
 	in.mtu = TB_CONTROL_MTU_256;
-	assert_int_equal(tb_control_encode_accept(buf, sizeof(buf), &in), 80);
-	assert_int_equal(tb_control_decode(buf, 80, &out), 80);
+	/* No read-back: every read field zero. */
+	in.flags = 0;
+	in.rd_atomic = 0;
+	in.read_addr = in.read_len = in.pos_addr = in.ring_id = 0;
+	in.read_rkey = in.pos_rkey = 0;
+	assert_int_equal(tb_control_encode_accept(buf, sizeof(buf), &in), 120);
+	assert_int_equal(tb_control_decode(buf, 120, &out), 120);
+	assert_int_equal(out.accept.flags, 0);
+	assert_true(out.accept.read_len == 0 && out.accept.ring_id == 0);
 	assert_true(out.accept.credit_addr == 0 && out.accept.credit_rkey == 0);
 	assert_true(out.accept.ring_offset == 0);
 	assert_int_equal(out.accept.sl, 15);
@@ -421,11 +445,22 @@ static void golden_subscribe(void **state)
 		/* lid 0xc001, reserved */
 		0x01, 0xc0, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
 	};
-	static const uint8_t accept_tail[8 + 8] = {
-		/* header: version 2, type 3, length 80 */
-		0x54, 0x43, 0x02, 0x03, 0x50, 0x00, 0x00, 0x00,
-		/* lid 0x0102, mtu 2048, sl 3, traffic class 106, reserved */
-		0x02, 0x01, 0x04, 0x03, 0x6a, 0x00, 0x00, 0x00,
+	static const uint8_t accept_tail[8 + 48] = {
+		/* header: version 2, type 3, length 120 */
+		0x54, 0x43, 0x02, 0x03, 0x78, 0x00, 0x00, 0x00,
+		/* lid 0x0102, mtu 2048, sl 3, traffic class 106, flags read,
+		 * rd_atomic 4, reserved */
+		0x02, 0x01, 0x04, 0x03, 0x6a, 0x01, 0x04, 0x00,
+		/* read_addr 0x7f0000200000 */
+		0x00, 0x00, 0x20, 0x00, 0x00, 0x7f, 0x00, 0x00,
+		/* read_len 4 MiB */
+		0x00, 0x00, 0x40, 0x00, 0x00, 0x00, 0x00, 0x00,
+		/* read_rkey 0x01020304, pos_rkey 0x0a0b0c0d */
+		0x04, 0x03, 0x02, 0x01, 0x0d, 0x0c, 0x0b, 0x0a,
+		/* pos_addr 0x7fff00002000 */
+		0x00, 0x20, 0x00, 0x00, 0xff, 0x7f, 0x00, 0x00,
+		/* ring_id 0x1122334455667789 */
+		0x89, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,
 	};
 	static const uint8_t heartbeat_skip[16] = {
 		/* skip_first 987654000, skip_last 987654300 */
@@ -444,9 +479,9 @@ static void golden_subscribe(void **state)
 	assert_memory_equal(buf, golden, sizeof(golden));
 	assert_int_equal(tb_control_decode(golden, sizeof(golden), &out), 80);
 	assert_int_equal(out.subscribe.qpn, 0x123456);
-	assert_int_equal(encode_sample(TB_CONTROL_ACCEPT, buf, sizeof(buf)), 80);
+	assert_int_equal(encode_sample(TB_CONTROL_ACCEPT, buf, sizeof(buf)), 120);
 	assert_memory_equal(buf, accept_tail, 8);
-	assert_memory_equal(buf + 72, accept_tail + 8, 8);
+	assert_memory_equal(buf + 72, accept_tail + 8, 48);
 	assert_int_equal(encode_sample(TB_CONTROL_HEARTBEAT, buf, sizeof(buf)), 40);
 	assert_memory_equal(buf + 24, heartbeat_skip, 16);
 	assert_int_equal(encode_sample(TB_CONTROL_READY, buf, sizeof(buf)), 16);
@@ -606,7 +641,7 @@ static void bad_subscribe(void **state)
 	expect_err(decode_bad(b, n), TB_EPROTO, "mtu");
 	RESET(); put8(b, W(subscribe, mtu), TB_CONTROL_MTU_4096 + 1);
 	expect_err(decode_bad(b, n), TB_EPROTO, "mtu");
-	RESET(); put8(b, W(subscribe, flags), 0x02);
+	RESET(); put8(b, W(subscribe, flags), 0x04);
 	expect_err(decode_bad(b, n), TB_EPROTO, "flags");
 	RESET(); put8(b, W(subscribe, flags), 0x81);
 	expect_err(decode_bad(b, n), TB_EPROTO, "flags");
@@ -663,10 +698,28 @@ static void bad_accept(void **state)
 	expect_err(decode_bad(b, n), TB_EPROTO, "mtu");
 	RESET(); put8(b, W(accept, sl), TB_CONTROL_SL_MAX + 1);
 	expect_err(decode_bad(b, n), TB_EPROTO, "sl 16");
-	RESET(); put8(b, W(accept, reserved0), 1);
-	expect_err(decode_bad(b, n), TB_EPROTO, "reserved0");
-	RESET(); put16(b, W(accept, reserved1), 2);
+	RESET(); put8(b, W(accept, reserved1), 2);
 	expect_err(decode_bad(b, n), TB_EPROTO, "reserved1");
+	/* The read-back grant. */
+	RESET(); put8(b, W(accept, flags), 0x02);
+	expect_err(decode_bad(b, n), TB_EPROTO, "flags");
+	RESET(); put8(b, W(accept, rd_atomic), 0);
+	expect_err(decode_bad(b, n), TB_EPROTO, "rd_atomic");
+	RESET(); put8(b, W(accept, rd_atomic), TB_CONTROL_RD_ATOMIC_MAX + 1);
+	expect_err(decode_bad(b, n), TB_EPROTO, "rd_atomic");
+	RESET(); put64(b, W(accept, read_len), (4u << 20) + 32);
+	expect_err(decode_bad(b, n), TB_EPROTO, "read_len");
+	RESET(); put64(b, W(accept, read_len), TB_RING_MAX * 2);
+	expect_err(decode_bad(b, n), TB_EPROTO, "read_len");
+	RESET(); put64(b, W(accept, read_addr), ~0ull - 4096);
+	expect_err(decode_bad(b, n), TB_EPROTO, "read_addr");
+	RESET(); put64(b, W(accept, pos_addr), 0x7fff00002004ull);
+	expect_err(decode_bad(b, n), TB_EPROTO, "pos_addr");
+	RESET(); put64(b, W(accept, ring_id), 0);
+	expect_err(decode_bad(b, n), TB_EPROTO, "ring_id");
+	/* Without the flag, a read field set is a second encoding. */
+	RESET(); put8(b, W(accept, flags), 0);
+	expect_err(decode_bad(b, n), TB_EPROTO, "without the READ flag");
 #undef RESET
 }
 

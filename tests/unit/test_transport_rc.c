@@ -28,7 +28,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "bus/counters.h"
 #include "bus/frame.h"
+#include "bus/ring.h"
 #include "bus/transport/control.h"
 #include "bus/transport/rc.h"
 #include "tests/common/proc.h"
@@ -1427,6 +1429,701 @@ static void dropped_by_the_publisher_is_evicted(void **state)
 	tb_subscriber_close(sub);
 }
 
+/* ------------------------------------------------------------ reading back */
+
+/* HELLO + SUBSCRIBE asking to read back, from `p` (whose buffer's first
+ * half is its ring; READs land in the second); the answer in p->reply. */
+static void subscribe_read(peer_t *p, int port, uint32_t recv_depth)
+{
+	tb_control_hello_t h = {.stream_id = 9};
+	tb_control_subscribe_t s = {.stream_id = 9, .transport = TB_TRANSPORT_RC,
+				.mtu = TB_CONTROL_MTU_1024,
+				.flags = TB_CONTROL_SUB_F_CREDIT_SLOT |
+					 TB_CONTROL_SUB_F_READ,
+				.ring_addr = (uintptr_t)p->buf, .ring_len = p->len / 2,
+				.rkey = p->mr->rkey, .qpn = p->qp->qp_num, .psn = 5,
+				.recv_depth = recv_depth};
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+
+	snprintf(h.client_id, sizeof(h.client_id), "reader");
+	snprintf(h.token, sizeof(h.token), "right-token");
+	memcpy(s.gid, p->gid.raw, 16);
+	p->psn = s.psn;
+	p->fd = tcp_connect(port);
+	send_buf(p->fd, buf, tb_control_encode_hello(buf, sizeof(buf), &h));
+	send_buf(p->fd, buf, tb_control_encode_subscribe(buf, sizeof(buf), &s));
+	assert_true(read_ctl(p->fd, &p->reply) > 0);
+	assert_int_equal(p->reply.type, TB_CONTROL_ACCEPT);
+}
+
+/* One RDMA READ or WRITE of `len` bytes between `raddr` (with `rkey`) and
+ * the second half of p's buffer, through p's QP: the completion status. */
+static int peer_rdma(peer_t *p, enum ibv_wr_opcode op, uint64_t raddr,
+		     uint32_t rkey, uint32_t len)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)p->buf + p->len / 2,
+			      .length = len, .lkey = p->mr->lkey};
+	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = op,
+				 .send_flags = IBV_SEND_SIGNALED,
+				 .wr.rdma = {.remote_addr = raddr, .rkey = rkey}};
+	struct ibv_send_wr *bad;
+	struct ibv_wc wc;
+
+	assert_int_equal(ibv_post_send(p->qp, &wr, &bad), 0);
+	assert_int_equal(wait_recvs(p, &wc, 1), 1);
+	return (int)wc.status;
+}
+
+/* A reader joined to the publisher on `port`: subscribed with READ, its QP
+ * up, in the publisher's table. */
+static void reader_join(peer_t *p, int port)
+{
+	peer_open(p, 128 << 10, 64);
+	post_recvs(p, 64);
+	subscribe_read(p, port, 64);
+	join(p);
+}
+
+/* The key a subscriber reads back with reaches the publisher's ring and
+ * its position word for reading, and nothing else: not past the ring, not
+ * past the word, not for writing, not through another subscriber's QP;
+ * the credit slot's key cannot read. */
+static void a_read_key_reads_the_ring_alone(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t a, b;
+	uint8_t payload[64];
+	struct ibv_wc wc[4];
+	const tb_control_accept_t *g;
+	uint64_t word;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(18), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	reader_join(&a, test_port(18));
+	g = &a.reply.accept;
+	assert_int_equal(g->flags, TB_CONTROL_ACC_F_READ);
+	assert_true(g->read_len == 256 << 10);
+	assert_true(g->rd_atomic >= 1 && g->ring_id != 0);
+	for (int i = 0; i < 3; i++) {
+		memset(payload, 0x30 + i, sizeof(payload));
+		assert_int_equal(tb_pub_offer(pub, 5, payload, 64), i + 1);
+	}
+	assert_int_equal(wait_recvs(&a, wc, 3), 3);
+	/* Its ring, as it wrote it to us; its position word after them. */
+	assert_int_equal(peer_rdma(&a, IBV_WR_RDMA_READ, g->read_addr,
+				   g->read_rkey, 3 * 96), IBV_WC_SUCCESS);
+	assert_memory_equal(a.buf + (64 << 10), a.buf + TB_RC_ANCHOR_LEN, 3 * 96);
+	assert_int_equal(((tb_frame_hdr_t *)(a.buf + (64 << 10) + 192))->seq, 3);
+	assert_int_equal(peer_rdma(&a, IBV_WR_RDMA_READ, g->pos_addr, g->pos_rkey,
+				   8), IBV_WC_SUCCESS);
+	memcpy(&word, a.buf + (64 << 10), 8);
+	assert_true(word == 3 * 96);
+	/* Past its end: refused, and the queue pair fails with it. */
+	assert_int_equal(peer_rdma(&a, IBV_WR_RDMA_READ,
+				   g->read_addr + g->read_len - 8, g->read_rkey, 16),
+			 IBV_WC_REM_ACCESS_ERR);
+	peer_close(&a);
+
+	reader_join(&a, test_port(18));
+	reader_join(&b, test_port(18));
+	/* Writing through the read key: refused; the ring is as it was. */
+	memset(a.buf + (64 << 10), 0xee, 96);
+	assert_int_equal(peer_rdma(&a, IBV_WR_RDMA_WRITE, a.reply.accept.read_addr,
+				   a.reply.accept.read_rkey, 96),
+			 IBV_WC_REM_ACCESS_ERR);
+	assert_int_equal(peer_rdma(&b, IBV_WR_RDMA_READ, b.reply.accept.read_addr,
+				   b.reply.accept.read_rkey, 96), IBV_WC_SUCCESS);
+	assert_int_equal(((tb_frame_hdr_t *)(b.buf + (64 << 10)))->seq, 1);
+	/* The word's key reaches the word alone. */
+	assert_int_equal(peer_rdma(&b, IBV_WR_RDMA_READ, b.reply.accept.pos_addr,
+				   b.reply.accept.pos_rkey, 16),
+			 IBV_WC_REM_ACCESS_ERR);
+	peer_close(&a);
+	peer_close(&b);
+
+	reader_join(&a, test_port(18));
+	reader_join(&b, test_port(18));
+	/* B's read key through A's queue pair: another PD, refused. */
+	assert_int_equal(peer_rdma(&a, IBV_WR_RDMA_READ, b.reply.accept.read_addr,
+				   b.reply.accept.read_rkey, 96),
+			 IBV_WC_REM_ACCESS_ERR);
+	/* The credit slot's key cannot read. */
+	assert_int_equal(peer_rdma(&b, IBV_WR_RDMA_READ, b.reply.accept.credit_addr,
+				   b.reply.accept.credit_rkey, 8),
+			 IBV_WC_REM_ACCESS_ERR);
+	peer_close(&a);
+	peer_close(&b);
+
+	/* Not asked, not granted. */
+	peer_open(&a, 64 << 10, 16);
+	subscribe(&a, test_port(18), "right-token", 16);
+	assert_int_equal(a.reply.type, TB_CONTROL_ACCEPT);
+	assert_int_equal(a.reply.accept.flags, 0);
+	assert_true(a.reply.accept.read_rkey == 0 && a.reply.accept.ring_id == 0);
+	peer_close(&a);
+	tb_publisher_close(pub);
+}
+
+/* Before the first frame after READY and after every skip, a reading
+ * subscriber gets an anchor: a 32-byte padding frame naming where that
+ * frame is in the publisher's ring; a subscriber that does not read back
+ * gets none (publisher_posts_exact_work_requests). */
+static void the_publisher_anchors_where_a_reader_resumes(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint8_t payload[64] = {0};
+	struct ibv_wc wc[32];
+	const rec_wr_t *w;
+	const tb_frame_hdr_t *h;
+	int n, first;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(17), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 128 << 10, 64);
+	post_recvs(&p, 8);
+	subscribe_read(&p, test_port(17), 8);
+	join(&p);
+	first = n_rec;
+	for (int i = 0; i < 20; i++)
+		assert_int_equal(tb_pub_offer(pub, 1, payload, 64), i + 1);
+	assert_int_equal(wait_recvs(&p, wc, 8), 8);
+	w = recs_for(p.reply.accept.qpn, first, &n);
+	/* The anchor, frames 1..8, the fence at the skip. */
+	assert_int_equal(n, 10);
+	assert_int_equal(w[0].opcode, IBV_WR_RDMA_WRITE);
+	assert_true(w[0].flags & IBV_SEND_INLINE);
+	assert_int_equal(w[0].len, TB_RC_ANCHOR_LEN);
+	assert_true(w[0].raddr == (uintptr_t)p.buf);
+	h = (const tb_frame_hdr_t *)w[0].data;
+	assert_int_equal(h->type, TB_FRAME_PAD);
+	assert_int_equal(h->template_id, TB_RC_ANCHOR);
+	assert_int_equal(h->length, TB_RC_ANCHOR_LEN);
+	assert_int_equal(h->seq, 1);
+	assert_true(h->publish_ns == 0);      /* frame 1 is at 0 in its ring */
+	assert_int_equal(w[1].opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
+	assert_int_equal(w[1].imm, tb_rc_imm(32, 1));
+	for (int i = 2; i < 9; i++)
+		assert_int_equal(w[i].opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
+	assert_int_equal(w[9].len, 0);        /* the fence */
+
+	/* Credit back: it resumes at 21, behind an anchor naming 21's place
+	 * in its ring (20 frames of 96 bytes in). */
+	post_recvs(&p, 8);
+	give_credit(&p, 32 + 8 * 96, 8);
+	first = n_rec;
+	assert_int_equal(tb_pub_offer(pub, 1, payload, 64), 21);
+	assert_int_equal(wait_recvs(&p, wc, 1), 1);
+	w = recs_for(p.reply.accept.qpn, first, &n);
+	assert_int_equal(n, 2);
+	h = (const tb_frame_hdr_t *)w[0].data;
+	assert_int_equal(h->template_id, TB_RC_ANCHOR);
+	assert_int_equal(h->seq, 21);
+	assert_true(h->publish_ns == 20 * 96);
+	assert_true(w[0].raddr == (uintptr_t)p.buf + 32 + 8 * 96);
+	assert_int_equal(w[1].imm, tb_rc_imm(64 + 8 * 96, 21));
+	/* ... and there it is. */
+	assert_int_equal(peer_rdma(&p, IBV_WR_RDMA_READ, p.reply.accept.read_addr +
+				   20 * 96, p.reply.accept.read_rkey, 32),
+			 IBV_WC_SUCCESS);
+	assert_int_equal(((tb_frame_hdr_t *)(p.buf + (64 << 10)))->seq, 21);
+	/* Then no more anchors. */
+	first = n_rec;
+	assert_int_equal(tb_pub_offer(pub, 1, payload, 64), 22);
+	assert_int_equal(wait_recvs(&p, wc, 1), 1);
+	w = recs_for(p.reply.accept.qpn, first, &n);
+	assert_int_equal(n, 1);
+	assert_int_equal(w[0].imm, tb_rc_imm(64 + 9 * 96, 22));
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
+/* A publisher of the test's own, for the real subscriber, that grants
+ * read-back: its ring is a real ring (ring.h) with its positions in a
+ * word registered for reading, and it writes what it chooses to the
+ * subscriber -- anchors, frames, skips -- by hand. */
+typedef struct fake_pub {
+	peer_t p;                 /* QP, credit slot (p.buf), socket */
+	int lfd;
+	tb_control_msg_t subm;    /* the subscriber's SUBSCRIBE */
+	uint8_t *mem;
+	struct ibv_mr *ring_mr, *pos_mr;
+	_Atomic uint64_t *pos;    /* intent, tail */
+	tb_ring_t ring;
+	uint64_t at[2048];        /* where each sequence is in the ring */
+	uint64_t seq;             /* the last one in it */
+	uint64_t sub_off;         /* its next write into the subscriber's ring */
+	uint64_t anchor_skew;     /* added to what its anchors say: a lie */
+} fake_pub_t;
+
+#define FP_RING (64u << 10)
+
+static void fp_open(fake_pub_t *fp, int port)
+{
+	struct ibv_qp_attr a = {.qp_access_flags = IBV_ACCESS_REMOTE_WRITE |
+						   IBV_ACCESS_REMOTE_READ};
+
+	memset(fp, 0, sizeof(*fp));
+	fp->lfd = fake_pub_listen(port);
+	peer_open(&fp->p, 64, 16);
+	/* READs of our ring come to this QP (at the path MTU our ACCEPT
+	 * names, 1024 as peer_connect_qp sets it: a READ response of
+	 * another MTU is a bad response). */
+	assert_int_equal(ibv_modify_qp(fp->p.qp, &a, IBV_QP_ACCESS_FLAGS), 0);
+	assert_int_equal(posix_memalign((void **)&fp->mem, 4096, FP_RING + 4096), 0);
+	memset(fp->mem, 0, FP_RING + 4096);
+	fp->pos = (_Atomic uint64_t *)(fp->mem + FP_RING);
+	fp->ring_mr = ibv_reg_mr(fp->p.pd, fp->mem, FP_RING, IBV_ACCESS_REMOTE_READ);
+	fp->pos_mr = ibv_reg_mr(fp->p.pd, fp->mem + FP_RING, 8, IBV_ACCESS_REMOTE_READ);
+	assert_non_null(fp->ring_mr);
+	assert_non_null(fp->pos_mr);
+	tb_ring_init(&fp->ring, fp->mem, FP_RING, 9, &fp->pos[0], &fp->pos[1]);
+}
+
+static void fp_close(fake_pub_t *fp)
+{
+	ibv_dereg_mr(fp->ring_mr);
+	ibv_dereg_mr(fp->pos_mr);
+	peer_close(&fp->p);
+	close(fp->lfd);
+	free(fp->mem);
+}
+
+/* HELLO, SUBSCRIBE (asking to read back), ACCEPT granting it with
+ * `rkey` for the ring, READY. */
+static void fp_accept(fake_pub_t *fp, uint32_t rkey)
+{
+	tb_control_accept_t a = {.stream_id = 9, .epoch = 99, .psn = 77,
+				 .next_seq = 1, .mtu = TB_CONTROL_MTU_1024,
+				 .flags = TB_CONTROL_ACC_F_READ, .rd_atomic = 1,
+				 .read_len = FP_RING, .ring_id = 0x5eed};
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+	tb_control_msg_t m;
+
+	fake_pub_hello(&fp->p, fp->lfd, &fp->subm);
+	assert_true(fp->subm.subscribe.flags & TB_CONTROL_SUB_F_READ);
+	a.qpn = fp->p.qp->qp_num;
+	memcpy(a.gid, fp->p.gid.raw, 16);
+	a.credit_rkey = fp->p.mr->rkey;
+	a.credit_addr = (uintptr_t)fp->p.buf;
+	a.read_addr = (uintptr_t)fp->mem;
+	a.read_rkey = rkey;
+	a.pos_addr = (uintptr_t)fp->pos;
+	a.pos_rkey = fp->pos_mr->rkey;
+	send_buf(fp->p.fd, buf, tb_control_encode_accept(buf, sizeof(buf), &a));
+	peer_connect_qp(&fp->p, fp->subm.subscribe.qpn, fp->subm.subscribe.gid,
+			fp->subm.subscribe.psn);
+	assert_true(read_ctl(fp->p.fd, &m) > 0);
+	assert_int_equal(m.type, TB_CONTROL_READY);
+	fp->sub_off = 0;
+}
+
+/* Publishes sequences up to `last` into our ring only (64-byte payloads
+ * that say their sequence). */
+static void fp_publish_to(fake_pub_t *fp, uint64_t last)
+{
+	while (fp->seq < last) {
+		tb_frame_hdr_t *f = tb_ring_claim(&fp->ring, 64, fp->seq + 1);
+
+		assert_non_null(f);
+		fp->seq++;
+		tb_frame_init(f, 64, 7, 9, fp->seq, fp->seq * 1000);
+		memset(tb_frame_payload(f), (int)(fp->seq & 0xff), 64);
+		fp->at[fp->seq] = fp->ring.claim_pos;
+		tb_ring_commit(&fp->ring);
+	}
+}
+
+/* Writes one request to the subscriber and waits for it. */
+static void fp_post(fake_pub_t *fp, struct ibv_send_wr *wr)
+{
+	struct ibv_send_wr *bad;
+	struct ibv_wc wc;
+
+	wr->send_flags |= IBV_SEND_SIGNALED;
+	wr->wr.rdma.remote_addr = fp->subm.subscribe.ring_addr + fp->sub_off;
+	wr->wr.rdma.rkey = fp->subm.subscribe.rkey;
+	assert_int_equal(ibv_post_send(fp->p.qp, wr, &bad), 0);
+	assert_int_equal(wait_recvs(&fp->p, &wc, 1), 1);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+}
+
+/* Sends sequence `seq` from our ring to the subscriber, behind an anchor
+ * when `anchor`. */
+static void fp_send(fake_pub_t *fp, uint64_t seq, int anchor)
+{
+	const tb_frame_hdr_t *f = tb_ring_at(&fp->ring, fp->at[seq]);
+	tb_frame_hdr_t a;
+	struct ibv_sge sge;
+	struct ibv_send_wr wr;
+
+	if (anchor) {
+		tb_frame_init_pad(&a, TB_RC_ANCHOR_LEN, 9, seq);
+		a.template_id = TB_RC_ANCHOR;
+		a.publish_ns = fp->at[seq] + fp->anchor_skew;
+		sge = (struct ibv_sge){.addr = (uintptr_t)&a, .length = 32};
+		wr = (struct ibv_send_wr){.sg_list = &sge, .num_sge = 1,
+					  .opcode = IBV_WR_RDMA_WRITE,
+					  .send_flags = IBV_SEND_INLINE};
+		fp_post(fp, &wr);
+		fp->sub_off += 32;
+	}
+	sge = (struct ibv_sge){.addr = (uintptr_t)f, .length = f->length,
+			       .lkey = fp->ring_mr->lkey};
+	wr = (struct ibv_send_wr){.sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+				  .imm_data = htobe32(tb_rc_imm(fp->sub_off, seq))};
+	fp_post(fp, &wr);
+	fp->sub_off += tb_frame_space(f->length);
+}
+
+/* Sends sequences first..last, the first behind an anchor when
+ * `anchor`. */
+static void fp_send_range(fake_pub_t *fp, uint64_t first, uint64_t last,
+			  int anchor)
+{
+	for (uint64_t s = first; s <= last; s++)
+		fp_send(fp, s, anchor && s == first);
+}
+
+static void fp_heartbeat(fake_pub_t *fp, uint64_t skip_first, uint64_t skip_last)
+{
+	tb_control_heartbeat_t hb = {.timestamp_ns = 1, .last_seq = fp->seq,
+				     .skip_first = skip_first,
+				     .skip_last = skip_last};
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+
+	send_buf(fp->p.fd, buf, tb_control_encode_heartbeat(buf, sizeof(buf), &hb));
+}
+
+/* What a read-back test's subscriber delivered: sequences, their flags,
+ * and whether each payload says its sequence. */
+typedef struct rb_got {
+	uint64_t seq[256];
+	uint32_t flags[256];
+	int n, bad;
+} rb_got_t;
+
+static void rb_on_msg(void *clientd, const tb_msg_t *m)
+{
+	rb_got_t *g = clientd;
+
+	for (uint32_t i = 0; i < m->len; i++)
+		g->bad += ((const uint8_t *)m->data)[i] != (uint8_t)(m->seq & 0xff);
+	if (g->n < 256) {
+		g->seq[g->n] = m->seq;
+		g->flags[g->n++] = m->flags;
+	}
+}
+
+/* Polls until `want` messages are in, or a poll returns a code below 0
+ * other than TB_NOT_CONNECTED (returned; 0 otherwise). */
+static int rb_poll(tb_subscriber_t *sub, rb_got_t *g, int want)
+{
+	uint64_t until = now_ms() + 5000;
+
+	while (g->n < want && now_ms() < until) {
+		int rc = tb_sub_poll(sub, rb_on_msg, g, 64);
+
+		if (rc < 0 && rc != TB_NOT_CONNECTED)
+			return rc;
+		if (rc <= 0)
+			nap();
+	}
+	return 0;
+}
+
+/* Checks g->seq[from..] is first..last with TB_MSG_F_REPLAY set on the
+ * ones in [rfirst, rlast] and only on those. */
+static void rb_expect(const rb_got_t *g, int from, uint64_t first, uint64_t last,
+		      uint64_t rfirst, uint64_t rlast)
+{
+	assert_int_equal(g->n - from, (int)(last - first + 1));
+	for (uint64_t s = first; s <= last; s++) {
+		int i = from + (int)(s - first);
+		int replay = s >= rfirst && s <= rlast;
+
+		assert_int_equal(g->seq[i], s);
+		assert_int_equal(!!(g->flags[i] & TB_MSG_F_REPLAY), replay);
+	}
+	assert_int_equal(g->bad, 0);
+}
+
+/* This process's counter `id` of stream 9's subscriber. */
+static uint64_t sub_counter(tb_counter_id_t id)
+{
+	tb_counters_proc_t *p = malloc(sizeof(*p));
+	uint64_t v = ~0ull;
+
+	assert_non_null(p);
+	assert_int_equal(tb_counters_read_file(tb_counters_path(), p), 0);
+	for (int i = 0; i < p->n_streams; i++)
+		if (p->streams[i].stream_id == 9 &&
+		    p->streams[i].role == TB_ROLE_SUBSCRIBER)
+			v = p->streams[i].c[id];
+	free(p);
+	assert_true(v != ~0ull);
+	return v;
+}
+
+/* Skipped for 680..690, which cross the end of the publisher's ring, the
+ * subscriber reads them back itself and delivers them (REPLAY) between
+ * 679 and 691: no lap reported.  It reads exactly the span between the
+ * frame before and the anchor, in two pieces at the wrap, then the
+ * position word, fenced and signalled. */
+static void a_lap_is_read_back_from_the_publishers_ring(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_subscriber_t *sub;
+	fake_pub_t fp;
+	rb_got_t g = {0};
+	const rec_wr_t *w;
+	uint32_t qpn;
+	int n, first, reads = 0;
+
+	(void)state;
+	fp_open(&fp, test_port(19));
+	rc_cfg(&cfg, test_port(19), 64 << 10);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	fp_accept(&fp, fp.ring_mr->rkey);
+	qpn = fp.subm.subscribe.qpn;
+	fp_publish_to(&fp, 691);
+	/* 683 did not fit before the end: padding, then offset 0. */
+	assert_true(fp.at[683] == FP_RING);
+	fp_send_range(&fp, 675, 679, 1);
+	fp_send_range(&fp, 691, 691, 1);
+	first = n_rec;
+	assert_int_equal(rb_poll(sub, &g, 17), 0);
+	rb_expect(&g, 0, 675, 691, 680, 690);
+	assert_int_equal(sub_counter(TB_CTR_READ_FILLED), 11);
+	assert_int_equal(sub_counter(TB_CTR_READ_MISSED), 0);
+	assert_int_equal(sub_counter(TB_CTR_LAPPED), 0);
+	w = recs_for(qpn, first, &n);
+	for (int i = 0; i < n; i++) {
+		if (w[i].opcode != IBV_WR_RDMA_READ)
+			continue;
+		switch (reads++) {
+		case 0:  /* from 680 to the end of the ring */
+			assert_true(w[i].raddr == (uintptr_t)fp.mem + fp.at[680]);
+			assert_int_equal(w[i].len, FP_RING - fp.at[680]);
+			assert_int_equal(w[i].rkey, fp.ring_mr->rkey);
+			break;
+		case 1:  /* from its start to 691 */
+			assert_true(w[i].raddr == (uintptr_t)fp.mem);
+			assert_int_equal(w[i].len, fp.at[691] - FP_RING);
+			break;
+		case 2:  /* then the position, behind both */
+			assert_true(w[i].raddr == (uintptr_t)fp.pos);
+			assert_int_equal(w[i].len, 8);
+			assert_int_equal(w[i].rkey, fp.pos_mr->rkey);
+			assert_true(w[i].flags & IBV_SEND_FENCE);
+			assert_true(w[i].flags & IBV_SEND_SIGNALED);
+			break;
+		}
+	}
+	assert_int_equal(reads, 3);
+	/* And the live stream goes on. */
+	fp_publish_to(&fp, 693);
+	fp_send_range(&fp, 692, 693, 0);
+	assert_int_equal(rb_poll(sub, &g, 19), 0);
+	rb_expect(&g, 17, 692, 693, 0, 0);
+	tb_subscriber_close(sub);
+	fp_close(&fp);
+}
+
+/* What cannot be trusted is never delivered: a ring whose position word
+ * says the publisher had claimed its way into the first missing frame
+ * (written over, or being written), or a frame that is not the next
+ * sequence, goes up as the lap it is, exactly; the session goes on, and
+ * the next gap is read back. */
+static void an_untrustworthy_read_back_is_a_lap(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_subscriber_t *sub;
+	fake_pub_t fp;
+	rb_got_t g = {0};
+	uint64_t first = 0, last = 0, tail;
+	int rc = 0;
+
+	(void)state;
+	fp_open(&fp, test_port(20));
+	rc_cfg(&cfg, test_port(20), 64 << 10);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	fp_accept(&fp, fp.ring_mr->rkey);
+	fp_publish_to(&fp, 40);
+	fp_send_range(&fp, 1, 10, 1);
+	fp_send_range(&fp, 21, 21, 1);
+	/* Claimed into 11: intent past 11's start by a ring. */
+	tail = tb_atomic_load_relaxed(&fp.pos[0]);
+	tb_atomic_store_relaxed(&fp.pos[0], fp.at[11] + FP_RING + 32);
+	for (uint64_t until = now_ms() + 5000; rc != TB_LAPPED; nap()) {
+		assert_true(now_ms() < until);
+		rc = tb_sub_poll(sub, rb_on_msg, &g, 64);
+		assert_true(rc >= 0 || rc == TB_LAPPED || rc == TB_NOT_CONNECTED);
+	}
+	assert_int_equal(tb_sub_loss(sub, &first, &last), 0);
+	assert_true(first == 11 && last == 20);
+	rb_expect(&g, 0, 1, 10, 0, 0);
+	assert_int_equal(rb_poll(sub, &g, 11), 0);
+	assert_int_equal(g.seq[10], 21);
+	assert_int_equal(sub_counter(TB_CTR_READ_MISSED), 1);
+	assert_int_equal(sub_counter(TB_CTR_READ_FILLED), 0);
+	tb_atomic_store_relaxed(&fp.pos[0], tail);
+
+	/* 22..24 skipped, and 23 in the ring is not 23. */
+	((tb_frame_hdr_t *)tb_ring_at(&fp.ring, fp.at[23]))->seq = 99;
+	fp_send_range(&fp, 25, 25, 1);
+	rc = 0;
+	for (uint64_t until = now_ms() + 5000; rc != TB_LAPPED; nap()) {
+		assert_true(now_ms() < until);
+		rc = tb_sub_poll(sub, rb_on_msg, &g, 64);
+		assert_true(rc == 0 || rc == TB_LAPPED);
+	}
+	assert_int_equal(tb_sub_loss(sub, &first, &last), 0);
+	assert_true(first == 22 && last == 24);
+	assert_int_equal(rb_poll(sub, &g, 12), 0);
+	assert_int_equal(g.seq[11], 25);
+
+	/* 26..30 skipped and whole: read back. */
+	fp_send_range(&fp, 31, 31, 1);
+	assert_int_equal(rb_poll(sub, &g, 18), 0);
+	rb_expect(&g, 12, 26, 31, 26, 30);
+	assert_int_equal(sub_counter(TB_CTR_READ_FILLED), 5);
+	assert_int_equal(sub_counter(TB_CTR_READ_MISSED), 2);
+
+	/* 32..33 skipped and whole, and the position word short of them by
+	 * a ring, but by less than a claim may have reached and given back
+	 * (tb_pub_abort takes intent back; what it wrote stays written):
+	 * not trusted. */
+	tb_atomic_store_relaxed(&fp.pos[0], fp.at[32] + FP_RING -
+				tb_frame_space(tb_ring_max_frame(FP_RING)));
+	fp_send_range(&fp, 34, 34, 1);
+	rc = 0;
+	for (uint64_t until = now_ms() + 5000; rc != TB_LAPPED; nap()) {
+		assert_true(now_ms() < until);
+		rc = tb_sub_poll(sub, rb_on_msg, &g, 64);
+		assert_true(rc == 0 || rc == TB_LAPPED);
+	}
+	assert_int_equal(tb_sub_loss(sub, &first, &last), 0);
+	assert_true(first == 32 && last == 33);
+	assert_int_equal(rb_poll(sub, &g, 19), 0);
+	assert_int_equal(g.seq[18], 34);
+	assert_int_equal(sub_counter(TB_CTR_READ_MISSED), 3);
+	tb_atomic_store_relaxed(&fp.pos[0], tail);
+
+	/* 35..36 skipped and whole, but the anchor of 37 says 38's place:
+	 * 37 lies inside the span.  The span is not what the publisher said
+	 * it is: 35..36 go up as a lap, nothing of it delivered or lost
+	 * unsaid. */
+	fp.anchor_skew = 96;
+	fp_send_range(&fp, 37, 37, 1);
+	rc = 0;
+	for (uint64_t until = now_ms() + 5000; rc != TB_LAPPED; nap()) {
+		assert_true(now_ms() < until);
+		rc = tb_sub_poll(sub, rb_on_msg, &g, 64);
+		assert_true(rc == 0 || rc == TB_LAPPED);
+	}
+	assert_int_equal(tb_sub_loss(sub, &first, &last), 0);
+	assert_true(first == 35 && last == 36);
+	assert_int_equal(g.n, 19);
+	assert_int_equal(rb_poll(sub, &g, 20), 0);
+	assert_int_equal(g.seq[19], 37);
+	tb_subscriber_close(sub);
+	fp_close(&fp);
+}
+
+/* A READ the publisher's NIC refuses (here: a key that is not its ring's)
+ * fails the queue pair: the gap goes up as a lap, the frame after it is
+ * still delivered, and the subscriber connects again. */
+static void a_refused_read_is_a_lap_and_a_new_session(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_subscriber_t *sub;
+	fake_pub_t fp;
+	rb_got_t g = {0};
+	uint64_t first = 0, last = 0;
+	int rc = 0, again;
+
+	(void)state;
+	fp_open(&fp, test_port(21));
+	rc_cfg(&cfg, test_port(21), 64 << 10);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	fp_accept(&fp, fp.pos_mr->rkey);   /* a key, but not the ring's */
+	fp_publish_to(&fp, 8);
+	fp_send_range(&fp, 1, 3, 1);
+	fp_send_range(&fp, 8, 8, 1);
+	for (uint64_t until = now_ms() + 5000; rc != TB_LAPPED; nap()) {
+		assert_true(now_ms() < until);
+		rc = tb_sub_poll(sub, rb_on_msg, &g, 64);
+		assert_true(rc >= 0 || rc == TB_LAPPED || rc == TB_NOT_CONNECTED);
+	}
+	assert_int_equal(tb_sub_loss(sub, &first, &last), 0);
+	assert_true(first == 4 && last == 7);
+	rb_expect(&g, 0, 1, 3, 0, 0);
+	assert_int_equal(rb_poll(sub, &g, 4), 0);
+	assert_int_equal(g.seq[3], 8);
+	assert_int_equal(sub_counter(TB_CTR_READ_MISSED), 1);
+	assert_true(sub_counter(TB_CTR_ERRORS) >= 1);
+	/* A new session: it connects again. */
+	for (uint64_t until = now_ms() + 5000;; nap()) {
+		struct pollfd pf = {.fd = fp.lfd, .events = POLLIN};
+
+		assert_true(now_ms() < until);
+		rc = tb_sub_poll(sub, rb_on_msg, &g, 64);
+		assert_true(rc >= 0 || rc == TB_NOT_CONNECTED);
+		if (poll(&pf, 1, 0) == 1)
+			break;
+	}
+	again = accept(fp.lfd, NULL, NULL);
+	assert_true(again >= 0);
+	close(again);
+	tb_subscriber_close(sub);
+	fp_close(&fp);
+}
+
+/* Skipped, and the stream goes quiet: no frame comes to show the gap, the
+ * heartbeat names it, and the subscriber reads it back from where its
+ * last frame ended, up to the range's last sequence. */
+static void a_quiet_lap_is_read_back(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_subscriber_t *sub;
+	fake_pub_t fp;
+	rb_got_t g = {0};
+
+	(void)state;
+	fp_open(&fp, test_port(22));
+	rc_cfg(&cfg, test_port(22), 64 << 10);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	fp_accept(&fp, fp.ring_mr->rkey);
+	fp_publish_to(&fp, 12);
+	fp_send_range(&fp, 1, 5, 1);
+	assert_int_equal(rb_poll(sub, &g, 5), 0);
+	fp_heartbeat(&fp, 6, 12);
+	assert_int_equal(rb_poll(sub, &g, 12), 0);
+	rb_expect(&g, 0, 1, 12, 6, 12);
+	assert_int_equal(sub_counter(TB_CTR_READ_FILLED), 7);
+	/* The same range again: delivered already, nothing more. */
+	fp_heartbeat(&fp, 6, 12);
+	for (int i = 0; i < 100; i++) {
+		assert_int_equal(tb_sub_poll(sub, rb_on_msg, &g, 64), 0);
+		nap();
+	}
+	assert_int_equal(g.n, 12);
+	/* It follows on: 13..14 skipped too, 15 written. */
+	fp_publish_to(&fp, 15);
+	fp_send_range(&fp, 15, 15, 1);
+	assert_int_equal(rb_poll(sub, &g, 15), 0);
+	rb_expect(&g, 12, 13, 15, 13, 14);
+	assert_int_equal(sub_counter(TB_CTR_READ_MISSED), 0);
+	tb_subscriber_close(sub);
+	fp_close(&fp);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -1447,6 +2144,12 @@ int main(int argc, char **argv)
 		cmocka_unit_test(a_version_one_publisher_is_named),
 		cmocka_unit_test(the_subscriber_uses_the_accepted_mtu),
 		cmocka_unit_test(dropped_by_the_publisher_is_evicted),
+		cmocka_unit_test(the_publisher_anchors_where_a_reader_resumes),
+		cmocka_unit_test(a_read_key_reads_the_ring_alone),
+		cmocka_unit_test(a_lap_is_read_back_from_the_publishers_ring),
+		cmocka_unit_test(an_untrustworthy_read_back_is_a_lap),
+		cmocka_unit_test(a_refused_read_is_a_lap_and_a_new_session),
+		cmocka_unit_test(a_quiet_lap_is_read_back),
 	};
 
 	(void)argc;
@@ -1459,5 +2162,8 @@ int main(int argc, char **argv)
 		setenv("SOFTRDMA_FABRIC", name, 1);
 	}
 	setenv("TICKBUS_QUIET", "1", 0);
+	/* TB_CMOCKA_FILTER=glob runs the matching tests alone. */
+	if (getenv("TB_CMOCKA_FILTER"))
+		cmocka_set_test_filter(getenv("TB_CMOCKA_FILTER"));
 	return cmocka_run_group_tests_name("transport_rc", tests, NULL, NULL);
 }

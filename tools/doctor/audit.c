@@ -11,7 +11,12 @@
  *   ring_rx  (an rc subscriber's ring)    REMOTE_WRITE, one peer
  *   credit   (a publisher's credit slot)  REMOTE_WRITE, one peer
  *   send, recv (datagram buffers)         no remote access
- *   replay   (history read by recovery)   REMOTE_READ
+ *   replay   (history read by recovery:   REMOTE_READ, one peer
+ *            a store, or an rc publisher's
+ *            ring and its position word,
+ *            each read back by the one
+ *            subscriber it was registered
+ *            for: transport/rc.h)
  * and in every case: REMOTE_ATOMIC and MW_BIND are never needed, and a
  * remote key handed to more than one peer lets one subscriber write into
  * what another reads.
