@@ -77,6 +77,19 @@ _Static_assert(offsetof(tb_frame_hdr_t, publish_ns) == 24, "frame layout");
 _Static_assert(sizeof(tb_frame_hdr_t) == TB_FRAME_HDR_LEN, "frame layout");
 _Static_assert((TB_FRAME_ALIGN & (TB_FRAME_ALIGN - 1)) == 0, "power of two");
 
+/* A frame's version and type as one 16-bit word (bytes 4 and 5), so that a
+ * hot path checks both with one compare: tb_frame_kind(f) ==
+ * TB_FRAME_KIND(TB_FRAME_DATA). */
+#define TB_FRAME_KIND(type) ((uint16_t)(TB_FRAME_VERSION | (unsigned)(type) << 8))
+
+static inline uint16_t tb_frame_kind(const tb_frame_hdr_t *f)
+{
+	uint16_t k;
+
+	memcpy(&k, &f->version, sizeof(k));
+	return k;
+}
+
 /* Bytes a frame of `length` occupies in a ring or datagram. */
 static inline uint32_t tb_frame_space(uint32_t length)
 {
@@ -106,11 +119,13 @@ static inline void tb_frame_to_msg(const tb_frame_hdr_t *f, tb_msg_t *m)
 	m->publish_ns = f->publish_ns;
 }
 
-/* Fills the header of a data frame.  Hot path: no allocation, lock or
- * system call. */
-static inline void tb_frame_init(tb_frame_hdr_t *f, uint32_t payload_len,
-				 uint16_t template_id, uint32_t stream_id,
-				 uint64_t seq, uint64_t publish_ns)
+/* Fills the header of a data frame but its sequence number.  In a ring the
+ * sequence is the frame's commit word: tb_ring_commit stores it last, with
+ * release, so that a reader polling it finds the rest whole (ring.h).  Hot
+ * path: no allocation, lock or system call. */
+static inline void tb_frame_init_body(tb_frame_hdr_t *f, uint32_t payload_len,
+				      uint16_t template_id, uint32_t stream_id,
+				      uint64_t publish_ns)
 {
 	f->length = payload_len + TB_FRAME_HDR_LEN;
 	f->version = TB_FRAME_VERSION;
@@ -119,15 +134,24 @@ static inline void tb_frame_init(tb_frame_hdr_t *f, uint32_t payload_len,
 	f->flags = 0;
 	f->reserved = 0;
 	f->stream_id = stream_id;
-	f->seq = seq;
 	f->publish_ns = publish_ns;
 }
 
-/* A padding frame covering `space` bytes (a multiple of TB_FRAME_ALIGN, at
- * least TB_FRAME_HDR_LEN).  It carries the sequence number of the frame
- * that follows it, so a reader can cross-check the wrap. */
-static inline void tb_frame_init_pad(tb_frame_hdr_t *f, uint32_t space,
-				     uint32_t stream_id, uint64_t next_seq)
+/* Fills the whole header of a data frame, for frames outside a ring (a
+ * datagram, a replay buffer).  Hot path. */
+static inline void tb_frame_init(tb_frame_hdr_t *f, uint32_t payload_len,
+				 uint16_t template_id, uint32_t stream_id,
+				 uint64_t seq, uint64_t publish_ns)
+{
+	tb_frame_init_body(f, payload_len, template_id, stream_id, publish_ns);
+	f->seq = seq;
+}
+
+/* A padding frame's header covering `space` bytes (a multiple of
+ * TB_FRAME_ALIGN, at least TB_FRAME_HDR_LEN), but its sequence number,
+ * which a ring's commit stores last (ring.h). */
+static inline void tb_frame_init_pad_body(tb_frame_hdr_t *f, uint32_t space,
+					  uint32_t stream_id)
 {
 	f->length = space;
 	f->version = TB_FRAME_VERSION;
@@ -136,8 +160,16 @@ static inline void tb_frame_init_pad(tb_frame_hdr_t *f, uint32_t space,
 	f->flags = 0;
 	f->reserved = 0;
 	f->stream_id = stream_id;
-	f->seq = next_seq;
 	f->publish_ns = 0;
+}
+
+/* A whole padding frame.  It carries the sequence number of the frame that
+ * follows it, so a reader can cross-check the wrap. */
+static inline void tb_frame_init_pad(tb_frame_hdr_t *f, uint32_t space,
+				     uint32_t stream_id, uint64_t next_seq)
+{
+	tb_frame_init_pad_body(f, space, stream_id);
+	f->seq = next_seq;
 }
 
 /*

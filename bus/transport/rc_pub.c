@@ -733,8 +733,7 @@ static int rc_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 		goto fail;
 	}
 	t->lkey = t->ring_mr->lkey;
-	tb_ring_init(&t->base.ring, t->ring_mem.addr, cfg->ring_size, cfg->id,
-		     NULL, NULL);
+	tb_ring_init(&t->base.ring, t->ring_mem.addr, cfg->ring_size, cfg->id);
 	t->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (t->wake_fd < 0) {
 		rc = tb_error_sys(errno, "eventfd");
