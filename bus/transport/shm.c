@@ -407,11 +407,22 @@ static int read_mark(const tb_ring_lap_t *l, uint64_t *pos, uint64_t *seq)
 
 /* 1 if the writer may have overwritten what lies at `pos`: intent more
  * than a ring past it.  After a copy or read of that place (A0 pairs
- * with R0 in tb_ring_announce). */
+ * with R0 in tb_ring_announce).  A position past intent (where a reader
+ * that lost its way may stand) is not lapped. */
 static int lapped_at(const tb_shm_reader_t *r, uint64_t pos)
 {
 	tb_atomic_fence_acquire();
-	return tb_atomic_load_relaxed(&r->lap->intent) - pos > r->mask + 1;
+	return (int64_t)(tb_atomic_load_relaxed(&r->lap->intent) - pos) >
+	       (int64_t)(r->mask + 1);
+}
+
+/* The sequence word at pos (A1 pairs with R1 in tb_ring_commit). */
+static uint64_t word_at(const tb_shm_reader_t *r, uint64_t pos)
+{
+	const tb_frame_hdr_t *f =
+		(const tb_frame_hdr_t *)(r->ring + (pos & r->mask));
+
+	return tb_atomic_plain_load_acquire(&f->seq);
 }
 
 /*
@@ -473,16 +484,22 @@ static int live_end(const tb_shm_reader_t *r, uint64_t *pos_out,
 	return -1;
 }
 
-/* Goes on from the live end; reports what the tracker lost on the way as
- * `code` (TB_LAPPED, TB_GAP) with the exact range, or returns 0 when it
- * lost nothing the tracker expected.  With no live end to be had, the
- * reader waits for one (desync) and returns 0. */
+/*
+ * Goes on from the live end (a lapped reader: what it missed is gone or
+ * about to be, so it joins the writer where it is), or from the newest
+ * mark (a reader that lost its way in frames still there: it loses no more
+ * than it must); reports what the tracker lost on the way as `code`
+ * (TB_LAPPED, TB_GAP) with the exact range, or returns 0 when it lost
+ * nothing the tracker expected.  With no place to be had, the reader waits
+ * for one (desync) and returns 0.
+ */
 static int resync(tb_shm_reader_t *r, tb_seq_t *seq, tb_seq_range_t *loss,
-		  int code)
+		  int code, int at_mark)
 {
 	uint64_t pos, s;
 
-	if (live_end(r, &pos, &s) < 0) {
+	if (at_mark ? read_mark(r->lap, &pos, &s) < 0 || lapped_at(r, pos)
+		    : live_end(r, &pos, &s) < 0) {
 		r->desync = 1;
 		set_slow(r);
 		return 0;
@@ -524,7 +541,7 @@ static int corrupt(tb_shm_reader_t *r, tb_seq_t *seq, tb_seq_range_t *loss)
 
 	memcpy(&h, f, sizeof(h));
 	if (lapped_at(r, r->pos))
-		return resync(r, seq, loss, TB_LAPPED);
+		return resync(r, seq, loss, TB_LAPPED, 0);
 	count(r, h.seq != r->next ? TB_CTR_MALFORMED_BAD_SEQ :
 				    TB_CTR_MALFORMED_BAD_FRAME);
 	space = tb_frame_space(h.length);
@@ -550,7 +567,7 @@ static int corrupt(tb_shm_reader_t *r, tb_seq_t *seq, tb_seq_range_t *loss)
 		}
 	}
 	if (mark_ahead(r))
-		return resync(r, seq, loss, TB_GAP);
+		return resync(r, seq, loss, TB_GAP, 1);
 	r->desync = 1;
 	set_slow(r);
 	return 0;
@@ -560,9 +577,21 @@ int tb_shm_reader_odd(tb_shm_reader_t *r, tb_seq_t *seq, tb_seq_range_t *loss,
 		      tb_handler_t handler, void *clientd, int limit)
 {
 	for (int tries = 0; tries < 4; tries++) {
-		int rc = lapped_at(r, r->pos) ? resync(r, seq, loss, TB_LAPPED)
-					       : corrupt(r, seq, loss);
+		int rc;
 
+		if (lapped_at(r, r->pos)) {
+			rc = resync(r, seq, loss, TB_LAPPED, 0);
+		} else if (word_at(r, r->pos) == 0) {
+			/* Nothing at pos, and pos past what the writer ever
+			 * announced: this reader lost its way (a corrupt
+			 * length).  Wait for a mark past it. */
+			count(r, TB_CTR_MALFORMED_BAD_FRAME);
+			r->desync = 1;
+			set_slow(r);
+			rc = 0;
+		} else {
+			rc = corrupt(r, seq, loss);
+		}
 		if (rc != 0 || r->slow)
 			return rc;
 		/* Nothing the tracker expected was lost: read on at once. */
@@ -581,15 +610,17 @@ int tb_shm_reader_slow(tb_shm_reader_t *r, tb_seq_t *seq, tb_seq_range_t *loss,
 	if (r->desync) {
 		/* Every poll: the mark is on a line the writer writes once
 		 * a chunk, read from this reader's cache meanwhile. */
-		if (mark_ahead(r) || lapped_at(r, r->pos)) {
-			int rc = resync(r, seq, loss, TB_GAP);
+		int rc;
 
-			if (rc != 0 || r->desync)
-				return rc;
-		} else {
+		if (lapped_at(r, r->pos))
+			rc = resync(r, seq, loss, TB_LAPPED, 0);
+		else if (mark_ahead(r))
+			rc = resync(r, seq, loss, TB_GAP, 1);
+		else
 			return (++r->idle_polls & 255) ? 0 :
 			       tb_shm_reader_idle(r, seq, loss);
-		}
+		if (rc != 0 || r->desync)
+			return rc;
 	}
 	set_slow(r);
 	if (r->slow)
@@ -809,11 +840,7 @@ int tb_shm_reader_idle(tb_shm_reader_t *r, tb_seq_t *seq, tb_seq_range_t *loss)
 	state = tb_atomic_load_acquire(&hdr->state); /* A3 pairs with R3 */
 	said = said_published(hdr, state);
 	if (!r->desync) {
-		const tb_frame_hdr_t *f =
-			(const tb_frame_hdr_t *)(r->ring + (r->pos & r->mask));
-
-		/* A1 pairs with R1 in tb_ring_commit. */
-		if (tb_atomic_plain_load_acquire(&f->seq) != 0)
+		if (word_at(r, r->pos) != 0)
 			return 0; /* frames arrived: read them first */
 		/* The writer says it published `next`, twice a check apart,
 		 * yet pos holds nothing: this reader lost the frame

@@ -454,6 +454,326 @@ static void corrupt_file_is_refused_with_a_message(void **state)
 	assert_int_equal(tb_subscriber_open(&sub, &cfg), TB_EFORMAT);
 }
 
+/* ------------------------------------------------ loss that must be told */
+
+/* The ring of the file at `path`, mapped writable: the test plays a
+ * faulty writer or a stray write. */
+static uint8_t *map_ring(size_t *len)
+{
+	struct stat st;
+	int fd = open(path, O_RDWR);
+	uint8_t *base;
+
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &st), 0);
+	base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+		    fd, 0);
+	close(fd);
+	assert_true(base != MAP_FAILED);
+	*len = (size_t)st.st_size;
+	return base;
+}
+
+/* The frame of `seq`, walking from the start of a ring that has not
+ * wrapped. */
+static tb_frame_hdr_t *frame_of(uint8_t *base, uint64_t seq)
+{
+	uint8_t *ring = base + TB_SHM_HDR_SIZE;
+	uint64_t off = 0;
+
+	for (;;) {
+		tb_frame_hdr_t *f = (tb_frame_hdr_t *)(ring + off);
+
+		assert_true(f->seq != 0);
+		if (f->seq == seq && f->type == TB_FRAME_DATA)
+			return f;
+		off += tb_frame_space(f->length);
+	}
+}
+
+/* Every sequence 1..last either delivered once in order or in exactly one
+ * reported range: `s` saw the deliveries, `lost` counts what was reported,
+ * `s->next` is where delivery stands. */
+struct ledger {
+	struct sink s;
+	uint64_t lost;
+	int reports;
+};
+
+/* Polls until a condition or `want` messages in all; a condition must be a
+ * loss whose range starts exactly where delivery stands.  Returns the last
+ * result. */
+static int drain(tb_subscriber_t *sub, struct ledger *l, uint64_t want, int ms)
+{
+	uint64_t t0 = tb_clock_mono_ms();
+	int rc = 0;
+
+	while (l->s.count + l->lost < want) {
+		rc = tb_sub_poll(sub, on_msg, &l->s, 1000);
+		if (rc == TB_LAPPED || rc == TB_GAP) {
+			uint64_t first, last;
+
+			assert_int_equal(tb_sub_loss(sub, &first, &last), 0);
+			assert_int_equal(first, l->s.next);
+			assert_true(last >= first);
+			l->lost += last - first + 1;
+			l->s.next = last + 1;
+			l->reports++;
+		} else if (rc < 0) {
+			fail_msg("poll: %s", tb_strerror(rc));
+		}
+		if (tb_clock_mono_ms() - t0 > (uint64_t)ms)
+			break;
+	}
+	return rc;
+}
+
+/* A reader lapped in a burst after which the stream stays quiet is told on
+ * its next poll, with the exact range; lapped again before it reads a
+ * single frame past that point, it is told again. */
+static void lapped_on_a_quiet_stream_is_told_at_once_and_again(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	uint64_t first, last, i;
+
+	(void)state;
+	cfg_for(&cfg, 64 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	for (i = 0; i < 10; i++)
+		offer(pub, 100);
+	{
+		struct sink s = {0, 1, 0, 0};
+
+		assert_int_equal(tb_sub_poll(sub, on_msg, &s, 1000), 10);
+	}
+	for (i = 0; i < 3000; i++) /* six rings, then nothing */
+		offer(pub, 96);
+	assert_int_equal(tb_sub_poll(sub, on_msg, NULL, 1000), TB_LAPPED);
+	assert_int_equal(tb_sub_loss(sub, &first, &last), 0);
+	assert_int_equal(first, 11);
+	assert_int_equal(last, 3010);
+	for (i = 0; i < 3000; i++) /* lapped again before reading a frame */
+		offer(pub, 96);
+	assert_int_equal(tb_sub_poll(sub, on_msg, NULL, 1000), TB_LAPPED);
+	assert_int_equal(tb_sub_loss(sub, &first, &last), 0);
+	assert_int_equal(first, 3011);
+	assert_int_equal(last, 6010);
+	/* Nothing more is pending: the stream is quiet. */
+	assert_int_equal(tb_sub_poll(sub, on_msg, NULL, 1000), 0);
+	{
+		struct sink s = {0, 6011, 0, 0};
+
+		offer(pub, 8);
+		assert_int_equal(tb_sub_poll(sub, on_msg, &s, 1000), 1);
+		assert_int_equal(s.bad, 0);
+	}
+	tb_publisher_close(pub);
+	tb_subscriber_close(sub);
+}
+
+/* One sequence number corrupted to a far-future value (a forward jump a
+ * single writer cannot make): that frame is reported, exactly, and the
+ * rest of the stream is delivered, not skipped as duplicates.  The same
+ * for a jump backwards. */
+static void corrupt_sequence_is_reported_not_taken_for_a_gap(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	struct ledger l = {{0, 1, 0, 0}, 0, 0};
+	uint64_t first, last, i;
+	size_t len;
+	uint8_t *base;
+
+	(void)state;
+	cfg_for(&cfg, 64 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	for (i = 0; i < 20; i++)
+		offer(pub, 40);
+	assert_int_equal(tb_sub_poll(sub, on_msg, &l.s, 5), 5);
+	base = map_ring(&len);
+	frame_of(base, 7)->seq = 7 + 1000000;
+	frame_of(base, 12)->seq = 3;
+	assert_int_equal(tb_sub_poll(sub, on_msg, &l.s, 1000), 1); /* 6 */
+	assert_int_equal(tb_sub_poll(sub, on_msg, &l.s, 1000), TB_GAP);
+	assert_int_equal(tb_sub_loss(sub, &first, &last), 0);
+	assert_int_equal(first, 7);
+	assert_int_equal(last, 7);
+	l.s.next = 8;
+	assert_int_equal(tb_sub_poll(sub, on_msg, &l.s, 1000), 4); /* 8..11 */
+	assert_int_equal(tb_sub_poll(sub, on_msg, &l.s, 1000), TB_GAP);
+	assert_int_equal(tb_sub_loss(sub, &first, &last), 0);
+	assert_int_equal(first, 12);
+	assert_int_equal(last, 12);
+	l.s.next = 13;
+	assert_int_equal(tb_sub_poll(sub, on_msg, &l.s, 1000), 8); /* 13..20 */
+	for (i = 0; i < 20; i++)
+		offer(pub, 40);
+	assert_int_equal(tb_sub_poll(sub, on_msg, &l.s, 1000), 20);
+	assert_int_equal(l.s.bad, 0);
+	assert_int_equal(tb_sub_next_seq(sub), 41);
+	munmap(base, len);
+	tb_publisher_close(pub);
+	tb_subscriber_close(sub);
+}
+
+/* The last frame before the stream goes quiet is the corrupt one: told
+ * at once, not when (if ever) another frame comes. */
+static void corrupt_last_frame_is_told_at_once(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	struct sink s = {0, 1, 0, 0};
+	uint64_t first, last;
+	size_t len;
+	uint8_t *base;
+
+	(void)state;
+	cfg_for(&cfg, 64 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	for (int i = 0; i < 6; i++)
+		offer(pub, 40);
+	base = map_ring(&len);
+	frame_of(base, 6)->seq = 1u << 30;
+	assert_int_equal(tb_sub_poll(sub, on_msg, &s, 1000), 5);
+	assert_int_equal(tb_sub_poll(sub, on_msg, &s, 1000), TB_GAP);
+	assert_int_equal(tb_sub_loss(sub, &first, &last), 0);
+	assert_int_equal(first, 6);
+	assert_int_equal(last, 6);
+	assert_int_equal(tb_sub_poll(sub, on_msg, &s, 1000), 0);
+	s.next = 7;
+	offer(pub, 40);
+	assert_int_equal(tb_sub_poll(sub, on_msg, &s, 1000), 1);
+	assert_int_equal(s.bad, 0);
+	munmap(base, len);
+	tb_publisher_close(pub);
+	tb_subscriber_close(sub);
+}
+
+/* A corrupt length leaves no frame boundary to go on from: what the writer
+ * says it published (its heartbeat) is reported within a few beats although
+ * the stream is quiet; when it publishes again, the reader resynchronises
+ * at its next mark and reports exactly what lies between.  Every sequence
+ * is delivered once or reported once. */
+static void corrupt_length_is_resynchronised_and_told(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	struct ledger l = {{0, 1, 0, 0}, 0, 0};
+	uint64_t t0, i;
+	size_t len;
+	uint8_t *base;
+	int rc;
+
+	(void)state;
+	cfg_for(&cfg, 64 << 10); /* heartbeat 10 ms */
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	for (i = 0; i < 5; i++)
+		offer(pub, 40);
+	assert_int_equal(tb_sub_poll(sub, on_msg, &l.s, 3), 3);
+	base = map_ring(&len);
+	frame_of(base, 4)->length = 7; /* below a header: no way past it */
+	t0 = tb_clock_mono_ms();
+	rc = drain(sub, &l, 5, 2000);
+	assert_int_equal(rc, TB_GAP);
+	assert_int_equal(l.s.count + l.lost, 5);
+	assert_true(tb_clock_mono_ms() - t0 < 1000); /* a few 10 ms beats */
+	/* A chunk (4 KiB) and more: the writer marks a boundary past it. */
+	for (i = 0; i < 200; i++)
+		offer(pub, 40);
+	drain(sub, &l, 205, 5000);
+	assert_int_equal(l.s.count + l.lost, 205);
+	assert_int_equal(l.s.bad, 0);
+	assert_true(l.s.count > 3); /* resumed at a mark, not at the end */
+	munmap(base, len);
+	tb_publisher_close(pub);
+	tb_subscriber_close(sub);
+}
+
+/* ---------------------------------------------------- format versions */
+
+/* The first 64 bytes of a format 1 header: magic, version, sizes. */
+struct v1_hdr {
+	uint64_t magic;
+	uint32_t version, hdr_size;
+	uint64_t ring_size, epoch;
+	uint32_t stream_id;
+	int32_t pid;
+	uint64_t start_ns;
+	uint32_t max_frame;
+};
+
+/* Format 1's acceptance test, as its readers apply it (first the version). */
+static int v1_reader_accepts(const struct v1_hdr *h)
+{
+	return h->version == 1 && h->magic == TB_SHM_MAGIC &&
+	       h->hdr_size == 4096;
+}
+
+static void format_versions_refuse_each_other(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_subscriber_t *sub;
+	tb_publisher_t *pub;
+	uint8_t page[TB_SHM_HDR_SIZE];
+	struct v1_hdr v1;
+	FILE *f;
+
+	(void)state;
+	cfg_for(&cfg, 64 << 10);
+	/* A format 1 ring, live (this process, beating now): a format 2
+	 * reader refuses it by its version; a format 2 publisher does not
+	 * take the path over from a live format 1 publisher. */
+	memset(page, 0, sizeof(page));
+	memset(&v1, 0, sizeof(v1));
+	v1.magic = TB_SHM_MAGIC;
+	v1.version = 1;
+	v1.hdr_size = 4096;
+	v1.ring_size = 64 << 10;
+	v1.stream_id = 9;
+	v1.pid = (int32_t)getpid();
+	v1.max_frame = 8192;
+	memcpy(page, &v1, sizeof(v1));
+	{
+		uint64_t beat = tb_clock_now_ns();
+		uint32_t open_state = 1;
+
+		memcpy(page + 256, &beat, 8);       /* format 1 heartbeat_ns */
+		memcpy(page + 264, &open_state, 4); /* format 1 state OPEN */
+	}
+	f = fopen(path, "w");
+	assert_non_null(f);
+	assert_int_equal(fwrite(page, sizeof(page), 1, f), 1);
+	fclose(f);
+	assert_int_equal(chmod(path, 0600), 0);
+	assert_int_equal(truncate(path, TB_SHM_HDR_SIZE + (64 << 10)), 0);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), TB_EFORMAT);
+	assert_non_null(strstr(tb_errmsg(), "format version 1, this reader reads 2"));
+	assert_int_equal(tb_publisher_open(&pub, &cfg), TB_EBUSY);
+	assert_non_null(strstr(tb_errmsg(), "format 1"));
+	unlink(path);
+
+	/* A format 2 ring: the version a format 1 reader checks first says
+	 * 2, so it refuses it. */
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	f = fopen(path, "r");
+	assert_non_null(f);
+	assert_int_equal(fread(&v1, sizeof(v1), 1, f), 1);
+	fclose(f);
+	assert_int_equal(v1.magic, TB_SHM_MAGIC);
+	assert_int_equal(v1.version, 2);
+	assert_false(v1_reader_accepts(&v1));
+	tb_publisher_close(pub);
+}
+
 static void claim_commit_abort(void **state)
 {
 	tb_stream_cfg_t cfg;
@@ -500,6 +820,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(restart_is_a_new_epoch_from_one, setup, teardown),
 		cmocka_unit_test_setup_teardown(killed_publisher_is_reported_dead, setup, teardown),
 		cmocka_unit_test_setup_teardown(corrupt_file_is_refused_with_a_message, setup, teardown),
+		cmocka_unit_test_setup_teardown(lapped_on_a_quiet_stream_is_told_at_once_and_again, setup, teardown),
+		cmocka_unit_test_setup_teardown(corrupt_sequence_is_reported_not_taken_for_a_gap, setup, teardown),
+		cmocka_unit_test_setup_teardown(corrupt_last_frame_is_told_at_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(corrupt_length_is_resynchronised_and_told, setup, teardown),
+		cmocka_unit_test_setup_teardown(format_versions_refuse_each_other, setup, teardown),
 		cmocka_unit_test_setup_teardown(claim_commit_abort, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("transport_shm", tests, NULL, NULL);
