@@ -18,13 +18,15 @@
 #                   build/libfuzzer/fuzz/artifacts/.  `make test` replays
 #                   each corpus without libFuzzer (see Conventions).
 #   make install    headers, libraries, tools and tickbus.pc under
-#                   $(DESTDIR)$(PREFIX)
+#                   $(DESTDIR)$(PREFIX); softrdma and its tb-softrdma wrapper,
+#                   the man pages, the Wireshark dissector
 #
 # Tunables
 #   SAN=1           build and test under AddressSanitizer and UBSan
 #                   (into build-san/, so it never mixes with the plain build)
 #   BUILD=dir       build directory (default build, or build-san with SAN=1)
-#   PREFIX=/usr/local  DESTDIR=   install locations
+#   PREFIX=/usr/local  DESTDIR=   install locations (SOFTRDMA_LIBDIR,
+#                   MANDIR, WIRESHARK_DIR: beneath PREFIX by default)
 #   CC=gcc          compiler; OPT=-O2 optimisation flags
 #   NODEPS=1        do not run `make deps` before demo, test and fuzz
 #   FUZZ_SECONDS=30 how long `make fuzz` runs each target
@@ -84,6 +86,12 @@ endif
 
 PREFIX ?= /usr/local
 DESTDIR ?=
+# Where `make install` puts softrdma's libibverbs.so.1 (tb-softrdma finds it
+# there), the man pages and the Wireshark dissector.
+SOFTRDMA_LIBDIR ?= $(PREFIX)/lib/tickbus/softrdma
+MANDIR ?= $(PREFIX)/share/man
+WIRESHARK_DIR ?= $(PREFIX)/share/tickbus/wireshark
+WIRESHARK_LUA := $(wildcard tools/wireshark/*.lua)
 CC ?= gcc
 OPT ?= -O2
 VERSION := 0.1.0
@@ -274,6 +282,15 @@ install: all
 	$(if $(PROGS),install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/)
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
 		bus/tickbus.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/tickbus.pc
+	install -d $(DESTDIR)$(SOFTRDMA_LIBDIR) $(DESTDIR)$(WIRESHARK_DIR) \
+		$(addprefix $(DESTDIR)$(MANDIR)/man,1 3 5 7)
+	install -m 755 $(SOFTRDMA_LIB) $(DESTDIR)$(SOFTRDMA_LIBDIR)/
+	sed -e 's|@SOFTRDMA_LIBDIR@|$(SOFTRDMA_LIBDIR)|' tools/tb-softrdma.sh \
+		> $(DESTDIR)$(PREFIX)/bin/tb-softrdma
+	chmod 755 $(DESTDIR)$(PREFIX)/bin/tb-softrdma
+	$(foreach s,1 3 5 7,$(if $(filter %.$(s),$(MAN_PAGES)),install -m 644 \
+		$(filter %.$(s),$(MAN_PAGES)) $(DESTDIR)$(MANDIR)/man$(s)/;))
+	$(if $(WIRESHARK_LUA),install -m 644 $(WIRESHARK_LUA) $(DESTDIR)$(WIRESHARK_DIR)/)
 
 clean:
 	rm -rf build build-san

@@ -33,6 +33,8 @@
 #include "bus/clock.h"
 #include "bus/error.h"
 
+#include <infiniband/verbs.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -45,7 +47,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define FILE_SIZE(n) (sizeof(tb_counters_hdr_t) + (size_t)(n) * sizeof(tb_counter_slot_t))
+#define FILE_SIZE(n, m, h)                                   \
+	(sizeof(tb_counters_hdr_t) +                         \
+	 (size_t)(n) * sizeof(tb_counter_slot_t) +           \
+	 (size_t)(m) * sizeof(tb_counter_mr_t) +             \
+	 (size_t)(h) * sizeof(tb_counter_hist_t))
+#define FILE_SIZE_MAX \
+	FILE_SIZE(TB_COUNTERS_MAX_SLOTS, TB_COUNTERS_MAX_MRS, TB_COUNTERS_MAX_HISTS)
+
+_Static_assert(TB_MR_LOCAL_WRITE == IBV_ACCESS_LOCAL_WRITE, "verbs access");
+_Static_assert(TB_MR_REMOTE_WRITE == IBV_ACCESS_REMOTE_WRITE, "verbs access");
+_Static_assert(TB_MR_REMOTE_READ == IBV_ACCESS_REMOTE_READ, "verbs access");
+_Static_assert(TB_MR_REMOTE_ATOMIC == IBV_ACCESS_REMOTE_ATOMIC, "verbs access");
+_Static_assert(TB_MR_MW_BIND == IBV_ACCESS_MW_BIND, "verbs access");
 
 /* How often a reader retries a slot that is being rewritten. */
 #define SEQ_RETRIES 100
@@ -80,6 +94,50 @@ static const char *const counter_names[TB_CTR_COUNT] = {
 const char *tb_counter_name(int id)
 {
 	return id >= 0 && id < TB_CTR_COUNT ? counter_names[id] : "?";
+}
+
+const char *tb_mr_use_name(int use)
+{
+	static const char *const names[TB_MR_USE_COUNT] = {
+		[TB_MR_RING_TX] = "ring_tx", [TB_MR_RING_RX] = "ring_rx",
+		[TB_MR_CREDIT] = "credit",   [TB_MR_SEND] = "send",
+		[TB_MR_RECV] = "recv",       [TB_MR_REPLAY] = "replay",
+	};
+
+	return use > 0 && use < TB_MR_USE_COUNT ? names[use] : "?";
+}
+
+const char *tb_mr_access_str(uint32_t access, char *buf, size_t len)
+{
+	static const struct { uint32_t bit; const char *name; } bits[] = {
+		{TB_MR_LOCAL_WRITE, "LOCAL_WRITE"},
+		{TB_MR_REMOTE_WRITE, "REMOTE_WRITE"},
+		{TB_MR_REMOTE_READ, "REMOTE_READ"},
+		{TB_MR_REMOTE_ATOMIC, "REMOTE_ATOMIC"},
+		{TB_MR_MW_BIND, "MW_BIND"},
+	};
+	size_t used = 0;
+	uint32_t rest = access;
+
+	if (!len)
+		return buf;
+	buf[0] = '\0';
+	for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); i++)
+		if (access & bits[i].bit) {
+			int n = snprintf(buf + used, len - used, "%s%s",
+					 used ? "|" : "", bits[i].name);
+
+			if (n < 0 || (size_t)n >= len - used)
+				return buf;
+			used += (size_t)n;
+			rest &= ~bits[i].bit;
+		}
+	if (rest)
+		snprintf(buf + used, len - used, "%s0x%x", used ? "|" : "",
+			 rest);
+	else if (!used)
+		snprintf(buf, len, "none");
+	return buf;
 }
 
 const char *tb_counter_role_name(int role)
@@ -139,8 +197,10 @@ static struct {
 	pid_t owner; /* the pid whose file this is; 0 = none */
 	tb_counters_hdr_t *hdr;
 	tb_counter_slot_t *slots;
+	tb_counter_mr_t *mrs;
+	tb_counter_hist_t *hists;
 	size_t size;
-	int n_active;
+	int n_active; /* stream slots, MRs and histograms in use */
 	int hooks; /* atexit and atfork registered */
 	char path[TB_PATH_MAX];
 } W = { .lock = PTHREAD_MUTEX_INITIALIZER };
@@ -159,9 +219,76 @@ static void at_fork_child(void)
 	W.owner = 0;
 	W.hdr = NULL;
 	W.slots = NULL;
+	W.mrs = NULL;
+	W.hists = NULL;
 	W.size = 0;
 	W.n_active = 0;
 	W.path[0] = '\0';
+}
+
+/* The mode new files get: TB_COUNTERS_MODE_DEFAULT, or $TICKBUS_COUNTERS_
+ * MODE when it is an octal mode that keeps the owner's read and write and
+ * grants nothing to others and no execute bit. */
+static mode_t file_mode(void)
+{
+	const char *env = getenv("TICKBUS_COUNTERS_MODE");
+	unsigned long m;
+	char *end;
+
+	if (!env || !env[0])
+		return TB_COUNTERS_MODE_DEFAULT;
+	errno = 0;
+	m = strtoul(env, &end, 8);
+	if (errno || *end || m > 0777 || (m & 0600) != 0600 || (m & 0117)) {
+		tb_warn("counters: TICKBUS_COUNTERS_MODE=%.8s refused (owner "
+			"rw, group r at most, nothing for others); using %04o",
+			env, TB_COUNTERS_MODE_DEFAULT);
+		return TB_COUNTERS_MODE_DEFAULT;
+	}
+	return (mode_t)m;
+}
+
+/* Creates `path` afresh: O_EXCL and O_NOFOLLOW, so that nobody can hand
+ * this process a file (or a link to one) to write its counters into.  A
+ * regular file of our own user at the path is a leftover of an earlier
+ * process with this pid that died without cleaning up: it is removed and
+ * the create tried once more.  Anything else there is refused. */
+static int create_file(const char *path, mode_t mode)
+{
+	struct stat st;
+	int fd;
+
+	for (int tries = 0; tries < 2; tries++) {
+		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC |
+			  O_NOFOLLOW, mode);
+		if (fd >= 0) {
+			/* The umask may have narrowed the mode; set it
+			 * exactly (it can only have removed bits). */
+			if (fchmod(fd, mode) != 0) {
+				int rc = tb_error_sys(errno, "counters: chmod "
+						      "%s", path);
+				close(fd);
+				unlink(path);
+				return rc;
+			}
+			return fd;
+		}
+		if (errno != EEXIST)
+			break;
+		if (lstat(path, &st) != 0)
+			continue; /* gone meanwhile: try again */
+		if (!S_ISREG(st.st_mode) || st.st_uid != geteuid())
+			return tb_error_set(TB_EBUSY, "counters: %s exists "
+					  "and is not a leftover of ours (%s, "
+					  "owner uid %u); refused", path,
+					  S_ISREG(st.st_mode) ? "regular file"
+							      : "not a regular "
+								"file",
+					  (unsigned)st.st_uid);
+		if (unlink(path) != 0 && errno != ENOENT)
+			break;
+	}
+	return tb_error_sys(errno, "counters: create %s", path);
 }
 
 static int open_locked(void)
@@ -169,7 +296,8 @@ static int open_locked(void)
 	pid_t pid = getpid();
 	const char *dir = counters_dir(NULL);
 	tb_counters_hdr_t *h;
-	size_t size = FILE_SIZE(TB_COUNTERS_SLOTS);
+	size_t size = FILE_SIZE(TB_COUNTERS_SLOTS, TB_COUNTERS_MRS,
+				TB_COUNTERS_HISTS);
 	int fd, n, rc;
 	void *p;
 
@@ -182,12 +310,10 @@ static int open_locked(void)
 		return tb_error_set(TB_EINVAL, "counters: directory name too "
 				  "long: %s", dir);
 	}
-	fd = open(W.path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-		  0644);
+	fd = create_file(W.path, file_mode());
 	if (fd < 0) {
-		rc = tb_error_sys(errno, "counters: create %s", W.path);
 		W.path[0] = '\0';
-		return rc;
+		return fd;
 	}
 	if (ftruncate(fd, (off_t)size) != 0) {
 		rc = tb_error_sys(errno, "counters: size %s", W.path);
@@ -206,6 +332,8 @@ static int open_locked(void)
 	h->slot_size = sizeof(tb_counter_slot_t);
 	h->n_slots = TB_COUNTERS_SLOTS;
 	h->n_counters = TB_CTR_COUNT;
+	h->n_mrs = TB_COUNTERS_MRS;
+	h->n_hists = TB_COUNTERS_HISTS;
 	h->pid = (int32_t)pid;
 	h->start_ticks = proc_start_ticks(pid);
 	h->start_ns = tb_clock_realtime_ns();
@@ -215,6 +343,8 @@ static int open_locked(void)
 
 	W.hdr = h;
 	W.slots = (tb_counter_slot_t *)(h + 1);
+	W.mrs = (tb_counter_mr_t *)(W.slots + TB_COUNTERS_SLOTS);
+	W.hists = (tb_counter_hist_t *)(W.mrs + TB_COUNTERS_MRS);
 	W.size = size;
 	W.owner = pid;
 	W.n_active = 0;
@@ -242,23 +372,23 @@ int tb_counters_open(void)
 	return rc;
 }
 
-/* Opens the sequence lock of a slot (W1): readers now see it changing.
+/* Opens the sequence lock of a slot or record (W1): readers now see it changing.
  * Under W.lock, so the relaxed load reads the last writer's own store. */
-static uint32_t slot_write_begin(tb_counter_slot_t *s)
+static uint32_t seq_write_begin(_Atomic uint32_t *sq)
 {
-	uint32_t seq = tb_atomic_load_relaxed(&s->seq) + 1;
+	uint32_t seq = tb_atomic_load_relaxed(sq) + 1;
 
-	tb_atomic_store_relaxed(&s->seq, seq);
+	tb_atomic_store_relaxed(sq, seq);
 	/* W1: the odd seq before any field changes; pairs with A3 in
-	 * copy_slot, which then sees the seq move. */
+	 * copy_slot and copy_mr/copy_hist, which then sees the seq move. */
 	tb_atomic_fence_release();
 	return seq;
 }
 
-static void slot_write_end(tb_counter_slot_t *s, uint32_t seq)
+static void seq_write_end(_Atomic uint32_t *sq, uint32_t seq)
 {
-	/* R2: pairs with A2 in copy_slot. */
-	tb_atomic_store_release(&s->seq, seq + 1);
+	/* R2: pairs with A2 in copy_slot and copy_record. */
+	tb_atomic_store_release(sq, seq + 1);
 }
 
 tb_counter_slot_t *tb_counters_add_stream(uint32_t stream_id, const char *name,
@@ -288,7 +418,7 @@ tb_counter_slot_t *tb_counters_add_stream(uint32_t stream_id, const char *name,
 			   "in use", TB_COUNTERS_SLOTS, W.path);
 		goto out;
 	}
-	seq = slot_write_begin(s);
+	seq = seq_write_begin(&s->seq);
 	s->stream_id = stream_id;
 	s->role = (uint32_t)role;
 	memset(s->stream_name, 0, sizeof(s->stream_name));
@@ -300,7 +430,7 @@ tb_counter_slot_t *tb_counters_add_stream(uint32_t stream_id, const char *name,
 	for (int i = 0; i < TB_CTR_CAPACITY; i++)
 		tb_atomic_store_relaxed(&s->c[i], 0);
 	tb_atomic_store_relaxed(&s->active, 1);
-	slot_write_end(s, seq);
+	seq_write_end(&s->seq, seq);
 	W.n_active++;
 out:
 	pthread_mutex_unlock(&W.lock);
@@ -331,12 +461,179 @@ void tb_counters_remove_stream(tb_counter_slot_t *slot)
 	if (W.owner == getpid() && slot >= W.slots &&
 	    slot < W.slots + TB_COUNTERS_SLOTS &&
 	    tb_atomic_load_relaxed(&slot->active)) {
-		seq = slot_write_begin(slot);
+		seq = seq_write_begin(&slot->seq);
 		/* Relaxed: inside the sequence lock (W1 .. R2). */
 		tb_atomic_store_relaxed(&slot->active, 0);
-		slot_write_end(slot, seq);
+		seq_write_end(&slot->seq, seq);
 		W.n_active--;
 	}
+	pthread_mutex_unlock(&W.lock);
+}
+
+/* Free records: under W.lock (relaxed: `active` changes only under it). */
+static tb_counter_mr_t *free_mr(void)
+{
+	for (int i = 0; i < TB_COUNTERS_MRS; i++)
+		if (!tb_atomic_load_relaxed(&W.mrs[i].active))
+			return &W.mrs[i];
+	return NULL;
+}
+
+static tb_counter_hist_t *free_hist(void)
+{
+	for (int i = 0; i < TB_COUNTERS_HISTS; i++)
+		if (!tb_atomic_load_relaxed(&W.hists[i].active))
+			return &W.hists[i];
+	return NULL;
+}
+
+tb_counter_mr_t *tb_counters_mr_add_raw(uint32_t stream_id,
+					tb_counter_role_t role, tb_mr_use_t use,
+					const char *transport, const void *addr,
+					uint64_t length, uint32_t access,
+					uint32_t lkey, uint32_t rkey)
+{
+	tb_counter_mr_t *r = NULL;
+	uint32_t seq;
+
+	pthread_mutex_lock(&W.lock);
+	if (open_locked() != 0) {
+		tb_warn("stream %u: memory registration not recorded (%s)",
+			stream_id, tb_errmsg());
+		goto out;
+	}
+	r = free_mr();
+	if (!r) {
+		tb_warn("stream %u: memory registration not recorded (all %d "
+			"records of %s in use)", stream_id, TB_COUNTERS_MRS,
+			W.path);
+		goto out;
+	}
+	/* The sequence lock of a stream slot, on the same fields. */
+	seq = seq_write_begin(&r->seq);
+	r->stream_id = stream_id;
+	r->role = (uint32_t)role;
+	r->use = (uint32_t)use;
+	r->addr = (uint64_t)(uintptr_t)addr;
+	r->length = length;
+	r->access = access;
+	r->lkey = lkey;
+	r->rkey = rkey;
+	r->n_peers = 0;
+	memset(r->peer, 0, sizeof(r->peer));
+	memset(r->transport, 0, sizeof(r->transport));
+	snprintf(r->transport, sizeof(r->transport), "%s",
+		 transport ? transport : "");
+	tb_atomic_store_relaxed(&r->active, 1);
+	seq_write_end(&r->seq, seq);
+	W.n_active++;
+out:
+	pthread_mutex_unlock(&W.lock);
+	return r;
+}
+
+/* 1 if `p` is one of this process's records in `base`. */
+static int own_record(const void *p, const void *base, int n, size_t size)
+{
+	const char *c = p, *b = base;
+
+	return W.owner == getpid() && base && c >= b &&
+	       c < b + (size_t)n * size && (size_t)(c - b) % size == 0;
+}
+
+void tb_counters_mr_peer(tb_counter_mr_t *r, const char *peer)
+{
+	uint32_t seq;
+
+	if (!r)
+		return;
+	pthread_mutex_lock(&W.lock);
+	if (own_record(r, W.mrs, TB_COUNTERS_MRS, sizeof(*r)) &&
+	    tb_atomic_load_relaxed(&r->active)) {
+		seq = seq_write_begin(&r->seq);
+		r->n_peers++;
+		memset(r->peer, 0, sizeof(r->peer));
+		snprintf(r->peer, sizeof(r->peer), "%s", peer ? peer : "?");
+		seq_write_end(&r->seq, seq);
+	}
+	pthread_mutex_unlock(&W.lock);
+}
+
+/* Frees a record (its seq and active fields) if it is in use.  Under
+ * W.lock. */
+static void record_free_locked(_Atomic uint32_t *sq, _Atomic uint32_t *active)
+{
+	uint32_t seq;
+
+	if (!tb_atomic_load_relaxed(active))
+		return;
+	seq = seq_write_begin(sq);
+	tb_atomic_store_relaxed(active, 0);
+	seq_write_end(sq, seq);
+	W.n_active--;
+}
+
+void tb_counters_mr_remove(tb_counter_mr_t *r)
+{
+	if (!r)
+		return;
+	pthread_mutex_lock(&W.lock);
+	if (own_record(r, W.mrs, TB_COUNTERS_MRS, sizeof(*r)))
+		record_free_locked(&r->seq, &r->active);
+	pthread_mutex_unlock(&W.lock);
+}
+
+tb_counter_hist_t *tb_counters_hist_add(uint32_t stream_id,
+					tb_counter_role_t role,
+					const char *name)
+{
+	tb_counter_hist_t *h = NULL;
+	uint32_t seq;
+	size_t i;
+
+	pthread_mutex_lock(&W.lock);
+	if (open_locked() != 0) {
+		tb_warn("histogram '%s' not exported (%s)", name ? name : "",
+			tb_errmsg());
+		goto out;
+	}
+	h = free_hist();
+	if (!h) {
+		tb_warn("histogram '%s' not exported (all %d of %s in use)",
+			name ? name : "", TB_COUNTERS_HISTS, W.path);
+		goto out;
+	}
+	seq = seq_write_begin(&h->seq);
+	h->stream_id = stream_id;
+	h->role = (uint32_t)role;
+	memset(h->name, 0, sizeof(h->name));
+	for (i = 0; name && name[i] && i < sizeof(h->name) - 1; i++) {
+		char c = name[i];
+
+		h->name[i] = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')
+				     ? c : c >= 'A' && c <= 'Z' ? (char)(c + 32)
+				     : '_';
+	}
+	/* Relaxed: inside the sequence lock; the owner starts recording
+	 * only after this returns. */
+	tb_atomic_store_relaxed(&h->sum_ns, 0);
+	for (int b = 0; b < TB_COUNTERS_HIST_BUCKETS; b++)
+		tb_atomic_store_relaxed(&h->b[b], 0);
+	tb_atomic_store_relaxed(&h->active, 1);
+	seq_write_end(&h->seq, seq);
+	W.n_active++;
+out:
+	pthread_mutex_unlock(&W.lock);
+	return h;
+}
+
+void tb_counters_hist_remove(tb_counter_hist_t *h)
+{
+	if (!h)
+		return;
+	pthread_mutex_lock(&W.lock);
+	if (own_record(h, W.hists, TB_COUNTERS_HISTS, sizeof(*h)))
+		record_free_locked(&h->seq, &h->active);
 	pthread_mutex_unlock(&W.lock);
 }
 
@@ -358,13 +655,16 @@ int tb_counters_close(void)
 	pthread_mutex_lock(&W.lock);
 	if (W.owner == getpid()) {
 		if (W.n_active > 0) {
-			rc = tb_error_set(TB_EBUSY, "counters: %d streams still "
+			rc = tb_error_set(TB_EBUSY, "counters: %d streams, "
+					"registrations or histograms still "
 					"use %s", W.n_active, W.path);
 		} else {
 			munmap(W.hdr, W.size);
 			unlink(W.path);
 			W.hdr = NULL;
 			W.slots = NULL;
+			W.mrs = NULL;
+			W.hists = NULL;
 			W.owner = 0;
 			W.path[0] = '\0';
 		}
@@ -397,7 +697,7 @@ static int copy_slot(const tb_counter_slot_t *cs, uint32_t n_counters,
 	char name[sizeof(s->stream_name)], transport[sizeof(s->transport)];
 
 	for (int tries = 0; tries < SEQ_RETRIES; tries++) {
-		/* A2 pairs with R2 in slot_write_end: a steady slot's fields. */
+		/* A2 pairs with R2 in seq_write_end: a steady slot's fields. */
 		uint32_t seq = tb_atomic_load_acquire(&s->seq);
 		uint32_t active;
 
@@ -409,7 +709,7 @@ static int copy_slot(const tb_counter_slot_t *cs, uint32_t n_counters,
 		out->role = s->role;
 		memcpy(name, s->stream_name, sizeof(name));
 		memcpy(transport, s->transport, sizeof(transport));
-		/* A3 pairs with W1 in slot_write_begin: if a field read above
+		/* A3 pairs with W1 in seq_write_begin: if a field read above
 		 * was changed, this re-load sees seq moved. */
 		tb_atomic_fence_acquire();
 		if (tb_atomic_load_relaxed(&s->seq) != seq)
@@ -424,6 +724,94 @@ static int copy_slot(const tb_counter_slot_t *cs, uint32_t n_counters,
 		 * a moment old (tb_counter_add). */
 		for (uint32_t i = 0; i < n_counters; i++)
 			out->c[i] = tb_atomic_load_relaxed(&s->c[i]);
+		return 1;
+	}
+	return 0;
+}
+
+/* A consistent copy of MR record `r`: 1 active, 0 free or never steady.
+ * The same sequence lock as copy_slot (A2, A3). */
+static int copy_mr(const tb_counter_mr_t *cr, tb_counters_mr_t *out)
+{
+	tb_counter_mr_t *r = (tb_counter_mr_t *)cr; /* atomics: no const */
+	tb_counter_mr_t c;
+
+	for (int tries = 0; tries < SEQ_RETRIES; tries++) {
+		/* A2 pairs with R2 in seq_write_end. */
+		uint32_t seq = tb_atomic_load_acquire(&r->seq);
+
+		if (seq & 1)
+			continue;
+		/* Relaxed: validated by the seq re-check after A3. */
+		tb_atomic_store_relaxed(&c.active,
+					tb_atomic_load_relaxed(&r->active));
+		c.stream_id = r->stream_id;
+		c.role = r->role;
+		c.addr = r->addr;
+		c.length = r->length;
+		c.access = r->access;
+		c.use = r->use;
+		c.lkey = r->lkey;
+		c.rkey = r->rkey;
+		c.n_peers = r->n_peers;
+		memcpy(c.peer, r->peer, sizeof(c.peer));
+		memcpy(c.transport, r->transport, sizeof(c.transport));
+		/* A3 pairs with W1 in seq_write_begin. */
+		tb_atomic_fence_acquire();
+		if (tb_atomic_load_relaxed(&r->seq) != seq)
+			continue;
+		if (!tb_atomic_load_relaxed(&c.active))
+			return 0;
+		out->stream_id = c.stream_id;
+		out->role = c.role;
+		out->use = c.use;
+		out->access = c.access;
+		out->addr = c.addr;
+		out->length = c.length;
+		out->lkey = c.lkey;
+		out->rkey = c.rkey;
+		out->n_peers = c.n_peers;
+		copy_str(out->peer, sizeof(out->peer), c.peer, sizeof(c.peer));
+		copy_str(out->transport, sizeof(out->transport), c.transport,
+			 sizeof(c.transport));
+		return 1;
+	}
+	return 0;
+}
+
+/* A copy of histogram `h`: its identity under the sequence lock (A2, A3),
+ * then its counts, each an untorn number perhaps a moment old. */
+static int copy_hist(const tb_counter_hist_t *ch, tb_counters_hist_t *out)
+{
+	tb_counter_hist_t *h = (tb_counter_hist_t *)ch; /* atomics: no const */
+	char name[sizeof(h->name)];
+
+	for (int tries = 0; tries < SEQ_RETRIES; tries++) {
+		/* A2 pairs with R2 in seq_write_end. */
+		uint32_t seq = tb_atomic_load_acquire(&h->seq);
+		uint32_t active;
+
+		if (seq & 1)
+			continue;
+		/* Relaxed: validated by the seq re-check after A3. */
+		active = tb_atomic_load_relaxed(&h->active);
+		out->stream_id = h->stream_id;
+		out->role = h->role;
+		memcpy(name, h->name, sizeof(name));
+		/* A3 pairs with W1 in seq_write_begin. */
+		tb_atomic_fence_acquire();
+		if (tb_atomic_load_relaxed(&h->seq) != seq)
+			continue;
+		if (!active)
+			return 0;
+		copy_str(out->name, sizeof(out->name), name, sizeof(name));
+		out->count = 0;
+		/* Relaxed, unpaired: counts (tb_counter_hist_record). */
+		for (int i = 0; i < TB_COUNTERS_HIST_BUCKETS; i++) {
+			out->b[i] = tb_atomic_load_relaxed(&h->b[i]);
+			out->count += out->b[i];
+		}
+		out->sum_ns = tb_atomic_load_relaxed(&h->sum_ns);
 		return 1;
 	}
 	return 0;
@@ -458,14 +846,18 @@ static int read_mapped(const char *path, const unsigned char *base,
 				  h->hdr_size, h->slot_size, sizeof(*h),
 				  sizeof(tb_counter_slot_t));
 	if (h->n_slots == 0 || h->n_slots > TB_COUNTERS_MAX_SLOTS ||
-	    h->n_counters > TB_CTR_CAPACITY)
+	    h->n_counters > TB_CTR_CAPACITY || h->n_mrs > TB_COUNTERS_MAX_MRS ||
+	    h->n_hists > TB_COUNTERS_MAX_HISTS)
 		return tb_error_set(TB_EFORMAT, "counters: %s: implausible "
-				  "counts (%u slots, %u counters)", path,
-				  h->n_slots, h->n_counters);
-	if (size != FILE_SIZE(h->n_slots))
+				  "counts (%u slots, %u counters, %u MRs, %u "
+				  "histograms)", path, h->n_slots,
+				  h->n_counters, h->n_mrs, h->n_hists);
+	if (size != FILE_SIZE(h->n_slots, h->n_mrs, h->n_hists))
 		return tb_error_set(TB_EFORMAT, "counters: %s: %zu bytes, "
-				  "%zu expected for %u slots", path, size,
-				  FILE_SIZE(h->n_slots), h->n_slots);
+				  "%zu expected for %u slots, %u MRs and %u "
+				  "histograms", path, size,
+				  FILE_SIZE(h->n_slots, h->n_mrs, h->n_hists),
+				  h->n_slots, h->n_mrs, h->n_hists);
 
 	out->pid = h->pid;
 	copy_str(out->name, sizeof(out->name), h->name, sizeof(h->name));
@@ -481,6 +873,21 @@ static int read_mapped(const char *path, const unsigned char *base,
 
 		if (copy_slot(s, h->n_counters, &out->streams[out->n_streams]))
 			out->n_streams++;
+	}
+	{
+		const tb_counter_mr_t *mrs = (const tb_counter_mr_t *)
+			(base + FILE_SIZE(h->n_slots, 0, 0));
+		const tb_counter_hist_t *hists = (const tb_counter_hist_t *)
+			(base + FILE_SIZE(h->n_slots, h->n_mrs, 0));
+
+		out->n_mrs = 0;
+		for (uint32_t i = 0; i < h->n_mrs; i++)
+			if (copy_mr(&mrs[i], &out->mrs[out->n_mrs]))
+				out->n_mrs++;
+		out->n_hists = 0;
+		for (uint32_t i = 0; i < h->n_hists; i++)
+			if (copy_hist(&hists[i], &out->hists[out->n_hists]))
+				out->n_hists++;
 	}
 	return 0;
 }
@@ -505,7 +912,7 @@ int tb_counters_read_file(const char *path, tb_counters_proc_t *out)
 		return rc;
 	}
 	if (!S_ISREG(st.st_mode) || st.st_size <= 0 ||
-	    (uint64_t)st.st_size > FILE_SIZE(TB_COUNTERS_MAX_SLOTS)) {
+	    (uint64_t)st.st_size > FILE_SIZE_MAX) {
 		close(fd);
 		return tb_error_set(TB_EFORMAT, "counters: %s: not a counters "
 				  "file (%lld bytes%s)", path,
@@ -547,12 +954,20 @@ static int pid_dead(pid_t pid)
 int tb_counters_read_dir(const char *dir, unsigned flags, tb_counters_fn fn,
 			 void *arg)
 {
+	return tb_counters_read_dir_reap(dir, flags, fn, arg, NULL);
+}
+
+int tb_counters_read_dir_reap(const char *dir, unsigned flags,
+			      tb_counters_fn fn, void *arg, int *reaped)
+{
 	const char *d = counters_dir(dir);
 	tb_counters_proc_t *proc;
 	struct dirent *e;
 	int delivered = 0;
 	DIR *dp;
 
+	if (reaped)
+		*reaped = 0;
 	if (!fn)
 		return tb_error_set(TB_EINVAL, "counters: read_dir: no callback");
 	dp = opendir(d);
@@ -593,7 +1008,8 @@ int tb_counters_read_dir(const char *dir, unsigned flags, tb_counters_fn fn,
 			if (flags & TB_COUNTERS_DELETE_STALE) {
 				tb_info("counters: removing %s (process %d is "
 					"gone)", path, (int)pid);
-				unlink(path);
+				if (unlink(path) == 0 && reaped)
+					(*reaped)++;
 			}
 			continue;
 		}

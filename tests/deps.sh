@@ -6,10 +6,13 @@
 set -eu
 
 # clang (with its libFuzzer runtime, libclang-common-*-dev) is for
-# `make fuzz` only.
+# `make fuzz` only.  The operator's kit is checked with real tools:
+# python3-prometheus-client parses tb-stat's metrics, mandoc lints the man
+# pages, tshark runs the Wireshark dissector (installed without the setuid
+# dumpcap question: see below), systemd-analyze verifies the unit.
 PKGS="build-essential pkg-config libibverbs-dev ibverbs-utils libnuma-dev \
 liburcu-dev libcmocka-dev libinih-dev libxml2-dev zlib1g-dev valgrind \
-iproute2 procps clang"
+iproute2 procps clang python3-prometheus-client mandoc tshark systemd"
 
 missing=""
 for p in $PKGS; do
@@ -28,6 +31,9 @@ fi
 if [ "$(id -u)" -eq 0 ]; then
 	echo "tickbus: installing:$missing"
 	export DEBIAN_FRONTEND=noninteractive
+	# wireshark-common asks whether non-root users may capture; no.
+	echo "wireshark-common wireshark-common/install-setuid boolean false" |
+		debconf-set-selections 2>/dev/null || true
 	apt-get update -qq
 	# shellcheck disable=SC2086
 	apt-get install -y -qq --no-install-recommends $missing

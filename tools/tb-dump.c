@@ -268,7 +268,17 @@ static int dump_store(struct dump *d, const char *dir, uint64_t stream_id,
 		rc = TB_EINVAL;
 	}
 	while (rc == 0 && !stop && !done(d) && next <= tb_store_last_seq(s)) {
+		uint64_t a, b;
+
 		rc = tb_store_read(s, next, READ_BATCH, on_frame, d);
+		/* Records lost to damage: a gap, like a live stream's, and
+		 * the dump goes on after it. */
+		if (rc == TB_STORE_LOST && tb_store_lost(s, next, &a, &b)) {
+			print_gap(d, next, b);
+			next = b + 1;
+			rc = 0;
+			continue;
+		}
 		if (rc < 0) {
 			fprintf(stderr, "tb-dump: %s\n  (%s)\n", tb_errmsg(),
 				rc == TB_STORE_TOO_OLD ? "too old" :

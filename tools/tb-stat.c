@@ -13,11 +13,23 @@
  *
  * --once takes two readings --interval-ms apart and prints one table (so
  * rates are real); --json prints one JSON object per refresh, one per line.
+ *
+ * For monitoring: --prometheus writes one reading in the Prometheus text
+ * format (tools/stat/metrics.h) to stdout or, with --output, atomically to
+ * a file (node-exporter's textfile collector); --listen ADDR serves it on
+ * http://ADDR/metrics (tools/stat/httpd.h), a fresh reading per scrape.
+ *
+ * Every reading removes the counters files of processes that are gone
+ * (SIGKILLed, crashed: they could not remove their own), unless --no-reap.
  */
 #include <tickbus/tickbus.h>
 #include "tools/cli.h"
 
+#include "bus/config.h"
 #include "bus/counters.h"
+#include "bus/net.h"
+#include "tools/stat/httpd.h"
+#include "tools/stat/metrics.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -36,7 +48,7 @@ static const char prog[] = "tb-stat";
 static volatile sig_atomic_t stop;
 
 typedef struct snap {
-	int n, dropped;
+	int n, dropped, reaped;
 	uint64_t at_ns; /* CLOCK_REALTIME of the reading */
 	tb_counters_proc_t *procs[PROCS_MAX];
 } snap_t;
@@ -52,11 +64,17 @@ static void usage(FILE *out)
 "  -n, --count N         stop after N refreshes (default: until ^C)\n"
 "  -d, --dir DIR         where the counters files are (default\n"
 "                        $TICKBUS_COUNTERS_DIR or /dev/shm)\n"
+"  -p, --prometheus      one reading in the Prometheus text format, exit\n"
+"  -o, --output FILE     with --prometheus: write FILE atomically (for\n"
+"                        node-exporter's textfile collector)\n"
+"  -l, --listen ADDR     serve http://ADDR/metrics (host:port) until ^C\n"
+"      --no-reap         keep the counters files of dead processes\n"
 "  -h, --help            this text\n"
 "columns: msgs/s (published for a publisher, delivered otherwise), total,\n"
 "gaps, laps, back-pressure, recovery requests/ok/failed, errors (errors +\n"
 "malformed), heartbeat age\n"
-"exit status: 0 done, 1 cannot read the directory, 2 usage\n");
+"exit status: 0 done, 1 cannot read the directory (or listen, or write\n"
+"FILE), 2 usage\n");
 }
 
 static uint64_t realtime_ns(void)
@@ -102,13 +120,14 @@ static int cmp_proc(const void *a, const void *b)
 	return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
-static int take(snap_t *s, const char *dir)
+static int take(snap_t *s, const char *dir, int reap)
 {
 	int rc;
 
 	snap_clear(s);
 	s->at_ns = realtime_ns();
-	rc = tb_counters_read_dir(dir, 0, on_proc, s);
+	rc = tb_counters_read_dir_reap(dir, reap ? TB_COUNTERS_DELETE_STALE : 0,
+				       on_proc, s, &s->reaped);
 	if (rc < 0)
 		return rc;
 	qsort(s->procs, (size_t)s->n, sizeof(s->procs[0]), cmp_proc);
@@ -227,6 +246,9 @@ static void print_table(const snap_t *cur, const snap_t *prev, int tty)
 				       prev->procs[i]->name);
 	if (cur->dropped)
 		printf("(%d more processes not shown)\n", cur->dropped);
+	if (cur->reaped)
+		printf("reaped: %d counters files of dead processes\n",
+		       cur->reaped);
 	fflush(stdout);
 }
 
@@ -251,7 +273,7 @@ static void print_json(const snap_t *cur, const snap_t *prev)
 	uint64_t dt = prev ? cur->at_ns - prev->at_ns : 0;
 
 	printf("{\"time_ns\":%" PRIu64 ",\"interval_ns\":%" PRIu64
-	       ",\"processes\":[", cur->at_ns, dt);
+	       ",\"reaped\":%d,\"processes\":[", cur->at_ns, dt, cur->reaped);
 	for (int i = 0; i < cur->n; i++) {
 		const tb_counters_proc_t *p = cur->procs[i];
 		const tb_counters_proc_t *pp = prev ? find_proc(prev, p) : NULL;
@@ -311,6 +333,90 @@ static void nap_ms(uint64_t ms)
 		;
 }
 
+/* One reading as metrics to `out`. */
+static int render(void *arg, FILE *out)
+{
+	const struct { const char *dir; int reap; } *a = arg;
+	static snap_t s;
+	int rc;
+
+	if (take(&s, a->dir, a->reap) < 0)
+		return -1;
+	rc = tb_stat_metrics_write(out, s.procs, s.n, s.at_ns, s.reaped);
+	snap_clear(&s);
+	return rc;
+}
+
+/* --prometheus: stdout, or `output` written whole and renamed over, so
+ * that a collector never reads half a file. */
+static int prometheus_once(const char *dir, int reap, const char *output)
+{
+	struct { const char *dir; int reap; } a = {dir, reap};
+	char tmp[TB_PATH_MAX];
+	FILE *f;
+
+	if (!output) {
+		if (render(&a, stdout) != 0 || fflush(stdout) != 0)
+			goto fail;
+		return 0;
+	}
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", output, (int)getpid()) >=
+	    (int)sizeof(tmp)) {
+		fprintf(stderr, "%s: --output path too long\n", prog);
+		return 1;
+	}
+	f = fopen(tmp, "w");
+	if (!f) {
+		fprintf(stderr, "%s: %s: %s\n", prog, tmp, strerror(errno));
+		return 1;
+	}
+	if (render(&a, f) != 0 || fclose(f) != 0) {
+		unlink(tmp);
+		goto fail;
+	}
+	if (rename(tmp, output) != 0) {
+		fprintf(stderr, "%s: rename %s to %s: %s\n", prog, tmp, output,
+			strerror(errno));
+		unlink(tmp);
+		return 1;
+	}
+	return 0;
+fail:
+	fprintf(stderr, "%s: %s\n", prog, tb_errmsg()[0] ? tb_errmsg()
+							 : "write failed");
+	return 1;
+}
+
+/* --listen: serve /metrics until a stop signal. */
+static int serve(const char *dir, int reap, const char *addr)
+{
+	struct { const char *dir; int reap; } a = {dir, reap};
+	tb_endpoint_t ep;
+	uint16_t port;
+	int lfd, rc;
+
+	if (tb_config_endpoint_parse(&ep, addr) < 0)
+		return tb_cli_usage_error(prog, NULL, "--listen '%s': %s", addr,
+					  tb_errmsg());
+	lfd = tb_net_listen(&ep, &port);
+	if (lfd < 0) {
+		fprintf(stderr, "%s: %s\n", prog, tb_errmsg());
+		return 1;
+	}
+	fprintf(stderr, "%s: serving http://%s:%u/metrics\n", prog, ep.host,
+		(unsigned)port);
+	while (!stop) {
+		rc = tb_stat_httpd_serve_one(lfd, 200, render, &a);
+		if (rc < 0) {
+			fprintf(stderr, "%s: %s\n", prog, tb_errmsg());
+			close(lfd);
+			return 1;
+		}
+	}
+	close(lfd);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -319,16 +425,20 @@ int main(int argc, char **argv)
 		{"interval-ms", required_argument, 0, 'i'},
 		{"count", required_argument, 0, 'n'},
 		{"dir", required_argument, 0, 'd'},
+		{"prometheus", no_argument, 0, 'p'},
+		{"output", required_argument, 0, 'o'},
+		{"listen", required_argument, 0, 'l'},
+		{"no-reap", no_argument, 0, 'R'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
 	static snap_t a, b;
 	snap_t *cur = &a, *prev = &b;
-	const char *dir = NULL;
+	const char *dir = NULL, *output = NULL, *listen = NULL;
 	uint64_t interval_ms = 1000, count = 0, done = 0;
-	int once = 0, json = 0, c, have_prev = 0, tty;
+	int once = 0, json = 0, prom = 0, reap = 1, c, have_prev = 0, tty;
 
-	while ((c = getopt_long(argc, argv, "1ji:n:d:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "1ji:n:d:po:l:h", opts, NULL)) != -1) {
 		switch (c) {
 		case '1': once = 1; break;
 		case 'j': json = 1; break;
@@ -346,13 +456,28 @@ int main(int argc, char **argv)
 							  "above 0", optarg);
 			break;
 		case 'd': dir = optarg; break;
+		case 'p': prom = 1; break;
+		case 'o': output = optarg; break;
+		case 'l': listen = optarg; break;
+		case 'R': reap = 0; break;
 		case 'h':
 		default: return tb_cli_usage_exit(usage, c);
 		}
 	}
 	if (optind < argc)
 		return tb_cli_unexpected(prog, NULL, argv[optind]);
+	if (output && !prom)
+		return tb_cli_usage_error(prog, NULL, "--output goes with "
+					  "--prometheus");
+	if (listen && (prom || once || json))
+		return tb_cli_usage_error(prog, NULL, "--listen serves the "
+					  "metrics itself: not with "
+					  "--prometheus, --once or --json");
 	tb_cli_on_stop_signals(&stop);
+	if (prom)
+		return prometheus_once(dir, reap, output);
+	if (listen)
+		return serve(dir, reap, listen);
 	tty = !json && isatty(STDOUT_FILENO);
 	if (once)
 		count = 1;
@@ -360,7 +485,7 @@ int main(int argc, char **argv)
 	/* The first reading only seeds the rates when --once asks for one
 	 * table; live, every reading is shown. */
 	if (once) {
-		if (take(prev, dir) < 0)
+		if (take(prev, dir, reap) < 0)
 			goto fail;
 		have_prev = 1;
 		nap_ms(interval_ms);
@@ -368,8 +493,10 @@ int main(int argc, char **argv)
 	while (!stop) {
 		snap_t *t;
 
-		if (take(cur, dir) < 0)
+		if (take(cur, dir, reap) < 0)
 			goto fail;
+		if (once)
+			cur->reaped += prev->reaped; /* the seeding reading's */
 		if (json)
 			print_json(cur, have_prev ? prev : NULL);
 		else

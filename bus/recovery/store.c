@@ -12,6 +12,7 @@
  *   <dir>/<stream_id>-<epoch, 16 hex digits>/
  *       <first seq, 20 digits>.seg    records, in sequence order
  *       <first seq, 20 digits>.idx    the segment's sparse index
+ *       quarantine/                   damaged segments set aside (see below)
  *
  * One directory per stream and epoch, because a publisher restart starts the
  * sequence again at 1: two epochs can never share a segment name, and the
@@ -31,7 +32,8 @@
  * frame handed to a reader is aligned for tb_frame_hdr_t.  The record
  * length is the frame's own length repeated: a reader can step over a
  * record without trusting the frame, and a disagreement between the two is
- * corruption.
+ * corruption.  A record length of 0 is never written: zeros after the last
+ * record are room the writer made and had not filled yet (see Appending).
  *
  * The index is a separate file of 16-byte entries [u64 seq][u32 offset]
  * [u32 CRC32C of the 12 bytes before], one for the first record of the
@@ -45,33 +47,74 @@
  * segment stays a plain concatenation of records that tools can walk.
  *
  * Invariants.
- *   I1  Sequences are contiguous across the whole store: segment k holds
+ *   I1  Sequences rise across the whole store: segment k holds sequences in
  *       [first_k, first_{k+1} - 1]; the last holds [first_last, last_seq].
- *       Append refuses anything but last_seq + 1.
+ *       Append refuses anything but last_seq + 1, so a writer never leaves
+ *       a hole.  A hole exists only where data was damaged: a record inside
+ *       a segment whose sequence is above the one expected there (the
+ *       sequences between were lost and set aside by a quarantine, below),
+ *       or bytes that do not check.  Reads report a hole's exact range as
+ *       TB_STORE_LOST and go on after it; they never end at it.
  *   I2  Only the last segment is ever written.  Older ones are sealed: their
  *       size and contents never change until retention deletes them.
  *   I3  Data is written before the index entry that points at it, so after
  *       a process crash an index entry may be missing, never ahead.  (After
  *       a machine crash without sync either file may be short; open repairs
  *       both.)  The index is therefore only an accelerator: every record is
- *       checked by its CRC and expected sequence when read.
+ *       checked by its CRC and expected sequence when read, and a read
+ *       starts only from an entry whose record carries exactly the entry's
+ *       sequence.
  *   I4  Index entries rise strictly in both sequence and offset, and follow
  *       one deterministic rule, so open can regenerate the missing tail of
  *       the index and get exactly what the writer would have written.
  *
+ * Appending.  The active segment and its index are mapped MAP_SHARED, and
+ * an append is a CRC and a copy into the mapping: no system call.  The
+ * files grow ahead of the copy in steps of STORE_GROW (1 MiB) written as
+ * zeros with pwrite, which allocates the page cache in large folios, takes
+ * the file system's space (a full disk is an error from append, never a
+ * SIGBUS from a store into the mapping), and leaves the room readable as
+ * "no record yet".  Sealing a segment (roll, close) unmaps it and cuts the
+ * files back to their data, so a sealed segment has exactly the bytes the
+ * old one-pwrite-per-record writer left.  Write coalescing in a buffer of
+ * the process was the other choice; it was not taken because a buffer dies
+ * with the process, and a record whose append returned must survive a
+ * SIGKILL: a MAP_SHARED page belongs to the page cache, not the process.
+ *
  * Crash recovery (open).  Only the last segment can have a torn tail (I2).
  * Open loads its index, drops entries that fail their CRC, break I4 or point
  * at or past the end of the file or at a record that does not check, then
- * scans forward from the last good entry, checking each record.  The first
- * record that is short, has an impossible length, a bad CRC or the wrong
- * sequence ends the valid data: the file is cut there (ftruncate) with a
- * warning giving the bytes cut and the last good sequence, and the index is
- * trimmed and completed to match.  A last segment whose header is
- * incomplete (its creation was interrupted) is removed.  Sealed segments
- * are not scanned on open (that would cost the whole store); corruption
- * inside them is found when a read reaches it and is reported as
- * TB_EFORMAT naming the file and offset, never skipped, because a replay
- * with a hole in it is worse than a refusal.
+ * walks forward from the last good entry, checking each record.  Where a
+ * record does not check, what follows decides what it is:
+ *   - zeros to the end: room a writer made and never filled (the normal
+ *     state after a SIGKILL); cut quietly.
+ *   - nothing that checks to the end: a torn tail; cut (ftruncate) with a
+ *     warning giving the bytes cut and the last good sequence.
+ *   - a record that checks, with a sequence above the one expected: the
+ *     bytes between are damage, not a tail.  The records after them are
+ *     kept: the segment is quarantined (below) and the range between is a
+ *     hole.
+ * The index is then trimmed and completed to match.  A last segment whose
+ * header is incomplete (its creation was interrupted) is removed.  Sealed
+ * segments are not scanned on open (that would cost the whole store);
+ * damage inside them is found when a read reaches it.
+ *
+ * Damage and holes.  A read that meets a record that does not check looks
+ * for the next record that does (8-byte steps: records are aligned; a
+ * candidate must have a sane length, this stream's id, a sequence in the
+ * segment's range and a matching CRC) and remembers the range between as a
+ * hole: [first lost sequence, sequence of the record found), with the bytes
+ * to step over.  The read stops before a hole (returning what it delivered)
+ * and a read that starts in one returns TB_STORE_LOST, with the range from
+ * tb_store_lost(), so the caller can get it elsewhere or report exactly it
+ * as lost and go on after it.  Quarantine (writer open, damage before the
+ * end of the active segment): the damaged file is linked into quarantine/
+ * under its name and the time, its intact records are copied, in order and
+ * without the damaged bytes, to a new file that replaces it (rename), and
+ * its index is rebuilt.  In the new file the record after the damage
+ * carries a sequence above the one expected: the hole, recorded in the
+ * data itself.  A crash during quarantine leaves the damaged file in place
+ * (the rename is the commit), and the next open quarantines again.
  *
  * Retention.  At open, after a roll, at flush, and at any append that takes
  * the store over its byte bound, whole oldest segments are deleted while
@@ -79,12 +122,14 @@
  * record (its file mtime, or the clock when this process sealed it) is
  * older than retain_age_s.  The segment being appended to is never
  * deleted.  The .seg goes first, then the .idx; an .idx with no .seg is
- * removed at open.
+ * removed at open.  Bytes are those of records and index entries, not the
+ * zeroed room ahead of the active segment's last record.
  *
- * Durability.  Each append is one pwritev, so once it returns the record is
- * in the page cache and survives the process.  Surviving the machine is
- * what fdatasync buys, per the configured policy.  The index is never
- * synced on its own account: open rebuilds it.
+ * Durability.  Once an append returns, the record is in the page cache
+ * (through the shared mapping) and survives the process.  Surviving the
+ * machine is what fdatasync buys, per the configured policy: on Linux it
+ * writes back pages dirtied through a shared mapping as msync(MS_SYNC)
+ * would.  The index is never synced on its own account: open rebuilds it.
  */
 #include "bus/recovery/store.h"
 
@@ -101,8 +146,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -119,8 +164,23 @@
 /* Reads go to disk in chunks of this size; scans on open in larger ones. */
 #define STORE_READ_CHUNK (64u << 10)
 #define STORE_SCAN_CHUNK (1u << 20)
-/* Records gathered into one pwritev by append_batch (3 iovecs each). */
-#define STORE_GROUP_MAX 64
+/* The active segment grows by this much room at a time: once per ~10,000
+ * small records, and at most this much to cut after a crash.  The index
+ * grows by 4096 entries (16 MiB of records) at a time.  The room is
+ * written in pieces of STORE_GROW_PIECE: the page cache allocates a folio
+ * as large as the write (ext4, 6.x), large folios make the copies into the
+ * mapping cheap (fewer faults; 1 MiB pieces gain ~10% more), but dirtiness
+ * is tracked per folio, so each fdatasync writes back every folio touched
+ * whole: with 1 MiB pieces a sync per batch of 64 small records ran 4x
+ * slower than with 64 KiB ones (bench_store, durable). */
+#define STORE_GROW (1u << 20)
+#define STORE_GROW_PIECE (64u << 10)
+#define STORE_IDX_GROW (64u << 10)
+/* Index entries a read tries, going back, before it starts from the
+ * segment's first record: entries that pass their own CRC but point at
+ * the wrong record are damage. */
+#define STORE_IDX_TRIES 4
+#define STORE_QUARANTINE "quarantine"
 
 typedef struct store_hdr {
 	uint64_t magic;
@@ -178,12 +238,18 @@ static inline uint32_t rec_space(uint32_t frame_len)
 	       ((frame_len + STORE_REC_ALIGN - 1) & ~(STORE_REC_ALIGN - 1));
 }
 
+/* Most index entries a segment of `size` bytes can hold under I4. */
+static inline uint64_t idx_max_entries(uint64_t size)
+{
+	return 2 + size / TB_STORE_INDEX_INTERVAL;
+}
+
 /* ---------------------------------------------------------------- state */
 
 typedef struct seg {
 	uint64_t first_seq;
 	uint64_t size;      /* valid bytes of the .seg, header included */
-	uint64_t idx_size;  /* bytes of the .idx */
+	uint64_t idx_size;  /* valid bytes of the .idx */
 	uint64_t newest_ns; /* wall time of its newest record */
 } seg_t;
 
@@ -191,6 +257,23 @@ typedef struct idx_vec {
 	store_idx_t *e;
 	size_t n, cap;
 } idx_vec_t;
+
+enum hole_kind {
+	HOLE_DAMAGE = 0,   /* bytes that do not check */
+	HOLE_RECORDED = 1, /* a record above the sequence expected */
+	HOLE_MISSING = 2,  /* the segment's data ends before its range does */
+};
+
+/* Sequences [first, next) of segment `key` cannot be read: a reader at
+ * offset `off` expecting `first` steps to `next_off`, where record `next`
+ * starts (or the data ends).  Kept sorted by (key, off), which also sorts
+ * them by sequence; they never overlap. */
+typedef struct hole {
+	uint64_t key;
+	uint64_t first, next;
+	uint64_t off, next_off;
+	int kind;
+} hole_t;
 
 struct tb_store {
 	tb_store_cfg_t cfg;
@@ -204,6 +287,14 @@ struct tb_store {
 
 	int afd, aifd;       /* active segment and its index, -1: none */
 	idx_vec_t aidx;      /* the active segment's index, all of it */
+	size_t idx_on_file;  /* of aidx, the entries its file holds */
+
+	/* The active segment mapped for appends (writer only, from the first
+	 * append); NULL: not mapped.  The files are afile_len and ifile_len
+	 * long: data, then zeroed room. */
+	uint8_t *amap, *imap;
+	uint64_t amap_len, imap_len, afile_len, ifile_len;
+	uint64_t amap_key;   /* first_seq of the mapped segment */
 
 	uint64_t r_key;      /* first_seq of the sealed segment whose fd and
 			        index are cached for reading; 0: none */
@@ -214,6 +305,9 @@ struct tb_store {
 			        of the segment whose first_seq is w_key */
 	size_t bufcap, w_len;
 	uint64_t w_key, w_off;
+
+	hole_t *holes;       /* known holes, sorted by (key, off) */
+	size_t nholes, holecap;
 
 	uint64_t last_sync_ns; /* tb_clock_mono_coarse_ns: checked at every
 				  append, where a tick's error is nothing */
@@ -234,19 +328,29 @@ static void file_name(char out[32], uint64_t first_seq, const char *ext)
 	snprintf(out, 32, "%020" PRIu64 ".%s", first_seq, ext);
 }
 
+static int idx_reserve(idx_vec_t *v, size_t cap)
+{
+	store_idx_t *e;
+
+	if (cap <= v->cap)
+		return 0;
+	e = realloc(v->e, cap * sizeof(*e));
+	if (!e)
+		return tb_error_set(TB_ENOMEM, "store: index of %zu entries", cap);
+	v->e = e;
+	v->cap = cap;
+	return 0;
+}
+
 static int idx_push(idx_vec_t *v, uint64_t seq, uint64_t off)
 {
 	store_idx_t *e;
 
 	if (v->n == v->cap) {
-		size_t cap = v->cap ? v->cap * 2 : 256;
+		int r = idx_reserve(v, v->cap ? v->cap * 2 : 256);
 
-		e = realloc(v->e, cap * sizeof(*e));
-		if (!e)
-			return tb_error_set(TB_ENOMEM, "store: index of %zu entries",
-					  cap);
-		v->e = e;
-		v->cap = cap;
+		if (r < 0)
+			return r;
 	}
 	e = &v->e[v->n++];
 	e->seq = seq;
@@ -285,6 +389,98 @@ static size_t seg_find(const tb_store_t *s, uint64_t seq)
 			hi = mid;
 	}
 	return lo - 1;
+}
+
+/* --------------------------------------------------------------- holes */
+
+/* Index of the first hole at or after (key, off). */
+static size_t hole_lower(const tb_store_t *s, uint64_t key, uint64_t off)
+{
+	size_t lo = 0, hi = s->nholes;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const hole_t *h = &s->holes[mid];
+
+		if (h->key < key || (h->key == key && h->off < off))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* The hole that loses `seq`, or NULL.  Holes that lose nothing (bytes
+ * stepped over between two consecutive records) are never the answer. */
+static const hole_t *hole_of_seq(const tb_store_t *s, uint64_t seq)
+{
+	size_t lo = 0, hi = s->nholes;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (s->holes[mid].first <= seq)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	while (lo-- > 0) {
+		const hole_t *h = &s->holes[lo];
+
+		if (h->next > h->first)
+			return seq < h->next ? h : NULL;
+	}
+	return NULL;
+}
+
+static const char *hole_why(int kind)
+{
+	return kind == HOLE_RECORDED ? "lost before a quarantine; recorded in the segment" :
+	       kind == HOLE_MISSING ? "the segment's data ends before them" :
+	       "records that do not check";
+}
+
+/* Adds `h` in order (nothing if a hole starts at the same place); returns
+ * its index, or a negative code. */
+static int hole_add(tb_store_t *s, const hole_t *h, size_t *at)
+{
+	size_t i = hole_lower(s, h->key, h->off);
+
+	if (i < s->nholes && s->holes[i].key == h->key && s->holes[i].off == h->off) {
+		*at = i;
+		return 0;
+	}
+	if (s->nholes == s->holecap) {
+		size_t cap = s->holecap ? s->holecap * 2 : 16;
+		hole_t *n = realloc(s->holes, cap * sizeof(*n));
+
+		if (!n)
+			return tb_error_set(TB_ENOMEM, "store: %zu holes", cap);
+		s->holes = n;
+		s->holecap = cap;
+	}
+	memmove(&s->holes[i + 1], &s->holes[i], (s->nholes - i) * sizeof(*h));
+	s->holes[i] = *h;
+	s->nholes++;
+	if (h->next > h->first) {
+		s->st.holes++;
+		s->st.records_lost += h->next - h->first;
+	}
+	*at = i;
+	return 0;
+}
+
+/* Forgets the holes of segment `key` (deleted, or rewritten). */
+static void hole_drop_key(tb_store_t *s, uint64_t key)
+{
+	size_t a = hole_lower(s, key, 0), b = a;
+
+	while (b < s->nholes && s->holes[b].key == key)
+		b++;
+	if (a == b)
+		return;
+	memmove(&s->holes[a], &s->holes[b], (s->nholes - b) * sizeof(hole_t));
+	s->nholes -= b - a;
 }
 
 /* ------------------------------------------------------------- headers */
@@ -340,6 +536,8 @@ static int hdr_check(const tb_store_t *s, const store_hdr_t *h, size_t got,
 	return HDR_OK;
 }
 
+/* ----------------------------------------------------------------- I/O */
+
 static ssize_t pread_full(int fd, void *buf, size_t len, uint64_t off)
 {
 	size_t got = 0;
@@ -380,31 +578,72 @@ static int pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-/* Writes `iov` whole at `off`, going on after short writes. */
-static int pwritev_full(int fd, struct iovec *iov, int cnt, uint64_t off)
+/* Extends `fd` from *len to `to` with zeros (the room appends fill).  On
+ * failure *len says how far it got and errno why. */
+static int zero_extend(int fd, uint64_t *len, uint64_t to)
 {
-	while (cnt > 0) {
-		ssize_t w = pwritev(fd, iov, cnt, (off_t)off);
+	static uint8_t zeros[STORE_GROW_PIECE]; /* never written: .bss */
+
+	while (*len < to) {
+		size_t n = to - *len < sizeof(zeros) ? (size_t)(to - *len) :
+			   sizeof(zeros);
+		ssize_t w = pwrite(fd, zeros, n, (off_t)*len);
 
 		if (w < 0 && errno == EINTR)
 			continue;
-		if (w < 0)
+		if (w <= 0) {
+			if (w == 0)
+				errno = ENOSPC;
 			return -1;
-		if (w == 0) {
+		}
+		*len += (uint64_t)w;
+	}
+	return 0;
+}
+
+/* Copies file bytes [from, from + len) of `in` to `out` at `to`. */
+static int copy_bytes(int in, uint64_t from, int out, uint64_t to, uint64_t len)
+{
+	uint8_t *b = NULL;
+
+	while (len) {
+		loff_t a = (loff_t)from, z = (loff_t)to;
+		ssize_t n = copy_file_range(in, &a, out, &z,
+					    len < (1u << 30) ? (size_t)len : (1u << 30), 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		from += (uint64_t)n;
+		to += (uint64_t)n;
+		len -= (uint64_t)n;
+	}
+	/* Where copy_file_range cannot (another file system, an old
+	 * kernel), through a buffer. */
+	while (len) {
+		size_t n = len < STORE_SCAN_CHUNK ? (size_t)len : STORE_SCAN_CHUNK;
+		ssize_t got;
+
+		if (!b && !(b = malloc(STORE_SCAN_CHUNK))) {
+			errno = ENOMEM;
+			return -1;
+		}
+		got = pread_full(in, b, n, from);
+		if (got < 0 || pwrite_full(out, b, (size_t)got, to) < 0) {
+			free(b);
+			return -1;
+		}
+		if ((size_t)got < n) {
+			free(b);
 			errno = EIO;
 			return -1;
 		}
-		off += (uint64_t)w;
-		while (cnt > 0 && (size_t)w >= iov->iov_len) {
-			w -= (ssize_t)iov->iov_len;
-			iov++;
-			cnt--;
-		}
-		if (cnt > 0) {
-			iov->iov_base = (uint8_t *)iov->iov_base + w;
-			iov->iov_len -= (size_t)w;
-		}
+		from += n;
+		to += n;
+		len -= n;
 	}
+	free(b);
 	return 0;
 }
 
@@ -440,19 +679,27 @@ static int file_create(tb_store_t *s, const char *name, uint64_t magic,
 
 /*
  * Makes file bytes [off, off + need) of segment `key` (open as `fd`, valid
- * up to `end`) available in the window and points *p at them.  Misses read
+ * up to `end`, off <= end) available and points *p at them: in the active
+ * segment's mapping when it is mapped, else in the window.  Misses read
  * `chunk` bytes or more from `off`, so the window always starts on a
  * record and frames in it are aligned.
  */
-static int win_get(tb_store_t *s, int fd, uint64_t key, uint64_t off,
-		   size_t need, uint64_t end, size_t chunk, const uint8_t **p)
+static int win_get_avail(tb_store_t *s, int fd, uint64_t key, uint64_t off,
+			 size_t need, uint64_t end, size_t chunk,
+			 const uint8_t **p, size_t *avail)
 {
 	size_t want;
 	ssize_t got;
 
+	if (s->amap && key == s->amap_key && off + need <= s->afile_len) {
+		*p = s->amap + off;
+		*avail = (size_t)(s->afile_len - off);
+		return 0;
+	}
 	if (s->w_key == key && off >= s->w_off &&
 	    off + need <= s->w_off + s->w_len) {
 		*p = s->buf + (off - s->w_off);
+		*avail = s->w_len - (size_t)(off - s->w_off);
 		return 0;
 	}
 	want = need > chunk ? need : chunk;
@@ -483,24 +730,38 @@ static int win_get(tb_store_t *s, int fd, uint64_t key, uint64_t off,
 	s->w_off = off;
 	s->w_len = (size_t)got;
 	*p = s->buf;
+	*avail = s->w_len;
 	return 0;
 }
 
-enum { REC_OK = 0, REC_BAD = 1 };
+/* As win_get_avail, when the bytes past `need` do not matter. */
+static int win_get(tb_store_t *s, int fd, uint64_t key, uint64_t off,
+		   size_t need, uint64_t end, size_t chunk, const uint8_t **p)
+{
+	size_t avail;
+
+	return win_get_avail(s, fd, key, off, need, end, chunk, p, &avail);
+}
+
+
+enum { REC_OK = 0, REC_BAD = 1, REC_JUMP = 2 };
 
 /*
- * Decodes the record at `off` of a segment valid up to `end`, which must
- * carry sequence `seq`.  Returns REC_OK with *frame and *space set, REC_BAD
- * with the reason in `why`, or a negative code when the file cannot be read.
+ * Decodes the record at `off` of segment `key` (data valid up to `end`),
+ * which should carry sequence `seq`.  Returns REC_OK with *frame and *space
+ * set; REC_JUMP, the same, when the record checks but carries a sequence in
+ * (seq, max_seq] (a recorded hole before it); REC_BAD with the reason in
+ * `why`; or a negative code when the file cannot be read.
  */
 static int rec_decode(tb_store_t *s, int fd, uint64_t key, uint64_t off,
-		      uint64_t end, uint64_t seq, size_t chunk,
+		      uint64_t end, uint64_t seq, uint64_t max_seq, size_t chunk,
 		      const tb_frame_hdr_t **frame, uint32_t *space,
 		      char *why, size_t whylen)
 {
 	const uint8_t *p;
 	store_rec_t rh;
 	const tb_frame_hdr_t *f;
+	size_t avail;
 	uint32_t sp;
 	int r;
 
@@ -509,7 +770,7 @@ static int rec_decode(tb_store_t *s, int fd, uint64_t key, uint64_t off,
 			 end == off ? "data ends" : "partial record header", seq);
 		return REC_BAD;
 	}
-	r = win_get(s, fd, key, off, sizeof(rh), end, chunk, &p);
+	r = win_get_avail(s, fd, key, off, sizeof(rh), end, chunk, &p, &avail);
 	if (r < 0)
 		return r;
 	memcpy(&rh, p, sizeof(rh));
@@ -523,64 +784,187 @@ static int rec_decode(tb_store_t *s, int fd, uint64_t key, uint64_t off,
 			 "record of %u bytes runs past the end of the data", sp);
 		return REC_BAD;
 	}
-	r = win_get(s, fd, key, off, sp, end, chunk, &p);
-	if (r < 0)
-		return r;
+	/* Mostly the whole record came with its header. */
+	if (tb_unlikely(sp > avail)) {
+		r = win_get(s, fd, key, off, sp, end, chunk, &p);
+		if (r < 0)
+			return r;
+	}
 	f = (const tb_frame_hdr_t *)(p + sizeof(rh));
 	if (tb_crc32c(0, f, rh.len) != rh.crc) {
 		snprintf(why, whylen, "record checksum mismatch");
 		return REC_BAD;
 	}
-	if (f->length != rh.len || f->seq != seq) {
+	if (f->length != rh.len || f->stream_id != s->cfg.stream_id ||
+	    f->version != TB_FRAME_VERSION || f->seq < seq || f->seq > max_seq) {
 		snprintf(why, whylen,
-			 "record holds sequence %" PRIu64 " length %u where %" PRIu64
-			 " was expected", f->seq, f->length, seq);
+			 "record holds sequence %" PRIu64 " length %u stream %u where %"
+			 PRIu64 " was expected", f->seq, f->length, f->stream_id, seq);
 		return REC_BAD;
 	}
 	*frame = f;
 	*space = sp;
-	return REC_OK;
+	return f->seq == seq ? REC_OK : REC_JUMP;
 }
 
 /*
- * Walks records from (`off`, `seq`) up to `end`, adding index entries to
- * `idx` by the one rule (I4).  Stops at the end or at the first bad record;
- * *end_off and *next_seq say where.  Returns 0 or a negative code.
+ * After a record that does not check, finds the first record in [from,
+ * limit) that does and carries a sequence in [min_seq, max_seq].  Returns
+ * 1 with its offset and sequence, 0 when there is none, or a negative code.
+ * Candidates are the 8-byte aligned offsets; most fail on their length or
+ * stream id before any CRC is computed.
  */
-static int scan(tb_store_t *s, int fd, uint64_t key, uint64_t off,
-		uint64_t seq, uint64_t end, idx_vec_t *idx, uint64_t *end_off,
-		uint64_t *next_seq, char *why, size_t whylen)
+static int resync(tb_store_t *s, int fd, uint64_t key, uint64_t from,
+		  uint64_t limit, uint64_t min_seq, uint64_t max_seq,
+		  uint64_t *at_off, uint64_t *at_seq)
 {
-	why[0] = '\0';
-	while (off < end) {
+	const size_t probe = sizeof(store_rec_t) + TB_FRAME_HDR_LEN;
+	char why[160];
+
+	for (uint64_t o = from; o < limit && limit - o >= probe;
+	     o += STORE_REC_ALIGN) {
 		const tb_frame_hdr_t *f;
+		const uint8_t *p;
+		store_rec_t rh;
+		tb_frame_hdr_t fh;
 		uint32_t sp;
-		int r = rec_decode(s, fd, key, off, end, seq, STORE_SCAN_CHUNK,
-				   &f, &sp, why, whylen);
+		int r = win_get(s, fd, key, o, probe, limit, STORE_SCAN_CHUNK, &p);
 
 		if (r < 0)
 			return r;
-		if (r == REC_BAD)
-			break;
-		if (idx->n == 0 ||
-		    off - idx->e[idx->n - 1].off >= TB_STORE_INDEX_INTERVAL) {
-			r = idx_push(idx, seq, off);
+		memcpy(&rh, p, sizeof(rh));
+		if (rh.len < TB_FRAME_HDR_LEN || rh.len > TB_FRAME_MAX_LEN ||
+		    rec_space(rh.len) > limit - o)
+			continue;
+		memcpy(&fh, p + sizeof(rh), sizeof(fh));
+		if (fh.length != rh.len || fh.stream_id != s->cfg.stream_id ||
+		    fh.seq < min_seq || fh.seq > max_seq)
+			continue;
+		r = rec_decode(s, fd, key, o, limit, fh.seq, fh.seq,
+			       STORE_SCAN_CHUNK, &f, &sp, why, sizeof(why));
+		if (r < 0)
+			return r;
+		if (r == REC_OK) {
+			*at_off = o;
+			*at_seq = fh.seq;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* 1 when file bytes [off, end) are all zero, 0 if not, or a negative code. */
+static int zeros_to_end(tb_store_t *s, int fd, uint64_t key, uint64_t off,
+			uint64_t end)
+{
+	while (off < end) {
+		size_t n = end - off < STORE_SCAN_CHUNK ? (size_t)(end - off) :
+			   STORE_SCAN_CHUNK;
+		const uint8_t *p;
+		int r = win_get(s, fd, key, off, n, end, STORE_SCAN_CHUNK, &p);
+
+		if (r < 0)
+			return r;
+		for (size_t i = 0; i < n; i++)
+			if (p[i])
+				return 0;
+		off += n;
+	}
+	return 1;
+}
+
+enum { TAIL_NONE = 0, TAIL_ZERO = 1, TAIL_TORN = 2 };
+
+typedef struct scan_res {
+	uint64_t end_off;  /* after the last record that checks */
+	uint64_t next_seq; /* the sequence after it */
+	int tail;          /* what follows end_off: TAIL_* */
+	char why[160];     /* why the torn tail does not check */
+	size_t damaged;    /* damaged places met (holes of kind DAMAGE) */
+	uint64_t dmg_bytes, dmg_first, dmg_last; /* their bytes and first and
+						    last lost sequence */
+} scan_res_t;
+
+/*
+ * The open-time walk of the active segment `key` from (`off`, `seq`) to
+ * `end`: adds index entries to `idx` by the one rule (I4), the holes met to
+ * the store's table, and says in `res` where the data ends and what
+ * follows.  Returns 0 or a negative code.
+ */
+static int scan(tb_store_t *s, int fd, uint64_t key, uint64_t off,
+		uint64_t seq, uint64_t end, idx_vec_t *idx, scan_res_t *res)
+{
+	memset(res, 0, sizeof(*res));
+	while (off < end) {
+		const tb_frame_hdr_t *f;
+		uint64_t y, q;
+		uint32_t sp;
+		size_t at;
+		hole_t h;
+		int r = rec_decode(s, fd, key, off, end, seq, UINT64_MAX - 1,
+				   STORE_SCAN_CHUNK, &f, &sp, res->why,
+				   sizeof(res->why));
+
+		if (r < 0)
+			return r;
+		if (r == REC_JUMP) {
+			h = (hole_t){key, seq, f->seq, off, off, HOLE_RECORDED};
+			seq = f->seq;
+			r = hole_add(s, &h, &at);
 			if (r < 0)
 				return r;
+			continue;
 		}
-		off += sp;
-		seq++;
+		if (r == REC_OK) {
+			if (idx->n == 0 ||
+			    off - idx->e[idx->n - 1].off >= TB_STORE_INDEX_INTERVAL) {
+				r = idx_push(idx, seq, off);
+				if (r < 0)
+					return r;
+			}
+			off += sp;
+			seq++;
+			continue;
+		}
+		r = zeros_to_end(s, fd, key, off, end);
+		if (r < 0)
+			return r;
+		if (r == 1) {
+			res->tail = TAIL_ZERO;
+			break;
+		}
+		r = resync(s, fd, key, off + STORE_REC_ALIGN, end, seq,
+			   UINT64_MAX - 1, &y, &q);
+		if (r < 0)
+			return r;
+		if (r == 0) {
+			res->tail = TAIL_TORN;
+			break;
+		}
+		h = (hole_t){key, seq, q, off, y, HOLE_DAMAGE};
+		r = hole_add(s, &h, &at);
+		if (r < 0)
+			return r;
+		if (!res->damaged++)
+			res->dmg_first = seq;
+		if (q > seq)
+			res->dmg_last = q - 1;
+		res->dmg_bytes += y - off;
+		off = y;
+		seq = q;
 	}
-	*end_off = off;
-	*next_seq = seq;
+	res->end_off = off;
+	res->next_seq = seq;
 	return 0;
 }
 
 /*
  * Reads the index file of segment `sg` into `v`, keeping the entries that
- * check (CRC, rising, inside the data) up to the first that does not.  Sets
- * *on_disk to the whole entries the file holds, and *hdr_ok to whether the
- * header checked.  A missing file is an empty index.
+ * check (CRC, rising by at least the interval, inside the data) up to the
+ * first that does not.  Sets *on_disk to the entries the file holds before
+ * its zeroed room, and *hdr_ok to whether the header checked.  A missing
+ * file is an empty index.  Reads no more than a segment of sg->size bytes
+ * can need, whatever the file's length.
  */
 static int idx_load(tb_store_t *s, int ifd, const seg_t *sg, idx_vec_t *v,
 		    size_t *on_disk, int *hdr_ok)
@@ -588,6 +972,7 @@ static int idx_load(tb_store_t *s, int ifd, const seg_t *sg, idx_vec_t *v,
 	char name[32];
 	struct stat st;
 	uint8_t *raw = NULL;
+	uint64_t len;
 	ssize_t got;
 	size_t n, i;
 	int r;
@@ -602,17 +987,20 @@ static int idx_load(tb_store_t *s, int ifd, const seg_t *sg, idx_vec_t *v,
 		return tb_error_sys(errno, "store: stat %s/%s", s->path, name);
 	if ((uint64_t)st.st_size < STORE_HDR_LEN)
 		return 0;
-	raw = malloc((size_t)st.st_size);
+	len = STORE_HDR_LEN + idx_max_entries(sg->size) * sizeof(store_idx_t);
+	if ((uint64_t)st.st_size < len)
+		len = (uint64_t)st.st_size;
+	raw = malloc((size_t)len);
 	if (!raw)
 		return tb_error_set(TB_ENOMEM, "store: index %s/%s", s->path, name);
 	s->st.preads++;
-	got = pread_full(ifd, raw, (size_t)st.st_size, 0);
+	got = pread_full(ifd, raw, (size_t)len, 0);
 	if (got < 0) {
 		r = tb_error_sys(errno, "store: read %s/%s", s->path, name);
 		goto out;
 	}
 	r = hdr_check(s, (const store_hdr_t *)raw, (size_t)got,
-		      (uint64_t)got, STORE_IDX_MAGIC, sg->first_seq, name);
+		      (uint64_t)st.st_size, STORE_IDX_MAGIC, sg->first_seq, name);
 	if (r != HDR_OK) {
 		if (r < 0)
 			tb_warn("%s; index ignored", tb_errmsg());
@@ -624,6 +1012,15 @@ static int idx_load(tb_store_t *s, int ifd, const seg_t *sg, idx_vec_t *v,
 	}
 	*hdr_ok = 1;
 	n = ((size_t)got - STORE_HDR_LEN) / sizeof(store_idx_t);
+	/* Zeroed room after the entries is not corruption. */
+	while (n) {
+		static const store_idx_t zero;
+
+		if (memcmp(raw + STORE_HDR_LEN + (n - 1) * sizeof(zero), &zero,
+			   sizeof(zero)) != 0)
+			break;
+		n--;
+	}
 	*on_disk = n;
 	for (i = 0; i < n; i++) {
 		store_idx_t e;
@@ -634,7 +1031,8 @@ static int idx_load(tb_store_t *s, int ifd, const seg_t *sg, idx_vec_t *v,
 		    e.off % STORE_REC_ALIGN || e.seq < sg->first_seq)
 			break;
 		if (v->n && (e.seq <= v->e[v->n - 1].seq ||
-			     e.off <= v->e[v->n - 1].off))
+			     e.off <= v->e[v->n - 1].off ||
+			     e.off - v->e[v->n - 1].off < TB_STORE_INDEX_INTERVAL))
 			break;
 		r = idx_push(v, e.seq, e.off);
 		if (r < 0)
@@ -696,6 +1094,115 @@ static int do_sync(tb_store_t *s)
 	return 0;
 }
 
+/*
+ * Maps the active segment and its index for appends, room for a record of
+ * `sp` bytes included (an empty segment takes a first record larger than
+ * segment_bytes).  The files stay as long as they are; active_grow makes
+ * room.
+ */
+static int active_map(tb_store_t *s, uint32_t sp)
+{
+	seg_t *sg = &s->segs[s->nsegs - 1];
+	uint64_t len = s->cfg.segment_bytes, ilen;
+	struct stat st, ist;
+	void *m, *im;
+	int r;
+
+	if (sg->size + sp > len)
+		len = sg->size + sp;
+	ilen = STORE_HDR_LEN + idx_max_entries(len) * sizeof(store_idx_t);
+	if (fstat(s->afd, &st) < 0 || fstat(s->aifd, &ist) < 0)
+		return tb_error_sys(errno, "store: stat the active segment of %s",
+				  s->path);
+	r = idx_reserve(&s->aidx, (size_t)idx_max_entries(len));
+	if (r < 0)
+		return r;
+	m = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED, s->afd, 0);
+	if (m == MAP_FAILED)
+		return tb_error_sys(errno, "store: map %s/%020" PRIu64 ".seg",
+				  s->path, sg->first_seq);
+	im = mmap(NULL, (size_t)ilen, PROT_READ | PROT_WRITE, MAP_SHARED, s->aifd, 0);
+	if (im == MAP_FAILED) {
+		r = tb_error_sys(errno, "store: map %s/%020" PRIu64 ".idx", s->path,
+			       sg->first_seq);
+		munmap(m, (size_t)len);
+		return r;
+	}
+	s->amap = m;
+	s->amap_len = len;
+	s->amap_key = sg->first_seq;
+	s->afile_len = (uint64_t)st.st_size;
+	s->imap = im;
+	s->imap_len = ilen;
+	s->ifile_len = (uint64_t)ist.st_size;
+	return 0;
+}
+
+/* Unmaps the active segment and cuts its files back to what they hold. */
+static void active_unmap(tb_store_t *s)
+{
+	const seg_t *sg = &s->segs[s->nsegs - 1];
+	uint64_t ilen = STORE_HDR_LEN + s->idx_on_file * sizeof(store_idx_t);
+
+	if (!s->amap)
+		return;
+	munmap(s->amap, (size_t)s->amap_len);
+	munmap(s->imap, (size_t)s->imap_len);
+	s->amap = s->imap = NULL;
+	if (s->afile_len > sg->size && ftruncate(s->afd, (off_t)sg->size) < 0)
+		tb_warn("store: %s/%020" PRIu64 ".seg: cut the room after the "
+			"data: %s", s->path, sg->first_seq, strerror(errno));
+	if (s->ifile_len > ilen && ftruncate(s->aifd, (off_t)ilen) < 0)
+		tb_warn("store: %s/%020" PRIu64 ".idx: cut the room after the "
+			"entries: %s", s->path, sg->first_seq, strerror(errno));
+}
+
+/* Makes the active segment's file at least `need` bytes long. */
+static int active_grow(tb_store_t *s, uint64_t need)
+{
+	uint64_t to = (need + STORE_GROW - 1) / STORE_GROW * STORE_GROW;
+
+	if (to > s->amap_len)
+		to = s->amap_len;
+	if (zero_extend(s->afd, &s->afile_len, to) < 0 && s->afile_len < need)
+		return tb_error_sys(errno, "tb_store_append: make room in %s/%020"
+				  PRIu64 ".seg", s->path, s->amap_key);
+	return 0;
+}
+
+/* Adds the index entry (seq, off) of the active segment: in memory, and
+ * in its file unless that could not grow (then open rebuilds it). */
+static int idx_add(tb_store_t *s, uint64_t seq, uint64_t off)
+{
+	seg_t *sg = &s->segs[s->nsegs - 1];
+	uint64_t need = STORE_HDR_LEN + (s->idx_on_file + 1) * sizeof(store_idx_t);
+	int r = idx_push(&s->aidx, seq, off);
+
+	if (r < 0)
+		return r;
+	if (s->idx_on_file + 1 != s->aidx.n || need > s->imap_len)
+		return 0;
+	if (need > s->ifile_len) {
+		uint64_t to = (need + STORE_IDX_GROW - 1) / STORE_IDX_GROW *
+			      STORE_IDX_GROW;
+
+		if (to > s->imap_len)
+			to = s->imap_len;
+		if (zero_extend(s->aifd, &s->ifile_len, to) < 0 &&
+		    s->ifile_len < need) {
+			tb_warn("store: %s: index write failed (%s); it is rebuilt "
+				"at the next open", s->path, strerror(errno));
+			return 0;
+		}
+	}
+	memcpy(s->imap + need - sizeof(store_idx_t), &s->aidx.e[s->aidx.n - 1],
+	       sizeof(store_idx_t));
+	s->idx_on_file++;
+	sg->idx_size += sizeof(store_idx_t);
+	s->bytes += sizeof(store_idx_t);
+	return 0;
+}
+
 /* Creates segment `first_seq` and makes it the active one. */
 static int seg_create(tb_store_t *s, uint64_t first_seq)
 {
@@ -722,6 +1229,7 @@ static int seg_create(tb_store_t *s, uint64_t first_seq)
 	s->afd = fd;
 	s->aifd = ifd;
 	s->aidx.n = 0;
+	s->idx_on_file = 0;
 	s->bytes += 2 * STORE_HDR_LEN;
 	return 0;
 fail:
@@ -738,6 +1246,7 @@ static int seg_roll(tb_store_t *s, uint64_t first_seq)
 {
 	int afd = s->afd, aifd = s->aifd, r;
 
+	active_unmap(s);
 	/* Open repairs only the last segment's index, so a sealed one's index
 	 * is made durable with its data. */
 	if (s->cfg.sync != TB_STORE_SYNC_NONE) {
@@ -781,6 +1290,7 @@ int tb_store_retain(tb_store_t *s)
 			reader_drop(s);
 		if (s->w_key == old->first_seq)
 			s->w_key = 0;
+		hole_drop_key(s, old->first_seq);
 		seg_unlink(s, old->first_seq);
 		s->bytes -= old->size + old->idx_size;
 		memmove(&s->segs[0], &s->segs[1], (s->nsegs - 1) * sizeof(seg_t));
@@ -847,7 +1357,8 @@ static uint64_t parse_file_name(const char *name, const char *ext)
 	return v;
 }
 
-/* Finds the segment and index files; removes index files without a segment. */
+/* Finds the segment and index files; removes index files without a segment
+ * and the leftovers of an interrupted quarantine. */
 static int list_files(tb_store_t *s)
 {
 	uint64_t *idx = NULL, v;
@@ -882,6 +1393,9 @@ static int list_files(tb_store_t *s)
 				idx = n;
 			}
 			idx[nidx++] = v;
+		} else if (!s->cfg.read_only &&
+			   parse_file_name(de->d_name, "seg.tmp")) {
+			unlinkat(s->dirfd, de->d_name, 0);
 		}
 		if (r < 0)
 			break;
@@ -925,6 +1439,11 @@ static int seg_load(tb_store_t *s, size_t i, int flags, int *fdp)
 		r = tb_error_sys(errno, "store: stat %s/%s", s->path, name);
 		goto out;
 	}
+	if (!S_ISREG(st.st_mode)) {
+		r = tb_error_set(TB_EFORMAT, "store: %s/%s is not a regular file",
+			       s->path, name);
+		goto out;
+	}
 	got = pread_full(fd, &h, sizeof(h), 0);
 	if (got < 0) {
 		r = tb_error_sys(errno, "store: read %s/%s", s->path, name);
@@ -953,19 +1472,106 @@ out:
 }
 
 /*
- * Crash recovery of the last segment (its fd is s->afd): index repair, tail
- * scan, cut.  See the essay at the top.
+ * Quarantine of the active segment `sg` (open as s->afd), which has damage
+ * before the end of its data at `end_off`: the damaged file is linked into
+ * quarantine/, and a copy of its intact records (every byte outside the
+ * holes of kind DAMAGE, up to end_off) replaces it.  Its index is removed:
+ * the caller rebuilds it from the new file.  See the essay.
  */
-static int recover_active(tb_store_t *s)
+static int quarantine(tb_store_t *s, const seg_t *sg, uint64_t end_off,
+		      char *qname, size_t qlen)
 {
-	seg_t *sg = &s->segs[s->nsegs - 1];
-	char sname[32], iname[32], why[160];
-	uint64_t off, seq, end_off, next_seq;
-	size_t on_disk, kept, n_before;
-	int hdr_ok, r, ro = s->cfg.read_only;
+	char sname[32], iname[32], tname[40];
+	uint64_t src = STORE_HDR_LEN, dst = STORE_HDR_LEN;
+	size_t i = hole_lower(s, sg->first_seq, 0);
+	int tfd, r = 0;
 
 	file_name(sname, sg->first_seq, "seg");
 	file_name(iname, sg->first_seq, "idx");
+	file_name(tname, sg->first_seq, "seg.tmp");
+	unlinkat(s->dirfd, tname, 0);
+	r = file_create(s, tname, STORE_SEG_MAGIC, sg->first_seq, &tfd);
+	if (r < 0)
+		return r;
+	for (;; i++) {
+		const hole_t *h = i < s->nholes && s->holes[i].key == sg->first_seq ?
+				  &s->holes[i] : NULL;
+		uint64_t upto = h ? h->off : end_off;
+
+		if (h && h->kind != HOLE_DAMAGE)
+			continue;
+		if (upto > src && copy_bytes(s->afd, src, tfd, dst, upto - src) < 0) {
+			r = tb_error_sys(errno, "store: copy the intact records of "
+				       "%s/%s", s->path, sname);
+			goto fail;
+		}
+		dst += upto - src;
+		if (!h)
+			break;
+		src = h->next_off;
+	}
+	if (s->cfg.sync != TB_STORE_SYNC_NONE && fdatasync(tfd) < 0) {
+		r = tb_error_sys(errno, "store: fdatasync %s/%s", s->path, tname);
+		goto fail;
+	}
+	if (mkdirat(s->dirfd, STORE_QUARANTINE, 0755) < 0 && errno != EEXIST) {
+		r = tb_error_sys(errno, "store: mkdir %s/" STORE_QUARANTINE, s->path);
+		goto fail;
+	}
+	snprintf(qname, qlen, STORE_QUARANTINE "/%s.%" PRIu64, sname, wall_ns(s));
+	if (linkat(s->dirfd, sname, s->dirfd, qname, 0) < 0) {
+		/* No hard links here: a copy, then. */
+		int qfd = openat(s->dirfd, qname, O_WRONLY | O_CREAT | O_EXCL |
+				 O_CLOEXEC, 0644);
+		struct stat st;
+
+		if (qfd < 0 || fstat(s->afd, &st) < 0 ||
+		    copy_bytes(s->afd, 0, qfd, 0, (uint64_t)st.st_size) < 0) {
+			r = tb_error_sys(errno, "store: set %s/%s aside as %s",
+				       s->path, sname, qname);
+			if (qfd >= 0)
+				close(qfd);
+			goto fail;
+		}
+		close(qfd);
+	}
+	if (unlinkat(s->dirfd, iname, 0) < 0 && errno != ENOENT) {
+		r = tb_error_sys(errno, "store: unlink %s/%s", s->path, iname);
+		goto fail;
+	}
+	/* The commit: the intact records take the damaged file's place. */
+	if (renameat(s->dirfd, tname, s->dirfd, sname) < 0) {
+		r = tb_error_sys(errno, "store: rename %s/%s", s->path, tname);
+		goto fail;
+	}
+	close(tfd);
+	if (s->cfg.sync != TB_STORE_SYNC_NONE && fsync(s->dirfd) < 0)
+		return tb_error_sys(errno, "store: fsync directory %s", s->path);
+	s->st.segments_quarantined++;
+	return 0;
+fail:
+	close(tfd);
+	unlinkat(s->dirfd, tname, 0);
+	return r;
+}
+
+/*
+ * Crash recovery of the last segment (its fd is s->afd): index repair, tail
+ * scan, cut, and the quarantine of damage before the end.  See the essay at
+ * the top.
+ */
+static int recover_active(tb_store_t *s, int may_quarantine)
+{
+	seg_t *sg = &s->segs[s->nsegs - 1];
+	uint64_t key = sg->first_seq;
+	char sname[32], iname[32], why[160];
+	uint64_t off, seq;
+	size_t on_disk, kept, n_before;
+	scan_res_t res;
+	int hdr_ok, r, ro = s->cfg.read_only, quarantining;
+
+	file_name(sname, key, "seg");
+	file_name(iname, key, "idx");
 	s->aifd = openat(s->dirfd, iname, (ro ? O_RDONLY : O_RDWR) | O_CLOEXEC);
 	if (s->aifd < 0 && errno != ENOENT)
 		return tb_error_sys(errno, "store: open %s/%s", s->path, iname);
@@ -974,13 +1580,14 @@ static int recover_active(tb_store_t *s)
 		return r;
 
 	/* Entries that passed their own checks must also point at records
-	 * that check; drop from the end until one does. */
+	 * that carry exactly their sequence; drop from the end until one
+	 * does. */
 	while (s->aidx.n) {
 		const store_idx_t *e = &s->aidx.e[s->aidx.n - 1];
 		const tb_frame_hdr_t *f;
 		uint32_t sp;
 
-		r = rec_decode(s, s->afd, sg->first_seq, e->off, sg->size, e->seq,
+		r = rec_decode(s, s->afd, key, e->off, sg->size, e->seq, e->seq,
 			       STORE_SCAN_CHUNK, &f, &sp, why, sizeof(why));
 		if (r < 0)
 			return r;
@@ -994,23 +1601,71 @@ static int recover_active(tb_store_t *s)
 		seq = s->aidx.e[kept - 1].seq;
 	} else {
 		off = STORE_HDR_LEN;
-		seq = sg->first_seq;
+		seq = key;
 	}
-	r = scan(s, s->afd, sg->first_seq, off, seq, sg->size, &s->aidx,
-		 &end_off, &next_seq, why, sizeof(why));
+	r = scan(s, s->afd, key, off, seq, sg->size, &s->aidx, &res);
 	if (r < 0)
 		return r;
 	s->w_key = 0;
 
-	if (end_off < sg->size) {
-		tb_warn("store: %s/%s: cut %" PRIu64 " bytes of torn tail at offset %"
-			PRIu64 " (%s); last good sequence %" PRIu64 "%s",
-			s->path, sname, sg->size - end_off, end_off, why,
-			next_seq - 1, ro ? " (read-only: not cut on disk)" : "");
-		if (!ro && ftruncate(s->afd, (off_t)end_off) < 0)
+	quarantining = res.damaged && !ro && may_quarantine;
+	if (res.end_off < sg->size) {
+		if (res.tail == TAIL_ZERO)
+			tb_info("store: %s/%s: %" PRIu64 " bytes of room after the "
+				"last record (sequence %" PRIu64 ") %s", s->path,
+				sname, sg->size - res.end_off, res.next_seq - 1,
+				ro ? "ignored" : "cut");
+		else
+			tb_warn("store: %s/%s: cut %" PRIu64 " bytes of torn tail at "
+				"offset %" PRIu64 " (%s); last good sequence %" PRIu64 "%s",
+				s->path, sname, sg->size - res.end_off, res.end_off,
+				res.why, res.next_seq - 1,
+				ro ? " (read-only: not cut on disk)" : "");
+		/* A quarantined file is set aside as it was found. */
+		if (!ro && !quarantining && ftruncate(s->afd, (off_t)res.end_off) < 0)
 			return tb_error_sys(errno, "store: truncate %s/%s", s->path,
 					  sname);
-		sg->size = end_off;
+		sg->size = res.end_off;
+	}
+	s->last_seq = res.next_seq - 1;
+
+	if (res.damaged) {
+		char qname[96] = "", lost[64] = "no sequence lost";
+
+		if (quarantining) {
+			r = quarantine(s, sg, res.end_off, qname, sizeof(qname));
+			if (r < 0)
+				return r;
+		}
+		if (res.dmg_last >= res.dmg_first)
+			snprintf(lost, sizeof(lost), "sequences %" PRIu64 "..%" PRIu64
+				 " lost", res.dmg_first, res.dmg_last);
+		tb_warn("store: %s/%s: %zu damaged place%s (%" PRIu64 " bytes) "
+			"before the end of the active segment, %s; not a torn "
+			"tail: %s%s%s, every intact record after the damage kept",
+			s->path, sname, res.damaged, res.damaged > 1 ? "s" : "",
+			res.dmg_bytes, lost, qname[0] ? "quarantined as " : "",
+			qname[0] ? qname : ro ? "left in place (read-only)" :
+			"left in place", qname[0] ? " (the intact records replace it)" : "");
+		if (qname[0]) {
+			/* Start again on the file that replaced it, where the
+			 * same holes are met again, recorded: counted once. */
+			uint64_t holes = s->st.holes, lost = s->st.records_lost;
+
+			hole_drop_key(s, key);
+			close(s->afd);
+			if (s->aifd >= 0)
+				close(s->aifd);
+			s->afd = s->aifd = -1;
+			s->aidx.n = 0;
+			r = seg_load(s, s->nsegs - 1, O_RDWR, &s->afd);
+			if (r < 0)
+				return r;
+			r = recover_active(s, 0);
+			s->st.holes = holes;
+			s->st.records_lost = lost;
+			return r;
+		}
 	}
 
 	/* Make the index file hold exactly aidx: keep the first `kept`
@@ -1022,8 +1677,7 @@ static int recover_active(tb_store_t *s)
 			if (s->aifd >= 0)
 				close(s->aifd);
 			unlinkat(s->dirfd, iname, 0);
-			r = file_create(s, iname, STORE_IDX_MAGIC, sg->first_seq,
-					&s->aifd);
+			r = file_create(s, iname, STORE_IDX_MAGIC, key, &s->aifd);
 			if (r < 0)
 				return r;
 			kept = 0;
@@ -1048,7 +1702,7 @@ static int recover_active(tb_store_t *s)
 				iname, s->aidx.n - kept);
 	}
 	sg->idx_size = STORE_HDR_LEN + s->aidx.n * sizeof(store_idx_t);
-	s->last_seq = next_seq - 1;
+	s->idx_on_file = s->aidx.n;
 	return 0;
 }
 
@@ -1084,7 +1738,7 @@ static int store_load(tb_store_t *s)
 	}
 	if (s->nsegs == 0)
 		return 0;
-	r = recover_active(s);
+	r = recover_active(s, 1);
 	if (r < 0)
 		return r;
 
@@ -1096,6 +1750,7 @@ static int store_load(tb_store_t *s)
 		s->afd = s->aifd = -1;
 		if (!ro)
 			seg_unlink(s, s->segs[0].first_seq);
+		hole_drop_key(s, s->segs[0].first_seq);
 		s->nsegs = 0;
 		s->last_seq = 0;
 		s->aidx.n = 0;
@@ -1172,6 +1827,8 @@ int tb_store_close(tb_store_t *s)
 
 	if (!s)
 		return 0;
+	if (s->nsegs)
+		active_unmap(s);
 	if (!s->cfg.read_only && s->cfg.sync != TB_STORE_SYNC_NONE)
 		r = do_sync(s);
 	if (s->afd >= 0)
@@ -1185,6 +1842,7 @@ int tb_store_close(tb_store_t *s)
 	free(s->ridx.e);
 	free(s->segs);
 	free(s->buf);
+	free(s->holes);
 	free(s);
 	return r;
 }
@@ -1196,6 +1854,9 @@ static int frame_refuse(const tb_store_t *s, const tb_frame_hdr_t *f,
 {
 	if (!f)
 		return tb_error_set(TB_EINVAL, "tb_store_append: NULL frame");
+	if (s->cfg.read_only)
+		return tb_error_set(TB_ESTATE, "tb_store_append: store %s is read-only",
+				  s->path);
 	if (f->length < TB_FRAME_HDR_LEN || f->length > TB_FRAME_MAX_LEN)
 		return tb_error_set(TB_EINVAL, "tb_store_append: frame length %u "
 				  "outside [%u, %u]", f->length, TB_FRAME_HDR_LEN,
@@ -1216,131 +1877,119 @@ static int frame_refuse(const tb_store_t *s, const tb_frame_hdr_t *f,
 	return 0;
 }
 
-int tb_store_append_batch(tb_store_t *s, const tb_frame_hdr_t *const *frames,
-			  int n)
+/*
+ * The slow half of an append: the first segment, a roll, mapping the
+ * active segment, making room.  Afterwards the record of `sp` bytes fits
+ * at the end of the mapped active segment.
+ */
+static int append_room(tb_store_t *s, const tb_frame_hdr_t *f, uint32_t sp)
 {
-	static const uint8_t zeros[STORE_REC_ALIGN];
-	struct iovec iov[3 * STORE_GROUP_MAX];
-	store_rec_t rh[STORE_GROUP_MAX];
-	store_idx_t ie[STORE_GROUP_MAX];
-	int done = 0, r;
+	seg_t *sg;
+	int r = 0;
 
-	if (!s || (!frames && n > 0) || n < 0)
-		return tb_error_set(TB_EINVAL, "tb_store_append: bad argument");
-	if (s->cfg.read_only)
-		return tb_error_set(TB_ESTATE, "tb_store_append: store %s is read-only",
-				  s->path);
-	while (done < n) {
-		const tb_frame_hdr_t *f = frames[done];
-		uint64_t expect = s->nsegs ? s->last_seq + 1 : 0;
-		uint64_t size, first_off, last_idx_off;
-		int g = 0, ni = 0, niov = 0;
-		seg_t *sg;
-
-		r = frame_refuse(s, f, expect);
-		if (r < 0)
-			return done ? done : r;
-		if (s->nsegs == 0) {
-			r = seg_create(s, f->seq);
-		} else {
-			sg = &s->segs[s->nsegs - 1];
-			if (s->last_seq >= sg->first_seq &&
-			    sg->size + rec_space(f->length) > s->cfg.segment_bytes)
-				r = seg_roll(s, f->seq);
-		}
-		if (r < 0)
-			return done ? done : r;
-
-		/* Gather what fits in this segment and is in order. */
+	if (s->nsegs == 0) {
+		r = seg_create(s, f->seq);
+	} else {
 		sg = &s->segs[s->nsegs - 1];
-		size = first_off = sg->size;
-		last_idx_off = s->aidx.n ? s->aidx.e[s->aidx.n - 1].off : 0;
-		while (done + g < n && g < STORE_GROUP_MAX) {
-			const tb_frame_hdr_t *fg = frames[done + g];
-			uint32_t sp;
-
-			/* A refusal ends the group; the loop's next turn
-			 * reports it. */
-			if (g && frame_refuse(s, fg, f->seq + (uint64_t)g) < 0) {
-				tb_error_clear();
-				break;
-			}
-			sp = rec_space(fg->length);
-			if (size > STORE_HDR_LEN &&
-			    size + sp > s->cfg.segment_bytes)
-				break;
-			rh[g].len = fg->length;
-			rh[g].crc = tb_crc32c(0, fg, fg->length);
-			iov[niov].iov_base = &rh[g];
-			iov[niov++].iov_len = sizeof(rh[g]);
-			iov[niov].iov_base = (void *)(uintptr_t)fg;
-			iov[niov++].iov_len = fg->length;
-			if (sp - sizeof(rh[g]) > fg->length) {
-				iov[niov].iov_base = (void *)(uintptr_t)zeros;
-				iov[niov++].iov_len = sp - sizeof(rh[g]) - fg->length;
-			}
-			if ((s->aidx.n == 0 && ni == 0) ||
-			    size - last_idx_off >= TB_STORE_INDEX_INTERVAL) {
-				ie[ni].seq = fg->seq;
-				ie[ni].off = (uint32_t)size;
-				ie[ni].crc = tb_crc32c(0, &ie[ni],
-						       offsetof(store_idx_t, crc));
-				ni++;
-				last_idx_off = size;
-			}
-			size += sp;
-			g++;
-		}
-
-		if (pwritev_full(s->afd, iov, niov, first_off) < 0) {
-			r = tb_error_sys(errno, "tb_store_append: write %s/%020" PRIu64
-				       ".seg", s->path, sg->first_seq);
-			/* Take back a partial write so the file ends on a
-			 * record. */
-			if (ftruncate(s->afd, (off_t)first_off) < 0)
-				tb_warn("store: %s: could not cut a partial "
-					"write: %s", s->path, strerror(errno));
-			return done ? done : r;
-		}
-		if (ni && pwrite_full(s->aifd, ie, (size_t)ni * sizeof(ie[0]),
-				      STORE_HDR_LEN + s->aidx.n *
-				      sizeof(store_idx_t)) < 0)
-			tb_warn("store: %s: index write failed (%s); it is "
-				"rebuilt at the next open", s->path,
-				strerror(errno));
-		for (int k = 0; k < ni; k++) {
-			r = idx_push(&s->aidx, ie[k].seq, ie[k].off);
-			if (r < 0)
-				return done + g;
-		}
-		s->bytes += (size - first_off) + (uint64_t)ni * sizeof(store_idx_t);
-		sg->idx_size += (uint64_t)ni * sizeof(store_idx_t);
-		sg->size = size;
-		s->last_seq = f->seq + (uint64_t)g - 1;
-		s->st.appended += (uint64_t)g;
-		s->st.bytes_appended += size - first_off;
-		s->dirty = 1;
-		done += g;
-		/* The byte bound holds at every append, not only at rolls. */
-		if (s->cfg.retain_bytes && s->bytes > s->cfg.retain_bytes &&
-		    s->nsegs > 1)
-			tb_store_retain(s);
+		if (s->last_seq >= sg->first_seq &&
+		    sg->size + sp > s->cfg.segment_bytes)
+			r = seg_roll(s, f->seq);
 	}
-	if (s->cfg.sync == TB_STORE_SYNC_INTERVAL &&
-	    tb_clock_mono_coarse_ns() - s->last_sync_ns >=
-	    (uint64_t)s->cfg.sync_interval_ms * 1000000ull) {
-		r = do_sync(s);
+	if (r < 0)
+		return r;
+	sg = &s->segs[s->nsegs - 1];
+	/* Mapped for a smaller first record that did not make it. */
+	if (s->amap && sg->size + sp > s->amap_len)
+		active_unmap(s);
+	if (!s->amap) {
+		r = active_map(s, sp);
 		if (r < 0)
 			return r;
 	}
-	return done;
+	return sg->size + sp > s->afile_len ? active_grow(s, sg->size + sp) : 0;
 }
 
-int tb_store_append(tb_store_t *s, const tb_frame_hdr_t *frame)
+/*
+ * One record: checks, a CRC and a copy into the mapping, an index entry
+ * every 4 KiB.  No allocation, lock or system call but in append_room,
+ * once per STORE_GROW bytes, and in a due sync under
+ * TB_STORE_SYNC_INTERVAL.
+ */
+int tb_store_append(tb_store_t *s, const tb_frame_hdr_t *f)
 {
-	int r = tb_store_append_batch(s, &frame, 1);
+	store_rec_t rh;
+	uint8_t *p;
+	uint64_t off;
+	seg_t *sg;
+	uint32_t sp;
+	int r;
 
-	return r < 0 ? r : 0;
+	if (tb_unlikely(!s))
+		return tb_error_set(TB_EINVAL, "tb_store_append: NULL store");
+	if (tb_unlikely(!f || f->seq != s->last_seq + 1 || s->nsegs == 0 ||
+			f->stream_id != s->cfg.stream_id ||
+			f->length < TB_FRAME_HDR_LEN || f->length > TB_FRAME_MAX_LEN ||
+			f->version != TB_FRAME_VERSION ||
+			(f->type != TB_FRAME_DATA && f->type != TB_FRAME_HEARTBEAT) ||
+			s->cfg.read_only)) {
+		r = frame_refuse(s, f, s->nsegs ? s->last_seq + 1 : 0);
+		if (r < 0)
+			return r;
+	}
+	sp = rec_space(f->length);
+	sg = s->amap ? &s->segs[s->nsegs - 1] : NULL;
+	if (tb_unlikely(!sg || sg->size + sp > s->afile_len ||
+			sg->size + sp > s->cfg.segment_bytes)) {
+		r = append_room(s, f, sp);
+		if (r < 0)
+			return r;
+		sg = &s->segs[s->nsegs - 1];
+	}
+	off = sg->size;
+	p = s->amap + off;
+	rh.len = f->length;
+	rh.crc = tb_crc32c(0, f, f->length);
+	/* The frame, its padding, then the length that makes it a record. */
+	memcpy(p + sizeof(rh), f, f->length);
+	memset(p + sizeof(rh) + f->length, 0, sp - sizeof(rh) - f->length);
+	memcpy(p, &rh, sizeof(rh));
+	if (s->aidx.n == 0 ||
+	    off - s->aidx.e[s->aidx.n - 1].off >= TB_STORE_INDEX_INTERVAL) {
+		r = idx_add(s, f->seq, off);
+		if (tb_unlikely(r < 0))
+			return r;
+	}
+	sg->size = off + sp;
+	s->bytes += sp;
+	s->last_seq = f->seq;
+	s->st.appended++;
+	s->st.bytes_appended += sp;
+	s->dirty = 1;
+	/* The byte bound holds at every append, not only at rolls. */
+	if (tb_unlikely(s->cfg.retain_bytes && s->bytes > s->cfg.retain_bytes &&
+			s->nsegs > 1))
+		tb_store_retain(s);
+	if (tb_unlikely(s->cfg.sync == TB_STORE_SYNC_INTERVAL) &&
+	    tb_clock_mono_coarse_ns() - s->last_sync_ns >=
+	    (uint64_t)s->cfg.sync_interval_ms * 1000000ull)
+		return do_sync(s);
+	return 0;
+}
+
+int tb_store_append_batch(tb_store_t *s, const tb_frame_hdr_t *const *frames,
+			  int n)
+{
+	int done;
+
+	if (!s || (!frames && n > 0) || n < 0)
+		return tb_error_set(TB_EINVAL, "tb_store_append: bad argument");
+	for (done = 0; done < n; done++) {
+		int r = tb_store_append(s, frames[done]);
+
+		if (r < 0)
+			return done ? done : r;
+	}
+	return done;
 }
 
 int tb_store_flush(tb_store_t *s)
@@ -1399,6 +2048,72 @@ static int reader_open(tb_store_t *s, size_t k)
 	return 0;
 }
 
+static int lost_error(const tb_store_t *s, const hole_t *h)
+{
+	return tb_error_set(TB_STORE_LOST, "tb_store_read: sequences %" PRIu64
+			  "..%" PRIu64 " are lost (%s/%020" PRIu64 ".seg offset %"
+			  PRIu64 ": %s)", h->first, h->next - 1, s->path, h->key,
+			  h->off, hole_why(h->kind));
+}
+
+/*
+ * Where a read of `seq` in segment `sg` (records of it readable through
+ * `fd`, index `idx`) starts walking: the nearest point at or before `seq`
+ * known to hold the record it names (an index entry whose record carries
+ * exactly its sequence, the end of a known hole, the segment's first
+ * record), and in *hc the first known hole at or after it.  Returns 0,
+ * TB_STORE_LOST when `seq` is in a known hole, or a negative code.
+ */
+static int walk_start(tb_store_t *s, const seg_t *sg, int fd,
+		      const idx_vec_t *idx, uint64_t seq, uint64_t *offp,
+		      uint64_t *atp, size_t *hc)
+{
+	const uint64_t key = sg->first_seq;
+	const store_idx_t *e = idx_find(idx, seq);
+	const hole_t *h = hole_of_seq(s, seq);
+	uint64_t off = STORE_HDR_LEN, at = key;
+	size_t c;
+	char why[160];
+
+	if (h && h->key == key)
+		return lost_error(s, h);
+	for (int tries = 0; e && tries < STORE_IDX_TRIES; tries++) {
+		const tb_frame_hdr_t *f;
+		uint32_t sp;
+		int r = rec_decode(s, fd, key, e->off, sg->size, e->seq, e->seq,
+				   STORE_READ_CHUNK, &f, &sp, why, sizeof(why));
+
+		if (r < 0)
+			return r;
+		if (r == REC_OK) {
+			off = e->off;
+			at = e->seq;
+			break;
+		}
+		e = e > idx->e ? e - 1 : NULL;
+	}
+	/* A hole of this segment that ends nearer. */
+	c = hole_lower(s, key, off);
+	while (c < s->nholes && s->holes[c].key == key &&
+	       s->holes[c].next <= seq && s->holes[c].next_off >= off) {
+		off = s->holes[c].next_off;
+		at = s->holes[c].next;
+		c++;
+	}
+	/* A start inside a hole's bytes (an index entry that checks, in
+	 * damage): only the segment's first record is sure. */
+	if (c > 0 && s->holes[c - 1].key == key && s->holes[c - 1].off < off &&
+	    off < s->holes[c - 1].next_off) {
+		off = STORE_HDR_LEN;
+		at = key;
+		c = hole_lower(s, key, off);
+	}
+	*offp = off;
+	*atp = at;
+	*hc = c;
+	return 0;
+}
+
 int tb_store_read(tb_store_t *s, uint64_t first_seq, int max_count,
 		  tb_store_read_fn fn, void *clientd)
 {
@@ -1423,11 +2138,12 @@ int tb_store_read(tb_store_t *s, uint64_t first_seq, int max_count,
 	for (k = seg_find(s, seq); !stop && delivered < max_count &&
 	     seq <= s->last_seq; k++) {
 		const seg_t *sg = &s->segs[k];
+		const uint64_t key = sg->first_seq;
 		uint64_t end_seq = k + 1 < s->nsegs ? s->segs[k + 1].first_seq - 1 :
 			s->last_seq;
 		const idx_vec_t *idx = &s->aidx;
-		const store_idx_t *e;
-		uint64_t off, at;
+		uint64_t off = 0, at = seq;
+		size_t hc = 0;
 		int fd = s->afd;
 
 		if (k + 1 < s->nsegs) {
@@ -1437,39 +2153,99 @@ int tb_store_read(tb_store_t *s, uint64_t first_seq, int max_count,
 			idx = &s->ridx;
 			fd = s->rfd;
 		}
-		e = idx_find(idx, seq);
-		off = e ? e->off : STORE_HDR_LEN;
-		at = e ? e->seq : sg->first_seq;
+		r = walk_start(s, sg, fd, idx, seq, &off, &at, &hc);
+		if (r < 0)
+			break;
 		while (at <= end_seq && delivered < max_count) {
 			const tb_frame_hdr_t *f;
 			uint32_t sp;
 			char why[160];
+			hole_t h;
 
-			r = rec_decode(s, fd, sg->first_seq, off, sg->size, at,
-				       STORE_READ_CHUNK, &f, &sp, why, sizeof(why));
-			if (r == REC_BAD)
-				r = tb_error_set(TB_EFORMAT, "tb_store_read: %s/%020"
-					       PRIu64 ".seg: offset %" PRIu64 ": %s",
-					       s->path, sg->first_seq, off, why);
-			if (r < 0)
-				break;
-			s->st.records_examined++;
-			if (at >= seq) {
-				delivered++;
-				if (fn(clientd, f)) {
+			if (hc < s->nholes && s->holes[hc].key == key &&
+			    s->holes[hc].off == off) {
+				const hole_t *hp = &s->holes[hc];
+
+				/* Lost sequences this read wants: stop before
+				 * them; a read from them gets TB_STORE_LOST. */
+				if (hp->next > hp->first && hp->next > seq) {
+					r = lost_error(s, hp);
 					stop = 1;
-					at++;
 					break;
 				}
+				off = hp->next_off;
+				at = hp->next;
+				hc++;
+				continue;
 			}
-			off += sp;
-			at++;
+			r = rec_decode(s, fd, key, off, sg->size, at, end_seq,
+				       STORE_READ_CHUNK, &f, &sp, why, sizeof(why));
+			if (r < 0)
+				break;
+			if (r == REC_OK) {
+				s->st.records_examined++;
+				if (at >= seq) {
+					delivered++;
+					if (fn(clientd, f)) {
+						stop = 1;
+						at++;
+						break;
+					}
+				}
+				off += sp;
+				at++;
+				continue;
+			}
+			/* A hole not known yet: find where it ends, remember
+			 * it, and meet it at the top of the loop. */
+			if (r == REC_JUMP) {
+				h = (hole_t){key, at, f->seq, off, off, HOLE_RECORDED};
+			} else {
+				int has_next = hc < s->nholes && s->holes[hc].key == key;
+				uint64_t limit = has_next ? s->holes[hc].off : sg->size;
+				uint64_t lim_seq = has_next ? s->holes[hc].first :
+						   end_seq + 1;
+				uint64_t y, q;
+
+				r = resync(s, fd, key, off + STORE_REC_ALIGN, limit, at,
+					   lim_seq - 1, &y, &q);
+				if (r < 0)
+					break;
+				if (r == 0) {
+					y = limit;
+					q = lim_seq;
+				}
+				h = (hole_t){key, at, q, off, y,
+					     off >= sg->size ? HOLE_MISSING : HOLE_DAMAGE};
+				if (h.next > h.first)
+					tb_warn("store: %s/%020" PRIu64 ".seg: sequences %"
+						PRIu64 "..%" PRIu64 " lost at offset %" PRIu64
+						" (%s); reads step over them", s->path, key,
+						h.first, h.next - 1, off, why);
+			}
+			r = hole_add(s, &h, &hc);
+			if (r < 0)
+				break;
 		}
 		if (r < 0)
 			break;
 		seq = at;
 	}
 	return delivered ? delivered : r;
+}
+
+int tb_store_lost(const tb_store_t *s, uint64_t seq, uint64_t *first,
+		  uint64_t *last)
+{
+	const hole_t *h = s ? hole_of_seq(s, seq) : NULL;
+
+	if (!h)
+		return 0;
+	if (first)
+		*first = h->first;
+	if (last)
+		*last = h->next - 1;
+	return 1;
 }
 
 /* -------------------------------------------------------------- queries */

@@ -33,6 +33,8 @@ enum tb_store_result {
 	TB_STORE_TOO_OLD = -40, /* before tb_store_first_seq(): retention
 				   deleted it (or it was never stored) */
 	TB_STORE_NOT_YET = -41, /* after tb_store_last_seq(): not stored yet */
+	TB_STORE_LOST = -42,    /* in a range the store held but lost to
+				   damage; tb_store_lost() gives the range */
 };
 
 typedef enum tb_store_sync {
@@ -86,6 +88,11 @@ typedef struct tb_store_stats {
 	uint64_t segments;         /* segment files now */
 	uint64_t segments_deleted; /* by retention, since open */
 	uint64_t bytes;            /* segment + index bytes now */
+	uint64_t holes;            /* lost ranges found (by reads, or by open
+				      in the active segment) since open */
+	uint64_t records_lost;     /* the sequences in them */
+	uint64_t segments_quarantined; /* damaged active segments set aside
+					  by open (quarantine/) */
 } tb_store_stats_t;
 
 typedef struct tb_store tb_store_t;
@@ -102,9 +109,13 @@ void tb_store_cfg_init(tb_store_cfg_t *cfg);
 /*
  * Opens (creating if needed) the store of cfg->stream_id and cfg->epoch
  * under cfg->dir.  The newest segment is checked from its last index point:
- * a torn tail is cut, with a warning.  A segment file with a bad header
- * fails the open with TB_EFORMAT.  Returns 0, TB_EINVAL, TB_EBUSY,
- * TB_EFORMAT, TB_ENOENT (read-only and absent) or a system error.
+ * a torn tail (records that do not check, nothing that checks after them)
+ * is cut, with a warning; damage with intact records after it is not a
+ * tail: the segment is quarantined (set aside in <store>/quarantine/, its
+ * intact records kept in its place, the range between reported lost by
+ * reads), with a warning and stats.segments_quarantined.  A segment file
+ * with a bad header fails the open with TB_EFORMAT.  Returns 0, TB_EINVAL,
+ * TB_EBUSY, TB_EFORMAT, TB_ENOENT (read-only and absent) or a system error.
  */
 int tb_store_open(tb_store_t **s, const tb_store_cfg_t *cfg);
 
@@ -115,14 +126,17 @@ int tb_store_close(tb_store_t *s);
  * Appends one frame (a tb_frame_hdr_t followed by its payload,
  * frame->length bytes in all).  Its seq must be tb_store_last_seq() + 1,
  * or any seq >= 1 in an empty store; anything else is TB_EINVAL (duplicate
- * or out of order) and stores nothing.  One pwritev; rolls to a new
- * segment when the current one is full.  Returns 0 or a TB_E* code.
+ * or out of order) and stores nothing.  A copy into the mapped active
+ * segment, no system call (but once per MiB, to make room, and a due sync
+ * under TB_STORE_SYNC_INTERVAL); once it returns, the record survives the
+ * process (SIGKILL included).  Rolls to a new segment when the current one
+ * is full.  Returns 0 or a TB_E* code (a full disk: the error, never a
+ * signal).
  */
 int tb_store_append(tb_store_t *s, const tb_frame_hdr_t *frame);
 
-/* Appends frames[0..n) in order with as few system calls as the segment
- * and index boundaries allow.  Returns how many were appended; on an error
- * at the first frame, the error. */
+/* Appends frames[0..n) in order, as tb_store_append each.  Returns how
+ * many were appended; on an error at the first frame, the error. */
 int tb_store_append_batch(tb_store_t *s, const tb_frame_hdr_t *const *frames,
 			  int n);
 
@@ -138,18 +152,35 @@ int tb_store_retain(tb_store_t *s);
 
 /*
  * Delivers up to `max_count` frames, starting at `first_seq`, to `fn`, in
- * sequence order.  Costs one index lookup and one positioned read, never a
- * scan of a segment from its start.  Returns the number delivered (> 0), or:
+ * sequence order.  Costs one index lookup and one positioned read (none in
+ * the active segment once this writer has appended to it: it is mapped),
+ * never a scan of a segment from its start.  Returns the number delivered (> 0), or:
  *   TB_STORE_TOO_OLD  first_seq < tb_store_first_seq() (message says which
  *                     is the earliest available)
  *   TB_STORE_NOT_YET  first_seq > tb_store_last_seq() (message: the latest)
- *   TB_EFORMAT        a corrupt record (message: file and offset)
+ *   TB_STORE_LOST     first_seq is in a range lost to damage (a corrupt
+ *                     record); tb_store_lost() gives the range, and a read
+ *                     from the sequence after it goes on
  *   TB_EINVAL         first_seq 0, max_count < 1, fn NULL
- * An error met after some frames were delivered ends the read early with
- * their count; the next read, from the following sequence, reports it.
+ * A read stops before a lost range (and before any error) with the count
+ * delivered so far; the next read, from the following sequence, reports
+ * it.  Every frame delivered has passed its CRC and carries the sequence
+ * expected.
  */
 int tb_store_read(tb_store_t *s, uint64_t first_seq, int max_count,
 		  tb_store_read_fn fn, void *clientd);
+
+/*
+ * When `seq` is in a range lost to damage that the store knows of (a read
+ * that returned TB_STORE_LOST, or open, found it), sets [*first, *last] to
+ * the whole range and returns 1; else 0.  Replaying across a hole:
+ *
+ *   r = tb_store_read(s, q, max, fn, cd);
+ *   if (r == TB_STORE_LOST && tb_store_lost(s, q, &a, &b))
+ *           report or refetch [a, b]; go on at b + 1
+ */
+int tb_store_lost(const tb_store_t *s, uint64_t seq, uint64_t *first,
+		  uint64_t *last);
 
 /* Oldest and newest stored sequence; both 0 when the store is empty. */
 uint64_t tb_store_first_seq(const tb_store_t *s);

@@ -24,8 +24,10 @@
 #include "tickbus_schema.h"
 #include "tickbus_schema_v1.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define NMSG 7
 #define STREAM_ID 5
@@ -376,6 +378,40 @@ static void from_store(void **state)
 	free(out);
 }
 
+/* A record lost to damage in the store: a gap line, and the dump goes on
+ * to the end. */
+static void from_a_damaged_store(void **state)
+{
+	char *argv[] = {"tb-dump", "--store", storedir, "--stream-id", "9",
+			"--epoch", "5", NULL};
+	char seg[400], *out;
+	off_t off = 64;
+	uint8_t b;
+	int fd, i;
+
+	(void)state;
+	build_messages();
+	reset_store();
+	write_store(5, NMSG);
+	for (i = 0; i < 3; i++)   /* record 4 starts after three */
+		off += 8 + ((TB_FRAME_HDR_LEN + msg[i].len + 7) & ~7u);
+	snprintf(seg, sizeof(seg), "%s/9-%016x/%020u.seg", storedir, 5u, 1u);
+	fd = open(seg, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &b, 1, off + 8 + TB_FRAME_HDR_LEN), 1);
+	b ^= 0x40;
+	assert_int_equal(pwrite(fd, &b, 1, off + 8 + TB_FRAME_HDR_LEN), 1);
+	close(fd);
+
+	assert_int_equal(run_dump(argv, &out), 0);
+	for (i = 0; i < NMSG; i++)
+		if (i != 3)
+			check_line(out, 0, i, (uint64_t)i + 1, STORE_STREAM);
+	assert_non_null(strstr(out, "gap first=4 last=4"));
+	assert_non_null(strstr(out, "lost=1 end=store"));
+	free(out);
+}
+
 static void bad_arguments(void **state)
 {
 	char *nostream[] = {"tb-dump", "--store", storedir, "--stream-id", "10", NULL};
@@ -521,6 +557,7 @@ int main(void)
 		cmocka_unit_test(live_json_with_count),
 		cmocka_unit_test(lapped_dump_prints_the_gap),
 		cmocka_unit_test(from_store),
+		cmocka_unit_test(from_a_damaged_store),
 		cmocka_unit_test(bad_arguments),
 	};
 

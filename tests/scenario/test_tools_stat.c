@@ -239,6 +239,46 @@ static void test_corrupt_file_skipped(void **state)
 	unlink(path);
 }
 
+/* The counters file of a SIGKILLed process (it could not remove it) is
+ * removed by the next tb-stat, and kept with --no-reap. */
+static void test_dead_process_reaped(void **state)
+{
+	char path[256], *out;
+	struct stat st;
+	proc_t sub;
+	(void)state;
+
+	start_sub(&sub, "doomed");
+	snprintf(path, sizeof(path), "%s/tickbus-counters.%d", ctrdir,
+		 (int)sub.pid);
+	for (uint64_t until = proc_now_ms() + 30000; stat(path, &st) != 0;) {
+		assert_true(proc_now_ms() < until);
+		usleep(20000);
+	}
+	/* Neither world-readable nor writable by others. */
+	assert_int_equal(st.st_mode & 0007, 0);
+	kill(sub.pid, SIGKILL);
+	proc_wait(&sub, 10000);
+	assert_int_equal(stat(path, &st), 0);
+	{
+		char *a[] = {"--once", "--no-reap", "--interval-ms", "10", NULL};
+
+		assert_int_equal(run(&out, a), 0);
+	}
+	assert_null(strstr(out, "reaped:"));
+	free(out);
+	assert_int_equal(stat(path, &st), 0);
+	{
+		char *a[] = {"--once", "--interval-ms", "10", NULL};
+
+		assert_int_equal(run(&out, a), 0);
+	}
+	assert_non_null(strstr(out, "reaped: "));
+	free(out);
+	assert_int_equal(stat(path, &st), -1);
+	assert_int_equal(errno, ENOENT);
+}
+
 static void expect(char *const args[], int status, const char *msg)
 {
 	char path[256];
@@ -271,6 +311,7 @@ int main(void)
 		cmocka_unit_test(test_once_table_and_json),
 		cmocka_unit_test(test_processes_come_and_go),
 		cmocka_unit_test(test_corrupt_file_skipped),
+		cmocka_unit_test(test_dead_process_reaped),
 		cmocka_unit_test(test_bad_arguments),
 	};
 

@@ -537,6 +537,297 @@ static void test_corrupt_files(void **state)
 	free(p);
 }
 
+/* ------------------------------------------- memory registrations */
+
+static const tb_counters_mr_t *mr_at(const tb_counters_proc_t *p,
+				     uint64_t addr)
+{
+	for (int i = 0; i < p->n_mrs; i++)
+		if (p->mrs[i].addr == addr)
+			return &p->mrs[i];
+	return NULL;
+}
+
+static void test_memory_registrations(void **state)
+{
+	(void)state;
+	tb_counters_proc_t *p = malloc(sizeof(*p));
+	static char ring[4096], slot[64];
+	tb_counter_mr_t *a, *b, *more[TB_COUNTERS_MRS];
+	const tb_counters_mr_t *m;
+	char buf[96];
+	int n;
+
+	assert_non_null(p);
+	a = tb_counters_mr_add_raw(4, TB_ROLE_SUBSCRIBER, TB_MR_RING_RX, "rc",
+				   ring, sizeof(ring),
+				   TB_MR_LOCAL_WRITE | TB_MR_REMOTE_WRITE,
+				   0x1111, 0x2222);
+	b = tb_counters_mr_add_raw(4, TB_ROLE_PUBLISHER, TB_MR_CREDIT, "rc",
+				   slot, sizeof(slot), TB_MR_REMOTE_WRITE, 0x33,
+				   0x44);
+	assert_non_null(a);
+	assert_non_null(b);
+	tb_counters_mr_peer(a, "10.0.0.7:4000 qpn 0x12");
+	tb_counters_mr_peer(a, "10.0.0.8:4000 qpn 0x13");
+	tb_counters_mr_peer(NULL, "nobody"); /* a no-op */
+	assert_int_equal(tb_counters_read_file(tb_counters_path(), p), 0);
+	assert_int_equal(p->n_mrs, 2);
+	m = mr_at(p, (uint64_t)(uintptr_t)ring);
+	assert_non_null(m);
+	assert_int_equal(m->stream_id, 4);
+	assert_int_equal(m->role, TB_ROLE_SUBSCRIBER);
+	assert_int_equal(m->use, TB_MR_RING_RX);
+	assert_int_equal(m->length, sizeof(ring));
+	assert_int_equal(m->access, TB_MR_LOCAL_WRITE | TB_MR_REMOTE_WRITE);
+	assert_int_equal(m->lkey, 0x1111);
+	assert_int_equal(m->rkey, 0x2222);
+	assert_int_equal(m->n_peers, 2);
+	assert_string_equal(m->peer, "10.0.0.8:4000 qpn 0x13");
+	assert_string_equal(m->transport, "rc");
+	m = mr_at(p, (uint64_t)(uintptr_t)slot);
+	assert_non_null(m);
+	assert_int_equal(m->use, TB_MR_CREDIT);
+	assert_int_equal(m->n_peers, 0);
+
+	/* Removed records disappear; a closed file waits for them. */
+	tb_counters_mr_remove(b);
+	tb_counters_mr_remove(NULL);
+	assert_int_equal(tb_counters_read_file(tb_counters_path(), p), 0);
+	assert_int_equal(p->n_mrs, 1);
+	assert_int_equal(tb_counters_close(), TB_EBUSY);
+
+	/* Full: NULL, and NULL is accepted everywhere. */
+	for (n = 0; n < TB_COUNTERS_MRS - 1; n++) {
+		more[n] = tb_counters_mr_add_raw(1, TB_ROLE_PUBLISHER,
+						 TB_MR_SEND, "ud", slot, 1, 0,
+						 1, 2);
+		assert_non_null(more[n]);
+	}
+	assert_null(tb_counters_mr_add_raw(1, TB_ROLE_PUBLISHER, TB_MR_SEND,
+					   "ud", slot, 1, 0, 1, 2));
+	for (n = 0; n < TB_COUNTERS_MRS - 1; n++)
+		tb_counters_mr_remove(more[n]);
+	tb_counters_mr_remove(a);
+	tb_counters_mr_remove(a); /* twice: a no-op */
+	assert_int_equal(tb_counters_close(), 0);
+
+	assert_string_equal(tb_mr_access_str(0, buf, sizeof(buf)), "none");
+	assert_string_equal(tb_mr_access_str(TB_MR_LOCAL_WRITE |
+					     TB_MR_REMOTE_READ | 0x400,
+					     buf, sizeof(buf)),
+			    "LOCAL_WRITE|REMOTE_READ|0x400");
+	assert_string_equal(tb_mr_use_name(TB_MR_RING_RX), "ring_rx");
+	assert_string_equal(tb_mr_use_name(99), "?");
+	free(p);
+}
+
+/* ------------------------------------------------------ histograms */
+
+static void test_histograms(void **state)
+{
+	(void)state;
+	tb_counters_proc_t *p = malloc(sizeof(*p));
+	tb_counter_hist_t *h, *all[TB_COUNTERS_HISTS];
+	const tb_counters_hist_t *c;
+
+	assert_non_null(p);
+	/* Bucket i holds values up to 2^(i+6) ns, the last one the rest. */
+	assert_int_equal(tb_counter_hist_bucket(-5), 0);
+	assert_int_equal(tb_counter_hist_bucket(0), 0);
+	assert_int_equal(tb_counter_hist_bucket(64), 0);
+	assert_int_equal(tb_counter_hist_bucket(65), 1);
+	assert_int_equal(tb_counter_hist_bucket(128), 1);
+	assert_int_equal(tb_counter_hist_bucket(129), 2);
+	assert_int_equal(tb_counter_hist_bucket(1000), 4); /* <= 1024 */
+	assert_int_equal(tb_counter_hist_bucket(1ll << 36), 30);
+	assert_int_equal(tb_counter_hist_bucket((1ll << 36) + 1), 31);
+	assert_int_equal(tb_counter_hist_bucket(INT64_MAX), 31);
+	assert_int_equal(tb_counter_hist_le_ns(4), 1024);
+
+	h = tb_counters_hist_add(9, TB_ROLE_SUBSCRIBER, "Delivery-Latency");
+	assert_non_null(h);
+	tb_counter_hist_record(h, 50);
+	tb_counter_hist_record(h, 1000);
+	tb_counter_hist_record(h, 1000);
+	tb_counter_hist_record(h, -3);
+	tb_counter_hist_record(h, 100000000000ll);
+	tb_counter_hist_record(NULL, 5); /* a no-op */
+	assert_int_equal(tb_counters_read_file(tb_counters_path(), p), 0);
+	assert_int_equal(p->n_hists, 1);
+	c = &p->hists[0];
+	assert_string_equal(c->name, "delivery_latency");
+	assert_int_equal(c->stream_id, 9);
+	assert_int_equal(c->role, TB_ROLE_SUBSCRIBER);
+	assert_int_equal(c->count, 5);
+	assert_int_equal(c->b[0], 2);
+	assert_int_equal(c->b[4], 2);
+	assert_int_equal(c->b[31], 1);
+	assert_int_equal(c->sum_ns, 50 + 2000 + 100000000000ull);
+
+	for (int i = 0; i < TB_COUNTERS_HISTS - 1; i++) {
+		all[i] = tb_counters_hist_add(0, TB_ROLE_NONE, "x");
+		assert_non_null(all[i]);
+	}
+	assert_null(tb_counters_hist_add(0, TB_ROLE_NONE, "one too many"));
+	for (int i = 0; i < TB_COUNTERS_HISTS - 1; i++)
+		tb_counters_hist_remove(all[i]);
+	tb_counters_hist_remove(h);
+	tb_counters_hist_remove(NULL);
+	assert_int_equal(tb_counters_close(), 0);
+	free(p);
+}
+
+/* ------------------------------------------- who may read, who creates */
+
+/* The file is created 0640 whatever the umask (or as $TICKBUS_COUNTERS_
+ * MODE says, within owner rw and group r), never world-readable. */
+static void test_file_mode(void **state)
+{
+	(void)state;
+	tb_counter_slot_t *s;
+	mode_t old = umask(0);
+	struct stat st;
+
+	s = tb_counters_add_stream(1, "m", TB_ROLE_PUBLISHER, "shm");
+	umask(old);
+	assert_non_null(s);
+	assert_int_equal(stat(tb_counters_path(), &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0640);
+	tb_counters_remove_stream(s);
+	assert_int_equal(tb_counters_close(), 0);
+
+	setenv("TICKBUS_COUNTERS_MODE", "600", 1);
+	s = tb_counters_add_stream(1, "m", TB_ROLE_PUBLISHER, "shm");
+	assert_non_null(s);
+	assert_int_equal(stat(tb_counters_path(), &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0600);
+	tb_counters_remove_stream(s);
+	assert_int_equal(tb_counters_close(), 0);
+
+	/* World-readable, executable or nonsense: refused, the default. */
+	static const char *const bad[] = {"644", "0604", "700", "9", "", "x"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		setenv("TICKBUS_COUNTERS_MODE", bad[i], 1);
+		s = tb_counters_add_stream(1, "m", TB_ROLE_PUBLISHER, "shm");
+		assert_non_null(s);
+		assert_int_equal(stat(tb_counters_path(), &st), 0);
+		assert_int_equal(st.st_mode & 07777, 0640);
+		tb_counters_remove_stream(s);
+		assert_int_equal(tb_counters_close(), 0);
+	}
+	unsetenv("TICKBUS_COUNTERS_MODE");
+}
+
+/* What lies at a process's path before it creates its file: its own
+ * leftover (a dead process with the same pid) is replaced; a link, a FIFO
+ * or another user's file is refused and left alone. */
+static void test_squatted_path(void **state)
+{
+	(void)state;
+	char path[256], target[256];
+	int to_child[2], from_child[2], status;
+	struct stat st;
+	pid_t pid;
+	char c;
+
+	for (int kind = 0; kind < 4; kind++) {
+		assert_int_equal(pipe(to_child), 0);
+		assert_int_equal(pipe(from_child), 0);
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			int rc;
+
+			if (read(to_child[0], &c, 1) != 1)
+				_exit(10);
+			rc = tb_counters_open();
+			c = rc == 0 ? 'o' : rc == TB_EBUSY ? 'b' : 'e';
+			if (write(from_child[1], &c, 1) != 1)
+				_exit(11);
+			_exit(0);
+		}
+		path_for_pid(path, sizeof(path), pid);
+		snprintf(target, sizeof(target), "%s/target-%d", dir, kind);
+		write_whole(target, "precious", 8);
+		switch (kind) {
+		case 0: write_whole(path, "leftover", 8); break;
+		case 1: assert_int_equal(symlink(target, path), 0); break;
+		case 2: assert_int_equal(mkfifo(path, 0666), 0); break;
+		case 3:
+			write_whole(path, "squatter", 8);
+			if (geteuid() != 0 || chown(path, 4242, 4242) != 0) {
+				/* Not root: another user's file cannot be
+				 * made here; the check is root's case. */
+				unlink(path);
+				write_whole(path, "leftover", 8);
+				kind = 4;
+			}
+			break;
+		}
+		assert_int_equal(write(to_child[1], "g", 1), 1);
+		assert_int_equal(read(from_child[0], &c, 1), 1);
+		assert_int_equal(waitpid(pid, &status, 0), pid);
+		if (kind == 0 || kind == 4) {
+			assert_int_equal(c, 'o'); /* replaced by a real file */
+			assert_int_equal(lstat(path, &st), 0);
+			assert_true(S_ISREG(st.st_mode));
+			assert_true(st.st_size > 8);
+		} else {
+			assert_int_equal(c, 'b'); /* refused, left alone */
+			assert_int_equal(lstat(path, &st), 0);
+			if (kind == 1)
+				assert_true(S_ISLNK(st.st_mode));
+			if (kind == 2)
+				assert_true(S_ISFIFO(st.st_mode));
+			if (kind == 3)
+				assert_int_equal(st.st_uid, 4242);
+		}
+		assert_int_equal(stat(target, &st), 0);
+		assert_int_equal(st.st_size, 8); /* never written through */
+		unlink(path);
+		unlink(target);
+		close(to_child[0]);
+		close(to_child[1]);
+		close(from_child[0]);
+		close(from_child[1]);
+	}
+}
+
+/* read_dir_reap counts the stale files it removes. */
+static void test_reap_counts(void **state)
+{
+	(void)state;
+	int rc, reaped = -1, status;
+	struct seen s = {0};
+	char path[256];
+	pid_t pid;
+
+	for (int i = 0; i < 2; i++) {
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			if (!tb_counters_add_stream(5, "doomed",
+						    TB_ROLE_SUBSCRIBER, "udp"))
+				_exit(1);
+			kill(getpid(), SIGKILL);
+			_exit(2);
+		}
+		assert_int_equal(waitpid(pid, &status, 0), pid);
+		assert_true(WIFSIGNALED(status));
+		path_for_pid(path, sizeof(path), pid);
+		assert_true(exists(path));
+	}
+	rc = tb_counters_read_dir_reap(NULL, 0, collect, &s, &reaped);
+	assert_true(rc >= 0);
+	assert_int_equal(reaped, 0);
+	rc = tb_counters_read_dir_reap(NULL, TB_COUNTERS_DELETE_STALE, collect,
+				       &s, &reaped);
+	assert_true(rc >= 0);
+	assert_int_equal(reaped, 2);
+	assert_false(exists(path));
+}
+
 static void test_reader_bad_args(void **state)
 {
 	(void)state;
@@ -598,6 +889,11 @@ int main(void)
 		cmocka_unit_test(test_dead_process_is_skipped_and_deleted),
 		cmocka_unit_test(test_reused_pid_is_stale),
 		cmocka_unit_test(test_corrupt_files),
+		cmocka_unit_test(test_memory_registrations),
+		cmocka_unit_test(test_histograms),
+		cmocka_unit_test(test_file_mode),
+		cmocka_unit_test(test_squatted_path),
+		cmocka_unit_test(test_reap_counts),
 		cmocka_unit_test(test_reader_bad_args),
 	};
 
