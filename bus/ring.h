@@ -13,10 +13,12 @@
  * tail: it polls the sequence word of the next frame itself, one cache
  * line it must fetch anyway, and finds the frame whole once the word holds
  * the sequence it expects.  For that the word must never hold stale bytes
- * of an earlier lap when the reader gets there: the commit of a shared
- * ring first zeroes the sequence word of the frame after it (a position
- * the writer will write next anyway), and the reader comes to that
- * position only through this commit.  A padding frame is committed after
+ * of an earlier lap when the reader gets there: the claim of a shared
+ * ring zeroes the sequence word of the frame after it (a position the
+ * writer will write next anyway), and the reader comes to that position
+ * only through this frame's commit.  A writer fills a frame's payload
+ * first and its header last, so that the stores to the line the reader
+ * polls go together.  A padding frame is committed after
  * the frame that follows it, so a reader that passes the pad finds that
  * frame whole too.
  *
@@ -249,6 +251,13 @@ static inline tb_frame_hdr_t *tb_ring_claim(tb_ring_t *r, uint32_t payload_len,
 	/* A private ring: every claim.  A shared one: once a chunk. */
 	if (r->claim_tail + r->reach > r->intent)
 		tb_ring_announce(r, r->claim_tail + r->reach);
+	/* A shared ring zeroes the next frame's sequence word now, away
+	 * from the stores to this frame's first line, which a reader polls
+	 * (an abort leaves the zero beyond the tail, where the next claim
+	 * writes anyway). */
+	if (r->reach)
+		tb_atomic_plain_store_relaxed(&tb_ring_at(r, r->claim_tail)->seq,
+					      (uint64_t)0);
 	if (tb_unlikely(pad)) {
 		tb_frame_init_pad_body((tb_frame_hdr_t *)(r->base + off),
 				       (uint32_t)pad, r->stream_id);
@@ -258,15 +267,12 @@ static inline tb_frame_hdr_t *tb_ring_claim(tb_ring_t *r, uint32_t payload_len,
 }
 
 /* Publishes the claimed frame: its sequence word last.  Hot path: one
- * release store (R1), plus the zeroed word of the next frame on a shared
- * ring; the pad's word too when the claim padded (once a lap). */
+ * release store (R1); the pad's word too when the claim padded (once a
+ * lap). */
 static inline void tb_ring_commit(tb_ring_t *r)
 {
 	tb_frame_hdr_t *f = tb_ring_at(r, r->claim_pos);
 
-	if (r->reach)
-		tb_atomic_plain_store_relaxed(&tb_ring_at(r, r->claim_tail)->seq,
-					      (uint64_t)0);
 	/* R1: the frame (and the next one's zero) before its sequence;
 	 * pairs with A1 in tb_shm_reader_poll and the shm reader's walks
 	 * (transport/shm.h, shm.c). */

@@ -288,17 +288,21 @@ int64_t tb_pub_offer(tb_publisher_t *p, uint16_t template_id, const void *buf,
 		     uint32_t len)
 {
 	tb_frame_hdr_t *f;
+	uint64_t now_ns;
 	int rc;
 
 	/* Hot path: no allocation, lock or system call. */
 	if (tb_unlikely(p->claim_open))
 		return TB_ESTATE;
+	now_ns = tb_clock_now_ns_inline(); /* first: its latency overlaps */
 	f = claim(p, len, &rc);
 	if (tb_unlikely(!f))
 		return rc;
-	tb_frame_init_body(f, len, template_id, p->stream_id,
-			   tb_clock_now_ns_inline());
+	/* The payload first, the header last, next to the commit that
+	 * stores its sequence word: a reader polls that word's cache line,
+	 * so every store to it goes together, in one transfer (ring.h). */
 	memcpy(tb_frame_payload(f), buf, len);
+	tb_frame_init_body(f, len, template_id, p->stream_id, now_ns);
 	return publish(p);
 }
 
