@@ -531,8 +531,11 @@ static int await(ends_t *e, struct wait_for *w, uint64_t until)
 	while (!w->got) {
 		int rc = tb_sub_poll(e->sub, on_answer, w, 16);
 
-		if (rc == TB_PUBLISHER_DEAD) {
-			fprintf(stderr, "%s: the other end died\n", prog);
+		if (rc == TB_PUBLISHER_DEAD || rc == TB_CLOSED) {
+			/* Nothing more will come: waiting out every
+			 * message's timeout would take hours. */
+			fprintf(stderr, "%s: the other end %s\n", prog,
+				rc == TB_CLOSED ? "left" : "died");
 			return -1;
 		}
 		if (w->got)

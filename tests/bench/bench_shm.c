@@ -288,15 +288,18 @@ static int tool_rtt(rtt_t *r)
 	FILE *f;
 	int found = 0;
 
-	snprintf(cmd, sizeof(cmd), "%s/../bin/tb-latency -n %" PRIu64
+	snprintf(cmd, sizeof(cmd), "timeout 600 %s/../bin/tb-latency -n %" PRIu64
 		 " -w %d -s 64 --cores %d,%d --idle busy-spin 2>&1", self,
 		 rounds, WARMUP, core_a, core_b);
 	f = popen(cmd, "r");
 	if (!f)
 		return -1;
 	while (fgets(line, sizeof(line), f)) {
-		if (!strstr(line, "mode=pingpong"))
+		if (!strstr(line, "mode=pingpong")) {
+			if (!strstr(line, "warning") && !strstr(line, "measuring"))
+				fprintf(stderr, "bench shm: %s", line);
 			continue;
+		}
 		if ((p = strstr(line, " p50=")))
 			r->p50 = atoll(p + 5);
 		if ((p = strstr(line, " p99=")))
