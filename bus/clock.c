@@ -79,7 +79,7 @@ static pthread_once_t clock_once = PTHREAD_ONCE_INIT;
 /* Samples per calibration point: enough that at least one bracket escapes a
  * preemption or a hypervisor exit. */
 #define CLOCK_SAMPLES 64
-#define CLOCK_SHIFT 32
+#define CLOCK_SHIFT TB_CLOCK_SHIFT
 
 #define CLOCK_FILE_MAGIC 0x4b434f4c43425454ull /* "TTBCLOCK" little-endian */
 #define CLOCK_FILE_VERSION 1u
@@ -305,7 +305,7 @@ static const char *file_invalid(int fd, const char *boot_id,
 		return "bad checksum";
 	if (memcmp(cf->boot_id, boot_id, CLOCK_BOOT_ID_LEN) != 0)
 		return "written before the last boot";
-	if (cf->mult == 0 || cf->shift == 0 || cf->shift > 63)
+	if (cf->mult == 0 || cf->shift != CLOCK_SHIFT)
 		return "bad calibration values";
 	return NULL;
 }

@@ -199,27 +199,37 @@ static inline uint64_t tb_ring_claim_span(const tb_ring_t *r, uint32_t payload_l
 }
 
 /* Announces that the writer may write below `upto` (see the essay); a
- * shared ring also marks where the open claim begins.  Hot path, but on a
- * shared ring only once a chunk. */
+ * shared ring also marks where the open claim begins.  Out of line on a
+ * shared ring, which announces once a chunk; a private ring's is two
+ * stores. */
+static __attribute__((unused, noinline, cold)) void
+tb_ring_announce_shared_(tb_ring_t *r)
+{
+	tb_ring_lap_t *l = r->lap;
+	/* Relaxed: the writer reads back its own last store. */
+	uint64_t g = tb_atomic_load_relaxed(&l->gen);
+
+	tb_atomic_store_relaxed(&l->gen, g + 1);
+	tb_atomic_fence_release(); /* W2: odd before the marks */
+	tb_atomic_store_relaxed(&l->mark_pos, r->tail);
+	tb_atomic_store_relaxed(&l->mark_seq, r->claim_seq);
+	tb_atomic_store_relaxed(&l->intent, r->intent);
+	/* R2: the marks are whole; pairs with A2 (transport/shm.c). */
+	tb_atomic_store_release(&l->gen, g + 2);
+	/* R0, as below. */
+	tb_atomic_fence_release();
+}
+
 static inline void tb_ring_announce(tb_ring_t *r, uint64_t upto)
 {
 	tb_ring_lap_t *l = r->lap;
 
 	r->intent = upto + r->ahead;
 	if (r->ahead) {
-		/* Relaxed: the writer reads back its own last store. */
-		uint64_t g = tb_atomic_load_relaxed(&l->gen);
-
-		tb_atomic_store_relaxed(&l->gen, g + 1);
-		tb_atomic_fence_release(); /* W2: odd before the marks */
-		tb_atomic_store_relaxed(&l->mark_pos, r->tail);
-		tb_atomic_store_relaxed(&l->mark_seq, r->claim_seq);
-		tb_atomic_store_relaxed(&l->intent, r->intent);
-		/* R2: the marks are whole; pairs with A2 (transport/shm.c). */
-		tb_atomic_store_release(&l->gen, g + 2);
-	} else {
-		tb_atomic_store_relaxed(&l->intent, r->intent);
+		tb_ring_announce_shared_(r);
+		return;
 	}
+	tb_atomic_store_relaxed(&l->intent, r->intent);
 	/* R0: intent visible before any byte it covers is written; pairs
 	 * with A0 in tb_shm_reader_poll (shm.h) and in copy_frame/held
 	 * (retention.c). */
@@ -233,8 +243,8 @@ static inline void tb_ring_announce(tb_ring_t *r, uint64_t upto)
  * fills the header but its sequence (tb_frame_init_body) and the payload,
  * then commits or aborts.  Hot path: no allocation, lock or system call.
  */
-static inline tb_frame_hdr_t *tb_ring_claim(tb_ring_t *r, uint32_t payload_len,
-					    uint64_t seq)
+static inline __attribute__((always_inline)) tb_frame_hdr_t *
+tb_ring_claim(tb_ring_t *r, uint32_t payload_len, uint64_t seq)
 {
 	uint32_t space = tb_frame_space(payload_len + TB_FRAME_HDR_LEN);
 	uint64_t pos = r->tail;
@@ -269,7 +279,7 @@ static inline tb_frame_hdr_t *tb_ring_claim(tb_ring_t *r, uint32_t payload_len,
 /* Publishes the claimed frame: its sequence word last.  Hot path: one
  * release store (R1); the pad's word too when the claim padded (once a
  * lap). */
-static inline void tb_ring_commit(tb_ring_t *r)
+static inline __attribute__((always_inline)) void tb_ring_commit(tb_ring_t *r)
 {
 	tb_frame_hdr_t *f = tb_ring_at(r, r->claim_pos);
 

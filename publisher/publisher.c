@@ -301,7 +301,7 @@ int64_t tb_pub_offer(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	/* The payload first, the header last, next to the commit that
 	 * stores its sequence word: a reader polls that word's cache line,
 	 * so every store to it goes together, in one transfer (ring.h). */
-	memcpy(tb_frame_payload(f), buf, len);
+	tb_frame_copy_payload(tb_frame_payload(f), buf, len);
 	tb_frame_init_body(f, len, template_id, p->stream_id, now_ns);
 	return publish(p);
 }

@@ -740,6 +740,7 @@ int tb_shm_reader_attach(tb_shm_reader_t *r, int from_start)
 	reader_unmap(r);
 	r->scratch = scratch;
 	r->max_space = max_space;
+	r->max_body = max_space - TB_FRAME_HDR_LEN;
 	r->max_frame = hdr->max_frame;
 	r->hdr = hdr;
 	r->ring = (const uint8_t *)base + TB_SHM_HDR_SIZE;

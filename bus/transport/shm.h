@@ -196,6 +196,7 @@ typedef struct tb_shm_reader {
 	uint64_t next;         /* the sequence that frame must carry */
 	uint8_t *scratch;      /* max_space bytes: frames are copied here */
 	uint32_t max_space;    /* tb_frame_space(max_frame) */
+	uint32_t max_body;     /* max_space - TB_FRAME_HDR_LEN */
 	uint32_t idle_polls;   /* empty polls since the last frame */
 	int slow;              /* not attached, or resynchronising: every
 				  poll takes tb_shm_reader_slow */
@@ -314,11 +315,10 @@ tb_shm_reader_read(tb_shm_reader_t *r, tb_seq_t *seq, tb_seq_range_t *loss,
 		}
 		memcpy(c, f, TB_FRAME_HDR_LEN);
 		space = tb_frame_space(h->length);
-		/* One compare for a length below a header or above the
-		 * largest frame. */
-		if (tb_unlikely(h->length - TB_FRAME_HDR_LEN >
-				r->max_space - TB_FRAME_HDR_LEN ||
-				off + space > size))
+		/* A length below a header or above the largest frame (one
+		 * compare), or past the end of the ring. */
+		if (tb_unlikely(h->length - TB_FRAME_HDR_LEN > r->max_body ||
+				space > size - off))
 			return n ? n : TB_SHM_ODD_;
 		tb_shm_copy_body(c + TB_FRAME_HDR_LEN, f + TB_FRAME_HDR_LEN,
 				 space - TB_FRAME_HDR_LEN);
