@@ -53,6 +53,16 @@
  *   mtu          (ud udp)  0 or 256..65507              0 = path MTU
  *   batch_us     (ud udp)  0..1000000                   0 = send at once
  *   rcvbuf       (udp)     bytes, 0..1G                 0 = system's
+ *   sources      (sources) names of streams in the file, at most 4    none
+ *   sources_wait_us (sources) 0..1000000                      1000
+ * A stream with `sources` is one stream taken from several copies (hot
+ * failover, tb_subscriber_open_sources): it has no transport, and of the
+ * keys above takes id, subscriber_core, idle, token, recovery,
+ * recovery_buffer, recovery_timeout_ms and sources_wait_us ("applies to
+ * sources" below).  Each source is an ordinary stream of the same file,
+ * listed once, with no sources of its own, and carries the id of the
+ * stream that lists it: the one exception to unique ids, and the reason
+ * ids and sources are checked once the whole file is read.
  * Integers are decimal and parsed strictly: no sign where the key is
  * unsigned, no trailing text, no overflow.  Sizes take K, M or G (x1024).
  * Choice words are matched without regard to case.  A host is a name, an
@@ -133,6 +143,7 @@ enum kind {
 	K_GROUP,     /* tb_endpoint_t, IPv4 multicast */
 	K_ENDPOINTS, /* tb_endpoint_t[TB_RECOVERY_MAX] + n_recovery */
 	K_MODE,      /* uint32_t file mode, octal: owner rw, no group/other w */
+	K_NAMES,     /* char[TB_SOURCES_MAX][TB_NAME_MAX] + n_sources */
 };
 
 #define F_ZERO_OK 1u  /* 0 is allowed besides lo..hi ("off") */
@@ -144,6 +155,8 @@ enum kind {
 #define T_UD (1u << TB_TRANSPORT_UD)
 #define T_UDP (1u << TB_TRANSPORT_UDP)
 #define T_ALL (T_SHM | T_RC | T_UD | T_UDP)
+/* Not a transport: a stream of sources (see above). */
+#define T_SRC (1u << 4)
 
 struct key_spec {
 	const char *name;
@@ -205,6 +218,8 @@ enum key_index {
 	KEY_MTU,
 	KEY_BATCH_US,
 	KEY_RCVBUF,
+	KEY_SOURCES,
+	KEY_SOURCES_WAIT_US,
 	N_KEYS
 };
 
@@ -212,7 +227,7 @@ static const struct key_spec keys[N_KEYS] = {
 	/*                 name                  kind         field
 	 *                 lo        hi         flags         applies  required */
 	[KEY_ID] = {"id", K_U32, FIELD(id),
-		1, UINT32_MAX, F_ZERO_UNSET, T_ALL, T_ALL, NULL},
+		1, UINT32_MAX, F_ZERO_UNSET, T_ALL | T_SRC, T_ALL | T_SRC, NULL},
 	[KEY_TRANSPORT] = {"transport", K_ENUM, FIELD(transport),
 		0, 3, 0, T_ALL, T_ALL, transport_words},
 	[KEY_RING_SIZE] = {"ring_size", K_SIZE, FIELD(ring_size),
@@ -220,15 +235,15 @@ static const struct key_spec keys[N_KEYS] = {
 	[KEY_PUBLISHER_CORE] = {"publisher_core", K_CORE, FIELD(publisher_core),
 		-1, 0, 0, T_ALL, 0, NULL},
 	[KEY_SUBSCRIBER_CORE] = {"subscriber_core", K_CORE,
-		FIELD(subscriber_core), -1, 0, 0, T_ALL, 0, NULL},
+		FIELD(subscriber_core), -1, 0, 0, T_ALL | T_SRC, 0, NULL},
 	[KEY_IDLE] = {"idle", K_ENUM, FIELD(idle),
-		0, 2, 0, T_ALL, 0, idle_words},
+		0, 2, 0, T_ALL | T_SRC, 0, idle_words},
 	[KEY_SLOW_CONSUMER] = {"slow_consumer", K_ENUM, FIELD(slow_consumer),
 		0, 1, 0, T_ALL, 0, slow_words},
 	[KEY_TOKEN] = {"token", K_TEXT, FIELD(token),
-		0, 0, 0, T_ALL, 0, NULL},
+		0, 0, 0, T_ALL | T_SRC, 0, NULL},
 	[KEY_RECOVERY] = {"recovery", K_ENDPOINTS, FIELD(recovery),
-		0, 0, 0, T_ALL, 0, NULL},
+		0, 0, 0, T_ALL | T_SRC, 0, NULL},
 	[KEY_HEARTBEAT_MS] = {"heartbeat_ms", K_U32, FIELD(heartbeat_ms),
 		1, 60000, 0, T_ALL, 0, NULL},
 	[KEY_LIVENESS_TIMEOUT_MS] = {"liveness_timeout_ms", K_U32,
@@ -238,9 +253,10 @@ static const struct key_spec keys[N_KEYS] = {
 	[KEY_RETENTION_ENDPOINT] = {"retention_endpoint", K_ENDPOINT,
 		FIELD(retention_endpoint), 0, 0, 0, T_ALL, 0, NULL},
 	[KEY_RECOVERY_BUFFER] = {"recovery_buffer", K_SIZE,
-		FIELD(recovery_buffer), RING_MIN, RING_MAX, F_POW2, T_ALL, 0, NULL},
+		FIELD(recovery_buffer), RING_MIN, RING_MAX, F_POW2, T_ALL | T_SRC,
+		0, NULL},
 	[KEY_RECOVERY_TIMEOUT_MS] = {"recovery_timeout_ms", K_U32,
-		FIELD(recovery_timeout_ms), 100, 600000, 0, T_ALL, 0, NULL},
+		FIELD(recovery_timeout_ms), 100, 600000, 0, T_ALL | T_SRC, 0, NULL},
 	[KEY_SHM_PATH] = {"shm_path", K_PATH, FIELD(shm_path),
 		0, 0, 0, T_SHM, 0, NULL},
 	[KEY_SHM_MODE] = {"shm_mode", K_MODE, FIELD(shm_mode),
@@ -269,6 +285,10 @@ static const struct key_spec keys[N_KEYS] = {
 		0, 1000000, 0, T_UD | T_UDP, 0, NULL},
 	[KEY_RCVBUF] = {"rcvbuf", K_SIZE, FIELD(rcvbuf),
 		0, GIB, 0, T_UDP, 0, NULL},
+	[KEY_SOURCES] = {"sources", K_NAMES, FIELD(sources),
+		0, 0, 0, T_SRC, 0, NULL},
+	[KEY_SOURCES_WAIT_US] = {"sources_wait_us", K_U32, FIELD(sources_wait_us),
+		0, 1000000, 0, T_SRC, 0, NULL},
 };
 
 _Static_assert(N_KEYS <= 32, "a uint32_t records which keys a section gave");
@@ -315,14 +335,20 @@ static void fmt_size(uint64_t v, char *buf, size_t n)
 		snprintf(buf, n, "%llu", (unsigned long long)v);
 }
 
+/* transport_words, and "sources" for T_SRC. */
+static const char *kind_word(int t)
+{
+	return t < 4 ? transport_words[t] : "sources";
+}
+
 static void fmt_transports(unsigned mask, char *buf, size_t n)
 {
 	int count = 0, seen = 0;
 
-	for (int t = 0; t < 4; t++)
+	for (int t = 0; t < 5; t++)
 		count += (mask >> t) & 1;
 	buf[0] = '\0';
-	for (int t = 0; t < 4; t++) {
+	for (int t = 0; t < 5; t++) {
 		size_t len = strlen(buf);
 
 		if (!(mask & (1u << t)))
@@ -330,7 +356,7 @@ static void fmt_transports(unsigned mask, char *buf, size_t n)
 		seen++;
 		snprintf(buf + len, n - len, "%s%s",
 			 seen == 1 ? "" : seen == count ? " and " : ", ",
-			 transport_words[t]);
+			 kind_word(t));
 	}
 }
 
@@ -396,6 +422,10 @@ static void describe(const struct key_spec *k, long ncpu, char *buf, size_t n)
 		snprintf(buf, n, "an octal file mode such as 0600 or 0640 in "
 			 "which the owner reads and writes, and group and "
 			 "others may read but never write");
+		break;
+	case K_NAMES:
+		snprintf(buf, n, "1 to %d names of streams in this file, "
+			 "separated by commas, e.g. md_a, md_b", TB_SOURCES_MAX);
 		break;
 	}
 }
@@ -691,6 +721,46 @@ static int64_t load_int(const struct key_spec *k, const void *field)
 	return i;
 }
 
+/* A list of stream names (the sources key): each a valid name, none twice.
+ * Whether they name streams of the file is known only at its end. */
+static int parse_names(tb_stream_cfg_t *cfg, const char *text,
+		       const char *shown, char *why)
+{
+	char names[TB_SOURCES_MAX][TB_NAME_MAX];
+	const char *p = text;
+	int n = 1;
+
+	for (const char *c = text; *c; c++)
+		n += *c == ',';
+	if (n > TB_SOURCES_MAX)
+		return whyf(why, "%s lists %d streams, more than %d", shown, n,
+			    TB_SOURCES_MAX);
+	memset(names, 0, sizeof(names));
+	for (int i = 0; i < n; i++) {
+		const char *comma = strchr(p, ',');
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+
+		while (len && isspace((unsigned char)*p))
+			p++, len--;
+		while (len && isspace((unsigned char)p[len - 1]))
+			len--;
+		if (len == 0)
+			return whyf(why, "%s has an empty entry %d", shown, i + 1);
+		if (!valid_stream_name(p, len))
+			return whyf(why, "entry %d, '%.*s', is not a stream name",
+				    i + 1, (int)len, p);
+		memcpy(names[i], p, len);
+		for (int j = 0; j < i; j++)
+			if (strcmp(names[j], names[i]) == 0)
+				return whyf(why, "%s names '%s' twice", shown,
+					    names[i]);
+		p = comma ? comma + 1 : p + len;
+	}
+	memcpy(cfg->sources, names, sizeof(names));
+	cfg->n_sources = n;
+	return 0;
+}
+
 /* Parses `text` into the field of key `k`.  Returns 0, or -1 with what is
  * wrong in `why`. */
 static int parse_value(const struct key_spec *k, tb_stream_cfg_t *cfg,
@@ -797,6 +867,8 @@ static int parse_value(const struct key_spec *k, tb_stream_cfg_t *cfg,
 			return -1;
 		store_int(field, k->size, v);
 		return 0;
+	case K_NAMES:
+		return parse_names(cfg, text, shown, why);
 	}
 	return whyf(why, "internal error: key kind %d", (int)k->kind);
 }
@@ -856,6 +928,19 @@ static int check_value(const struct key_spec *k, const tb_stream_cfg_t *cfg,
 		v = load_int(k, field);
 		snprintf(shown, sizeof(shown), "%04llo", (unsigned long long)v);
 		return v == 0 ? 0 : check_mode(v, shown, why);
+	case K_NAMES:
+		if (cfg->n_sources < 0 || cfg->n_sources > TB_SOURCES_MAX)
+			return whyf(why, "n_sources %d is out of range",
+				    cfg->n_sources);
+		for (int i = 0; i < cfg->n_sources; i++) {
+			const char *nm = cfg->sources[i];
+
+			if (!memchr(nm, '\0', TB_NAME_MAX) ||
+			    !valid_stream_name(nm, strlen(nm)))
+				return whyf(why, "entry %d is not a stream name",
+					    i + 1);
+		}
+		return 0;
 	}
 	return whyf(why, "internal error: key kind %d", (int)k->kind);
 }
@@ -873,6 +958,8 @@ static bool value_given(const struct key_spec *k, const tb_stream_cfg_t *cfg)
 		return field[0] != '\0';
 	case K_ENDPOINTS:
 		return cfg->n_recovery > 0;
+	case K_NAMES:
+		return cfg->n_sources > 0;
 	default:
 		return !(k->flags & F_ZERO_UNSET) || load_int(k, field) != 0;
 	}
@@ -895,6 +982,7 @@ void tb_stream_cfg_init(tb_stream_cfg_t *cfg)
 	cfg->gid_index = -1;
 	cfg->ttl = 1;
 	cfg->loopback = 1;
+	cfg->sources_wait_us = 1000;
 }
 
 const char *tb_config_transport_name(tb_transport_t t)
@@ -916,12 +1004,16 @@ int tb_stream_cfg_validate(const tb_stream_cfg_t *cfg)
 		return tb_error_set(TB_ECONFIG, "stream name '%.*s' is invalid; "
 				  "allowed: 1 to %d of A-Z a-z 0-9 _ . -",
 				  TB_NAME_MAX - 1, cfg->name, TB_NAME_MAX - 1);
-	if ((unsigned)cfg->transport >= 4)
-		return tb_error_set(TB_ECONFIG, "stream '%s': field 'transport': "
-				  "%d is not a valid transport; allowed: shm, "
-				  "rc, ud or udp", cfg->name,
-				  (int)cfg->transport);
-	tbit = 1u << cfg->transport;
+	if (cfg->n_sources != 0) {
+		tbit = T_SRC; /* no transport of its own: not checked */
+	} else {
+		if ((unsigned)cfg->transport >= 4)
+			return tb_error_set(TB_ECONFIG, "stream '%s': field "
+					  "'transport': %d is not a valid "
+					  "transport; allowed: shm, rc, ud or "
+					  "udp", cfg->name, (int)cfg->transport);
+		tbit = 1u << cfg->transport;
+	}
 	for (int i = 0; i < N_KEYS; i++) {
 		const struct key_spec *k = &keys[i];
 
@@ -931,9 +1023,9 @@ int tb_stream_cfg_validate(const tb_stream_cfg_t *cfg)
 			return tb_error_set(TB_ECONFIG, "stream '%s': missing "
 					  "required field '%s'%s%s", cfg->name,
 					  k->name,
-					  k->required == T_ALL ? "" :
+					  (k->required & T_ALL) == T_ALL ? "" :
 					  " for transport ",
-					  k->required == T_ALL ? "" :
+					  (k->required & T_ALL) == T_ALL ? "" :
 					  transport_words[cfg->transport]);
 		}
 		if (check_value(k, cfg, ncpu, why)) {
@@ -1128,28 +1220,29 @@ static int unknown_key(struct loader *ld, const char *name)
  * path; then validates the struct as a whole. */
 static int finish_stream(struct loader *ld, struct entry *e)
 {
-	char list[64], path[TB_PATH_MAX];
+	char list[64], path[TB_PATH_MAX], what[32];
 	tb_stream_cfg_t *c = &e->cfg;
+	bool src = (e->seen & (1u << KEY_SOURCES)) != 0;
 	unsigned tbit;
 	int rc;
 
 	for (int i = KEY_ID; i <= KEY_TRANSPORT; i++)
-		if (!(e->seen & (1u << i)))
+		if (!(e->seen & (1u << i)) && !(src && i == KEY_TRANSPORT))
 			return stream_fail(ld, e, "missing required key '%s'",
 					   keys[i].name);
-	tbit = 1u << c->transport;
+	tbit = src ? T_SRC : 1u << c->transport;
+	snprintf(what, sizeof(what), "%s%s", src ? "a stream of sources" :
+		 "transport ", src ? "" : transport_words[c->transport]);
 	for (int i = 0; i < N_KEYS; i++) {
 		const struct key_spec *k = &keys[i];
 
 		if ((k->required & tbit) && !(e->seen & (1u << i)))
 			return stream_fail(ld, e, "missing required key '%s' "
-					   "(transport %s needs it)", k->name,
-					   transport_words[c->transport]);
+					   "(%s needs it)", k->name, what);
 		if ((e->seen & (1u << i)) && !(k->applies & tbit)) {
 			fmt_transports(k->applies, list, sizeof(list));
 			return key_fail(ld, e->key_line[i], k->name, "does not "
-					"apply to transport %s; it is for %s",
-					transport_words[c->transport], list);
+					"apply to %s; it is for %s", what, list);
 		}
 	}
 	if ((uint64_t)c->liveness_timeout_ms < 2 * (uint64_t)c->heartbeat_ms) {
@@ -1359,20 +1452,85 @@ static int on_key(void *user, const char *section, const char *name,
 	}
 	e->seen |= 1u << i;
 	e->key_line[i] = ld->lineno;
-	if (i == KEY_ID) {
-		for (int j = 0; j < ld->cur; j++) {
-			const struct entry *o = &ld->cfg->v[j];
+	return 1;
+}
 
-			if (o->cfg.id == e->cfg.id) {
-				key_fail(ld, ld->lineno, name, "%u is already "
-					 "the id of stream '%s' (line %d); ids "
-					 "must be unique", e->cfg.id,
-					 o->cfg.name, o->key_line[KEY_ID]);
-				return 0;
-			}
+/* The stream of the file that lists `e` among its sources, or NULL. */
+static const struct entry *listed_by(const tb_config_t *cfg,
+				     const struct entry *e)
+{
+	for (int i = 0; i < cfg->n; i++)
+		for (int k = 0; k < cfg->v[i].cfg.n_sources; k++)
+			if (strcmp(cfg->v[i].cfg.sources[k], e->cfg.name) == 0)
+				return &cfg->v[i];
+	return NULL;
+}
+
+/* What needs the whole file: every source names an ordinary stream of it,
+ * listed by one stream only, with that stream's id; and ids are unique
+ * but for that (a source and the stream that lists it, or two sources of
+ * one stream). */
+static int finish_file(struct loader *ld)
+{
+	tb_config_t *cfg = ld->cfg;
+
+	for (int i = 0; i < cfg->n; i++) {
+		const struct entry *e = &cfg->v[i];
+
+		for (int k = 0; k < e->cfg.n_sources; k++) {
+			const char *nm = e->cfg.sources[k];
+			const struct entry *s = NULL;
+
+			for (int j = 0; j < cfg->n; j++)
+				if (strcmp(cfg->v[j].cfg.name, nm) == 0)
+					s = &cfg->v[j];
+			if (!s)
+				return key_fail(ld, e->key_line[KEY_SOURCES],
+						"sources", "no stream '%s' in "
+						"this file", nm);
+			if (s->cfg.n_sources)
+				return key_fail(ld, e->key_line[KEY_SOURCES],
+						"sources", "'%s' has sources "
+						"of its own; a source is an "
+						"ordinary stream", nm);
+			for (int j = 0; j < i; j++)
+				for (int m = 0; m < cfg->v[j].cfg.n_sources; m++)
+					if (!strcmp(cfg->v[j].cfg.sources[m], nm))
+						return key_fail(ld,
+							e->key_line[KEY_SOURCES],
+							"sources", "'%s' is "
+							"already a source of "
+							"stream '%s' (line %d)",
+							nm, cfg->v[j].cfg.name,
+							cfg->v[j].key_line[KEY_SOURCES]);
+			if (s->cfg.id != e->cfg.id)
+				return key_fail(ld, s->key_line[KEY_ID], "id",
+						"%u is not the id of stream '%s' "
+						"(line %d), which lists '%s' "
+						"among its sources; the copies "
+						"of a stream carry its id",
+						s->cfg.id, e->cfg.name,
+						e->key_line[KEY_ID], nm);
 		}
 	}
-	return 1;
+	for (int i = 1; i < cfg->n; i++) {
+		const struct entry *e = &cfg->v[i];
+		const struct entry *le = listed_by(cfg, e);
+
+		for (int j = 0; j < i; j++) {
+			const struct entry *o = &cfg->v[j];
+			const struct entry *lo = listed_by(cfg, o);
+
+			if (o->cfg.id != e->cfg.id || le == o || lo == e ||
+			    (le && le == lo))
+				continue;
+			return key_fail(ld, e->key_line[KEY_ID], "id", "%u is "
+					"already the id of stream '%s' (line "
+					"%d); ids must be unique", e->cfg.id,
+					o->cfg.name, o->key_line[KEY_ID]);
+		}
+	}
+	return 0;
 }
 
 int tb_config_load(tb_config_t **out, const char *path)
@@ -1411,6 +1569,8 @@ int tb_config_load(tb_config_t **out, const char *path)
 		rc = tb_error_set(TB_EIO, "%s: inih failed (%d)", path, r);
 	} else if (ld.cur >= 0) {
 		rc = finish_stream(&ld, &ld.cfg->v[ld.cur]);
+		if (rc == 0)
+			rc = finish_file(&ld);
 	} else {
 		rc = tb_error_set(TB_ECONFIG, "%s: no [stream NAME] section; a "
 				"config file describes at least one stream",

@@ -2,7 +2,8 @@
  * publisher.c - the publishing end of a stream.
  *
  * A publisher numbers messages 1, 2, 3, ... within its epoch (a fresh 64-bit
- * value on every open) and writes each frame into its transport's ring
+ * value on every open, or one the caller gives: tb_publisher_open_epoch,
+ * for publishers of identical copies of one stream) and writes each frame into its transport's ring
  * (transport.h).  The offer and claim/commit paths are one straight line for
  * every transport: ask for room (back-pressure), reserve a frame, fill the
  * header, copy or let the caller fill the payload, commit, and let the
@@ -161,7 +162,10 @@ static int start_retention(tb_publisher_t *p)
 	return 0;
 }
 
-int tb_publisher_open(tb_publisher_t **out, const tb_stream_cfg_t *cfg)
+/* Opens `cfg` in `epoch`: a fresh one (tb_publisher_open) or one the caller
+ * shares with another publisher of the same stream (tb_publisher_open_epoch). */
+static int open_in_epoch(tb_publisher_t **out, const tb_stream_cfg_t *cfg,
+			 uint64_t epoch)
 {
 	const tb_tx_ops_t *ops;
 	tb_publisher_t *p;
@@ -186,7 +190,7 @@ int tb_publisher_open(tb_publisher_t **out, const tb_stream_cfg_t *cfg)
 	p->cfg = *cfg;
 	p->stream_id = cfg->id;
 	p->next_seq = 1;
-	p->epoch = new_epoch();
+	p->epoch = epoch;
 	p->ctr = tb_counters_take_stream(&p->own_ctr, cfg->id, cfg->name,
 					 TB_ROLE_PUBLISHER, ops->name);
 	if (cfg->publisher_core >= 0 && (rc = tb_thread_pin(cfg->publisher_core)) < 0)
@@ -215,6 +219,24 @@ fail:
 	tb_counters_remove_stream(p->ctr);
 	free(p);
 	return tb_error_prepend(rc, "tb_publisher_open: stream '%s'", cfg->name);
+}
+
+int tb_publisher_open(tb_publisher_t **out, const tb_stream_cfg_t *cfg)
+{
+	return open_in_epoch(out, cfg, new_epoch());
+}
+
+int tb_publisher_open_epoch(tb_publisher_t **out, const tb_stream_cfg_t *cfg,
+			    uint64_t epoch)
+{
+	if (!out)
+		return tb_error_set(TB_EINVAL, "tb_publisher_open_epoch: pub is NULL");
+	*out = NULL;
+	if (epoch == 0)
+		return tb_error_set(TB_EINVAL, "tb_publisher_open_epoch: epoch 0 "
+				  "means \"none\" to subscribers; use any other "
+				  "value");
+	return open_in_epoch(out, cfg, epoch);
 }
 
 int tb_publisher_open_file(tb_publisher_t **out, const char *path,

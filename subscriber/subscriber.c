@@ -16,6 +16,10 @@
  * again, and the missing frames come back in order (TB_MSG_F_REPLAY) or as
  * one TB_DATA_LOSS with its exact range.
  *
+ * A stream of sources (hot failover) has, in place of one transport, the
+ * sources module (subscriber/sources.c), which polls every copy and looks
+ * to everything here like one transport.
+ *
  * The live hot path is tb_sub_poll's first lines: one test of `recovering`,
  * one indirect call into the transport per poll, a counter add.
  */
@@ -27,6 +31,7 @@
 #include "bus/seq.h"
 #include "bus/transport/transport.h"
 #include "subscriber/recovering.h"
+#include "subscriber/sources.h"
 
 #include <stdlib.h>
 
@@ -45,20 +50,21 @@ struct tb_subscriber {
 
 /* ------------------------------------------------------------ open/close */
 
-int tb_subscriber_open(tb_subscriber_t **out, const tb_stream_cfg_t *cfg)
+/* Opens the subscriber of `cfg`: over its transport, or, with `n` > 0,
+ * over the copies `srcs` (sources.h). */
+static int open_sub(tb_subscriber_t **out, const tb_stream_cfg_t *cfg,
+		    const tb_stream_cfg_t *srcs, int n)
 {
-	const tb_rx_ops_t *ops;
+	const tb_rx_ops_t *ops = n ? &tb_sources_rx_ops : NULL;
 	tb_subscriber_t *s;
 	int rc;
 
-	*out = NULL;
-	rc = tb_stream_cfg_validate(cfg);
-	if (rc < 0)
-		return tb_error_prepend(rc, "tb_subscriber_open");
-	ops = tb_rx_ops_for(cfg->transport);
-	if (!ops)
-		return tb_error_prepend(TB_ENOTSUP, "tb_subscriber_open: stream '%s'",
-				      cfg->name);
+	if (!ops) {
+		ops = tb_rx_ops_for(cfg->transport);
+		if (!ops)
+			return tb_error_prepend(TB_ENOTSUP, "tb_subscriber_open: "
+					      "stream '%s'", cfg->name);
+	}
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return tb_error_set(TB_ENOMEM, "tb_subscriber_open: out of memory");
@@ -69,10 +75,12 @@ int tb_subscriber_open(tb_subscriber_t **out, const tb_stream_cfg_t *cfg)
 		goto fail;
 	if (cfg->n_recovery > 0 && (rc = tb_recovering_open(&s->rec, cfg)) < 0)
 		goto fail;
-	rc = ops->open(&s->rx, cfg);
+	rc = n ? tb_sources_open(&s->rx, cfg, srcs, n) : ops->open(&s->rx, cfg);
 	if (rc < 0)
 		goto fail;
 	s->rx->ctr = s->ctr;
+	if (n)
+		tb_sources_set_counters(s->rx, s->ctr);
 	if (s->rec)
 		tb_recovering_bind(s->rec, s->rx, &s->seq, s->ctr);
 	*out = s;
@@ -84,15 +92,82 @@ fail:
 	return tb_error_prepend(rc, "tb_subscriber_open: stream '%s'", cfg->name);
 }
 
-int tb_subscriber_open_file(tb_subscriber_t **out, const char *path,
-			    const char *stream)
+int tb_subscriber_open(tb_subscriber_t **out, const tb_stream_cfg_t *cfg)
 {
-	tb_stream_cfg_t cfg;
 	int rc;
 
 	*out = NULL;
-	rc = tb_config_load_stream(&cfg, path, stream);
-	return rc < 0 ? rc : tb_subscriber_open(out, &cfg);
+	rc = tb_stream_cfg_validate(cfg);
+	if (rc < 0)
+		return tb_error_prepend(rc, "tb_subscriber_open");
+	if (cfg->n_sources)
+		return tb_error_set(TB_EINVAL, "tb_subscriber_open: stream '%s' "
+				  "is taken from sources; open it with "
+				  "tb_subscriber_open_file or "
+				  "tb_subscriber_open_sources", cfg->name);
+	return open_sub(out, cfg, NULL, 0);
+}
+
+int tb_subscriber_open_sources(tb_subscriber_t **out, const tb_stream_cfg_t *cfg,
+			       const tb_stream_cfg_t *srcs, int n)
+{
+	tb_stream_cfg_t whole;
+	int rc;
+
+	if (!out || !cfg || !srcs)
+		return tb_error_set(TB_EINVAL, "tb_subscriber_open_sources: NULL "
+				  "argument");
+	*out = NULL;
+	if (n < 1 || n > TB_SOURCES_MAX)
+		return tb_error_set(TB_EINVAL, "tb_subscriber_open_sources: %d "
+				  "sources; allowed: 1 to %d", n, TB_SOURCES_MAX);
+	rc = tb_stream_cfg_validate(cfg);
+	if (rc < 0)
+		return tb_error_prepend(rc, "tb_subscriber_open_sources");
+	whole = *cfg;
+	for (int i = 0; i < n; i++) {
+		rc = tb_stream_cfg_validate(&srcs[i]);
+		if (rc < 0)
+			return tb_error_prepend(rc, "tb_subscriber_open_sources: "
+					      "source %d", i + 1);
+		if (srcs[i].n_sources || srcs[i].id != cfg->id)
+			return tb_error_set(TB_EINVAL, "tb_subscriber_open_sources: "
+					  "source '%s' %s", srcs[i].name,
+					  srcs[i].n_sources ? "has sources of "
+					  "its own" : "does not carry the "
+					  "stream's id");
+		/* Recovery holds frames of the largest copy's size. */
+		if (srcs[i].ring_size > whole.ring_size)
+			whole.ring_size = srcs[i].ring_size;
+	}
+	return open_sub(out, &whole, srcs, n);
+}
+
+int tb_subscriber_open_file(tb_subscriber_t **out, const char *path,
+			    const char *stream)
+{
+	tb_stream_cfg_t srcs[TB_SOURCES_MAX];
+	const tb_stream_cfg_t *cfg;
+	tb_config_t *file;
+	int rc;
+
+	*out = NULL;
+	rc = tb_config_load(&file, path);
+	if (rc < 0)
+		return rc;
+	cfg = tb_config_stream(file, stream);
+	if (!cfg) {
+		rc = TB_ENOENT;
+	} else if (cfg->n_sources == 0) {
+		rc = tb_subscriber_open(out, cfg);
+	} else {
+		/* tb_config_load checked that each names a stream of it. */
+		for (int i = 0; i < cfg->n_sources; i++)
+			srcs[i] = *tb_config_stream(file, cfg->sources[i]);
+		rc = tb_subscriber_open_sources(out, cfg, srcs, cfg->n_sources);
+	}
+	tb_config_free(file);
+	return rc;
 }
 
 int tb_subscriber_close(tb_subscriber_t *s)

@@ -10,9 +10,11 @@ set -eu
 # python3-prometheus-client parses tb-stat's metrics, mandoc lints the man
 # pages, tshark runs the Wireshark dissector (installed without the setuid
 # dumpcap question: see below), systemd-analyze verifies the unit.
+# perftest (ib_write_lat, ib_send_lat) runs on softrdma in `make test`
+# (test_softrdma_perftest) and is the floor of the rc latency in `make bench`.
 PKGS="build-essential pkg-config libibverbs-dev ibverbs-utils libnuma-dev \
 liburcu-dev libcmocka-dev libinih-dev libxml2-dev zlib1g-dev valgrind \
-iproute2 procps clang python3-prometheus-client mandoc tshark systemd"
+iproute2 procps clang python3-prometheus-client mandoc tshark systemd perftest"
 
 missing=""
 for p in $PKGS; do

@@ -17,6 +17,12 @@
  * Two instances may serve one stream (each with its own --dir and
  * --listen); subscribers list both in `recovery` and fail over.
  *
+ * A stream taken from several sources (hot failover: `sources` in its
+ * section) is subscribed to through all of them, so the store takes every
+ * message from whichever copy brings it first and goes on while one
+ * publisher is down; its own gaps are filled from the retention buffer of
+ * any copy that has one.
+ *
  * Threads: the main thread polls every subscription and appends to the
  * stores; the server's threads read the stores; one mutex per stream
  * orders the two.
@@ -296,19 +302,28 @@ static int src_read(void *sd, uint64_t first, int max, tb_store_read_fn fn,
 
 /* ------------------------------------------------------------------ main */
 
-static int open_stream(struct stream *st, const tb_stream_cfg_t *cfg)
+static int open_stream(struct stream *st, const tb_stream_cfg_t *cfg,
+		       const tb_config_t *file)
 {
+	tb_stream_cfg_t srcs[TB_SOURCES_MAX];
 	uint64_t epoch, last = 0;
 	int rc;
 
 	st->cfg = *cfg;
 	/* The service's own gaps are filled from the publisher's retention,
-	 * never from another recovery service (which may be this one). */
+	 * never from another recovery service (which may be this one); for
+	 * a stream of sources, from any copy's. */
 	memset(st->cfg.recovery, 0, sizeof(st->cfg.recovery));
 	st->cfg.n_recovery = 0;
 	if (cfg->retention_endpoint.host[0]) {
 		st->cfg.recovery[0] = cfg->retention_endpoint;
 		st->cfg.n_recovery = 1;
+	}
+	for (int i = 0; i < cfg->n_sources; i++) {
+		srcs[i] = *tb_config_stream(file, cfg->sources[i]);
+		if (srcs[i].retention_endpoint.host[0])
+			st->cfg.recovery[st->cfg.n_recovery++] =
+				srcs[i].retention_endpoint;
 	}
 	pthread_mutex_init(&st->lock, NULL);
 	st->ctr = tb_counters_add_stream(cfg->id, cfg->name, TB_ROLE_RECOVERY,
@@ -317,7 +332,9 @@ static int open_stream(struct stream *st, const tb_stream_cfg_t *cfg)
 		fprintf(stderr, "%s: %s\n", prog, tb_errmsg());
 		return -1;
 	}
-	rc = tb_subscriber_open(&st->sub, &st->cfg);
+	rc = cfg->n_sources ?
+	     tb_subscriber_open_sources(&st->sub, &st->cfg, srcs, cfg->n_sources) :
+	     tb_subscriber_open(&st->sub, &st->cfg);
 	if (rc < 0) {
 		fprintf(stderr, "%s: %s\n", prog, tb_errmsg());
 		return rc;
@@ -455,7 +472,7 @@ int main(int argc, char **argv)
 			status = 1;
 			goto out;
 		}
-		if (open_stream(&streams[i], cfg) < 0) {
+		if (open_stream(&streams[i], cfg, file) < 0) {
 			status = 1;
 			goto out;
 		}

@@ -866,9 +866,14 @@ int tb_shm_reader_idle(tb_shm_reader_t *r, tb_seq_t *seq, tb_seq_range_t *loss)
 		return TB_GAP;
 	}
 	if (state == TB_SHM_REPLACED) {
+		ino_t was = r->ino;
+
 		rc = enter_epoch(seq, tb_shm_reader_attach(r, 1));
 		if (rc != 0)
 			return rc;
+		if (r->ino != was)
+			return 0; /* a new ring in the same epoch: the same
+				     stream goes on (tb_publisher_open_epoch) */
 		r->state = TB_SHM_R_ENDED;
 		set_slow(r);
 		return TB_CLOSED;

@@ -48,7 +48,10 @@
  * heartbeat_ms from a background thread.  A reader checks it only when idle.
  * A new publisher never re-initialises a file in place: it builds a new file
  * and renames it over the path, then marks the old header REPLACED, so a
- * reader drains the old ring, re-opens the path and reports TB_NEW_EPOCH.
+ * reader drains the old ring, re-opens the path and reports TB_NEW_EPOCH;
+ * a new ring of the same epoch (a publisher restarted with
+ * tb_publisher_open_epoch) is read from its start without a word, what
+ * the reader already delivered coming again as duplicates.
  * A publisher that closes marks the header CLOSED with its final sequence,
  * and leaves a last mark at its tail.
  *

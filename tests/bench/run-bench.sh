@@ -132,6 +132,10 @@ if [ -x "$lat" ] && [ -s "$b/shm-floor-rtt.hgrm" ] && [ -s "$b/tb-latency-64.hgr
 		"${labels[@]}" "${files[@]}" >/dev/null &&
 		printf '![round trip by transport](transports.svg)\n\n' >>"$report"
 fi
+# rc one-way latency against perftest's ib_write_lat on the same device in
+# the same run (the ratio; on softrdma, a software device's).
+echo "== rc against ib_write_lat"
+tests/bench/rc-perftest.sh "$BUILD" >>"$report" || status=1
 # shm under constant laps: a writer at full speed, readers slowed at
 # random, every delivered payload verified (make test runs a bounded one).
 stress=$BUILD/tests/test_shm_stress

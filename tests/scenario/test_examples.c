@@ -33,6 +33,10 @@ static void config_file(void **state) { (void)state; run_example("config_file");
 static void pin_and_idle(void **state) { (void)state; run_example("pin_and_idle"); }
 static void udp_flush(void **state) { (void)state; run_example("udp_flush"); }
 static void late_join(void **state) { (void)state; run_example("late_join"); }
+static void open_epoch(void **state) { (void)state; run_example("open_epoch"); }
+static void open_sources(void **state) { (void)state; run_example("open_sources"); }
+static void start_at_snapshot(void **state) { (void)state; run_example("start_at_snapshot"); }
+static void input_counters(void **state) { (void)state; run_example("input_counters"); }
 
 /* A new example must be added here too: this test counts them. */
 static void every_example_is_run(void **state)
@@ -51,7 +55,7 @@ static void every_example_is_run(void **state)
 		if (e->d_name[0] != '.' && !strchr(e->d_name, '.'))
 			n++;
 	closedir(d);
-	assert_int_equal(n, 7);
+	assert_int_equal(n, 11);
 }
 
 int main(void)
@@ -64,6 +68,10 @@ int main(void)
 		cmocka_unit_test(pin_and_idle),
 		cmocka_unit_test(udp_flush),
 		cmocka_unit_test(late_join),
+		cmocka_unit_test(open_epoch),
+		cmocka_unit_test(open_sources),
+		cmocka_unit_test(start_at_snapshot),
+		cmocka_unit_test(input_counters),
 		cmocka_unit_test(every_example_is_run),
 	};
 	return cmocka_run_group_tests_name("examples", tests, NULL, NULL);

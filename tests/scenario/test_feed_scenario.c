@@ -6,7 +6,10 @@
  * must be re-requested and filled; without a retransmission server they
  * must be given up and the instruments reported stale; malformed packets
  * are counted and dropped; the feed is a function of its seed; tb-gateway
- * acks orders with their arrival time.
+ * acks orders with their arrival time.  With lines A and B, each losing 5%
+ * of its packets independently, only what both lost is re-requested: about
+ * the product of the two rates, within a statistical bound; a line that
+ * falls silent is reported and the other carries the feed alone.
  *
  * Network: the test moves itself into a network namespace of its own
  * (unshare), brings its loopback up with multicast and a 224.0.0.0/4 route,
@@ -24,6 +27,7 @@
 
 #include <arpa/inet.h>
 #include <inttypes.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
@@ -31,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bus/clock.h"
@@ -40,6 +45,7 @@
 #include "tools/md/mold.h"
 
 #define GROUP "239.194.7.1"
+#define GROUP_B "239.194.7.2"
 #define PORT 31001
 #define RPORT 31002
 #define NINST 6
@@ -229,6 +235,201 @@ static void test_duration(void **state)
 	/* Cut short: no end-of-market system events, only the opening two. */
 	assert_int_equal(F(r.chk, "system_events"), 2);
 	run_free(&r);
+}
+
+/* ------------------------------------------------------- lines A and B */
+
+/* Lines A and B each drop 5% of data packets, with their own seeds, B a
+ * little late (jitter): the books match, every sequence is applied once,
+ * and what was re-requested is what both lines lost - about p^2 of the
+ * feed, where one line alone would have needed p.  The hole wait is long
+ * (500 ms) so that a loaded machine does not turn B's lateness into
+ * requests, and what the reader itself had to drop when it fell behind
+ * (pending_dropped, whole packets of at most 24 messages) is allowed for:
+ * what is measured is the rule, not the machine. */
+static void test_ab_lines(void **state)
+{
+	char *sargs[] = { "-n", "200000", "-r", "50000", "--group-b", GROUP_B,
+			  "--drop", "0.05", "--drop-b", "0.05", "--jitter-b-us",
+			  "200", "-s", "16", NULL };
+	char *cargs[] = { "--group-b", GROUP_B, "--ab-wait-us", "500000",
+			  "--line-timeout-ms", "10000", NULL };
+	const double p = 0.05;
+	double n, both, mean, sd, msgs_per_pkt, want_msgs, sd_msgs, own;
+	uint64_t asked;
+	run_t r;
+
+	(void)state;
+	run_feed(&r, "ab", sargs, cargs);
+	assert_books_match(&r);
+	assert_int_equal(F(r.chk, "messages"), F(r.sim, "last_seq"));
+	assert_int_equal(F(r.chk, "lines"), 2);
+	assert_int_equal(F(r.chk, "gaps_lost"), 0);
+	/* The simulator's lines lost independently: each about p, both
+	 * about p^2 of the data packets (binomial; 5 standard deviations). */
+	n = (double)F(r.sim, "data_packets");
+	both = (double)F(r.sim, "dropped_both");
+	assert_true(fabs((double)F(r.sim, "dropped") - n * p) <= 5 * sqrt(n * p * (1 - p)));
+	assert_true(fabs((double)F(r.sim, "dropped_b") - n * p) <= 5 * sqrt(n * p * (1 - p)));
+	mean = n * p * p;
+	sd = sqrt(n * p * p * (1 - p * p));
+	assert_true(fabs(both - mean) <= 5 * sd);
+	/* The reader asked for all of that and little else: the messages
+	 * both lines lost, at most the odd neighbour a late B copy would
+	 * have brought (a request runs to the first packet held), and what
+	 * it dropped itself. */
+	asked = F(r.chk, "requested_new");
+	own = 24.0 * (double)F(r.chk, "pending_dropped");
+	assert_true(asked >= F(r.sim, "dropped_both_msgs"));
+	assert_true((double)asked <= (double)F(r.sim, "dropped_both_msgs") * 1.3 +
+		    50 + own);
+	assert_true(F(r.chk, "gaps") <= F(r.sim, "dropped_both") +
+		    F(r.chk, "pending_dropped"));
+	/* ... which is about p^2 of the messages, not p. */
+	msgs_per_pkt = (double)F(r.sim, "last_seq") / n;
+	want_msgs = mean * msgs_per_pkt;
+	sd_msgs = sd * msgs_per_pkt;
+	assert_true((double)asked >= want_msgs - 5 * sd_msgs);
+	assert_true((double)asked <= 1.3 * (want_msgs + 5 * sd_msgs) + 50 + own);
+	assert_true((double)asked < 0.2 * p * (double)F(r.sim, "last_seq") + own);
+	/* Each line won what the other lost, and lost the races it was late
+	 * to: every sequence was brought by one of them or re-requested. */
+	assert_true(F(r.chk, "a_won") > 0 && F(r.chk, "b_won") > 0);
+	assert_true(F(r.chk, "a_won") + F(r.chk, "b_won") +
+		    F(r.chk, "requested_new") >= F(r.sim, "last_seq"));
+	assert_true(F(r.chk, "a_won") + F(r.chk, "b_won") <= F(r.sim, "last_seq"));
+	assert_true(F(r.chk, "b_lost") > F(r.chk, "a_lost"));
+	assert_true(F(r.chk, "b_late_packets") > 0);
+	assert_int_equal(F(r.chk, "a_silences") + F(r.chk, "b_silences"), 0);
+	run_free(&r);
+}
+
+/* Line B goes quiet for a stretch of the feed: it is reported silent (a
+ * line on stderr, b_silences=1) and back; meanwhile A carries the feed
+ * and its own losses are re-requested; the books match. */
+static void test_ab_line_silent(void **state)
+{
+	char *sargs[] = { "-n", "60000", "-r", "60000", "--group-b", GROUP_B,
+			  "--drop", "0.01", "--b-silent-from", "20000",
+			  "--b-silent-to", "45000", "-s", "17", NULL };
+	char *cargs[] = { "--group-b", GROUP_B, "--line-timeout-ms", "100", NULL };
+	run_t r;
+
+	(void)state;
+	run_feed(&r, "ab-silent", sargs, cargs);
+	assert_books_match(&r);
+	assert_true(F(r.sim, "silent_b") > 0);
+	assert_int_equal(F(r.chk, "b_silences"), 1);
+	assert_int_equal(F(r.chk, "a_silences"), 0);
+	assert_non_null(strstr(r.chk, "line B silent at sequence"));
+	assert_non_null(strstr(r.chk, "line B back at sequence"));
+	assert_true(F(r.chk, "requested_new") >= F(r.sim, "dropped_both_msgs"));
+	assert_int_equal(F(r.chk, "gaps_lost"), 0);
+	run_free(&r);
+}
+
+/* Counter `counter` of stream `stream` in tb-stat's JSON `text`, or 0. */
+static uint64_t json_counter(const char *text, const char *stream,
+			     const char *counter)
+{
+	char want[128];
+	const char *p, *end;
+
+	snprintf(want, sizeof(want), "{\"stream\":\"%s\"", stream);
+	p = strstr(text, want);
+	if (!p)
+		return 0;
+	end = strstr(p, "}}");
+	snprintf(want, sizeof(want), "\"%s\":", counter);
+	p = strstr(p, want);
+	if (!p || (end && p > end))
+		return 0;
+	return strtoull(p + strlen(want), NULL, 10);
+}
+
+/* tb-feedhandler on lines A and B: while it runs, tb-stat shows its lines
+ * (feed.A and feed.B, kind mold) beside its stream, each with the messages
+ * it won; line B falls silent for a stretch, which the handler logs (and
+ * counts: an error of feed.B), and comes back; the summary says what each
+ * line won and lost. */
+static void test_handler_lines(void **state)
+{
+	char conf[256], cdir[256], fh_out[256], sim_out[256], stat_out[256];
+	char *fh, *sim, *stat = NULL;
+	char *fhv[] = { "tb-feedhandler", "-c", conf, "-s", "md", "--session",
+			SESSION, "--group-b", GROUP_B, "--line-timeout-ms", "100",
+			"--timeout-ms", "120000", "--linger-ms", "100", NULL };
+	char *simv[] = { "tb-feedsim", "--iface", "127.0.0.1", "--session",
+			 SESSION, "-N", "6", "-n", "150000", "-r", "50000",
+			 "--group-b", GROUP_B, "--drop", "0.02", "--drop-b", "0.02",
+			 "--b-silent-from", "60000", "--b-silent-to", "90000",
+			 "--end-ms", "150000", "-s", "18", NULL };
+	char *statv[] = { "tb-stat", "--once", "--json", "-i", "300", "-d", cdir,
+			  NULL };
+	proc_t pfh, psim;
+	uint64_t until;
+	FILE *f;
+
+	(void)state;
+	snprintf(conf, sizeof(conf), "%s/lines.ini", tmpdir);
+	snprintf(cdir, sizeof(cdir), "%s/counters", tmpdir);
+	snprintf(fh_out, sizeof(fh_out), "%s/lines.fh", tmpdir);
+	snprintf(sim_out, sizeof(sim_out), "%s/lines.sim", tmpdir);
+	snprintf(stat_out, sizeof(stat_out), "%s/lines.stat", tmpdir);
+	assert_int_equal(mkdir(cdir, 0755), 0);
+	f = fopen(conf, "w");
+	assert_non_null(f);
+	fprintf(f, "[stream md]\nid = 5\ntransport = shm\n"
+		"shm_path = /dev/shm/tb-feed-lines-%d\nring_size = 16M\n",
+		(int)getpid());
+	fclose(f);
+	setenv("TICKBUS_COUNTERS_DIR", cdir, 1);
+	assert_int_equal(proc_start(&pfh, fh_out, fhv), 0);
+	assert_int_equal(proc_wait_output(&pfh, "ready", 30000), 0);
+	assert_int_equal(proc_start(&psim, sim_out, simv), 0);
+	/* While it runs: both lines in tb-stat, each having won messages. */
+	until = proc_now_ms() + 60000;
+	while (proc_now_ms() < until) {
+		free(stat);
+		assert_int_equal(scenario_run(stat_out, statv, 30000, &stat), 0);
+		if (json_counter(stat, "feed.A", "delivered") > 0 &&
+		    json_counter(stat, "feed.B", "delivered") > 0)
+			break;
+	}
+	assert_true(json_counter(stat, "feed.A", "delivered") > 0);
+	assert_true(json_counter(stat, "feed.B", "delivered") > 0);
+	assert_true(json_counter(stat, "md", "published") > 0);
+	assert_non_null(strstr(stat, "\"stream\":\"feed.A\""));
+	assert_non_null(strstr(stat, "\"stream\":\"feed.B\""));
+	assert_non_null(strstr(stat, "\"transport\":\"mold\""));
+	assert_non_null(strstr(stat, "\"stream\":\"md\""));
+	free(stat);
+	assert_int_equal(proc_wait(&pfh, 120000), 0);
+	kill(psim.pid, SIGTERM);
+	assert_int_equal(proc_wait(&psim, 30000), 0);
+	unsetenv("TICKBUS_COUNTERS_DIR");
+	fh = proc_output(&pfh);
+	sim = proc_output(&psim);
+	fprintf(stderr, "lines: %s%s", sim, fh);
+	assert_int_equal(F(fh, "ended"), 1);
+	assert_int_equal(F(fh, "lost"), 0);
+	assert_int_equal(F(fh, "lines"), 2);
+	assert_true(F(fh, "a_won") > 0 && F(fh, "b_won") > 0);
+	assert_true(F(fh, "a_lost") > 0 && F(fh, "b_lost") > 0);
+	assert_int_equal(F(fh, "b_silences"), 1);
+	assert_int_equal(F(fh, "a_silences"), 0);
+	assert_non_null(strstr(fh, "line B silent for"));
+	assert_non_null(strstr(fh, "going on with line A"));
+	assert_non_null(strstr(fh, "line B back at sequence"));
+	free(fh);
+	free(sim);
+	{
+		char ring[128];
+
+		snprintf(ring, sizeof(ring), "/dev/shm/tb-feed-lines-%d",
+			 (int)getpid());
+		unlink(ring);
+	}
 }
 
 static int udp_socket(void)
@@ -510,6 +711,9 @@ int main(void)
 		cmocka_unit_test(test_loss_recovered),
 		cmocka_unit_test(test_loss_unrecoverable),
 		cmocka_unit_test(test_duration),
+		cmocka_unit_test(test_ab_lines),
+		cmocka_unit_test(test_ab_line_silent),
+		cmocka_unit_test(test_handler_lines),
 		cmocka_unit_test(test_malformed),
 		cmocka_unit_test(test_deterministic),
 		cmocka_unit_test(test_gateway),

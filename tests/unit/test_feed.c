@@ -3,7 +3,9 @@
  * in one process on loopback: the test sends hand-built MoldUDP64 packets
  * to the feed's socket (unicast 127.0.0.1, an ephemeral port) and plays the
  * retransmission server on a socket of its own, so that every request the
- * feed makes can be read and checked, answered or ignored.
+ * feed makes can be read and checked, answered or ignored.  Line B is a
+ * second socket of the feed (another ephemeral port) that the test sends
+ * copies to, in whatever order a test needs.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -39,6 +41,9 @@ typedef struct fx {
 	uint16_t port, rport;
 	tb_feed_event_t ev[MAXEV];
 	int nev;
+	uint16_t port_b;   /* line B, 0 = none */
+	uint64_t applied[MAXEV];
+	int napplied;
 } fx_t;
 
 static fx_t fx;
@@ -51,6 +56,14 @@ static void on_event(void *ctx, const tb_feed_event_t *ev)
 	x->ev[x->nev++] = *ev;
 }
 
+static void on_applied(void *ctx, uint64_t seq)
+{
+	fx_t *x = ctx;
+
+	assert_true(x->napplied < MAXEV);
+	x->applied[x->napplied++] = seq;
+}
+
 static uint16_t bound_port(int fd)
 {
 	struct sockaddr_in sa;
@@ -60,8 +73,11 @@ static uint16_t bound_port(int fd)
 	return ntohs(sa.sin_port);
 }
 
-/* Opens a feed on 127.0.0.1:0 with the test's retransmission server. */
-static void fx_open(uint64_t gap_timeout_ns, uint32_t retries, const char *session)
+/* Opens a feed on 127.0.0.1:0 with the test's retransmission server;
+ * with `ab_wait_ns` > 0 a line B too, on another port. */
+static void fx_open_lines(uint64_t gap_timeout_ns, uint32_t retries,
+			  const char *session, uint64_t ab_wait_ns,
+			  uint64_t line_timeout_ns)
 {
 	struct sockaddr_in sa;
 	tb_feed_cfg_t c;
@@ -91,10 +107,28 @@ static void fx_open(uint64_t gap_timeout_ns, uint32_t retries, const char *sessi
 	c.rcvbuf = 0;
 	c.session = session;
 	c.cb = on_event;
+	c.applied = on_applied;
 	c.ctx = &fx;
+	if (ab_wait_ns) {
+		c.group_b = "127.0.0.1";
+		c.port_b = 0;
+		c.ab_wait_ns = ab_wait_ns;
+		c.line_timeout_ns = line_timeout_ns;
+	}
 	assert_int_equal(tb_feed_open(&fx.f, &c), 0);
 	fx.port = tb_feed_port(fx.f);
 	assert_true(fx.port > 0);
+	if (ab_wait_ns) {
+		fx.port_b = tb_feed_line_port(fx.f, 1);
+		assert_true(fx.port_b > 0 && fx.port_b != fx.port);
+	} else {
+		assert_int_equal(tb_feed_line_port(fx.f, 1), 0);
+	}
+}
+
+static void fx_open(uint64_t gap_timeout_ns, uint32_t retries, const char *session)
+{
+	fx_open_lines(gap_timeout_ns, retries, session, 0, 0);
 }
 
 static void fx_close(void)
@@ -104,16 +138,21 @@ static void fx_close(void)
 	close(fx.rs);
 }
 
-static void send_raw(const void *b, size_t n)
+static void send_raw_to(uint16_t port, const void *b, size_t n)
 {
 	struct sockaddr_in sa;
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sin_family = AF_INET;
-	sa.sin_port = htons(fx.port);
+	sa.sin_port = htons(port);
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	assert_int_equal(sendto(fx.tx, b, n, 0, (struct sockaddr *)&sa, sizeof(sa)),
 			 (ssize_t)n);
+}
+
+static void send_raw(const void *b, size_t n)
+{
+	send_raw_to(fx.port, b, n);
 }
 
 /* Polls the feed until `pred` holds, for at most 10 s (sleeping between
@@ -209,8 +248,9 @@ static msgbuf_t m_exec(uint16_t locate, uint64_t ref, uint32_t qty)
 	return enc(&m);
 }
 
-/* Sends one data packet of `n` messages starting at `seq`. */
-static void send_pkt(const char *session, uint64_t seq, const msgbuf_t *m, int n)
+/* Sends one data packet of `n` messages starting at `seq` to `port`. */
+static void send_pkt_to(uint16_t port, const char *session, uint64_t seq,
+			const msgbuf_t *m, int n)
 {
 	uint8_t pkt[TB_MOLD_MAX_PKT];
 	tb_mold_builder_t b;
@@ -219,7 +259,12 @@ static void send_pkt(const char *session, uint64_t seq, const msgbuf_t *m, int n
 	assert_int_equal(tb_mold_build_begin(&b, pkt, sizeof(pkt), session, seq), 0);
 	for (i = 0; i < n; i++)
 		assert_int_equal(tb_mold_build_add(&b, m[i].b, (size_t)m[i].n), 0);
-	send_raw(pkt, tb_mold_build_end(&b));
+	send_raw_to(port, pkt, tb_mold_build_end(&b));
+}
+
+static void send_pkt(const char *session, uint64_t seq, const msgbuf_t *m, int n)
+{
+	send_pkt_to(fx.port, session, seq, m, n);
 }
 
 /* Reads one request from the retransmission socket (waiting up to 10 s). */
@@ -562,6 +607,193 @@ static void test_heartbeat_and_end(void **state)
 	fx_close();
 }
 
+/* ------------------------------------------------------- lines A and B */
+
+/* No request reaches the retransmission socket within `ms`. */
+static void no_request_for(int ms)
+{
+	uint8_t buf[64];
+
+	poll_for(ms);
+	assert_true(recv(fx.rs, buf, sizeof(buf), MSG_DONTWAIT) < 0);
+}
+
+/* The messages 1..4 of test_in_order, two to a packet. */
+static void four(msgbuf_t m[4])
+{
+	m[0] = m_dir(3, "ABC");
+	m[1] = m_add(3, 10, 'B', 1000000, 300);
+	m[2] = m_add(3, 11, 'S', 1010000, 200);
+	m[3] = m_exec(3, 10, 100);
+}
+
+/* The first copy of each packet is taken, whichever line brings it; the
+ * second is dropped whole and counted against its line, with how late it
+ * came.  Every message is applied once, in order (the applied callback
+ * says so). */
+static void test_ab_first_copy_wins(void **state)
+{
+	msgbuf_t m[4];
+	tb_feed_stats_t st;
+
+	(void)state;
+	fx_open_lines(20000000ull, 3, SESSION, 1000000000ull, 10000000000ull);
+	four(m);
+	send_pkt_to(fx.port, SESSION, 1, m, 2);       /* A first */
+	want_next = 3;
+	assert_true(poll_until(next_is));
+	usleep(2000);
+	send_pkt_to(fx.port_b, SESSION, 1, m, 2);     /* B's copy, 2 ms on */
+	send_pkt_to(fx.port_b, SESSION, 3, m + 2, 2); /* B first */
+	want_next = 5;
+	assert_true(poll_until(next_is));
+	send_pkt_to(fx.port, SESSION, 3, m + 2, 2);   /* A's copy */
+	poll_for(20);
+	st = stats();
+	assert_int_equal(st.lines, 2);
+	assert_int_equal(st.next_seq, 5);
+	assert_int_equal(st.messages, 4);
+	assert_int_equal(st.duplicates, 4);
+	assert_int_equal(st.line[0].packets, 2);
+	assert_int_equal(st.line[1].packets, 2);
+	assert_int_equal(st.line[0].won, 2);
+	assert_int_equal(st.line[1].won, 2);
+	assert_int_equal(st.line[0].lost, 2);
+	assert_int_equal(st.line[1].lost, 2);
+	assert_int_equal(st.line[1].late_packets, 1);
+	assert_true(st.line[1].late_ns_max >= 1000000);  /* 2 ms, give or take */
+	assert_true(st.line[1].late_ns_sum == st.line[1].late_ns_max);
+	assert_int_equal(st.requests, 0);
+	/* Each message's events once: 2 level adds, 3 tops, 1 trade. */
+	assert_int_equal(count_kind(TB_FEED_EV_BOOK, TB_BOOK_EV_TOP), 3);
+	assert_int_equal(count_kind(TB_FEED_EV_BOOK, TB_BOOK_EV_TRADE), 1);
+	assert_int_equal(fx.napplied, 4);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(fx.applied[i], (uint64_t)i + 1);
+	fx_close();
+}
+
+/* A hole on A that B fills is never re-requested, however long B takes
+ * within ab_wait. */
+static void test_ab_hole_filled_by_the_other_line(void **state)
+{
+	msgbuf_t m[4];
+	tb_feed_stats_t st;
+
+	(void)state;
+	fx_open_lines(20000000ull, 3, SESSION, 2000000000ull, 10000000000ull);
+	four(m);
+	send_pkt_to(fx.port, SESSION, 1, m, 1);
+	send_pkt_to(fx.port_b, SESSION, 1, m, 1);
+	send_pkt_to(fx.port, SESSION, 3, m + 2, 2);   /* A lost 2 */
+	no_request_for(100);
+	assert_int_equal(stats().next_seq, 2);
+	send_pkt_to(fx.port_b, SESSION, 2, m + 1, 1); /* B had it */
+	want_next = 5;
+	assert_true(poll_until(next_is));
+	no_request_for(50);
+	st = stats();
+	assert_int_equal(st.requests, 0);
+	assert_int_equal(st.requested_new, 0);
+	assert_int_equal(st.gaps, 0);
+	assert_int_equal(st.line[0].won, 3);          /* 1, 3 and 4 */
+	assert_int_equal(st.line[1].won, 1);          /* 2 */
+	fx_close();
+}
+
+/* Both lines went past the hole: it is re-requested at once (ab_wait is
+ * 10 s here), exactly what both lost. */
+static void test_ab_hole_both_lost_is_requested_at_once(void **state)
+{
+	msgbuf_t m[4];
+	tb_mold_req_t r;
+	struct sockaddr_in from;
+	uint64_t t0;
+	uint8_t pkt[TB_MOLD_MAX_PKT];
+	tb_mold_builder_t b;
+
+	(void)state;
+	fx_open_lines(20000000ull, 3, SESSION, 10000000000ull, 20000000000ull);
+	four(m);
+	t0 = tb_clock_now_ns();
+	send_pkt_to(fx.port, SESSION, 1, m, 1);
+	send_pkt_to(fx.port, SESSION, 3, m + 2, 2);
+	send_pkt_to(fx.port_b, SESSION, 1, m, 1);
+	send_pkt_to(fx.port_b, SESSION, 3, m + 2, 2);
+	assert_true(read_request(&r, &from));
+	assert_true(tb_clock_now_ns() - t0 < 5000000000ull);
+	assert_int_equal(r.seq, 2);
+	assert_int_equal(r.count, 1);
+	/* Answer it: the feed goes on to 4. */
+	tb_mold_build_begin(&b, pkt, sizeof(pkt), SESSION, 2);
+	tb_mold_build_add(&b, m[1].b, (size_t)m[1].n);
+	sendto(fx.rs, pkt, tb_mold_build_end(&b), 0, (struct sockaddr *)&from,
+	       sizeof(from));
+	want_next = 5;
+	assert_true(poll_until(next_is));
+	assert_int_equal(stats().requested_new, 1);
+	assert_int_equal(stats().gaps_filled, 1);
+	fx_close();
+}
+
+/* B brings nothing past the hole: the hole waits ab_wait (200 ms) for it,
+ * then is re-requested. */
+static void test_ab_hole_waits_for_a_slow_line(void **state)
+{
+	msgbuf_t m[4];
+	tb_mold_req_t r;
+	struct sockaddr_in from;
+
+	(void)state;
+	fx_open_lines(20000000ull, 3, SESSION, 200000000ull, 10000000000ull);
+	four(m);
+	send_pkt_to(fx.port, SESSION, 1, m, 1);
+	send_pkt_to(fx.port_b, SESSION, 1, m, 1);
+	send_pkt_to(fx.port, SESSION, 3, m + 2, 2);
+	no_request_for(100);
+	assert_true(read_request(&r, &from));
+	assert_int_equal(r.seq, 2);
+	assert_int_equal(r.count, 1);
+	fx_close();
+}
+
+/* A line quiet for line_timeout is silent (once), no longer waited for,
+ * and back with its next packet. */
+static void test_ab_silent_line(void **state)
+{
+	msgbuf_t m[4];
+	tb_feed_stats_t st;
+	uint8_t hb[TB_MOLD_HDR_LEN];
+	tb_mold_req_t r;
+	struct sockaddr_in from;
+
+	(void)state;
+	fx_open_lines(20000000ull, 3, SESSION, 5000000000ull, 100000000ull);
+	four(m);
+	send_pkt_to(fx.port, SESSION, 1, m, 1);
+	send_pkt_to(fx.port_b, SESSION, 1, m, 1);
+	for (int i = 0; i < 15; i++) {             /* A beats; B says nothing */
+		tb_mold_write_ctl(hb, SESSION, 2, 0);
+		send_raw(hb, sizeof(hb));
+		poll_for(20);
+	}
+	st = stats();
+	assert_int_equal(st.line[0].silent, 0);
+	assert_int_equal(st.line[1].silent, 1);
+	assert_int_equal(st.line[1].silences, 1);
+	/* Silent B is not waited for: a hole on A goes out at once. */
+	send_pkt_to(fx.port, SESSION, 3, m + 2, 2);
+	assert_true(read_request(&r, &from));
+	assert_int_equal(r.seq, 2);
+	send_pkt_to(fx.port_b, SESSION, 2, m + 1, 1);
+	want_next = 5;
+	assert_true(poll_until(next_is));
+	st = stats();
+	assert_int_equal(st.line[1].silent, 0);
+	assert_int_equal(st.line[1].silences, 1);
+	fx_close();
+}
+
 static void test_open_errors(void **state)
 {
 	tb_feed_cfg_t c;
@@ -601,6 +833,11 @@ int main(void)
 		cmocka_unit_test(test_gap_given_up),
 		cmocka_unit_test(test_malformed),
 		cmocka_unit_test(test_heartbeat_and_end),
+		cmocka_unit_test(test_ab_first_copy_wins),
+		cmocka_unit_test(test_ab_hole_filled_by_the_other_line),
+		cmocka_unit_test(test_ab_hole_both_lost_is_requested_at_once),
+		cmocka_unit_test(test_ab_hole_waits_for_a_slow_line),
+		cmocka_unit_test(test_ab_silent_line),
 		cmocka_unit_test(test_open_errors),
 	};
 

@@ -6,6 +6,13 @@
  * of session).  While next < hi a gap is open: the packets past `next` wait
  * in `pending`, and one re-request is outstanding for [next, req_end).
  * Everything the gap path needs is allocated at open.
+ *
+ * Lines: packets come from `fd[0]` (line A), `fd[1]` (line B, or -1) and
+ * `rfd` (answers to re-requests).  `arb` remembers the first arrival of
+ * each recent packet; a second copy from the other line is dropped before
+ * anything else looks at it.  A gap is opened (and re-requested) only once
+ * every line that is not silent has announced a sequence past `next`, or
+ * `ab_wait_ns` after the hole was first seen.
  */
 #include "tools/md/feed.h"
 
@@ -30,6 +37,8 @@
 /* A datagram buffer: larger than any MoldUDP64 packet we build
  * (TB_MOLD_MAX_PKT); anything longer arrives truncated and is counted. */
 #define FEED_BUF 2048
+/* Answers to re-requests: not a line. */
+#define SRC_RETRANS TB_FEED_LINES
 
 /* A packet kept while a gap is open.  The packets live in fixed slots;
  * a min-heap of (seq, slot) orders them, so that the next one to apply,
@@ -38,7 +47,7 @@
 typedef struct pending {
 	uint64_t recv_ns;
 	uint32_t len;
-	uint32_t pad_;
+	uint32_t src;        /* the line it came on, or SRC_RETRANS */
 	uint8_t data[FEED_BUF];
 } pending_t;
 
@@ -48,9 +57,19 @@ typedef struct pend_ref {
 	uint32_t pad_;
 } pend_ref_t;
 
+/* The first copy of a recent packet: its sequence, count, line and time. */
+typedef struct arb_slot {
+	uint64_t seq;
+	uint64_t ns;
+	uint16_t count;
+	uint8_t line;
+	uint8_t pad_[5];
+} arb_slot_t;
+
 struct tb_feed {
 	tb_feed_cfg_t cfg;
-	int fd;              /* live multicast */
+	int fd[TB_FEED_LINES]; /* live multicast, A and B (or -1) */
+	int nlines;
 	int rfd;             /* retransmission requests and answers, or -1 */
 	tb_book_t *book;
 	tb_feed_stats_t st;
@@ -64,6 +83,10 @@ struct tb_feed {
 	int gap_open;
 	uint64_t req_seq, req_end, deadline_ns, timeout_ns;
 	uint32_t retries;
+	/* A hole not yet re-requested: where, and since when. */
+	uint64_t hole_at, hole_ns;
+	uint64_t asked_end;  /* everything below was asked for once */
+	arb_slot_t *arb;     /* TB_FEED_ARB_SLOTS first arrivals */
 	/* The pending packets, their heap, the free slots, the per-instrument
 	 * flags and the receive buffers share one pre-faulted, locked region
 	 * (md_mem.h): the first gap takes no page fault. */
@@ -93,6 +116,8 @@ void tb_feed_cfg_init(tb_feed_cfg_t *cfg)
 	cfg->req_max = 1024;
 	cfg->gap_retries = 5;
 	cfg->gap_timeout_ns = 20000000ull;
+	cfg->ab_wait_ns = 2000000ull;
+	cfg->line_timeout_ns = 500000000ull;
 	cfg->rcvbuf = 4 << 20;
 }
 
@@ -199,6 +224,8 @@ static int apply_pkt(tb_feed_t *f, const tb_mold_pkt_t *p, uint64_t recv_ns)
 			apply_msg(f, msg, len, seq, recv_ns);
 			f->next++;
 			n++;
+			if (f->cfg.applied)
+				f->cfg.applied(f->cfg.ctx, seq);
 		} else if (seq < f->next) {
 			f->st.duplicates++;
 		}
@@ -244,6 +271,14 @@ static void heap_pop(tb_feed_t *f)
 		f->heap[i] = last;
 }
 
+/* Counts what a packet from `src` applied as won by its line. */
+static inline int won(tb_feed_t *f, uint32_t src, int n)
+{
+	if (src != SRC_RETRANS)
+		f->st.line[src].won += (uint64_t)n;
+	return n;
+}
+
 /* Applies, in order, every kept packet that now continues the sequence
  * (and discards those wholly behind it). */
 static int drain_pending(tb_feed_t *f)
@@ -258,28 +293,31 @@ static int drain_pending(tb_feed_t *f)
 		heap_pop(f);
 		/* Parsed when it was kept: cannot fail now. */
 		if (tb_mold_parse(q->data, q->len, &p) == 0)
-			n += apply_pkt(f, &p, q->recv_ns);
+			n += won(f, q->src, apply_pkt(f, &p, q->recv_ns));
 		f->free_slots[f->nfree++] = slot;
 	}
 	return n;
 }
 
-static void keep_pending(tb_feed_t *f, const void *data, size_t len,
-			 uint64_t seq, uint64_t recv_ns)
+/* Keeps a packet beyond `next`; 0, or -1 when there is no room. */
+static int keep_pending(tb_feed_t *f, const void *data, size_t len,
+			uint64_t seq, uint64_t recv_ns, uint32_t src)
 {
 	uint32_t slot;
 	pending_t *q;
 
 	if (!f->nfree || len > FEED_BUF) {
 		f->st.pending_dropped++;
-		return;
+		return -1;
 	}
 	slot = f->free_slots[--f->nfree];
 	q = &f->pending[slot];
 	memcpy(q->data, data, len);
 	q->len = (uint32_t)len;
 	q->recv_ns = recv_ns;
+	q->src = src;
 	heap_push(f, seq, slot);
+	return 0;
 }
 
 /* Lowest sequence held, or `hi` if none. */
@@ -312,8 +350,32 @@ static void send_request(tb_feed_t *f, uint64_t now)
 	 * now: this request itself has not been sent yet. */
 	if (n < 0 && errno == ECONNREFUSED)
 		n = send(f->rfd, req, sizeof(req), MSG_DONTWAIT);
-	if (n == (ssize_t)sizeof(req))
+	if (n == (ssize_t)sizeof(req)) {
 		f->st.requests++;
+		f->st.requested += want;
+		if (f->req_end > f->asked_end) {
+			f->st.requested_new += f->req_end -
+				(f->req_seq > f->asked_end ? f->req_seq : f->asked_end);
+			f->asked_end = f->req_end;
+		}
+	}
+}
+
+/* 1 when the hole at `next` is one every line missed: each line that is
+ * not silent has announced a sequence beyond it, or the hole has waited
+ * ab_wait_ns for the others. */
+static int both_missed(tb_feed_t *f, uint64_t now)
+{
+	if (f->hole_at != f->next) {
+		f->hole_at = f->next;
+		f->hole_ns = now;
+	}
+	if (now - f->hole_ns >= f->cfg.ab_wait_ns)
+		return 1;
+	for (int l = 0; l < f->nlines; l++)
+		if (!f->st.line[l].silent && f->st.line[l].hi <= f->next)
+			return 0;
+	return 1;
 }
 
 /* Gives up [next, first held or hi): reports every instrument seen as
@@ -351,6 +413,8 @@ static int check_gap(tb_feed_t *f, uint64_t now)
 		return 0;
 	}
 	if (!f->gap_open) {
+		if (!both_missed(f, now))
+			return 0; /* another line may still bring it */
 		f->gap_open = 1;
 		f->st.gaps++;
 		f->retries = 0;
@@ -382,8 +446,36 @@ static int check_gap(tb_feed_t *f, uint64_t now)
 
 /* ------------------------------------------------------------ packets */
 
+/* A data packet from line `l`: 1 if it is the second copy of one the
+ * other line brought first (counted, to be dropped), else 0 (remembered
+ * as a first copy; what it wins is counted once it is applied or kept). */
+static int arbitrate(tb_feed_t *f, const tb_mold_pkt_t *p, int l,
+		     uint64_t recv_ns)
+{
+	arb_slot_t *a = &f->arb[p->seq & (TB_FEED_ARB_SLOTS - 1)];
+	tb_feed_line_stats_t *ls = &f->st.line[l];
+	uint64_t end = p->seq + p->count;
+
+	if (a->seq == p->seq && a->count == p->count && a->line != l) {
+		uint64_t late = recv_ns > a->ns ? recv_ns - a->ns : 0;
+
+		ls->lost += p->count;
+		ls->late_packets++;
+		ls->late_ns_sum += late;
+		if (late > ls->late_ns_max)
+			ls->late_ns_max = late;
+		return 1;
+	}
+	(void)end;
+	a->seq = p->seq;
+	a->count = p->count;
+	a->line = (uint8_t)l;
+	a->ns = recv_ns;
+	return 0;
+}
+
 static int on_packet(tb_feed_t *f, const uint8_t *data, size_t len,
-		     uint64_t recv_ns, int retrans)
+		     uint64_t recv_ns, int src)
 {
 	tb_mold_pkt_t p;
 	int rc = tb_mold_parse(data, len, &p);
@@ -405,13 +497,34 @@ static int on_packet(tb_feed_t *f, const uint8_t *data, size_t len,
 	}
 	if (unlikely(!f->started)) {
 		f->started = 1;
+		/* Every line is live from the feed's start until it has been
+		 * quiet too long. */
+		for (int l = 0; l < f->nlines; l++)
+			f->st.line[l].last_ns = recv_ns;
 		if (f->next == 0)
 			f->next = p.seq;
 		if (f->hi < f->next)
 			f->hi = f->next;
 	}
-	if (retrans)
+	if (src == SRC_RETRANS) {
 		f->st.retrans_packets++;
+	} else {
+		tb_feed_line_stats_t *ls = &f->st.line[src];
+		uint64_t hi = p.count == TB_MOLD_COUNT_HEARTBEAT ||
+			      p.count == TB_MOLD_COUNT_END ? p.seq : p.seq + p.count;
+
+		ls->packets++;
+		ls->last_ns = recv_ns;
+		ls->silent = 0;
+		if (hi > ls->hi)
+			ls->hi = hi;
+		if (p.count != TB_MOLD_COUNT_HEARTBEAT &&
+		    p.count != TB_MOLD_COUNT_END && f->nlines > 1 &&
+		    arbitrate(f, &p, src, recv_ns)) {
+			f->st.duplicates += p.count;
+			return 0;
+		}
+	}
 	if (p.count == TB_MOLD_COUNT_HEARTBEAT || p.count == TB_MOLD_COUNT_END) {
 		if (p.count == TB_MOLD_COUNT_END) {
 			f->ended = 1;
@@ -431,16 +544,19 @@ static int on_packet(tb_feed_t *f, const uint8_t *data, size_t len,
 		return 0;
 	}
 	if (p.seq > f->next) {
-		keep_pending(f, data, len, p.seq, recv_ns);
+		/* Not kept: the other line's copy is not a second one. */
+		if (keep_pending(f, data, len, p.seq, recv_ns, (uint32_t)src) < 0 &&
+		    src != SRC_RETRANS)
+			f->arb[p.seq & (TB_FEED_ARB_SLOTS - 1)].seq = 0;
 		return 0;
 	}
-	rc = apply_pkt(f, &p, recv_ns);
+	rc = won(f, (uint32_t)src, apply_pkt(f, &p, recv_ns));
 	if (f->npending)
 		rc += drain_pending(f);
 	return rc;
 }
 
-static int read_socket(tb_feed_t *f, int fd, int retrans)
+static int read_socket(tb_feed_t *f, int fd, int src)
 {
 	int n, i, applied = 0;
 	uint64_t now;
@@ -462,26 +578,46 @@ static int read_socket(tb_feed_t *f, int fd, int retrans)
 			continue;
 		}
 		applied += on_packet(f, f->bufs[i], f->msgs[i].msg_len, now,
-				     retrans);
+				     src);
 	}
 	return applied;
 }
 
+/* Lines quiet for line_timeout_ns fall silent. */
+static void check_lines(tb_feed_t *f, uint64_t now)
+{
+	for (int l = 0; l < f->nlines; l++) {
+		tb_feed_line_stats_t *ls = &f->st.line[l];
+
+		if (!ls->silent && now - ls->last_ns > f->cfg.line_timeout_ns) {
+			ls->silent = 1;
+			ls->silences++;
+		}
+	}
+}
+
 int tb_feed_poll(tb_feed_t *f)
 {
-	int a, b = 0;
+	int n = 0, r;
+	uint64_t now;
 
-	a = read_socket(f, f->fd, 0);
-	if (a < 0)
-		return a;
-	if (f->rfd >= 0) {
-		b = read_socket(f, f->rfd, 1);
-		if (b < 0)
-			return b;
+	for (int l = 0; l < f->nlines; l++) {
+		r = read_socket(f, f->fd[l], l);
+		if (r < 0)
+			return r;
+		n += r;
 	}
-	if (f->started)
-		a += check_gap(f, tb_clock_now_ns());
-	return a + b;
+	if (f->rfd >= 0) {
+		r = read_socket(f, f->rfd, SRC_RETRANS);
+		if (r < 0)
+			return r;
+		n += r;
+	}
+	if (!f->started)
+		return n;
+	now = tb_clock_now_ns();
+	check_lines(f, now);
+	return n + check_gap(f, now);
 }
 
 /* ------------------------------------------------------------ set-up */
@@ -499,40 +635,41 @@ static int parse_addr(const char *s, uint16_t port, struct sockaddr_in *sa)
 	return 0;
 }
 
-static int open_live(tb_feed_t *f)
+/* Opens line `l`'s socket on `addr`:`port`. */
+static int open_live(tb_feed_t *f, int l, const char *addr, uint16_t port)
 {
 	struct sockaddr_in group, iface;
-	int one = 1, rc;
+	int one = 1, rc, fd;
 
-	rc = parse_addr(f->cfg.group, f->cfg.port, &group);
+	rc = parse_addr(addr, port, &group);
 	if (rc == 0)
 		rc = parse_addr(f->cfg.iface, 0, &iface);
 	if (rc)
 		return rc;
-	f->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (f->fd < 0)
+	fd = f->fd[l] = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
 		return tb_md_error_sys(errno, "feed: socket");
-	setsockopt(f->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	/* Past net.core.rmem_max when privileged, else as far as allowed. */
 	if (f->cfg.rcvbuf > 0 &&
-	    setsockopt(f->fd, SOL_SOCKET, SO_RCVBUFFORCE, &f->cfg.rcvbuf,
+	    setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &f->cfg.rcvbuf,
 		       sizeof(f->cfg.rcvbuf)) < 0)
-		setsockopt(f->fd, SOL_SOCKET, SO_RCVBUF, &f->cfg.rcvbuf,
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &f->cfg.rcvbuf,
 			   sizeof(f->cfg.rcvbuf));
 	/* Bound to the group itself, the socket sees that group only. */
-	if (bind(f->fd, (struct sockaddr *)&group, sizeof(group)) < 0)
-		return tb_md_error_sys(errno, "feed: bind %s:%u", f->cfg.group,
-				       f->cfg.port);
+	if (bind(fd, (struct sockaddr *)&group, sizeof(group)) < 0)
+		return tb_md_error_sys(errno, "feed: line %c: bind %s:%u",
+				       'A' + l, addr, port);
 	if (IN_MULTICAST(ntohl(group.sin_addr.s_addr))) {
 		struct ip_mreqn mr;
 
 		memset(&mr, 0, sizeof(mr));
 		mr.imr_multiaddr = group.sin_addr;
 		mr.imr_address = iface.sin_addr;
-		if (setsockopt(f->fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &mr,
+		if (setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &mr,
 			       sizeof(mr)) < 0)
-			return tb_md_error_sys(errno, "feed: join %s on %s",
-					       f->cfg.group,
+			return tb_md_error_sys(errno, "feed: line %c: join %s on %s",
+					       'A' + l, addr,
 					       f->cfg.iface ? f->cfg.iface : "any");
 	}
 	return 0;
@@ -578,7 +715,9 @@ int tb_feed_open(tb_feed_t **out, const tb_feed_cfg_t *cfg)
 	if (!f)
 		return tb_md_error_set(TB_ENOMEM, "feed: out of memory");
 	f->cfg = *cfg;
-	f->fd = f->rfd = -1;
+	f->fd[0] = f->fd[1] = f->rfd = -1;
+	f->nlines = cfg->group_b ? 2 : 1;
+	f->st.lines = f->nlines;
 	if (cfg->session) {
 		size_t n = strlen(cfg->session);
 
@@ -610,11 +749,12 @@ int tb_feed_open(tb_feed_t **out, const tb_feed_cfg_t *cfg)
 		size_t s_bytes = ((size_t)cfg->pending_max * sizeof(*f->free_slots)
 				  + 7) & ~(size_t)7;
 		size_t b_bytes = (size_t)FEED_BATCH * FEED_BUF;
+		size_t a_bytes = TB_FEED_ARB_SLOTS * sizeof(arb_slot_t);
 		size_t i_bytes = cfg->max_instruments;
 		char *base;
 
 		rc = tb_md_mem_alloc(&f->mem, p_bytes + h_bytes + s_bytes +
-				     b_bytes + i_bytes);
+				     b_bytes + a_bytes + i_bytes);
 		if (rc) {
 			tb_md_error_prepend(rc, "feed: %u pending packets",
 					    cfg->pending_max);
@@ -625,7 +765,9 @@ int tb_feed_open(tb_feed_t **out, const tb_feed_cfg_t *cfg)
 		f->heap = (pend_ref_t *)(base + p_bytes);
 		f->free_slots = (uint32_t *)(base + p_bytes + h_bytes);
 		f->bufs = (uint8_t (*)[FEED_BUF])(base + p_bytes + h_bytes + s_bytes);
-		f->inst = (uint8_t *)(base + p_bytes + h_bytes + s_bytes + b_bytes);
+		f->arb = (arb_slot_t *)(base + p_bytes + h_bytes + s_bytes + b_bytes);
+		f->inst = (uint8_t *)(base + p_bytes + h_bytes + s_bytes + b_bytes +
+				      a_bytes);
 	}
 	for (int i = 0; i < FEED_BATCH; i++) {
 		f->iov[i].iov_base = f->bufs[i];
@@ -635,7 +777,9 @@ int tb_feed_open(tb_feed_t **out, const tb_feed_cfg_t *cfg)
 	}
 	for (f->nfree = 0; f->nfree < cfg->pending_max; f->nfree++)
 		f->free_slots[f->nfree] = cfg->pending_max - 1 - f->nfree;
-	rc = open_live(f);
+	rc = open_live(f, 0, cfg->group, cfg->port);
+	if (rc == 0 && cfg->group_b)
+		rc = open_live(f, 1, cfg->group_b, cfg->port_b);
 	if (rc == 0)
 		rc = open_retrans(f);
 	if (rc)
@@ -651,8 +795,9 @@ void tb_feed_close(tb_feed_t *f)
 {
 	if (!f)
 		return;
-	if (f->fd >= 0)
-		close(f->fd);
+	for (int l = 0; l < TB_FEED_LINES; l++)
+		if (f->fd[l] >= 0)
+			close(f->fd[l]);
 	if (f->rfd >= 0)
 		close(f->rfd);
 	tb_book_destroy(f->book);
@@ -681,12 +826,18 @@ const tb_book_t *tb_feed_book(const tb_feed_t *f)
 	return f->book;
 }
 
-uint16_t tb_feed_port(const tb_feed_t *f)
+uint16_t tb_feed_line_port(const tb_feed_t *f, int line)
 {
 	struct sockaddr_in sa;
 	socklen_t sl = sizeof(sa);
 
-	if (getsockname(f->fd, (struct sockaddr *)&sa, &sl) < 0)
+	if (line < 0 || line >= f->nlines ||
+	    getsockname(f->fd[line], (struct sockaddr *)&sa, &sl) < 0)
 		return 0;
 	return ntohs(sa.sin_port);
+}
+
+uint16_t tb_feed_port(const tb_feed_t *f)
+{
+	return tb_feed_line_port(f, 0);
 }

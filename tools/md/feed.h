@@ -9,6 +9,19 @@
  * right after the recvmmsg that returned it).  Publishing those events on
  * tickbus is the caller's job: this module knows nothing of the bus.
  *
+ * A and B lines.  Exchanges send every packet twice, on two groups (lines
+ * A and B) that lose and delay packets independently.  With `group_b` set
+ * the feed joins both and arbitrates: the first copy of a packet is taken
+ * (its messages are *won* by that line), the second is dropped whole and
+ * counted against its line as *lost*, with how much later than the first
+ * it came (a ring of the last TB_FEED_ARB_SLOTS packets' first arrivals,
+ * indexed by sequence).  A hole one line shows is left to the other for
+ * up to `ab_wait_ns`, or until the other line too has gone past it: only
+ * what both lines missed is re-requested.  A line that brings nothing
+ * (not even a heartbeat) for `line_timeout_ns` is *silent* (counted, and
+ * flagged in the stats for the caller to report) and no longer waited
+ * for; its next packet brings it back.
+ *
  * Gaps.  A packet beyond the next expected sequence is kept (up to
  * `pending_max` packets) and the missing range is re-requested from the
  * retransmission server (MoldUDP64 request packets from a unicast socket;
@@ -81,11 +94,23 @@ typedef struct tb_feed_event {
 } tb_feed_event_t;
 
 typedef void (*tb_feed_cb_t)(void *ctx, const tb_feed_event_t *ev);
+/* Called after every message is applied (or skipped as malformed), with
+ * its sequence: the book is then consistent with every message up to it. */
+typedef void (*tb_feed_applied_cb_t)(void *ctx, uint64_t seq);
+
+/* Lines: A (the group of cfg.group) and B (cfg.group_b). */
+#define TB_FEED_LINES 2
+/* First arrivals remembered for arbitration: a copy later than this many
+ * packets is taken for a first one (and, being behind, dropped as a
+ * duplicate anyway). */
+#define TB_FEED_ARB_SLOTS 4096
 
 typedef struct tb_feed_cfg {
 	const char *group;        /* IPv4 multicast group (or a local unicast
 				     address) of the live feed */
 	uint16_t port;
+	const char *group_b;      /* line B's group (NULL: one line only) */
+	uint16_t port_b;
 	const char *iface;        /* IPv4 address of the interface to join on
 				     (NULL: any) */
 	const char *retrans_host; /* retransmission server (NULL: none) */
@@ -102,10 +127,30 @@ typedef struct tb_feed_cfg {
 	uint16_t req_max;         /* messages per re-request */
 	uint32_t gap_retries;     /* re-sends before the range is given up */
 	uint64_t gap_timeout_ns;  /* first re-send timeout (then doubling) */
+	uint64_t ab_wait_ns;      /* a hole on one line waits this long for
+				     the other before it is re-requested */
+	uint64_t line_timeout_ns; /* a line quiet this long is silent */
 	int rcvbuf;               /* SO_RCVBUF bytes, 0 = leave alone */
 	tb_feed_cb_t cb;
+	tb_feed_applied_cb_t applied; /* may be NULL */
 	void *ctx;
 } tb_feed_cfg_t;
+
+/* What one line did. */
+typedef struct tb_feed_line_stats {
+	uint64_t packets;         /* datagrams of the session it brought */
+	uint64_t won;             /* messages applied from its packets: it
+				     brought them first */
+	uint64_t lost;            /* messages it brought second: dropped */
+	uint64_t late_packets;    /* packets it brought second */
+	uint64_t late_ns_sum;     /* how much later than the first copy */
+	uint64_t late_ns_max;
+	uint64_t silences;        /* times it fell silent */
+	int silent;               /* silent now */
+	int pad_;
+	uint64_t last_ns;         /* last packet (tb_clock_now_ns) */
+	uint64_t hi;              /* highest sequence it announced + 1 */
+} tb_feed_line_stats_t;
 
 typedef struct tb_feed_stats {
 	uint64_t packets;            /* datagrams received, both sockets */
@@ -123,6 +168,10 @@ typedef struct tb_feed_stats {
 	uint64_t gaps_filled;        /* gaps closed by retransmission */
 	uint64_t gaps_lost;          /* gaps given up */
 	uint64_t requests;           /* re-request packets sent */
+	uint64_t requested;          /* messages they asked for */
+	uint64_t requested_new;      /* ... for the first time: what the
+					lines lost (retries and answers
+					cut short ask again) */
 	uint64_t retrans_packets;    /* packets from the retransmission server */
 	uint64_t lost_messages;      /* sequences given up */
 	uint64_t stale_reports;      /* STALE events */
@@ -130,14 +179,16 @@ typedef struct tb_feed_stats {
 	uint64_t book_errors;        /* messages the book refused */
 	uint64_t next_seq;           /* next sequence to apply */
 	uint64_t end_seq;            /* end of session's sequence, 0 = none */
+	int lines;                   /* 1, or 2 with line B */
+	tb_feed_line_stats_t line[TB_FEED_LINES];
 } tb_feed_stats_t;
 
 typedef struct tb_feed tb_feed_t;
 
-/* Fills `cfg` with the defaults: any interface, late join, 1024
+/* Fills `cfg` with the defaults: any interface, one line, late join, 1024
  * instruments, 1M orders, 256 levels, 1024 pending packets, 1024 messages
- * per request, 5 retries from 20 ms, 4 MiB receive buffer (forced past
- * rmem_max when the process may). */
+ * per request, 5 retries from 20 ms, A/B wait 2 ms, line timeout 500 ms,
+ * 4 MiB receive buffer (forced past rmem_max when the process may). */
 void tb_feed_cfg_init(tb_feed_cfg_t *cfg);
 
 /* Opens the sockets, joins the group and allocates everything (books,
@@ -146,8 +197,8 @@ void tb_feed_cfg_init(tb_feed_cfg_t *cfg);
 int tb_feed_open(tb_feed_t **out, const tb_feed_cfg_t *cfg);
 void tb_feed_close(tb_feed_t *f);
 
-/* Busy-poll step: reads what is waiting on both sockets (non-blocking,
- * one recvmmsg batch each), applies it, runs the gap timers.  Returns the
+/* Busy-poll step: reads what is waiting on every socket (non-blocking,
+ * one recvmmsg batch each), applies it, runs the gap and line timers.  Returns the
  * number of messages applied (0 = nothing new), or a TB_E* code (TB_ESYS
  * mostly) with a message in tb_md_error_msg() if a socket failed.  No
  * allocation or lock; the system calls are the receives and, during a gap,
@@ -168,5 +219,7 @@ const tb_book_t *tb_feed_book(const tb_feed_t *f);
 
 /* The local port of the live socket (useful when cfg.port was 0). */
 uint16_t tb_feed_port(const tb_feed_t *f);
+/* The same for line `line` (0 = A, 1 = B); 0 when there is no such line. */
+uint16_t tb_feed_line_port(const tb_feed_t *f, int line);
 
 #endif

@@ -9,8 +9,14 @@
  * decode, book update, event; for a message that waited in a gap, the wait
  * too), printed as recv_to_event_p50/p99/p999/max in ns.
  *
+ * With line B (--group-b) it reads both lines, arbitrated (feed.h), and
+ * reports each: what it won and lost and how late it was, and when it fell
+ * silent or came back (a line on stderr as it happens).
+ *
  * Summary line (stdout), parsed by the scenario tests:
  *   feedcheck: ended=0|1 messages=N packets=P ... orders=O checksum=0x...
+ *     requested=N requested_new=N lines=1|2 a_packets=N a_won=N a_lost=N a_late_packets=N
+ *     a_late_avg_ns=N a_late_max_ns=N a_silences=N (and b_...)
  */
 #include <tickbus/tickbus.h>
 #include <tickbus/hist.h>
@@ -87,7 +93,7 @@ int main(int argc, char **argv)
 	static check_t chk;
 	uint64_t timeout_ms = 60000, t0, idle = 0;
 	uint64_t mismatch = 0, i;
-	int c, rc;
+	int c, rc, silent[TB_FEED_LINES] = {0, 0};
 
 	tb_feed_opts_init(&fo);
 	while ((c = getopt_long(argc, argv, TB_FEED_OPTS_SHORT "h", opts,
@@ -132,6 +138,14 @@ int main(int argc, char **argv)
 			fprintf(stderr, "tb-feedcheck: %s\n", tb_md_error_msg());
 			break;
 		}
+		tb_feed_stats(f, &st);
+		for (int l = 0; l < st.lines; l++)
+			if (st.line[l].silent != silent[l]) {
+				silent[l] = st.line[l].silent;
+				fprintf(stderr, "tb-feedcheck: line %c %s at sequence "
+					"%" PRIu64 "\n", 'A' + l, silent[l] ?
+					"silent" : "back", st.next_seq);
+			}
 		/* Spin while data flows, then yield, then nap: a checker must not
 		 * hog a shared core while the feed is idle. */
 		if (rc > 0) {
@@ -187,6 +201,20 @@ int main(int argc, char **argv)
 	       tb_hist_max(chk.lat),
 	       tb_book_order_count(tb_feed_book(f)),
 	       tb_book_checksum(tb_feed_book(f), UINT32_MAX));
+	printf("feedcheck: requested=%" PRIu64 " requested_new=%" PRIu64
+	       " lines=%d", st.requested, st.requested_new, st.lines);
+	for (int l = 0; l < st.lines; l++) {
+		const tb_feed_line_stats_t *ls = &st.line[l];
+		char x = (char)('a' + l);
+
+		printf(" %c_packets=%" PRIu64 " %c_won=%" PRIu64 " %c_lost=%" PRIu64
+		       " %c_late_packets=%" PRIu64 " %c_late_avg_ns=%" PRIu64
+		       " %c_late_max_ns=%" PRIu64 " %c_silences=%" PRIu64, x,
+		       ls->packets, x, ls->won, x, ls->lost, x, ls->late_packets,
+		       x, ls->late_packets ? ls->late_ns_sum / ls->late_packets : 0,
+		       x, ls->late_ns_max, x, ls->silences);
+	}
+	printf("\n");
 	rc = tb_feed_ended(f) ? 0 : 1;
 	tb_feed_close(f);
 	tb_hist_free(chk.lat);

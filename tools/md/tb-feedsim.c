@@ -9,6 +9,16 @@
  * summary says so).  Loss injection has its own generator (--drop-seed), so
  * dropping packets changes what is sent on the live path, not the feed.
  *
+ * Lines A and B (--group-b): every packet goes out on both groups, as an
+ * exchange's feed does, each line with its own seeded loss (--drop,
+ * --drop-b) and jitter (--jitter-us, --jitter-b-us: each packet of the
+ * line is held back a random 0..N us, in order); --b-silent-from and
+ * --b-silent-to keep line B quiet (no data, no heartbeat) while those
+ * sequences are sent, to play a line that goes down and comes back.  The
+ * summary says what each line lost, and what both lost together: the
+ * packets (dropped_both) and messages (dropped_both_msgs) a reader of both
+ * lines must re-request.
+ *
  * The simulator keeps every message it sent and answers MoldUDP64
  * re-requests on the retransmission port with ordinary downstream packets
  * (unicast, to the requester), at most --req-max messages per request.  A
@@ -23,7 +33,10 @@
  * Summary line (stdout), parsed by the scenario tests:
  *   feedsim: messages=N packets=P dropped=D heartbeats=H requests=R
  *     bad_requests=B unknown_requests=U retrans_msgs=M last_seq=S
- *     orders=O checksum=0x... bytes_crc=0x...
+ *     orders=O checksum=0x... bytes_crc=0x... data_packets=N
+ *     packets_b=N dropped_b=N dropped_both=N dropped_both_msgs=N
+ *     silent_b=N
+ * (packets, dropped: line A's; data_packets: distinct data packets made)
  */
 #include <tickbus/tickbus.h>
 #include "tools/cli.h"
@@ -80,6 +93,15 @@ static void usage(FILE *out)
 "  -s, --seed S            feed seed (default 1)\n"
 "      --drop FRAC         drop this fraction of live data packets, 0..1\n"
 "      --drop-seed S       seed of the drops (default: seed + 1)\n"
+"      --group-b ADDR      line B: send every packet to this group too\n"
+"      --port-b PORT       its port (default: --port)\n"
+"      --drop-b FRAC       drop this fraction of line B's data packets\n"
+"      --drop-seed-b S     seed of line B's drops (default: seed + 2)\n"
+"      --jitter-us N       hold each line A packet back 0..N us (default 0)\n"
+"      --jitter-b-us N     the same for line B (default 0)\n"
+"      --jitter-seed S     seed of the jitter (default: seed + 3)\n"
+"      --b-silent-from SEQ line B sends nothing while sequences SEQ..\n"
+"      --b-silent-to SEQ   ...SEQ are sent (default: never)\n"
 "      --session NAME      MoldUDP64 session, up to 10 chars (default\n"
 "                          TBSIM00001)\n"
 "      --heartbeat-ms MS   heartbeat when idle this long (default 100)\n"
@@ -120,14 +142,33 @@ typedef struct sim_order {
 	uint64_t qty;
 } sim_order_t;
 
+/* A packet held back by a line's jitter. */
+typedef struct held {
+	uint64_t due_ns;
+	uint32_t len;
+	uint8_t data[TB_MOLD_MAX_PKT];
+} held_t;
+
+#define HELD_MAX 4096 /* per line; when full, a packet goes out at once */
+
+typedef struct line {
+	int on;
+	double drop;
+	uint64_t rng_drop, jitter_ns;
+	struct sockaddr_in dst;
+	held_t *q;            /* HELD_MAX, a ring; NULL without jitter */
+	uint32_t head, n;
+	uint64_t last_due;
+	uint64_t packets, dropped;
+} line_t;
+
 typedef struct sim {
 	/* options */
 	uint32_t instruments, max_orders, max_per_pkt, req_max;
 	uint64_t count, rate, burst_every, burst_len;
-	double drop;
 	char session[TB_MOLD_SESSION_LEN];
 	/* generators */
-	uint64_t rng_msg, rng_pkt, rng_drop;
+	uint64_t rng_msg, rng_pkt;
 	/* market state */
 	int64_t *mid;
 	sim_order_t *orders;
@@ -141,12 +182,15 @@ typedef struct sim {
 	uint64_t have; /* messages generated: sequences 1 .. have */
 	uint64_t sent; /* messages sent on the live path (or dropped) */
 	uint64_t order_msgs;
-	/* sockets */
+	/* sockets and lines: A (line[0]) and B */
 	int fd, rfd;
-	struct sockaddr_in dst;
+	line_t line[2];
+	uint64_t rng_jitter;
+	uint64_t silent_from, silent_to, silent_b;
 	/* counters */
-	uint64_t packets, dropped, heartbeats, requests, bad_requests,
-		 unknown_requests, retrans_msgs, retrans_pkts, bytes_crc;
+	uint64_t heartbeats, requests, bad_requests, data_packets,
+		 unknown_requests, retrans_msgs, retrans_pkts, bytes_crc,
+		 dropped_both, dropped_both_msgs;
 } sim_t;
 
 #define TICK 100                      /* $0.01 with 4 implied decimals */
@@ -381,16 +425,94 @@ static void serve_requests(sim_t *s)
 
 /* --------------------------------------------------------------- sending */
 
-static void send_live(sim_t *s, const uint8_t *pkt, size_t len, int data)
+static void line_out(sim_t *s, line_t *l, const uint8_t *pkt, size_t len)
 {
-	if (data && s->drop > 0 &&
-	    (double)(xorshift(&s->rng_drop) >> 11) * 0x1.0p-53 < s->drop) {
-		s->dropped++;
+	if (sendto(s->fd, pkt, len, 0, (struct sockaddr *)&l->dst,
+		   sizeof(l->dst)) == (ssize_t)len)
+		l->packets++;
+}
+
+/* Sends what a line's jitter held back and is due by `now`. */
+static void flush_lines(sim_t *s, uint64_t now)
+{
+	for (int i = 0; i < 2; i++) {
+		line_t *l = &s->line[i];
+
+		while (l->n && l->q[l->head].due_ns <= now) {
+			line_out(s, l, l->q[l->head].data, l->q[l->head].len);
+			l->head = (l->head + 1) % HELD_MAX;
+			l->n--;
+		}
+	}
+}
+
+/* A line's copy of a packet: dropped (data only), held back, or sent. */
+static void line_send(sim_t *s, line_t *l, const uint8_t *pkt, size_t len,
+		      uint64_t now)
+{
+	held_t *h;
+
+	if (!l->q || !l->jitter_ns || l->n == HELD_MAX) {
+		line_out(s, l, pkt, len);
 		return;
 	}
-	if (sendto(s->fd, pkt, len, 0, (struct sockaddr *)&s->dst,
-		   sizeof(s->dst)) == (ssize_t)len)
-		s->packets++;
+	h = &l->q[(l->head + l->n) % HELD_MAX];
+	h->due_ns = now + xorshift(&s->rng_jitter) % (l->jitter_ns + 1);
+	if (h->due_ns < l->last_due)
+		h->due_ns = l->last_due; /* a line never reorders */
+	l->last_due = h->due_ns;
+	h->len = (uint32_t)len;
+	memcpy(h->data, pkt, len);
+	l->n++;
+}
+
+static int drop_draw(line_t *l)
+{
+	return l->drop > 0 &&
+	       (double)(xorshift(&l->rng_drop) >> 11) * 0x1.0p-53 < l->drop;
+}
+
+/* 1 while line B is to keep quiet. */
+static int b_silent(const sim_t *s)
+{
+	uint64_t next = s->sent + 1;
+
+	return s->silent_to && next >= s->silent_from && next <= s->silent_to;
+}
+
+/* A packet to the live groups: `n` data messages (0: a control packet). */
+static void send_live(sim_t *s, const uint8_t *pkt, size_t len, int data,
+		      uint16_t n)
+{
+	uint64_t now = tb_clock_mono_ns();
+	int drop[2] = {0, 0};
+
+	if (data) {
+		s->data_packets++;
+		drop[0] = drop_draw(&s->line[0]);
+		if (s->line[1].on)
+			drop[1] = drop_draw(&s->line[1]);
+	}
+	for (int i = 0; i < 2; i++) {
+		line_t *l = &s->line[i];
+
+		if (!l->on)
+			continue;
+		if (i == 1 && b_silent(s)) {
+			s->silent_b++;
+			continue;
+		}
+		if (drop[i]) {
+			l->dropped++;
+			continue;
+		}
+		line_send(s, l, pkt, len, now);
+	}
+	if (drop[0] && (!s->line[1].on || drop[1] || b_silent(s))) {
+		s->dropped_both++;
+		s->dropped_both_msgs += n;
+	}
+	flush_lines(s, now);
 }
 
 static void send_ctl(sim_t *s, uint16_t count)
@@ -400,16 +522,20 @@ static void send_ctl(sim_t *s, uint16_t count)
 	/* The next sequence to be sent, not generated: generation runs a
 	 * little ahead of the wire. */
 	tb_mold_write_ctl(pkt, s->session, s->sent + 1, count);
-	send_live(s, pkt, sizeof(pkt), 0);
+	send_live(s, pkt, sizeof(pkt), 0, 0);
 	if (count == TB_MOLD_COUNT_HEARTBEAT)
 		s->heartbeats++;
 }
 
-/* Sleeps up to `ns`, waking early when a re-request arrives. */
+/* Sleeps up to `ns`, waking early when a re-request arrives (and for
+ * at most 50 us while a line holds packets back). */
 static void nap(const sim_t *s, uint64_t ns)
 {
 	struct timespec ts = { 0, (long)ns };
 	struct pollfd p = { s->rfd, POLLIN, 0 };
+
+	if ((s->line[0].n || s->line[1].n) && ns > 50000)
+		ts.tv_nsec = 50000;
 
 	if (s->rfd >= 0)
 		ppoll(&p, 1, &ts, NULL);
@@ -418,18 +544,27 @@ static void nap(const sim_t *s, uint64_t ns)
 }
 
 static int open_sockets(sim_t *s, const char *group, uint16_t port,
+			const char *group_b, uint16_t port_b,
 			const char *iface, int ttl, const char *rbind,
 			uint16_t rport)
 {
 	struct in_addr ifa;
 	unsigned char t = (unsigned char)ttl, loop = 1;
 
-	memset(&s->dst, 0, sizeof(s->dst));
-	s->dst.sin_family = AF_INET;
-	s->dst.sin_port = htons(port);
-	if (inet_pton(AF_INET, group, &s->dst.sin_addr) != 1) {
-		fprintf(stderr, "tb-feedsim: --group '%s' is not an IPv4 address\n", group);
-		return -1;
+	for (int i = 0; i < 2; i++) {
+		struct sockaddr_in *d = &s->line[i].dst;
+
+		memset(d, 0, sizeof(*d));
+		d->sin_family = AF_INET;
+		d->sin_port = htons(i ? port_b : port);
+		if (i == 1 && !group_b)
+			break;
+		if (inet_pton(AF_INET, i ? group_b : group, &d->sin_addr) != 1) {
+			fprintf(stderr, "tb-feedsim: --group%s '%s' is not an IPv4 "
+				"address\n", i ? "-b" : "", i ? group_b : group);
+			return -1;
+		}
+		s->line[i].on = 1;
 	}
 	s->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (s->fd < 0) {
@@ -489,6 +624,8 @@ static void sim_free(sim_t *s)
 	free(s->arena);
 	free(s->mid);
 	free(s->orders);
+	free(s->line[0].q);
+	free(s->line[1].q);
 }
 
 int main(int argc, char **argv)
@@ -512,6 +649,15 @@ int main(int argc, char **argv)
 		{"seed", required_argument, 0, 's'},
 		{"drop", required_argument, 0, 'x'},
 		{"drop-seed", required_argument, 0, 'X'},
+		{"group-b", required_argument, 0, 0x100},
+		{"port-b", required_argument, 0, 0x101},
+		{"drop-b", required_argument, 0, 0x102},
+		{"drop-seed-b", required_argument, 0, 0x103},
+		{"jitter-us", required_argument, 0, 0x104},
+		{"jitter-b-us", required_argument, 0, 0x105},
+		{"jitter-seed", required_argument, 0, 0x106},
+		{"b-silent-from", required_argument, 0, 0x107},
+		{"b-silent-to", required_argument, 0, 0x108},
 		{"session", required_argument, 0, 'S'},
 		{"heartbeat-ms", required_argument, 0, 'H'},
 		{"start-delay-ms", required_argument, 0, 'D'},
@@ -520,7 +666,10 @@ int main(int argc, char **argv)
 		{0, 0, 0, 0},
 	};
 	const char *group = "239.194.7.1", *iface = NULL, *rbind = "0.0.0.0";
+	const char *group_b = NULL;
 	uint64_t port = 31001, rport = 31002, ttl = 1, seed = 1, drop_seed = 0;
+	uint64_t port_b = 0, drop_seed_b = 0, jitter_seed = 0, jit[2] = {0, 0};
+	int have_drop_seed_b = 0, have_jitter_seed = 0;
 	uint64_t duration = 0, hb_ms = 100, start_ms = 0, end_ms = 1000, v;
 	int have_drop_seed = 0, closing = 0, trailer = 0, c;
 	sim_t s;
@@ -559,14 +708,24 @@ int main(int argc, char **argv)
 		case 'O': if (tb_cli_u64_c(optarg, &v) || v < 16 || v > 10000000) bad = "--max-orders"; else s.max_orders = (uint32_t)v; break;
 		case 's': if (tb_cli_u64_c(optarg, &seed)) bad = "--seed"; break;
 		case 'X': if (tb_cli_u64_c(optarg, &drop_seed)) bad = "--drop-seed"; else have_drop_seed = 1; break;
-		case 'x': {
+		case 'x':
+		case 0x102: {
+			double *d = &s.line[c == 'x' ? 0 : 1].drop;
 			char *end;
 
-			s.drop = strtod(optarg, &end);
-			if (*end || !(s.drop >= 0 && s.drop <= 1))
-				bad = "--drop";
+			*d = strtod(optarg, &end);
+			if (*end || !(*d >= 0 && *d <= 1))
+				bad = c == 'x' ? "--drop" : "--drop-b";
 			break;
 		}
+		case 0x100: if (!tb_cli_is_ipv4(optarg)) bad = "--group-b"; else group_b = optarg; break;
+		case 0x101: if (tb_cli_u64_c(optarg, &port_b) || port_b == 0 || port_b > 65535) bad = "--port-b"; break;
+		case 0x103: if (tb_cli_u64_c(optarg, &drop_seed_b)) bad = "--drop-seed-b"; else have_drop_seed_b = 1; break;
+		case 0x104: if (tb_cli_u64_c(optarg, &jit[0]) || jit[0] > 1000000) bad = "--jitter-us"; break;
+		case 0x105: if (tb_cli_u64_c(optarg, &jit[1]) || jit[1] > 1000000) bad = "--jitter-b-us"; break;
+		case 0x106: if (tb_cli_u64_c(optarg, &jitter_seed)) bad = "--jitter-seed"; else have_jitter_seed = 1; break;
+		case 0x107: if (tb_cli_u64_c(optarg, &s.silent_from) || s.silent_from == 0) bad = "--b-silent-from"; break;
+		case 0x108: if (tb_cli_u64_c(optarg, &s.silent_to) || s.silent_to == 0) bad = "--b-silent-to"; break;
 		case 'S':
 			if (!*optarg || strlen(optarg) > TB_MOLD_SESSION_LEN)
 				bad = "--session";
@@ -589,7 +748,19 @@ int main(int argc, char **argv)
 
 	s.rng_msg = seed_state(seed);
 	s.rng_pkt = seed_state(seed ^ 0x5555555555555555ull);
-	s.rng_drop = seed_state(have_drop_seed ? drop_seed : seed + 1);
+	s.line[0].rng_drop = seed_state(have_drop_seed ? drop_seed : seed + 1);
+	s.line[1].rng_drop = seed_state(have_drop_seed_b ? drop_seed_b : seed + 2);
+	s.rng_jitter = seed_state(have_jitter_seed ? jitter_seed : seed + 3);
+	if (s.silent_to && !s.silent_from)
+		s.silent_from = 1;
+	for (i = 0; i < 2; i++) {
+		s.line[i].jitter_ns = jit[i] * 1000;
+		if (jit[i] && !(s.line[i].q = calloc(HELD_MAX, sizeof(held_t)))) {
+			fprintf(stderr, "tb-feedsim: out of memory\n");
+			sim_free(&s);
+			return 1;
+		}
+	}
 	s.next_ref = 1;
 	s.arena_cap = 1 << 20;
 	s.off_cap = 1 << 16;
@@ -604,7 +775,8 @@ int main(int argc, char **argv)
 	}
 	for (i = 1; i <= s.instruments; i++)
 		s.mid[i] = (int64_t)(50 + (xorshift(&s.rng_msg) % 200)) * 100 * TICK;
-	if (open_sockets(&s, group, (uint16_t)port, iface, (int)ttl, rbind,
+	if (open_sockets(&s, group, (uint16_t)port, group_b,
+			 (uint16_t)(port_b ? port_b : port), iface, (int)ttl, rbind,
 			 (uint16_t)rport) < 0) {
 		sim_free(&s);
 		return 1;
@@ -633,6 +805,7 @@ int main(int argc, char **argv)
 		uint16_t n;
 		size_t len;
 
+		flush_lines(&s, now);
 		serve_requests(&s);
 		/* Closing (signal or --duration): send what is generated, no
 		 * more, so that the final books are those of the sent feed. */
@@ -670,7 +843,7 @@ int main(int argc, char **argv)
 		seq = s.sent + 1;
 		len = pack(&s, pkt, seq, want, s.have, &n);
 		s.bytes_crc = tb_hash_fnv1a64(s.bytes_crc, pkt, len);
-		send_live(&s, pkt, len, 1);
+		send_live(&s, pkt, len, 1, n);
 		s.sent += n;
 		last_send = now;
 		if (s.burst_every && (since_burst += n) >= s.burst_every) {
@@ -689,6 +862,10 @@ int main(int argc, char **argv)
 	t0 = tb_clock_mono_ns();
 	last_send = 0;
 	stop = 0; /* a signal now ends the end-of-session phase early */
+	while (s.line[0].n || s.line[1].n) { /* what the jitter holds first */
+		flush_lines(&s, tb_clock_mono_ns());
+		nap(&s, 50000);
+	}
 	while (!stop && tb_clock_mono_ns() - t0 < end_ms * 1000000ull) {
 		if (tb_clock_mono_ns() - last_send >= 20000000ull) {
 			send_ctl(&s, TB_MOLD_COUNT_END);
@@ -710,10 +887,16 @@ int main(int argc, char **argv)
 		       " unknown_requests=%" PRIu64 " retrans_msgs=%" PRIu64
 		       " retrans_pkts=%" PRIu64 " last_seq=%" PRIu64
 		       " orders=%u checksum=0x%016" PRIx64
-		       " bytes_crc=0x%016" PRIx64 "\n",
-		       s.sent, s.packets, s.dropped, s.heartbeats, s.requests,
-		       s.bad_requests, s.unknown_requests, s.retrans_msgs,
-		       s.retrans_pkts, s.sent, s.norders, sum, s.bytes_crc);
+		       " bytes_crc=0x%016" PRIx64 " data_packets=%" PRIu64
+		       " packets_b=%" PRIu64 " dropped_b=%" PRIu64
+		       " dropped_both=%" PRIu64 " dropped_both_msgs=%" PRIu64
+		       " silent_b=%" PRIu64 "\n",
+		       s.sent, s.line[0].packets, s.line[0].dropped, s.heartbeats,
+		       s.requests, s.bad_requests, s.unknown_requests,
+		       s.retrans_msgs, s.retrans_pkts, s.sent, s.norders, sum,
+		       s.bytes_crc, s.data_packets, s.line[1].packets,
+		       s.line[1].dropped, s.dropped_both, s.dropped_both_msgs,
+		       s.silent_b);
 	}
 	sim_free(&s);
 	return 0;

@@ -40,6 +40,27 @@
  * (TB_MSG_F_REPLAY) update the book and are counted (replayed=) but never
  * fire an order, as their prices are stale.
  *
+ * Books.  Every BookLevelUpdate entry is applied to a book of price levels
+ * per instrument (lvbook.h); its checksum (book_checksum) is the one the
+ * feed handler prints of its own books, so that the two can be compared.
+ *
+ * Sequences.  Each message's sequence is checked against the one before
+ * (seq_errors: any that is not the next, loss reported or not); first_seq
+ * and last_seq bound what was delivered; TB_NEW_EPOCH is counted (epochs).
+ * On a stream taken from several sources (hot failover) nothing of the
+ * sort should ever show when one feed handler dies.
+ *
+ * Late join from a snapshot (--snapshot STREAM): the strategy opens its
+ * stream, then the snapshot stream, and joins at the first whole snapshot
+ * (tb_sub_start_at_snapshot): SnapshotBegin clears the books, its
+ * BookLevelUpdates rebuild them (and the top of book of each instrument it
+ * names), and the stream is delivered from the snapshot's lastFeedSeq + 1,
+ * what its transport no longer holds recovered.  It prints
+ *   NAME: joined snapshot=S messages=N join_ms=T book_checksum=0x...
+ * (the books as the snapshot left them), and the summary says
+ * joined_at=S join_ms=T caught_up_ms=T (until the first poll with nothing
+ * left to deliver).
+ *
  * Stops when the stream closes (TB_CLOSED) or its publisher dies, on
  * SIGINT/SIGTERM, or after --timeout-ms; then waits up to --ack-wait-ms for
  * the acks still out.
@@ -50,7 +71,9 @@
  *     unknown=N out_of_range=N orders=N send_errors=N acks=N bad_acks=N
  *     unmatched_acks=N disorder=N level_checks=N level_mismatch=N gaps=N
  *     gapped=N laps=N data_loss=N lost=N recoveries=N replayed=N
- *     top_checksum=0x...
+ *     top_checksum=0x... book_checksum=0x... first_seq=N last_seq=N
+ *     seq_errors=N epochs=N deaths=N book_refused=N joined_at=S join_ms=T
+ *     caught_up_ms=T
  * (gapped: messages in TB_GAP ranges - being recovered where the stream has
  * recovery, missing where it has none; lost: in TB_LAPPED and TB_DATA_LOSS
  * ranges, gone for good)
@@ -63,6 +86,7 @@
 #include "tickbus_schema.h"
 #include "tools/cli.h"
 #include "tools/md/gw.h"
+#include "tools/md/lvbook.h"
 #include "tools/md/md_top.h"
 
 #include <arpa/inet.h>
@@ -111,6 +135,10 @@ static void usage(FILE *out)
 "      --hgrm-dir DIR        write DIR/NAME.HOP.hgrm (default: none)\n"
 "      --timeout-ms MS       stop after this long, 0 = never (default 0)\n"
 "      --ack-wait-ms MS      wait for acks at the end (default 500)\n"
+"      --snapshot STREAM     join late, from the first whole snapshot on\n"
+"                            STREAM (published by tb-feedhandler --snapshot)\n"
+"      --snapshot-wait-ms MS give up waiting for one after MS (default\n"
+"                            30000)\n"
 "  -h, --help                this text\n"
 "exit status: 0 the stream closed or a signal stopped it, 1 error or\n"
 "timeout, 2 usage\n");
@@ -148,6 +176,10 @@ typedef struct strat {
 	uint64_t statuses, malformed, unknown, out_of_range, orders, send_errors;
 	uint64_t acks, bad_acks, unmatched_acks, disorder, outstanding;
 	uint64_t level_checks, level_mismatch;
+	tb_lvbook_t *book;
+	uint64_t book_refused;
+	uint64_t first_seq, last_seq, seq_errors;
+	uint8_t in_snapshot[MAX_INSTR]; /* named by the snapshot being applied */
 	uint64_t hop_disorder[NHOPS - 1]; /* orders whose hop i was negative */
 	int64_t hop_min[NHOPS - 1];      /* most negative hop i seen */
 } strat_t;
@@ -259,6 +291,11 @@ static void on_levels(strat_t *s, const tb_msg_t *m)
 		int del = e.action == 2;
 
 		s->levels++;
+		if (tb_lvbook_apply(s->book, u.instrument_id, e.side - 1, e.action,
+				    e.level, e.price.mantissa, e.qty,
+				    e.order_count == TB_MD_COUNT_NULL ? 0 :
+				    e.order_count) != 0)
+			s->book_refused++;
 		if (e.level != 0)
 			continue;
 		if (e.side == 1 || e.side == 2) {
@@ -282,6 +319,11 @@ static void on_msg(void *ctx, const tb_msg_t *m)
 {
 	strat_t *s = ctx;
 
+	if (s->last_seq && m->seq != s->last_seq + 1)
+		s->seq_errors++;
+	if (!s->first_seq)
+		s->first_seq = m->seq;
+	s->last_seq = m->seq;
 	s->messages++;
 	if (m->flags & TB_MSG_F_REPLAY)
 		s->replayed++;
@@ -321,6 +363,89 @@ static void on_msg(void *ctx, const tb_msg_t *m)
 	}
 	default:
 		s->unknown++;
+		break;
+	}
+}
+
+/* ------------------------------------------------------- snapshot join */
+
+/* What a message of the snapshot stream is (tb_snapshot_fn). */
+static tb_snapshot_part_t snapshot_part(void *ctx, const tb_msg_t *m,
+					uint64_t *seq)
+{
+	(void)ctx;
+	switch (m->template_id) {
+	case TB_MD_SNAPSHOT_BEGIN_TEMPLATE_ID: {
+		tb_md_snapshot_begin_t b;
+
+		if (tb_md_snapshot_begin_decode(m->data, m->len, &b) < 0)
+			return TB_SNAPSHOT_NONE;
+		*seq = b.last_feed_seq;
+		return TB_SNAPSHOT_BEGIN;
+	}
+	case TB_MD_SNAPSHOT_END_TEMPLATE_ID: {
+		tb_md_snapshot_end_t e;
+
+		if (tb_md_snapshot_end_decode(m->data, m->len, &e) < 0)
+			return TB_SNAPSHOT_NONE;
+		*seq = e.last_feed_seq;
+		return TB_SNAPSHOT_END;
+	}
+	case TB_MD_BOOK_LEVEL_UPDATE_TEMPLATE_ID:
+		return TB_SNAPSHOT_BODY;
+	default:
+		return TB_SNAPSHOT_NONE;
+	}
+}
+
+/* The top of book of instrument `i` as its levels are. */
+static void top_from_levels(strat_t *s, uint32_t i)
+{
+	const tb_lvbook_level_t *b = tb_lvbook_level(s->book, i, 0, 0);
+	const tb_lvbook_level_t *a = tb_lvbook_level(s->book, i, 1, 0);
+	top_t *t = &s->top[i];
+
+	t->bid_px = b ? b->px : TB_MD_PRICE_MANTISSA_NULL;
+	t->bid_qty = b ? b->qty : TB_MD_QUANTITY_NULL;
+	t->ask_px = a ? a->px : TB_MD_PRICE_MANTISSA_NULL;
+	t->ask_qty = a ? a->qty : TB_MD_QUANTITY_NULL;
+	s->lvl[i][0] = (side_top_t){ t->bid_px, t->bid_qty, b != NULL };
+	s->lvl[i][1] = (side_top_t){ t->ask_px, t->ask_qty, a != NULL };
+	s->top_hash[i] = tb_md_top_hash(i, t->bid_px, t->bid_qty, t->ask_px,
+					t->ask_qty);
+}
+
+/* The snapshot, whole, as tb_sub_start_at_snapshot hands it over: it
+ * replaces the books and the top of book of every instrument it names. */
+static void on_snapshot(void *ctx, const tb_msg_t *m)
+{
+	strat_t *s = ctx;
+
+	switch (m->template_id) {
+	case TB_MD_SNAPSHOT_BEGIN_TEMPLATE_ID:
+		tb_lvbook_clear(s->book, UINT32_MAX);
+		memset(s->top, 0, sizeof(s->top));
+		memset(s->lvl, 0, sizeof(s->lvl));
+		memset(s->top_hash, 0, sizeof(s->top_hash));
+		memset(s->in_snapshot, 0, sizeof(s->in_snapshot));
+		break;
+	case TB_MD_BOOK_LEVEL_UPDATE_TEMPLATE_ID: {
+		tb_md_book_level_update_t u;
+		tb_md_book_level_update_groups_t g;
+
+		if (tb_md_book_level_update_decode(m->data, m->len, &u, &g) >= 0 &&
+		    u.instrument_id < MAX_INSTR)
+			s->in_snapshot[u.instrument_id] = 1;
+		on_levels(s, m);
+		s->level_updates--; /* counted as snapshot, not stream */
+		break;
+	}
+	case TB_MD_SNAPSHOT_END_TEMPLATE_ID:
+		for (uint32_t i = 0; i < MAX_INSTR; i++)
+			if (s->in_snapshot[i])
+				top_from_levels(s, i);
+		break;
+	default:
 		break;
 	}
 }
@@ -426,14 +551,26 @@ static int write_hgrms(strat_t *s, const char *dir, const char *name)
 	return rc;
 }
 
-static void report(strat_t *s, const char *name, int closed, uint64_t gaps,
-		   uint64_t gapped, uint64_t laps, uint64_t data_loss, uint64_t lost)
+static uint64_t top_sum(const strat_t *s)
 {
 	uint64_t sum = 0;
+
+	for (int i = 0; i < MAX_INSTR; i++)
+		sum += s->top_hash[i];
+	return sum;
+}
+
+typedef struct join {
+	uint64_t at, join_ms, caught_up_ms, epochs, deaths;
+} join_t;
+
+static void report(strat_t *s, const char *name, int closed, uint64_t gaps,
+		   uint64_t gapped, uint64_t laps, uint64_t data_loss, uint64_t lost,
+		   const join_t *j)
+{
+	uint64_t sum = top_sum(s);
 	int i;
 
-	for (i = 0; i < MAX_INSTR; i++)
-		sum += s->top_hash[i];
 	printf("%s: tick-to-trade per hop, %" PRIu64 " acked orders (us)\n", name,
 	       s->acks);
 	printf("%s:   %-20s %9s %9s %9s %9s\n", name, "hop", "p50", "p99",
@@ -466,13 +603,19 @@ static void report(strat_t *s, const char *name, int closed, uint64_t gaps,
 	       " level_checks=%" PRIu64 " level_mismatch=%" PRIu64
 	       " gaps=%" PRIu64
 	       " gapped=%" PRIu64 " laps=%" PRIu64 " data_loss=%" PRIu64 " lost=%" PRIu64
-	       " recoveries=%" PRIu64 " replayed=%" PRIu64 " top_checksum=0x%016" PRIx64 "\n",
+	       " recoveries=%" PRIu64 " replayed=%" PRIu64 " top_checksum=0x%016" PRIx64
+	       " book_checksum=0x%016" PRIx64 " first_seq=%" PRIu64
+	       " last_seq=%" PRIu64 " seq_errors=%" PRIu64 " epochs=%" PRIu64
+	       " deaths=%" PRIu64 " book_refused=%" PRIu64 " joined_at=%" PRIu64
+	       " join_ms=%" PRIu64 " caught_up_ms=%" PRIu64 "\n",
 	       name, closed, s->messages, s->quotes, s->trades, s->level_updates,
 	       s->levels, s->instruments, s->statuses, s->malformed, s->unknown,
 	       s->out_of_range, s->orders, s->send_errors, s->acks, s->bad_acks,
 	       s->unmatched_acks, s->disorder, s->level_checks,
 	       s->level_mismatch, gaps, gapped, laps, data_loss, lost, s->recoveries, s->replayed,
-	       sum);
+	       sum, tb_lvbook_checksum(s->book), s->first_seq, s->last_seq,
+	       s->seq_errors, j->epochs, j->deaths, s->book_refused, j->at,
+	       j->join_ms, j->caught_up_ms);
 	fflush(stdout);
 }
 
@@ -491,12 +634,17 @@ int main(int argc, char **argv)
 		{"hgrm-dir", required_argument, 0, 'D'},
 		{"timeout-ms", required_argument, 0, 'T'},
 		{"ack-wait-ms", required_argument, 0, 'A'},
+		{"snapshot", required_argument, 0, 'S'},
+		{"snapshot-wait-ms", required_argument, 0, 'W'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
 	static strat_t s;
 	const char *config = NULL, *stream = NULL, *name = "strategy";
 	const char *hgrm_dir = NULL, *gateway = "127.0.0.1:31010";
+	const char *snap_stream = NULL;
+	uint64_t snap_wait_ms = 30000, t_open;
+	join_t join = {0, 0, 0, 0, 0};
 	uint64_t core = UINT64_MAX, timeout_ms = 0, ack_wait_ms = 500, v, t0;
 	uint64_t gaps = 0, laps = 0, data_loss = 0, lost = 0, gapped = 0;
 	uint64_t printed = 0;
@@ -525,6 +673,8 @@ int main(int argc, char **argv)
 		case 'D': if (!*optarg) bad = "--hgrm-dir"; else hgrm_dir = optarg; break;
 		case 'T': if (tb_cli_u64_c(optarg, &timeout_ms)) bad = "--timeout-ms"; break;
 		case 'A': if (tb_cli_u64_c(optarg, &ack_wait_ms) || ack_wait_ms > 60000) bad = "--ack-wait-ms"; break;
+		case 'S': if (!*optarg) bad = "--snapshot"; else snap_stream = optarg; break;
+		case 'W': if (tb_cli_u64_c(optarg, &snap_wait_ms) || snap_wait_ms == 0 || snap_wait_ms > 3600000) bad = "--snapshot-wait-ms"; break;
 		case 'h':
 		default: return tb_cli_usage_exit(usage, c);
 		}
@@ -555,6 +705,11 @@ int main(int argc, char **argv)
 			tb_errmsg());
 		return 1;
 	}
+	if (tb_lvbook_create(&s.book, MAX_INSTR) != 0) {
+		fprintf(stderr, "tb-strategy: out of memory\n");
+		return 1;
+	}
+	t_open = tb_clock_mono_ms();
 	rc = tb_subscriber_open_file(&sub, config, stream);
 	if (rc) {
 		fprintf(stderr, "tb-strategy: stream '%s' of %s: %s\n", stream,
@@ -564,6 +719,32 @@ int main(int argc, char **argv)
 	tb_cli_on_stop_signals(&stop);
 	printf("%s: ready stream=%s gateway=%s\n", name, stream, gateway);
 	fflush(stdout);
+	if (snap_stream) {
+		/* Opened after the stream, so that the snapshot it takes is
+		 * of a point the stream's transport still holds. */
+		tb_subscriber_t *snap;
+
+		rc = tb_subscriber_open_file(&snap, config, snap_stream);
+		if (rc == 0) {
+			rc = tb_sub_start_at_snapshot(sub, snap, snapshot_part,
+						      on_snapshot, &s,
+						      (uint32_t)snap_wait_ms,
+						      &join.at);
+			tb_subscriber_close(snap);
+		}
+		if (rc) {
+			fprintf(stderr, "tb-strategy: join from snapshot stream '%s': "
+				"%s\n", snap_stream, tb_errmsg());
+			tb_subscriber_close(sub);
+			return 1;
+		}
+		join.join_ms = tb_clock_mono_ms() - t_open;
+		printf("%s: joined snapshot=%" PRIu64 " join_ms=%" PRIu64
+		       " book_checksum=0x%016" PRIx64 " top_checksum=0x%016" PRIx64
+		       "\n", name, join.at, join.join_ms,
+		       tb_lvbook_checksum(s.book), top_sum(&s));
+		fflush(stdout);
+	}
 	tb_idle_init(&idle, TB_IDLE_SPIN_YIELD);
 	t0 = tb_clock_mono_ms();
 	while (!stop && !closed && (!timeout_ms || tb_clock_mono_ms() - t0 < timeout_ms)) {
@@ -576,6 +757,8 @@ int main(int argc, char **argv)
 
 		s.recoveries += rec && !recovering; /* a gap being recovered */
 		recovering = rec;
+		if (n == 0 && snap_stream && !join.caught_up_ms && !rec)
+			join.caught_up_ms = tb_clock_mono_ms() - t_open;
 		if (n > 0 || n == TB_NOT_CONNECTED || n == 0) {
 			tb_idle_step(&idle, (n > 0 ? n : 0) + acked);
 			continue;
@@ -584,10 +767,16 @@ int main(int argc, char **argv)
 		case TB_GAP: gaps++; break;
 		case TB_LAPPED: laps++; break;
 		case TB_DATA_LOSS: data_loss++; break;
-		case TB_NEW_EPOCH: continue;
+		case TB_NEW_EPOCH:
+			join.epochs++;
+			fprintf(stderr, "%s: new epoch 0x%016" PRIx64 "\n", name,
+				tb_sub_epoch(sub));
+			s.last_seq = 0; /* sequences start again */
+			continue;
 		case TB_CLOSED: closed = 1; continue;
 		case TB_PUBLISHER_DEAD:
 			fprintf(stderr, "%s: the publisher died\n", name);
+			join.deaths++;
 			closed = 1;
 			continue;
 		default:
@@ -614,10 +803,11 @@ int main(int argc, char **argv)
 		if (read_acks(&s) == 0)
 			nanosleep(&ts, NULL);
 	}
-	report(&s, name, closed, gaps, gapped, laps, data_loss, lost);
+	report(&s, name, closed, gaps, gapped, laps, data_loss, lost, &join);
 	if (hgrm_dir && write_hgrms(&s, hgrm_dir, name) != 0)
 		failed = 1;
 	tb_subscriber_close(sub);
+	tb_lvbook_destroy(s.book);
 	close(s.fd);
 	for (i = 0; i < NHOPS; i++)
 		tb_hist_free(s.hop[i]);

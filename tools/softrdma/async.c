@@ -45,7 +45,7 @@ SR_EXPORT int ibv_get_async_event(struct ibv_context *context,
 				continue;
 			event->element.cq = &cq->cq;
 		} else {
-			event->element.port_num = 1;
+			event->element.port_num = (int)m.slot; /* PORT_ERR, ... */
 		}
 		return 0;
 	}

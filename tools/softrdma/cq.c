@@ -12,9 +12,24 @@
  *
  * Overrun: a producer that finds cqe entries pending drops its completion,
  * marks the CQ in error and sends IBV_EVENT_CQ_ERR to the owner's async
- * queue, as a NIC does.  The CQ then accepts nothing more; ibv_poll_cq
- * returns what was queued before the overrun, then -1 (errno EIO).  The
- * dropped completion's QP is not otherwise affected.
+ * queue, as a NIC does; every QP that completes into that CQ goes to ERR
+ * and its owner gets IBV_EVENT_QP_FATAL.  The CQ then accepts nothing more;
+ * ibv_poll_cq returns what was queued before the overrun, then nothing: the
+ * overrun is reported only as the async event, never by ibv_poll_cq.
+ *
+ * Error completions carry only what ibv_poll_cq(3) promises for them:
+ * wr_id, status, qp_num and vendor_err (an mlx5-style syndrome); every
+ * other field is filled with a poison pattern, so that code which reads
+ * the opcode or the length of a failed work request is caught here rather
+ * than on a NIC, where those fields are garbage.
+ *
+ * Sizing: as mlx5, a CQ of cqe entries gets a ring of the next power of two
+ * above cqe (cq->cqe reports ring - 1) of 64-byte entries, and those pages
+ * are charged to RLIMIT_MEMLOCK (mr.c).
+ *
+ * ibv_poll_cq also drives this process's send engine (datapath.c) when it
+ * has work, as a software provider progresses on poll; the work requests
+ * still run after they were posted.
  *
  * Completion events: ibv_req_notify_cq arms the CQ; the producer that adds
  * the next (or next solicited / error) entry disarms it and sends a datagram
@@ -26,6 +41,7 @@
 #include "softrdma.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -43,8 +59,51 @@ static int arm_matches(uint32_t arm, const struct sr_cqe *e)
 	       ((e->flags & SR_CQE_SOLICITED) || e->status != IBV_WC_SUCCESS);
 }
 
+/* The error syndrome an mlx5 CQE carries for a status (vendor_err). */
+static uint32_t syndrome(uint32_t st)
+{
+	switch (st) {
+	case IBV_WC_LOC_LEN_ERR: return 0x01;
+	case IBV_WC_LOC_QP_OP_ERR: return 0x02;
+	case IBV_WC_LOC_PROT_ERR: return 0x04;
+	case IBV_WC_WR_FLUSH_ERR: return 0x05;
+	case IBV_WC_MW_BIND_ERR: return 0x06;
+	case IBV_WC_BAD_RESP_ERR: return 0x10;
+	case IBV_WC_LOC_ACCESS_ERR: return 0x11;
+	case IBV_WC_REM_INV_REQ_ERR: return 0x12;
+	case IBV_WC_REM_ACCESS_ERR: return 0x13;
+	case IBV_WC_REM_OP_ERR: return 0x14;
+	case IBV_WC_RETRY_EXC_ERR: return 0x15;
+	case IBV_WC_RNR_RETRY_EXC_ERR: return 0x16;
+	default: return 0x22;
+	}
+}
+
+/* The CQ is in error: its owner hears of it, and so does the owner of each
+ * QP that completes into it (those QPs go to ERR). */
+static void overrun(struct sr_fabric *f, struct sr_cq_shm *cq)
+{
+	uint32_t slot = cq->id & (SR_MAX_CQS - 1);
+	sr_async_post(f, cq->pid, cq->ctx_id, IBV_EVENT_CQ_ERR, SR_SLOT_CQ, slot,
+		      cq->id);
+	for (uint32_t i = 0; i < SR_MAX_QPS; i++) {
+		struct sr_qp_shm *q = sr_fabric_qp(f, i);
+		if (atomic_load_explicit(&q->in_use, memory_order_acquire) != 1)
+			continue;
+		if ((q->recv_cq == slot && q->recv_cq_id == cq->id) ||
+		    (q->send_cq == slot && q->send_cq_id == cq->id))
+			sr_qp_fatal(f, q);
+	}
+}
+
 int sr_cq_push(struct sr_fabric *f, struct sr_cq_shm *cq, const struct sr_cqe *e)
 {
+	if (SR_UNLIKELY(sr_log_errors) && e->status != IBV_WC_SUCCESS &&
+	    (e->status != IBV_WC_WR_FLUSH_ERR || sr_log_errors > 1))
+		fprintf(stderr, "softrdma: pid %d: qp %u wr_id %llu: %s (%s)\n",
+			(int)getpid(), e->qp_num, (unsigned long long)e->wr_id,
+			ibv_wc_status_str((enum ibv_wc_status)e->status),
+			e->flags & SR_CQE_SQ ? "requester" : "receive");
 	if (SR_UNLIKELY(atomic_load_explicit(&cq->error, memory_order_relaxed)))
 		return -1;
 	uint64_t t = atomic_load_explicit(&cq->tail, memory_order_relaxed);
@@ -59,8 +118,7 @@ int sr_cq_push(struct sr_fabric *f, struct sr_cq_shm *cq, const struct sr_cqe *e
 		}
 		if (SR_UNLIKELY(t - h >= cq->cqe)) {
 			if (!atomic_exchange(&cq->error, 1))
-				sr_async_post(f, cq->pid, cq->ctx_id, IBV_EVENT_CQ_ERR,
-					      SR_SLOT_CQ, cq->id & 0xff, cq->id);
+				overrun(f, cq);
 			return -1;
 		}
 		if (atomic_compare_exchange_weak_explicit(
@@ -72,7 +130,7 @@ int sr_cq_push(struct sr_fabric *f, struct sr_cq_shm *cq, const struct sr_cqe *e
 	d->wr_id = e->wr_id;
 	d->status = e->status;
 	d->opcode = e->opcode;
-	d->vendor_err = e->vendor_err;
+	d->vendor_err = e->status == IBV_WC_SUCCESS ? 0 : syndrome(e->status);
 	d->byte_len = e->byte_len;
 	d->imm_data = e->imm_data;
 	d->qp_num = e->qp_num;
@@ -80,6 +138,7 @@ int sr_cq_push(struct sr_fabric *f, struct sr_cq_shm *cq, const struct sr_cqe *e
 	d->wc_flags = e->wc_flags;
 	d->sq_index = e->sq_index;
 	d->flags = e->flags;
+	d->slid = e->slid;
 	atomic_store_explicit(&d->seq, t + 1, memory_order_release); /* R1 */
 
 	if (!cq->chan_id)
@@ -98,13 +157,19 @@ int sr_cq_push(struct sr_fabric *f, struct sr_cq_shm *cq, const struct sr_cqe *e
 	return 0;
 }
 
-/* Hot path: no lock, no system call, no allocation. */
+/* The fields ibv_poll_cq(3) leaves undefined for a failed work request. */
+#define SR_POISON 0xa5a5a5a5u
+
+/* Hot path: no lock, no system call, no allocation (unless this process's
+ * send engine has work, which the poll then runs). */
 int sr_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 {
 	if (SR_UNLIKELY(sr_fault_active) && sr_fault_hit("ibv_poll_cq")) {
 		errno = EIO;
 		return -1;
 	}
+	if (SR_UNLIKELY(atomic_load_explicit(&sr_exec_work, memory_order_relaxed)))
+		sr_exec_poll();
 	struct sr_cq_shm *cq = ((struct sr_cq *)ibcq)->shm;
 	uint64_t h = atomic_load_explicit(&cq->head, memory_order_relaxed);
 	int got = 0;
@@ -116,17 +181,29 @@ int sr_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		struct ibv_wc *w = &wc[got++];
 		w->wr_id = e->wr_id;
 		w->status = e->status;
-		w->opcode = e->opcode;
-		w->vendor_err = e->vendor_err;
-		w->byte_len = e->byte_len;
-		w->imm_data = e->imm_data;
 		w->qp_num = e->qp_num;
-		w->src_qp = e->src_qp;
-		w->wc_flags = e->wc_flags;
-		w->pkey_index = 0;
-		w->slid = 0;
-		w->sl = 0;
-		w->dlid_path_bits = 0;
+		w->vendor_err = e->vendor_err;
+		if (SR_LIKELY(e->status == IBV_WC_SUCCESS) || !sr_poison_wc) {
+			w->opcode = e->opcode;
+			w->byte_len = e->byte_len;
+			w->imm_data = e->imm_data;
+			w->src_qp = e->src_qp;
+			w->wc_flags = e->wc_flags;
+			w->pkey_index = 0;
+			w->slid = (uint16_t)e->slid;
+			w->sl = 0;
+			w->dlid_path_bits = 0;
+		} else {
+			w->opcode = (enum ibv_wc_opcode)SR_POISON;
+			w->byte_len = SR_POISON;
+			w->imm_data = SR_POISON;
+			w->src_qp = SR_POISON;
+			w->wc_flags = SR_POISON;
+			w->pkey_index = (uint16_t)SR_POISON;
+			w->slid = (uint16_t)SR_POISON;
+			w->sl = (uint8_t)SR_POISON;
+			w->dlid_path_bits = (uint8_t)SR_POISON;
+		}
 		if (e->flags & SR_CQE_SQ) {
 			/* Polling a requester completion frees its SQ slot and
 			 * those of the unsignalled WQEs before it. */
@@ -141,11 +218,6 @@ int sr_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	}
 	if (got)
 		atomic_store_explicit(&cq->head, h, memory_order_release); /* R2 */
-	else if (SR_UNLIKELY(atomic_load_explicit(&cq->error,
-						  memory_order_relaxed))) {
-		errno = EIO;
-		return -1;
-	}
 	return got;
 }
 
@@ -212,21 +284,26 @@ SR_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe,
 		errno = EINVAL;
 		return NULL;
 	}
-	struct sr_cq *cq = calloc(1, sizeof *cq);
-	if (!cq) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	uint32_t slot;
-	if (sr_fabric_alloc_slot(c->fab, SR_SLOT_CQ, &slot) < 0) {
-		free(cq);
-		errno = ENOMEM;
-		return NULL;
-	}
-	struct sr_cq_shm *s = sr_fabric_cq(c->fab, slot);
 	uint32_t ring = 2;
 	while (ring < (uint32_t)cqe + 1)
 		ring <<= 1;
+	/* mlx5: ring * 64-byte CQEs, in whole pages, pinned */
+	uint64_t pages = ((uint64_t)ring * 64 + SR_PAGE - 1) / SR_PAGE;
+	int err = sr_memlock_charge(pages);
+	if (err) {
+		errno = err;
+		return NULL;
+	}
+	struct sr_cq *cq = calloc(1, sizeof *cq);
+	uint32_t slot;
+	if (!cq || sr_fabric_alloc_slot(c->fab, SR_SLOT_CQ, &slot) < 0) {
+		free(cq);
+		sr_memlock_uncharge(pages);
+		errno = ENOMEM;
+		return NULL;
+	}
+	cq->pages = pages;
+	struct sr_cq_shm *s = sr_fabric_cq(c->fab, slot);
 	s->gen = (s->gen + 1) & 0xffff;
 	s->id = s->gen << SR_CQ_SLOT_BITS | slot;
 	s->pid = c->fab->pid;
@@ -274,6 +351,7 @@ SR_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 	struct sr_fabric *f = sr_ctx(ibcq->context)->fab;
 	atomic_store(&sr_local_cq[cq->slot], NULL);
 	sr_fabric_free_slot(f, SR_SLOT_CQ, cq->slot);
+	sr_memlock_uncharge(cq->pages);
 	if (ibcq->channel)
 		__atomic_fetch_sub(&ibcq->channel->refcnt, 1, __ATOMIC_ACQ_REL);
 	pthread_mutex_destroy(&ibcq->mutex);

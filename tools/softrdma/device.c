@@ -1,11 +1,10 @@
 /*
- * The device, its context, its one port, and protection domains.
+ * The device, its context and protection domains (the port is port.c).
  *
- * softrdma0 looks like a RoCE NIC: node type CA, transport IB, one port that
- * is always ACTIVE with link layer Ethernet, LID 0, and a GID table of one
- * entry: index 0 is the RoCE v2 GID for 127.0.0.1 in IPv4-mapped form
- * (::ffff:127.0.0.1).  As on a real RoCE port, address vectors must carry a
- * GRH (is_global = 1) naming that GID index.
+ * softrdma0 reports itself as a ConnectX-5 (vendor 0x02c9, part 4119) so
+ * that tools take their mlx5 paths (perftest's extended send API and inline
+ * sizes); its limits are softrdma's own.  Each context registers its id in
+ * the process's fabric slot, where port events (softrdma-ctl) find it.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -31,15 +30,6 @@ static struct ibv_device sr_device = {
 	.dev_path = "/sys/class/infiniband_verbs/uverbs_softrdma0",
 	.ibdev_path = "/sys/class/infiniband/softrdma0",
 };
-
-void sr_device_gid(union ibv_gid *gid)
-{
-	memset(gid, 0, sizeof *gid);
-	gid->raw[10] = 0xff;
-	gid->raw[11] = 0xff;
-	gid->raw[12] = 127;
-	gid->raw[15] = 1;
-}
 
 SR_EXPORT struct ibv_device **ibv_get_device_list(int *num_devices)
 {
@@ -88,19 +78,6 @@ static int sr_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 	return EOPNOTSUPP;
 }
 
-static int sr_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw,
-		      struct ibv_mw_bind *bind)
-{
-	(void)qp; (void)mw; (void)bind;
-	return EOPNOTSUPP;
-}
-
-static int sr_dealloc_mw(struct ibv_mw *mw)
-{
-	(void)mw;
-	return EOPNOTSUPP;
-}
-
 static void fill_device_attr(struct ibv_device_attr *a)
 {
 	memset(a, 0, sizeof *a);
@@ -109,13 +86,15 @@ static void fill_device_attr(struct ibv_device_attr *a)
 	a->sys_image_guid = htobe64(SR_NODE_GUID);
 	a->max_mr_size = 1ull << 40;
 	a->page_size_cap = 4096;
-	a->vendor_id = 0;
-	a->vendor_part_id = 0;
-	a->hw_ver = 1;
+	a->vendor_id = SR_VENDOR_ID;
+	a->vendor_part_id = SR_VENDOR_PART_ID;
+	a->hw_ver = 0;
 	a->max_qp = SR_MAX_QPS;
 	a->max_qp_wr = SR_MAX_QP_WR;
 	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN |
-			      IBV_DEVICE_PORT_ACTIVE_EVENT;
+			      IBV_DEVICE_PORT_ACTIVE_EVENT |
+			      IBV_DEVICE_MEM_WINDOW |
+			      IBV_DEVICE_MEM_MGT_EXTENSIONS;
 	a->max_sge = SR_MAX_SGE;
 	a->max_sge_rd = SR_MAX_SGE;
 	a->max_cq = SR_MAX_CQS;
@@ -156,120 +135,15 @@ static int sr_query_device_ex(struct ibv_context *context,
 		return EINVAL;
 	memset(attr, 0, attr_size);
 	fill_device_attr(&attr->orig_attr);
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, device_cap_flags_ex) +
+			 sizeof attr->device_cap_flags_ex)
+		attr->device_cap_flags_ex = attr->orig_attr.device_cap_flags |
+					    IBV_DEVICE_MEM_WINDOW_TYPE_2B;
 	return 0;
 }
 
-/* Fills the first len bytes of a struct ibv_port_attr. */
-static int port_attr(uint8_t port, struct ibv_port_attr *out, size_t len)
-{
-	if (port != 1) {
-		errno = EINVAL;
-		return EINVAL;
-	}
-	struct ibv_port_attr a = {
-		.state = IBV_PORT_ACTIVE,
-		.max_mtu = IBV_MTU_4096,
-		.active_mtu = IBV_MTU_4096,
-		.gid_tbl_len = SR_GID_TBL_LEN,
-		.port_cap_flags = IBV_PORT_CM_SUP,
-		.max_msg_sz = SR_MAX_MSG,
-		.pkey_tbl_len = SR_PKEY_TBL_LEN,
-		.lid = 0,
-		.sm_lid = 0,
-		.max_vl_num = 1,
-		.active_width = 2,  /* 4x */
-		.active_speed = 32, /* 25 Gb/s (EDR) lane */
-		.phys_state = 5,    /* LinkUp */
-		.link_layer = IBV_LINK_LAYER_ETHERNET,
-	};
-	memcpy(out, &a, len < sizeof a ? len : sizeof a);
-	return 0;
-}
-
-static int sr_query_port_ex(struct ibv_context *context, uint8_t port_num,
-			    struct ibv_port_attr *attr, size_t len)
-{
-	(void)context;
-	SR_FAULT_RET("ibv_query_port", errno);
-	return port_attr(port_num, attr, len);
-}
-
-/* The exported symbol serves old binaries, whose struct ends at link_layer. */
-SR_EXPORT int ibv_query_port(struct ibv_context *context, uint8_t port_num,
-			     struct _compat_ibv_port_attr *attr)
-{
-	return sr_query_port_ex(context, port_num, (struct ibv_port_attr *)attr,
-				offsetof(struct ibv_port_attr, flags));
-}
-SR_DEFAULT_V11(ibv_query_port);
-
-SR_EXPORT int ibv_query_gid(struct ibv_context *context, uint8_t port_num,
-			    int index, union ibv_gid *gid)
-{
-	(void)context;
-	SR_FAULT_RET("ibv_query_gid", -1);
-	if (port_num != 1 || index < 0 || index >= SR_GID_TBL_LEN) {
-		errno = EINVAL;
-		return -1;
-	}
-	sr_device_gid(gid);
-	return 0;
-}
-SR_DEFAULT_V11(ibv_query_gid);
-
-SR_EXPORT int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num,
-				uint32_t gid_index, struct ibv_gid_entry *entry,
-				uint32_t flags, size_t entry_size)
-{
-	(void)context;
-	if (flags || entry_size < sizeof *entry)
-		return EINVAL;
-	if (port_num != 1 || gid_index >= SR_GID_TBL_LEN)
-		return EINVAL;
-	memset(entry, 0, entry_size);
-	sr_device_gid(&entry->gid);
-	entry->gid_index = gid_index;
-	entry->port_num = port_num;
-	entry->gid_type = IBV_GID_TYPE_ROCE_V2;
-	entry->ndev_ifindex = 1; /* lo */
-	return 0;
-}
-
-SR_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *context,
-				       struct ibv_gid_entry *entries,
-				       size_t max_entries, uint32_t flags,
-				       size_t entry_size)
-{
-	if (flags || entry_size < sizeof *entries)
-		return -EINVAL;
-	if (max_entries < SR_GID_TBL_LEN)
-		return -EINVAL;
-	int r = _ibv_query_gid_ex(context, 1, 0, entries, 0, entry_size);
-	return r ? -r : SR_GID_TBL_LEN;
-}
-
-SR_EXPORT int ibv_query_pkey(struct ibv_context *context, uint8_t port_num,
-			     int index, __be16 *pkey)
-{
-	(void)context;
-	if (port_num != 1 || index < 0 || index >= SR_PKEY_TBL_LEN) {
-		errno = EINVAL;
-		return -1;
-	}
-	*pkey = htobe16(SR_DEFAULT_PKEY);
-	return 0;
-}
-SR_DEFAULT_V11(ibv_query_pkey);
-
-SR_EXPORT int ibv_get_pkey_index(struct ibv_context *context, uint8_t port_num,
-				 __be16 pkey)
-{
-	(void)context;
-	if (port_num == 1 && (be16toh(pkey) & 0x7fff) == 0x7fff)
-		return 0;
-	errno = ENOENT;
-	return -1;
-}
+int sr_query_port_ex(struct ibv_context *context, uint8_t port_num,
+		     struct ibv_port_attr *attr, size_t len);
 
 SR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
@@ -307,6 +181,7 @@ SR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->ops.post_send = sr_post_send;
 	ctx->ops.post_recv = sr_post_recv;
 	ctx->ops.post_srq_recv = sr_post_srq_recv;
+	ctx->ops.alloc_mw = sr_alloc_mw;
 	ctx->ops.bind_mw = sr_bind_mw;
 	ctx->ops.dealloc_mw = sr_dealloc_mw;
 	/* Extended context: every op left NULL makes its verbs.h inline
@@ -316,6 +191,13 @@ SR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->vctx.query_device_ex = sr_query_device_ex;
 	c->vctx.create_qp_ex = sr_create_qp_ex;
 	ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
+	/* Port events (softrdma-ctl) reach every context of the process. */
+	struct sr_proc_shm *ps = sr_fabric_proc(c->fab, c->fab->proc);
+	for (int i = 0; i < SR_CTX_PER_PROC; i++) {
+		uint32_t z = 0;
+		if (atomic_compare_exchange_strong(&ps->ctx[i], &z, c->id))
+			break;
+	}
 	return ctx;
 }
 SR_DEFAULT_V11(ibv_open_device);
@@ -324,6 +206,11 @@ SR_EXPORT int ibv_close_device(struct ibv_context *context)
 {
 	SR_FAULT_RET("ibv_close_device", -1);
 	struct sr_context *c = sr_ctx(context);
+	struct sr_proc_shm *ps = sr_fabric_proc(c->fab, c->fab->proc);
+	for (int i = 0; i < SR_CTX_PER_PROC; i++) {
+		uint32_t id = c->id;
+		atomic_compare_exchange_strong(&ps->ctx[i], &id, 0);
+	}
 	close(context->async_fd);
 	pthread_mutex_destroy(&context->mutex);
 	sr_fabric_detach(c->fab);

@@ -69,7 +69,7 @@ static uint64_t proc_starttime(pid_t pid)
 	return strtoull(p, NULL, 10);
 }
 
-static int proc_alive(const struct sr_proc_shm *p)
+int sr_proc_alive(const struct sr_proc_shm *p)
 {
 	pid_t pid = atomic_load(&p->pid);
 	if (pid <= 0)
@@ -104,7 +104,7 @@ static struct sr_fabric_shm *hdr(struct sr_fabric *f)
 	return (struct sr_fabric_shm *)f->base;
 }
 
-static struct sr_proc_shm *proc_slot(struct sr_fabric *f, uint32_t i)
+struct sr_proc_shm *sr_fabric_proc(struct sr_fabric *f, uint32_t i)
 {
 	return (struct sr_proc_shm *)(f->base + hdr(f)->off_procs) + i;
 }
@@ -267,8 +267,8 @@ static struct sr_fabric *attach_new(void)
 	/* Reclaim what dead processes left, then take a process slot. */
 	uint32_t mine = UINT32_MAX;
 	for (uint32_t i = 0; i < SR_MAX_PROCS; i++) {
-		struct sr_proc_shm *p = proc_slot(f, i);
-		if (atomic_load(&p->pid) && !proc_alive(p)) {
+		struct sr_proc_shm *p = sr_fabric_proc(f, i);
+		if (atomic_load(&p->pid) && !sr_proc_alive(p)) {
 			reclaim_pid(f, atomic_load(&p->pid));
 			atomic_store(&p->pid, 0);
 		}
@@ -285,8 +285,11 @@ static struct sr_fabric *attach_new(void)
 	 * access; under Yama's ptrace_scope=1 that takes our consent.  (Fails
 	 * harmlessly where Yama is absent.) */
 	prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-	proc_slot(f, mine)->starttime = proc_starttime(f->pid);
-	atomic_store(&proc_slot(f, mine)->pid, f->pid);
+	sr_fabric_proc(f, mine)->starttime = proc_starttime(f->pid);
+	for (int i = 0; i < SR_CTX_PER_PROC; i++)
+		atomic_store(&sr_fabric_proc(f, mine)->ctx[i], 0);
+	sr_port_init(&sr_fabric_proc(f, mine)->port);
+	atomic_store(&sr_fabric_proc(f, mine)->pid, f->pid);
 	reclaim_pid(f, f->pid); /* a previous holder of our pid */
 	flock(fd, LOCK_UN);
 	f->fd = fd;
@@ -305,6 +308,40 @@ fail_free: {
 	errno = e;
 	return NULL;
 }
+}
+
+/* softrdma-ctl: maps an existing fabric without joining it as a process. */
+int sr_fabric_map(struct sr_fabric *f, const char *name)
+{
+	char path[128];
+	struct stat st;
+	memset(f, 0, sizeof *f);
+	f->evsock = -1;
+	f->pid = getpid();
+	snprintf(f->name, sizeof f->name, "%s", name);
+	snprintf(path, sizeof path, "/dev/shm/softrdma.%s", name);
+	struct sr_fabric_shm want = {0};
+	layout(&want);
+	f->fd = open(path, O_RDWR | O_CLOEXEC);
+	if (f->fd < 0)
+		return -1;
+	if (fstat(f->fd, &st) < 0 || (uint64_t)st.st_size != want.total_size) {
+		close(f->fd);
+		errno = EPROTO;
+		return -1;
+	}
+	f->size = want.total_size;
+	f->base = mmap(NULL, f->size, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
+	if (f->base == MAP_FAILED ||
+	    atomic_load(&hdr(f)->version) != SR_FABRIC_VERSION ||
+	    hdr(f)->magic != SR_FABRIC_MAGIC) {
+		if (f->base != MAP_FAILED)
+			munmap(f->base, f->size);
+		close(f->fd);
+		errno = EPROTO;
+		return -1;
+	}
+	return 0;
 }
 
 struct sr_fabric *sr_fabric_attach(void)
@@ -338,11 +375,11 @@ void sr_fabric_detach(struct sr_fabric *f)
 	}
 	lock_file(f->fd);
 	reclaim_pid(f, f->pid);
-	atomic_store(&proc_slot(f, f->proc)->pid, 0);
+	atomic_store(&sr_fabric_proc(f, f->proc)->pid, 0);
 	int live = 0;
 	for (uint32_t i = 0; i < SR_MAX_PROCS; i++) {
-		struct sr_proc_shm *p = proc_slot(f, i);
-		if (atomic_load(&p->pid) && proc_alive(p))
+		struct sr_proc_shm *p = sr_fabric_proc(f, i);
+		if (atomic_load(&p->pid) && sr_proc_alive(p))
 			live++;
 	}
 	if (!live) {
@@ -370,7 +407,8 @@ int sr_fabric_alloc_slot(struct sr_fabric *f, int kind, uint32_t *slot)
 	errno = ENOMEM;
 	uint32_t max = kind == SR_SLOT_MR ? SR_MAX_MRS :
 		       kind == SR_SLOT_CQ ? SR_MAX_CQS : SR_MAX_QPS;
-	for (uint32_t i = 0; i < max; i++) {
+	/* Key slot 0 is never used: a key is never 0, whatever its byte. */
+	for (uint32_t i = kind == SR_SLOT_MR ? 1 : 0; i < max; i++) {
 		_Atomic uint32_t *use =
 			kind == SR_SLOT_MR ? &sr_fabric_mr(f, i)->key :
 			kind == SR_SLOT_CQ ? &sr_fabric_cq(f, i)->in_use :

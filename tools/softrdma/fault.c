@@ -9,9 +9,13 @@
  *       the rest).
  *   SOFTRDMA_FAIL_RATE=p      each call of a listed verb fails with
  *                             probability p (0 < p <= 1), drawn from the seed.
- *   SOFTRDMA_DELAY_NS=n       added latency before each send work request
- *                             executes (the time a NIC would take).
+ *   SOFTRDMA_DELAY_NS=n       each send work request runs no earlier than n
+ *                             ns after it was posted and after the one
+ *                             before it ran (the time a NIC would take).
  *   SOFTRDMA_DELAY_JITTER_NS=n   plus a uniform random 0..n, from the seed.
+ *   SOFTRDMA_RC_DROP=p        each RC request and each acknowledgement is
+ *                             lost with probability p: the requester waits
+ *                             its ACK timeout and retries (retry_cnt).
  *   SOFTRDMA_SEED=s           seed of the generator (default 1): the same
  *                             seed gives the same sequence of faults.
  *   SOFTRDMA_UD_DROP=p        each UD datagram, for each receiver on its
@@ -26,6 +30,17 @@
  *                             for want of a posted receive are logged too,
  *                             as "norecv".
  *
+ * Settings read here too (the strictness knobs):
+ *   SOFTRDMA_GRANT_INLINE=n   grant at most n bytes of inline data per QP.
+ *   SOFTRDMA_POISON_WC=0      leave the undefined fields of error
+ *                             completions alone (default: poisoned).
+ *   SOFTRDMA_SPIN_NS=n        how long the engine's thread spins for more
+ *                             work before it sleeps (default 20000).
+ *   SOFTRDMA_NO_IPC_LOCK=1    charge RLIMIT_MEMLOCK as if the process had no
+ *                             CAP_IPC_LOCK.
+ *   SOFTRDMA_LOG_ERRORS=1     one line on stderr per error completion (2:
+ *                             flushes too), from the process that makes it.
+ *
  * How a verb fails follows its convention: NULL or -1 with errno, or the
  * errno returned (ibv_post_send and ibv_post_recv also set *bad_wr).
  */
@@ -39,7 +54,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define SR_FAULT_MAX 16
@@ -61,6 +75,13 @@ static pthread_mutex_t rng_lock = PTHREAD_MUTEX_INITIALIZER;
 
 double sr_ud_drop_p, sr_ud_dup_p, sr_ud_reorder_p;
 int sr_ud_faults;
+double sr_rc_drop_p;
+uint32_t sr_grant_inline = UINT32_MAX;
+int sr_poison_wc = 1;
+uint64_t sr_spin_ns = 20000;
+int sr_no_ipc_lock;
+int sr_log_errors;
+static uint64_t rc_rng = 1;
 static int ud_log_fd = -1;
 static uint64_t ud_rng = 1; /* its own stream: UD draws do not shift others */
 
@@ -131,6 +152,18 @@ double sr_ud_rand(void)
 	return (double)((x * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
 }
 
+double sr_rc_rand(void)
+{
+	pthread_mutex_lock(&rng_lock);
+	uint64_t x = rc_rng;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	rc_rng = x;
+	pthread_mutex_unlock(&rng_lock);
+	return (double)((x * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
+}
+
 void sr_ud_log(const char *what, uint32_t qpn, uint32_t imm_host,
 	       uint32_t byte_len)
 {
@@ -154,6 +187,23 @@ void sr_fault_init(void)
 	ud_rng = rng_state ^ 0xd1b54a32d192ed03ull;
 	if (!ud_rng)
 		ud_rng = 1;
+	rc_rng = rng_state ^ 0x8cb92ba72f3d8dd7ull;
+	if (!rc_rng)
+		rc_rng = 1;
+	sr_rc_drop_p = env_prob("SOFTRDMA_RC_DROP");
+	s = getenv("SOFTRDMA_GRANT_INLINE");
+	if (s && *s)
+		sr_grant_inline = (uint32_t)strtoul(s, NULL, 0);
+	s = getenv("SOFTRDMA_POISON_WC");
+	if (s && *s)
+		sr_poison_wc = atoi(s) != 0;
+	s = getenv("SOFTRDMA_SPIN_NS");
+	if (s && *s)
+		sr_spin_ns = strtoull(s, NULL, 0);
+	s = getenv("SOFTRDMA_LOG_ERRORS");
+	sr_log_errors = s && *s ? atoi(s) : 0;
+	s = getenv("SOFTRDMA_NO_IPC_LOCK");
+	sr_no_ipc_lock = s && *s && atoi(s) != 0;
 	sr_ud_drop_p = env_prob("SOFTRDMA_UD_DROP");
 	sr_ud_dup_p = env_prob("SOFTRDMA_UD_DUP");
 	sr_ud_reorder_p = env_prob("SOFTRDMA_UD_REORDER");
@@ -223,21 +273,10 @@ int sr_fault_hit(const char *verb)
 	return 0;
 }
 
-void sr_fault_delay(void)
+uint64_t sr_fault_delay(void)
 {
 	uint64_t d = delay_base;
 	if (delay_jitter)
 		d += rng_next() % (delay_jitter + 1);
-	if (!d)
-		return;
-	uint64_t end = sr_now_ns() + d;
-	if (d > 50000) { /* long delays sleep, short ones spin */
-		struct timespec ts = {(time_t)(end / 1000000000ull),
-				      (long)(end % 1000000000ull)};
-		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-			;
-		return;
-	}
-	while (sr_now_ns() < end)
-		__builtin_ia32_pause();
+	return d;
 }

@@ -12,24 +12,31 @@
  *
  * How data moves.  All objects a remote peer must reach live in one shared
  * memory "fabric" file per SOFTRDMA_FABRIC name (fabric.c): receive queues,
- * completion queues, and the MR table (key -> owner pid, address, length,
- * access).  A send queue is process-local: the requester executes each work
- * request inside ibv_post_send, synchronously, the way a NIC would moments
- * later:
- *   - it checks its own lkeys and bounds, then resolves the peer QP from the
- *     qpn in its RTR attributes and checks that the peer is connected back;
+ * completion queues, the key table (MRs and windows: key -> owner pid,
+ * address, length, access), and each process's port (state, link layer,
+ * MTU, LID, GID table: port.c).  A send queue is process-local.
+ * ibv_post_send only validates and queues the work request (inline data is
+ * copied, other buffers referenced) and rings the process's send engine
+ * (datapath.c), which runs it later, as a NIC would, on a progress thread
+ * or inside ibv_poll_cq:
+ *   - it checks its own lkeys and bounds, resolves the peer QP from the qpn
+ *     in its RTR attributes, checks that the peer is connected back, that
+ *     the packets reach the peer's port (GIDs or LIDs, port state, MTU) and
+ *     come back, and that the PSN is the one the responder expects;
  *   - RDMA WRITE checks the rkey entry and copies with process_vm_writev()
- *     straight into the target process (memcpy when the target is itself);
+ *     straight into the target process (memcpy when the target is itself),
+ *     reading the source as it is then; RDMA READ's data lands with its
+ *     response, on the engine's next pass;
  *   - SEND and WRITE-with-immediate take the target's posted receive from the
  *     shared receive ring and push the receive completion into the target's
- *     shared completion ring; the requester completion goes to its own CQ.
- * So a posted work request costs one system call and no context switch, and
- * nothing waits for the target process to be scheduled.
+ *     shared completion ring; the requester completion goes to its own CQ,
+ *     in send-queue order.
+ * Nothing waits for the target process to be scheduled.
  *
- * When the work cannot finish now (no receive posted: RNR; peer QP missing or
- * not ready: transport retry) the WQE stays at the head of the send queue and
- * a per-process progress thread retries it on the timers the QP attributes
- * give (min_rnr_timer of the responder, timeout of the requester), up to
+ * When the work cannot finish now (no receive posted: RNR; a lost packet or
+ * a peer not ready: transport retry) the WQE stays at the head of the send
+ * queue and the engine retries it on the timers the QP attributes give
+ * (min_rnr_timer of the responder, timeout of the requester), up to
  * rnr_retry / retry_cnt, exactly where a NIC would retransmit.
  *
  * Concurrency.  Completion rings are multi-producer (any process) and
@@ -40,10 +47,11 @@
  * Completion-channel and async events are datagrams to abstract unix sockets
  * (fabric.c), sent only when the CQ is armed.
  *
- * Files: fabric.c (shared memory), device.c (device, context, port, PD),
- * mr.c, cq.c, qp.c (creation and the state machine), datapath.c (post and
- * execute), async.c, fault.c (SOFTRDMA_* fault injection), strings.c,
- * compat.c (legacy and provider-private symbols), libibverbs.map.
+ * Files: fabric.c (shared memory), device.c (device, context, PD), port.c,
+ * mr.c (MRs, windows, memlock), cq.c, qp.c (creation and the state
+ * machine), qpex.c (ibv_wr_*), datapath.c (post and the send engine), ud.c,
+ * async.c, ctl.c (softrdma-ctl), fault.c (SOFTRDMA_* settings and faults),
+ * strings.c, compat.c (legacy and provider-private symbols), libibverbs.map.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -97,6 +105,7 @@ static void atfork_child(void)
 		atomic_store(&sr_local_cq[i], NULL);
 	pthread_mutex_init(&sr_registry_lock, NULL);
 	sr_progress_atfork_child();
+	sr_memlock_atfork_child();
 }
 
 __attribute__((constructor)) static void sr_init(void)

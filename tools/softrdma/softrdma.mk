@@ -3,7 +3,8 @@
 # BUILD, CC and CFLAGS and collects ALL_TARGETS and TEST_BINS.
 #
 #   $(BUILD)/softrdma/libibverbs.so.1    drop-in for rdma-core's library
-#   $(BUILD)/tests/test_softrdma_*        cmocka tests and the tools test
+#   $(BUILD)/softrdma/softrdma-ctl        port down/up, GID changes (ctl.c)
+#   $(BUILD)/tests/test_softrdma_*        cmocka tests, the tools and perftest tests
 #
 # The library is built with CFLAGS minus any -fsanitize flag: it is loaded
 # into arbitrary binaries (rdma-core's tools, uninstrumented programs), which
@@ -25,13 +26,14 @@ SOFTRDMA_CFLAGS = $(filter-out -fsanitize%,$(CFLAGS)) -fPIC -fvisibility=hidden
 SOFTRDMA_LDFLAGS = -shared -Wl,-soname,libibverbs.so.1 \
 	-Wl,--version-script=$(SOFTRDMA_MAP) -Wl,-z,defs
 
-SOFTRDMA_TEST_NAMES := device qp datapath ud
+SOFTRDMA_CTL = $(SOFTRDMA_OUT)/softrdma-ctl
+SOFTRDMA_TEST_NAMES := device qp datapath ud async path events limits mw read qpex
 SOFTRDMA_TESTS = $(patsubst %,$(BUILD)/tests/test_softrdma_%,$(SOFTRDMA_TEST_NAMES)) \
-	$(BUILD)/tests/test_softrdma_tools
+	$(BUILD)/tests/test_softrdma_tools $(BUILD)/tests/test_softrdma_perftest
 SOFTRDMA_TEST_LIBS = -L$(SOFTRDMA_OUT) -l:libibverbs.so.1 -lcmocka -lpthread \
 	-Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN/../softrdma'
 
-ALL_TARGETS += $(SOFTRDMA_LIB)
+ALL_TARGETS += $(SOFTRDMA_LIB) $(SOFTRDMA_CTL)
 TEST_BINS += $(SOFTRDMA_TESTS)
 
 $(SOFTRDMA_OUT)/obj/%.o: $(SOFTRDMA_DIR)/%.c $(SOFTRDMA_DIR)/softrdma.h
@@ -42,12 +44,22 @@ $(SOFTRDMA_LIB): $(SOFTRDMA_OBJS) $(SOFTRDMA_MAP)
 	@mkdir -p $(dir $@)
 	$(CC) $(SOFTRDMA_CFLAGS) $(SOFTRDMA_LDFLAGS) -o $@ $(SOFTRDMA_OBJS) -lpthread
 
+$(SOFTRDMA_CTL): $(SOFTRDMA_DIR)/ctl/softrdma-ctl.c $(SOFTRDMA_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(SOFTRDMA_CFLAGS) -o $@ $< -L$(SOFTRDMA_OUT) -l:libibverbs.so.1 \
+		-Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN'
+
 $(BUILD)/tests/test_softrdma_%: $(SOFTRDMA_DIR)/tests/test_softrdma_%.c \
-		$(SOFTRDMA_DIR)/tests/sr_test.h $(SOFTRDMA_LIB)
+		$(SOFTRDMA_DIR)/tests/sr_test.h $(SOFTRDMA_LIB) $(SOFTRDMA_CTL)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(SOFTRDMA_DIR)/tests -o $@ $< $(LDFLAGS) $(SOFTRDMA_TEST_LIBS)
 
 $(BUILD)/tests/test_softrdma_tools: $(SOFTRDMA_DIR)/tests/test_softrdma_tools.sh $(SOFTRDMA_LIB)
+	@mkdir -p $(dir $@)
+	cp $< $@
+	chmod +x $@
+
+$(BUILD)/tests/test_softrdma_perftest: $(SOFTRDMA_DIR)/tests/test_softrdma_perftest.sh $(SOFTRDMA_LIB)
 	@mkdir -p $(dir $@)
 	cp $< $@
 	chmod +x $@

@@ -37,6 +37,7 @@ extern "C" {
 #define TB_PATH_MAX 256
 #define TB_TOKEN_MAX 128
 #define TB_RECOVERY_MAX 4
+#define TB_SOURCES_MAX 4
 
 /* ---------------------------------------------------------------- streams */
 
@@ -108,6 +109,16 @@ typedef struct tb_stream_cfg {
 	uint32_t mtu;                  /* datagram payload bound; 0 = path MTU */
 	uint32_t batch_us;             /* max time a datagram waits; 0 = none */
 	uint32_t rcvbuf;               /* SO_RCVBUF bytes; 0 = system default */
+
+	/* A stream taken from several sources: identical copies of it,
+	 * published side by side under one epoch (hot failover), each a
+	 * stream of its own in the config file with this stream's id.  Such
+	 * a stream has no transport of its own; see
+	 * tb_subscriber_open_sources. */
+	char sources[TB_SOURCES_MAX][TB_NAME_MAX]; /* names; n_sources used */
+	int n_sources;                 /* 0: an ordinary stream */
+	uint32_t sources_wait_us;      /* how long a gap on one copy waits for
+					  another to fill it; default 1000 */
 } tb_stream_cfg_t;
 
 /* Fills `cfg` with the defaults above; name, id and transport stay unset.
@@ -162,6 +173,19 @@ typedef struct tb_publisher tb_publisher_t;
  * TB_EBUSY).
  */
 int tb_publisher_open(tb_publisher_t **pub, const tb_stream_cfg_t *cfg);
+/*
+ * As tb_publisher_open, in epoch `epoch` rather than a new one.  For two
+ * or more publishers of identical copies of one stream (hot failover):
+ * the same messages under the same sequence numbers, so that a subscriber
+ * of the copies (tb_subscriber_open_sources) may take each message from
+ * whichever copy brings it first, and one that restarts goes on in the
+ * stream it left.  The epoch must be derived from what the copies agree
+ * on (a feed's session and start point), never from a clock or a pid;
+ * publishing different messages under one epoch corrupts subscribers.
+ * Errors: TB_EINVAL (pub NULL, epoch 0), and tb_publisher_open's.
+ */
+int tb_publisher_open_epoch(tb_publisher_t **pub, const tb_stream_cfg_t *cfg,
+			    uint64_t epoch);
 /* As above, reading stream `stream` from config file `path`.
  * Errors: tb_config_load's, TB_ENOENT (no such stream in the file), and
  * tb_publisher_open's. */
@@ -202,8 +226,8 @@ int tb_pub_flush(tb_publisher_t *pub);
 
 /* Sequence number the next message will carry.  Errors: none. */
 uint64_t tb_pub_next_seq(const tb_publisher_t *pub);
-/* The epoch this publisher opened (a new one on every open).
- * Errors: none. */
+/* The epoch this publisher opened (a new one on every open, or the one
+ * given to tb_publisher_open_epoch).  Errors: none. */
 uint64_t tb_pub_epoch(const tb_publisher_t *pub);
 
 /* ------------------------------------------------------------- subscriber */
@@ -221,7 +245,8 @@ typedef struct tb_msg {
 	uint64_t receive_ns;   /* subscriber's clock when polled */
 } tb_msg_t;
 
-#define TB_MSG_F_REPLAY 1u /* delivered by recovery, not live */
+#define TB_MSG_F_REPLAY 1u   /* delivered by recovery, not live */
+#define TB_MSG_F_SNAPSHOT 2u /* part of a snapshot (tb_sub_start_at_snapshot) */
 
 typedef void (*tb_handler_t)(void *clientd, const tb_msg_t *msg);
 
@@ -242,11 +267,36 @@ typedef struct tb_subscriber tb_subscriber_t;
  * the code of its errno (tb_error_sys: TB_ESYS, or e.g. TB_EIO, TB_EBUSY).
  */
 int tb_subscriber_open(tb_subscriber_t **sub, const tb_stream_cfg_t *cfg);
-/* As above, reading stream `stream` from config file `path`.
+/* As above, reading stream `stream` from config file `path`; a stream
+ * with `sources` is opened with tb_subscriber_open_sources, its sources
+ * read from the same file.
  * Errors: tb_config_load's, TB_ENOENT (no such stream in the file), and
- * tb_subscriber_open's. */
+ * tb_subscriber_open's or tb_subscriber_open_sources'. */
 int tb_subscriber_open_file(tb_subscriber_t **sub, const char *path,
 			    const char *stream);
+/*
+ * Opens a subscriber of one stream published as `n` identical copies
+ * (hot failover: publishers opened with tb_publisher_open_epoch, on any
+ * mix of transports).  `cfg` is the stream as a whole: its id, idle,
+ * subscriber_core, recovery keys and sources_wait_us (its transport keys
+ * are not used); sources[i] describes copy i, and must carry cfg's id.
+ * Each sequence is delivered once, from whichever copy brings it first.
+ * A gap on one copy is filled from another, waiting up to
+ * cfg.sources_wait_us for it; what no copy holds is a gap as on one
+ * stream (recovered with cfg.recovery, or TB_GAP).  A copy that dies,
+ * closes or falls silent is not reported while another goes on, and is
+ * followed again when it comes back in the same epoch; the poll reports
+ * TB_PUBLISHER_DEAD or TB_CLOSED only when every copy has ended (the
+ * last one's), TB_NOT_CONNECTED while none has appeared.  A copy that
+ * comes back in another epoch is left alone until no copy of the
+ * followed epoch is live; the subscriber then takes its epoch
+ * (TB_NEW_EPOCH).
+ * Errors: TB_EINVAL (NULL, n outside 1..TB_SOURCES_MAX, a source whose
+ * id is not cfg's), tb_stream_cfg_validate's for cfg and each source,
+ * and tb_subscriber_open's.
+ */
+int tb_subscriber_open_sources(tb_subscriber_t **sub, const tb_stream_cfg_t *cfg,
+			       const tb_stream_cfg_t *sources, int n);
 /* Stops recovery, closes the transport and frees; NULL is a no-op.
  * Returns 0.  Errors: none. */
 int tb_subscriber_close(tb_subscriber_t *sub);
@@ -285,6 +335,44 @@ int tb_sub_loss(const tb_subscriber_t *sub, uint64_t *first, uint64_t *last);
  * recovery under way).
  */
 int tb_sub_start_at(tb_subscriber_t *sub, uint64_t seq);
+/* What a message of a snapshot stream is to a late joiner: the caller's
+ * schema says, through a tb_snapshot_fn. */
+typedef enum tb_snapshot_part {
+	TB_SNAPSHOT_NONE = 0,  /* not part of a snapshot: skipped */
+	TB_SNAPSHOT_BEGIN = 1, /* a snapshot starts; *seq = the sequence of
+				  the incremental stream it is consistent
+				  with (0: before its first message) */
+	TB_SNAPSHOT_BODY = 2,  /* part of the snapshot */
+	TB_SNAPSHOT_END = 3,   /* the snapshot is whole; *seq as at BEGIN */
+} tb_snapshot_part_t;
+
+typedef tb_snapshot_part_t (*tb_snapshot_fn)(void *clientd,
+					     const tb_msg_t *msg,
+					     uint64_t *seq);
+
+/*
+ * Late join from a snapshot.  Polls `snap`, a subscriber of the snapshot
+ * stream that goes with `sub`'s stream (published in the same epoch),
+ * until it has one whole snapshot: a BEGIN, its BODY, and an END of the
+ * same sequence S, with no loss between them.  Hands that snapshot's
+ * messages to `handler` (BEGIN and END included, each with
+ * TB_MSG_F_SNAPSHOT), then makes `sub` start at S + 1 (tb_sub_start_at),
+ * and returns S in *seq.  Polling `sub` then delivers S + 1 and on: from
+ * its transport, which holds what was published since `sub` was opened
+ * (so open `sub` before `snap`), and what it no longer holds recovered
+ * from cfg.recovery, as for any late join.  A snapshot interrupted by a
+ * loss, or of another epoch than `sub`'s, is dropped, and the next one
+ * awaited.  A set-up call: it blocks, up to `timeout_ms`, and allocates
+ * the snapshot's buffer.
+ * Errors: TB_EINVAL (NULL argument, sub == snap), TB_ESTATE (sub has
+ * delivered messages or is recovering), TB_ETIMEDOUT (no whole snapshot
+ * in time; the message says what was seen), TB_ENOMEM, and a set-up
+ * error that polling `snap` returned.
+ */
+int tb_sub_start_at_snapshot(tb_subscriber_t *sub, tb_subscriber_t *snap,
+			     tb_snapshot_fn part, tb_handler_t handler,
+			     void *clientd, uint32_t timeout_ms, uint64_t *seq);
+
 /* 1 while a gap is being recovered (messages come from recovery and the
  * live buffer), 0 when live.  Errors: none. */
 int tb_sub_recovering(const tb_subscriber_t *sub);
@@ -295,6 +383,39 @@ uint64_t tb_sub_epoch(const tb_subscriber_t *sub);
 /* Next sequence number this subscriber expects (0 before the first).
  * Errors: none. */
 uint64_t tb_sub_next_seq(const tb_subscriber_t *sub);
+
+/* ----------------------------------------------------------------- inputs */
+
+/* An input of the application that is not a tickbus stream - a feed
+ * handler's exchange lines A and B - counted in the process's counters
+ * file beside its streams, so that tb-stat shows it as it shows a
+ * subscriber: named `name`, its `kind` where a stream's transport goes. */
+typedef struct tb_input tb_input_t;
+
+typedef enum tb_input_counter {
+	TB_INPUT_DELIVERED = 0,  /* messages taken from it (tb-stat: msgs/s) */
+	TB_INPUT_DUPLICATES = 1, /* messages it brought that another input
+				    had brought first */
+	TB_INPUT_GAPS = 2,       /* losses it showed */
+	TB_INPUT_ERRORS = 3,     /* failures, e.g. falling silent */
+	TB_INPUT_MALFORMED = 4,  /* input refused as malformed */
+	TB_INPUT_COUNTERS = 5
+} tb_input_counter_t;
+
+/* Opens the counters of input `name` (id: any number the application
+ * gives it, shown as a stream id).  When the counters file cannot take it,
+ * it is counted privately, after a warning: never fails for that.
+ * Errors: TB_EINVAL (NULL argument, empty name), TB_ENOMEM. */
+int tb_input_open(tb_input_t **in, uint32_t id, const char *name,
+		  const char *kind);
+/* Adds `n` to counter `c` (others ignored).  Hot path: no lock, no system
+ * call; from the one thread that owns the input.  Errors: none. */
+void tb_input_add(tb_input_t *in, tb_input_counter_t c, uint64_t n);
+/* The value of counter `c` (0 for another).  Errors: none. */
+uint64_t tb_input_get(const tb_input_t *in, tb_input_counter_t c);
+/* Removes the input from the counters file and frees it; NULL is a no-op.
+ * Errors: none. */
+void tb_input_close(tb_input_t *in);
 
 /* ------------------------------------------------------ threads and time */
 

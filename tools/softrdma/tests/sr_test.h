@@ -26,6 +26,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <linux/capability.h>
+#include <sys/syscall.h>
 #include <infiniband/verbs.h>
 
 #define T_TIMEOUT_MS 5000
@@ -174,7 +176,7 @@ static inline void t_rtr_attr(struct ibv_qp_attr *a, uint32_t dest_qpn,
 	a->ah_attr.is_global = 1;
 	a->ah_attr.port_num = 1;
 	a->ah_attr.grh.hop_limit = 1;
-	a->ah_attr.grh.sgid_index = 0;
+	a->ah_attr.grh.sgid_index = 3;      /* RoCE v2, IPv4 (mlx5's layout) */
 	a->ah_attr.grh.dgid.raw[10] = 0xff; /* ::ffff:127.0.0.1 */
 	a->ah_attr.grh.dgid.raw[11] = 0xff;
 	a->ah_attr.grh.dgid.raw[12] = 127;
@@ -365,6 +367,58 @@ static inline int t_wait(struct t_child *c, int ms)
 	}
 	close(c->fd);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* ---- running this binary again with a different environment ---- */
+
+/* softrdma reads most SOFTRDMA_* variables when it is loaded, so a case
+ * that needs them runs in a fresh image of this binary: argv[1] = "--child",
+ * argv[2] = mode, with the NULL-terminated "NAME=value" list added to the
+ * environment.  Returns the child's exit status (a deadline kills it). */
+static inline int t_reexec(const char *mode, const char *const env[], int ms)
+{
+	fflush(NULL);
+	pid_t p = fork();
+	if (p == 0) {
+		for (int i = 0; env && env[i]; i++)
+			putenv((char *)env[i]);
+		alarm(60);
+		execl("/proc/self/exe", "softrdma-test", "--child", mode, (char *)NULL);
+		_exit(127);
+	}
+	struct t_child c = {p, dup(0)};
+	return t_wait(&c, ms);
+}
+
+/* Drops a capability from this process (effective and permitted), as a
+ * non-root user lacks it.  0 on success. */
+static inline int t_drop_cap(int cap)
+{
+	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct d[2];
+	if (syscall(SYS_capget, &h, d) < 0)
+		return -1;
+	d[cap / 32].effective &= ~(1u << (cap % 32));
+	d[cap / 32].permitted &= ~(1u << (cap % 32));
+	return (int)syscall(SYS_capset, &h, d);
+}
+
+/* Runs softrdma-ctl (beside the library: ../softrdma from the tests) on
+ * this binary's fabric; its exit status. */
+static inline int t_ctl(const char *args)
+{
+	char exe[512], cmd[1200];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n <= 0)
+		return -1;
+	exe[n] = 0;
+	char *slash = strrchr(exe, '/');
+	if (!slash)
+		return -1;
+	*slash = 0;
+	snprintf(cmd, sizeof cmd, "%s/../softrdma/softrdma-ctl %s", exe, args);
+	int st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 #endif
