@@ -19,7 +19,8 @@
  *
  * The instruments cost a TSC read per poll; this run explains the tail,
  * bench_shm measures it.  Not a test.  Output lines start with
- * "bench shm tail".  Usage: bench_shm_tail [--rounds N] [--cores A,B].
+ * "bench shm tail".  Usage: bench_shm_tail [--rounds N] [--cores A,B]
+ * [--ring BYTES] (default 4 MiB, as bench_shm).
  */
 #include <tickbus/tickbus.h>
 
@@ -42,6 +43,7 @@
 
 static int core_a = 0, core_b = 1;
 static int owner; /* the pid in the ring names: the measuring process's */
+static uint64_t ring_size = 4 << 20;
 static uint64_t rounds = 200000 + WARMUP;
 
 /* What the echo side records per round trip, in shared memory. */
@@ -129,7 +131,7 @@ static void cfg_for(tb_stream_cfg_t *cfg, const char *name, uint32_t id)
 	snprintf(cfg->name, sizeof(cfg->name), "%s", name);
 	cfg->id = id;
 	cfg->transport = TB_TRANSPORT_SHM;
-	cfg->ring_size = 4 << 20;
+	cfg->ring_size = ring_size;
 	snprintf(cfg->shm_path, sizeof(cfg->shm_path),
 		 "/dev/shm/tb-bench-tail-%s.%d", name, owner);
 }
@@ -398,6 +400,8 @@ int main(int argc, char **argv)
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--rounds"))
 			rounds = strtoull(argv[i + 1], NULL, 10) + WARMUP;
+		else if (!strcmp(argv[i], "--ring"))
+			ring_size = strtoull(argv[i + 1], NULL, 10);
 		else if (!strcmp(argv[i], "--cores"))
 			sscanf(argv[i + 1], "%d,%d", &core_a, &core_b);
 	}
