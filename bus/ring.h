@@ -18,9 +18,8 @@
  * writer will write next anyway), and the reader comes to that position
  * only through this frame's commit.  A writer fills a frame's payload
  * first and its header last, so that the stores to the line the reader
- * polls go together.  A padding frame is committed after
- * the frame that follows it, so a reader that passes the pad finds that
- * frame whole too.
+ * polls go together.  A padding frame is committed after the frame that
+ * follows it, so a reader that passes the pad finds that frame whole too.
  *
  * Intent and marks.  Before the writer stores a byte beyond what it
  * announced, it announces more: `intent` in tb_ring_lap_t, a position it
@@ -71,8 +70,8 @@
 #define TB_RING_MAX (UINT64_C(1) << 30)
 
 /* A shared ring announces intent this far ahead, at most: once every
- * ~680 messages of 64 bytes, and a late joiner's walk from a mark to the
- * live end reads at most this many bytes of headers. */
+ * ~680 messages of 64 bytes; a late joiner's walk from the newest mark to
+ * the live end reads about this many bytes of headers. */
 #define TB_RING_CHUNK_MAX (UINT64_C(64) << 10)
 
 /* 1 when `size` is a power of two within TB_RING_MIN..TB_RING_MAX. */

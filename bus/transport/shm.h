@@ -13,8 +13,9 @@
  * word of the frame at pos itself (A1), which the writer stores last with
  * release (R1 in tb_ring_commit) and zeroes one frame ahead, so the word
  * is 0 until the frame is whole and then exactly `next`.  The line it polls
- * is the frame's first: a message whose frame fits one or two lines costs
- * the transfer of those lines and nothing else.  The reader copies the
+ * is the frame's first, and while it waits it keeps the second coming too
+ * (a prefetch per empty poll), so a message whose frame fits one or two
+ * lines costs one dependent transfer and nothing else.  The reader copies the
  * frame out (the writer may overwrite the slot as soon as it comes round),
  * fences (A0), and reads the writer's `intent` (ring.h): if intent - pos
  * exceeds the ring the copy may be torn and is thrown away.  That line is
@@ -38,9 +39,9 @@
  * Corruption (a wrong sequence or a broken header where the reader was not
  * lapped) is never taken for a gap or for duplicates: the frame is not
  * delivered, TB_CTR_MALFORMED counts it, and the reader resynchronises -
- * at a newer mark, or past the broken frame when its header is otherwise
- * sound and the next frame confirms it - and reports exactly what it did
- * not deliver (TB_GAP).  With nowhere sound to go on from, it waits for
+ * past the broken frame when its header is otherwise sound (the next frame
+ * must then confirm it), else at a newer mark - and reports exactly what
+ * it did not deliver (TB_GAP).  With nowhere sound to go on from, it waits for
  * the writer's next mark, and reports what the writer says it published
  * meanwhile (`beat_seq`, stored with every heartbeat) within a beat.
  *
@@ -68,8 +69,8 @@
  * The header has a magic number and a format version; the version is stored
  * last when a file is created and checked first when it is opened.  Format 1
  * readers refuse format 2 rings by that version and vice versa; the liveness
- * fields keep format 1's offsets, so a publisher of either format sees that
- * a live publisher of the other owns a path.
+ * fields keep format 1's offsets, so a format 2 publisher does not take a
+ * path over from a live format 1 publisher.
  */
 #ifndef TB_TRANSPORT_SHM_H
 #define TB_TRANSPORT_SHM_H

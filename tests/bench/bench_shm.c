@@ -39,6 +39,7 @@
  *
  * Modes:
  *   bench_shm [--quick] [--runs N] [--cores A,B]
+ *   bench_shm --instructions              the callgrind counts alone
  *   bench_shm --callgrind BATCH COUNT     one process, no timing: offer
  *                                         BATCH, poll them, COUNT in all
  *                                         (run under callgrind by the bench
@@ -528,8 +529,10 @@ static double annotated(const char *file, const char *fn)
 		char digits[64], *colon = strrchr(line, ':');
 		int k = 0;
 
+		/* "file:fn [binary]" or "file:fn" (annotate drops the
+		 * binary for the files it can read), never "fn.cold". */
 		if (!colon || strncmp(colon + 1, fn, strlen(fn)) != 0 ||
-		    colon[1 + strlen(fn)] != ' ')
+		    !strchr(" \n", colon[1 + strlen(fn)]))
 			continue;
 		for (const char *c = line; *c && k < 63; c++) {
 			if (*c >= '0' && *c <= '9')
@@ -569,6 +572,21 @@ static int instructions(int batch, double *offer, double *poll)
 		*poll -= handler / CG_COUNT;
 	unlink(out);
 	return *offer > 0 && *poll > 0 ? 0 : -1;
+}
+
+/* Instructions per message, load-independent (bench_shm --instructions
+ * prints only these). */
+static void print_instructions(void)
+{
+	double o1, p1, o64, p64;
+
+	if (instructions(1, &o1, &p1) == 0 && instructions(64, &o64, &p64) == 0)
+		printf("bench shm: instructions per 64-byte message (callgrind): "
+		       "tb_pub_offer %.0f; tb_sub_poll %.0f polled one at a "
+		       "time, %.0f 64 at a time\n", o1, p1, p64);
+	else
+		printf("bench shm: instructions: callgrind not available "
+		       "(valgrind); skipped\n");
 }
 
 /* ------------------------------------------------------------ report */
@@ -635,6 +653,15 @@ int main(int argc, char **argv)
 
 	if (argc == 4 && strcmp(argv[1], "--callgrind") == 0)
 		return callgrind_main(atoi(argv[2]), atoi(argv[3]));
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return 1;
+	self[n] = '\0';
+	*strrchr(self, '/') = '\0';
+	if (argc == 2 && strcmp(argv[1], "--instructions") == 0) {
+		print_instructions();
+		return 0;
+	}
 	for (i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--quick")) {
 			quick = 1;
@@ -660,11 +687,6 @@ int main(int argc, char **argv)
 		printf("bench shm: skipped: needs two cores\n");
 		return 0;
 	}
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
-		return 1;
-	self[n] = '\0';
-	*strrchr(self, '/') = '\0';
 	setenv("TICKBUS_QUIET", "1", 0);
 	tb_clock_init();
 	if (tb_hist_init(&all_floor, 1, 10000000000ll, 3) < 0 ||
@@ -750,19 +772,7 @@ int main(int argc, char **argv)
 		       "%" PRIu64 "   goal 0: %s\n", r, GOAL_TPUT,
 		       verdict(r >= GOAL_TPUT), lost_all, verdict(lost_all == 0));
 	}
-	{
-		double o1, p1, o64, p64;
-
-		if (instructions(1, &o1, &p1) == 0 &&
-		    instructions(64, &o64, &p64) == 0)
-			printf("bench shm: instructions per 64-byte message "
-			       "(callgrind): tb_pub_offer %.0f; tb_sub_poll %.0f "
-			       "polled one at a time, %.0f 64 at a time\n", o1, p1,
-			       p64);
-		else
-			printf("bench shm: instructions: callgrind not available "
-			       "(valgrind); skipped\n");
-	}
+	print_instructions();
 	printf("bench shm: reproduce: %s/bench_shm%s --runs %d --cores %d,%d; "
 	       "%s/../bin/tb-latency -n %" PRIu64 " -w %d -s 64 --cores %d,%d "
 	       "--idle busy-spin\n", self, quick ? " --quick" : "", runs, core_a,
