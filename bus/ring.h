@@ -30,7 +30,7 @@
  * A private ring (rc, ud, udp: the publisher's own memory) announces at
  * every claim, exactly the claim's end, because its readers (the retention
  * buffer's, publisher/retention.c) want every frame the ring still holds.
- * A shared ring announces a chunk ahead (min(size / 16, 64 KiB)), so the
+ * A shared ring announces a chunk ahead (min(size / 32, 32 KiB)), so the
  * line that holds intent is written once a chunk, not once a message: a
  * reader reads it after every copy from its own cache, and a reader more
  * than size - chunk behind counts as lapped (its lap margin).  With each
@@ -69,10 +69,12 @@
 #define TB_RING_MIN (UINT64_C(64) << 10)
 #define TB_RING_MAX (UINT64_C(1) << 30)
 
-/* A shared ring announces intent this far ahead, at most: once every
- * ~680 messages of 64 bytes; a late joiner's walk from the newest mark to
- * the live end reads about this many bytes of headers. */
-#define TB_RING_CHUNK_MAX (UINT64_C(64) << 10)
+/* A shared ring announces intent this far ahead, at most: once every ~340
+ * messages of 64 bytes; a late joiner's walk from the newest mark to the
+ * live end reads about this many bytes of headers.  A ring's chunk is at
+ * most a 32nd of it, so the lap margin costs a reader at most 3% of the
+ * ring (and the retention buffer as much of what it can serve). */
+#define TB_RING_CHUNK_MAX (UINT64_C(32) << 10)
 
 /* 1 when `size` is a power of two within TB_RING_MIN..TB_RING_MAX. */
 static inline int tb_ring_size_ok(uint64_t size)
@@ -128,7 +130,7 @@ static inline uint32_t tb_ring_max_frame(uint64_t size)
 /* How far ahead a shared ring of `size` bytes announces (see the essay). */
 static inline uint64_t tb_ring_chunk(uint64_t size)
 {
-	return size / 16 < TB_RING_CHUNK_MAX ? size / 16 : TB_RING_CHUNK_MAX;
+	return size / 32 < TB_RING_CHUNK_MAX ? size / 32 : TB_RING_CHUNK_MAX;
 }
 
 static inline void tb_ring_setup_(tb_ring_t *r, void *base, uint64_t size,

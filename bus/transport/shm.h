@@ -19,7 +19,7 @@
  * frame out (the writer may overwrite the slot as soon as it comes round),
  * fences (A0), and reads the writer's `intent` (ring.h): if intent - pos
  * exceeds the ring the copy may be torn and is thrown away.  That line is
- * written once a chunk (1/16 of the ring, at most 64 KiB), so on the fast
+ * written once a chunk (1/32 of the ring, at most 32 KiB), so on the fast
  * path it is read from the reader's own cache: lap detection touches no
  * line the writer writes per message.  A reader more than ring_size - chunk
  * behind counts as lapped.

@@ -686,7 +686,7 @@ static void corrupt_length_is_resynchronised_and_told(void **state)
 	assert_int_equal(rc, TB_GAP);
 	assert_int_equal(l.s.count + l.lost, 5);
 	assert_true(tb_clock_mono_ms() - t0 < 1000); /* a few 10 ms beats */
-	/* A chunk (4 KiB) and more: the writer marks a boundary past it. */
+	/* A chunk (2 KiB) and more: the writer marks a boundary past it. */
 	for (i = 0; i < 200; i++)
 		offer(pub, 40);
 	drain(sub, &l, 205, 5000);
