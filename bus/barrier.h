@@ -72,6 +72,10 @@
 #define tb_atomic_fence_acquire()  atomic_thread_fence(memory_order_acquire)
 #define tb_atomic_fence_release()  atomic_thread_fence(memory_order_release)
 #define tb_atomic_fence_full()     atomic_thread_fence(memory_order_seq_cst)
+/* Compiler-only: keeps this thread's accesses in program order, for the
+ * side of an asymmetric fence whose other side is membarrier(2), which
+ * makes every running thread of the process execute a full fence. */
+#define tb_atomic_fence_compiler() atomic_signal_fence(memory_order_seq_cst)
 
 /* Tells the CPU this is a spin-wait loop (PAUSE on x86). */
 static inline void tb_cpu_relax(void)

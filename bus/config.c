@@ -46,6 +46,10 @@
  *   rdma_device  (rc ud)   device name                  first active device
  *   rdma_port    (rc ud)   0..255                       0 = first active
  *   gid_index    (rc ud)   -1..255                      -1 = RoCEv2 IPv4 GID
+ *   rdma_traffic_class (rc) 0..255 (RoCE: DSCP << 2 | ECN)  106 = DSCP 26
+ *   rdma_timeout (rc)      1..31 (4.096 us * 2^n)       12 = 16.8 ms
+ *   rdma_retry   (rc)      0..7                         7
+ *   rdma_sl      (rc)      0..15 (InfiniBand)           0
  *   group        (ud udp)  IPv4 multicast host:port     required
  *   interface    (ud udp)  local address or netdev      system's choice
  *   ttl          (ud udp)  0..255                       1
@@ -211,6 +215,10 @@ enum key_index {
 	KEY_RDMA_DEVICE,
 	KEY_RDMA_PORT,
 	KEY_GID_INDEX,
+	KEY_RDMA_TRAFFIC_CLASS,
+	KEY_RDMA_TIMEOUT,
+	KEY_RDMA_RETRY,
+	KEY_RDMA_SL,
 	KEY_GROUP,
 	KEY_INTERFACE,
 	KEY_TTL,
@@ -271,6 +279,14 @@ static const struct key_spec keys[N_KEYS] = {
 		0, 255, 0, T_RC | T_UD, 0, NULL},
 	[KEY_GID_INDEX] = {"gid_index", K_INT, FIELD(gid_index),
 		-1, 255, 0, T_RC | T_UD, 0, NULL},
+	[KEY_RDMA_TRAFFIC_CLASS] = {"rdma_traffic_class", K_INT,
+		FIELD(rdma_traffic_class), 0, 255, 0, T_RC, 0, NULL},
+	[KEY_RDMA_TIMEOUT] = {"rdma_timeout", K_INT, FIELD(rdma_timeout),
+		1, 31, 0, T_RC, 0, NULL},
+	[KEY_RDMA_RETRY] = {"rdma_retry", K_INT, FIELD(rdma_retry),
+		0, 7, 0, T_RC, 0, NULL},
+	[KEY_RDMA_SL] = {"rdma_sl", K_INT, FIELD(rdma_sl),
+		0, 15, 0, T_RC, 0, NULL},
 	[KEY_GROUP] = {"group", K_GROUP, FIELD(group),
 		0, 0, 0, T_UD | T_UDP, T_UD | T_UDP, NULL},
 	[KEY_INTERFACE] = {"interface", K_TEXT, FIELD(interface),
@@ -291,7 +307,7 @@ static const struct key_spec keys[N_KEYS] = {
 		0, 1000000, 0, T_SRC, 0, NULL},
 };
 
-_Static_assert(N_KEYS <= 32, "a uint32_t records which keys a section gave");
+_Static_assert(N_KEYS <= 64, "a uint64_t records which keys a section gave");
 
 static const struct key_spec *key_by_name(const char *name)
 {
@@ -980,6 +996,9 @@ void tb_stream_cfg_init(tb_stream_cfg_t *cfg)
 	cfg->recovery_buffer = 4u << 20;
 	cfg->recovery_timeout_ms = 5000;
 	cfg->gid_index = -1;
+	cfg->rdma_traffic_class = 106;
+	cfg->rdma_timeout = 12;
+	cfg->rdma_retry = 7;
 	cfg->ttl = 1;
 	cfg->loopback = 1;
 	cfg->sources_wait_us = 1000;
@@ -1097,7 +1116,7 @@ int tb_config_endpoint_parse(tb_endpoint_t *ep, const char *text)
 struct entry {
 	tb_stream_cfg_t cfg;
 	int line;               /* of the [stream NAME] header */
-	uint32_t seen;          /* bit i: keys[i] was given */
+	uint64_t seen;          /* bit i: keys[i] was given */
 	int key_line[N_KEYS];   /* where each given key was */
 };
 
@@ -1222,12 +1241,12 @@ static int finish_stream(struct loader *ld, struct entry *e)
 {
 	char list[64], path[TB_PATH_MAX], what[32];
 	tb_stream_cfg_t *c = &e->cfg;
-	bool src = (e->seen & (1u << KEY_SOURCES)) != 0;
+	bool src = (e->seen & (1ull << KEY_SOURCES)) != 0;
 	unsigned tbit;
 	int rc;
 
 	for (int i = KEY_ID; i <= KEY_TRANSPORT; i++)
-		if (!(e->seen & (1u << i)) && !(src && i == KEY_TRANSPORT))
+		if (!(e->seen & (1ull << i)) && !(src && i == KEY_TRANSPORT))
 			return stream_fail(ld, e, "missing required key '%s'",
 					   keys[i].name);
 	tbit = src ? T_SRC : 1u << c->transport;
@@ -1236,17 +1255,17 @@ static int finish_stream(struct loader *ld, struct entry *e)
 	for (int i = 0; i < N_KEYS; i++) {
 		const struct key_spec *k = &keys[i];
 
-		if ((k->required & tbit) && !(e->seen & (1u << i)))
+		if ((k->required & tbit) && !(e->seen & (1ull << i)))
 			return stream_fail(ld, e, "missing required key '%s' "
 					   "(%s needs it)", k->name, what);
-		if ((e->seen & (1u << i)) && !(k->applies & tbit)) {
+		if ((e->seen & (1ull << i)) && !(k->applies & tbit)) {
 			fmt_transports(k->applies, list, sizeof(list));
 			return key_fail(ld, e->key_line[i], k->name, "does not "
 					"apply to %s; it is for %s", what, list);
 		}
 	}
 	if ((uint64_t)c->liveness_timeout_ms < 2 * (uint64_t)c->heartbeat_ms) {
-		if (e->seen & (1u << KEY_LIVENESS_TIMEOUT_MS))
+		if (e->seen & (1ull << KEY_LIVENESS_TIMEOUT_MS))
 			return key_fail(ld, e->key_line[KEY_LIVENESS_TIMEOUT_MS],
 					"liveness_timeout_ms", "%u is less than "
 					"twice heartbeat_ms (%u); allowed: at "
@@ -1435,7 +1454,7 @@ static int on_key(void *user, const char *section, const char *name,
 		return 0;
 	}
 	i = (int)(k - keys);
-	if (e->seen & (1u << i)) {
+	if (e->seen & (1ull << i)) {
 		key_fail(ld, ld->lineno, name, "given twice in stream '%s' "
 			 "(first at line %d)", e->cfg.name, e->key_line[i]);
 		return 0;
@@ -1450,7 +1469,7 @@ static int on_key(void *user, const char *section, const char *name,
 		key_fail(ld, ld->lineno, name, "%s; allowed: %s", why, allowed);
 		return 0;
 	}
-	e->seen |= 1u << i;
+	e->seen |= 1ull << i;
 	e->key_line[i] = ld->lineno;
 	return 1;
 }

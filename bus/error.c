@@ -123,6 +123,7 @@ const char *tb_strerror(int code)
 	case TB_NEW_EPOCH: return "TB_NEW_EPOCH: the publisher restarted; sequence numbers start again from 1";
 	case TB_PUBLISHER_DEAD: return "TB_PUBLISHER_DEAD: the publisher stopped without closing the stream";
 	case TB_GAP: return "TB_GAP: messages are missing; tb_sub_loss() gives the range";
+	case TB_EVICTED: return "TB_EVICTED: the publisher dropped this subscriber (it missed its liveness reports, or its queue pair failed); it reconnects";
 	case TB_EINVAL: return "TB_EINVAL: invalid argument";
 	case TB_ECONFIG: return "TB_ECONFIG: invalid configuration";
 	case TB_ENOMEM: return "TB_ENOMEM: out of memory";

@@ -10,7 +10,11 @@
  * rest with a PAD entry and starts again at offset 0.
  *
  * Positions: `tail` (written by the producer only) and `head` (consumer
- * only), on separate cache lines.
+ * only), on separate cache lines.  Each side also keeps the other's
+ * position as it last read it (`head_seen`, `tail_seen`, on its own line),
+ * and reads the other's line only when that copy says full or empty: a
+ * burst of entries then costs one cache-line transfer each way per
+ * refresh, not one per entry.
  *   Producer: reserve checks room against head (A1 pairs with R2), writes
  *   the entry, store-releases tail (R1).
  *   Consumer: load-acquire tail (A2 pairs with R1) to see whole entries,
@@ -62,7 +66,9 @@ typedef struct tb_fifo {
 	uint64_t reserved_at; /* producer: where the open reservation goes */
 	uint64_t reserved_end;
 	tb_cache_aligned _Atomic uint64_t tail;
+	uint64_t head_seen;   /* producer: head when it last read it */
 	tb_cache_aligned _Atomic uint64_t head;
+	uint64_t tail_seen;   /* consumer: tail when it last read it */
 } tb_fifo_t;
 
 static inline uint32_t tb_fifo_space(uint32_t payload)
@@ -82,6 +88,7 @@ static inline void tb_fifo_init(tb_fifo_t *q, void *base, uint64_t cap)
 	 * whatever hands it over (pthread_create) orders these. */
 	tb_atomic_store_relaxed(&q->tail, 0);
 	tb_atomic_store_relaxed(&q->head, 0);
+	q->head_seen = q->tail_seen = 0;
 }
 
 /* Largest payload one entry may carry (it must fit twice, so a wrap can
@@ -97,9 +104,6 @@ static inline tb_fifo_ent_t *tb_fifo_reserve(tb_fifo_t *q, uint32_t payload)
 {
 	/* Relaxed: the producer reads back its own tail. */
 	uint64_t tail = tb_atomic_load_relaxed(&q->tail);
-	/* A1 pairs with R2 in tb_fifo_peek / tb_fifo_release: the consumer is
-	 * done with the bytes below head, so they may be written again. */
-	uint64_t head = tb_atomic_load_acquire(&q->head);
 	uint64_t cap = q->mask + 1, off = tail & q->mask;
 	uint32_t space = tb_fifo_space(payload);
 	uint64_t pad = off + space > cap ? cap - off : 0;
@@ -107,8 +111,15 @@ static inline tb_fifo_ent_t *tb_fifo_reserve(tb_fifo_t *q, uint32_t payload)
 
 	if (tb_unlikely(payload > tb_fifo_max_payload(q)))
 		return NULL;
-	if (tail + pad + space - head > cap)
-		return NULL;
+	if (tail + pad + space - q->head_seen > cap) {
+		/* A1 pairs with R2 in tb_fifo_peek / tb_fifo_release: the
+		 * consumer is done with the bytes below head, so they may
+		 * be written again.  (head_seen is an earlier such load: a
+		 * lower bound, so room it shows is room.) */
+		q->head_seen = tb_atomic_load_acquire(&q->head);
+		if (tail + pad + space - q->head_seen > cap)
+			return NULL;
+	}
 	if (pad) {
 		e = (tb_fifo_ent_t *)(q->base + off);
 		e->space = (uint32_t)pad;
@@ -136,19 +147,28 @@ static inline tb_fifo_ent_t *tb_fifo_peek(tb_fifo_t *q)
 {
 	/* Relaxed: the consumer reads back its own head. */
 	uint64_t head = tb_atomic_load_relaxed(&q->head);
-	/* A2 pairs with R1 in tb_fifo_commit: entries below tail are whole. */
-	uint64_t tail = tb_atomic_load_acquire(&q->tail);
+	uint64_t tail = q->tail_seen;
 	tb_fifo_ent_t *e;
 
-	if (head == tail)
-		return NULL;
+	if (head == tail) {
+		/* A2 pairs with R1 in tb_fifo_commit: entries below tail
+		 * are whole.  (tail_seen is an earlier such load: entries
+		 * below it were whole already.) */
+		tail = q->tail_seen = tb_atomic_load_acquire(&q->tail);
+		if (head == tail)
+			return NULL;
+	}
 	e = (tb_fifo_ent_t *)(q->base + (head & q->mask));
 	if (e->kind == TB_FIFO_PAD) {
 		head += e->space;
 		/* R2: pairs with A1 in tb_fifo_reserve. */
 		tb_atomic_store_release(&q->head, head);
-		if (head == tail)
-			return NULL;
+		if (head == tail) {
+			/* A2 pairs with R1 in tb_fifo_commit. */
+			tail = q->tail_seen = tb_atomic_load_acquire(&q->tail);
+			if (head == tail)
+				return NULL;
+		}
 		e = (tb_fifo_ent_t *)(q->base + (head & q->mask));
 	}
 	return e;

@@ -17,11 +17,10 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
-
-#define LISTEN_BACKLOG 64
 
 /* ------------------------------------------------------------- deadlines */
 
@@ -105,12 +104,26 @@ int tb_net_resolve(const tb_endpoint_t *ep, int passive,
 	return 0;
 }
 
-static void nodelay(int fd)
+/* One option, best effort: without it a connection is slower, not wrong
+ * (an option the kernel lacks or refuses, such as SO_BUSY_POLL without
+ * CAP_NET_ADMIN, is skipped). */
+static void opt(int fd, int level, int name, int v)
 {
-	int one = 1;
+	(void)setsockopt(fd, level, name, &v, sizeof(v));
+}
 
-	/* Best effort: without it the protocols are slower, not wrong. */
-	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+void tb_net_tune(int fd)
+{
+	opt(fd, IPPROTO_TCP, TCP_NODELAY, 1);
+	opt(fd, IPPROTO_TCP, TCP_QUICKACK, 1);
+	opt(fd, SOL_SOCKET, SO_KEEPALIVE, 1);
+	opt(fd, IPPROTO_TCP, TCP_KEEPIDLE, TB_NET_KEEPALIVE_S);
+	opt(fd, IPPROTO_TCP, TCP_KEEPINTVL, TB_NET_KEEPINTVL_S);
+	opt(fd, IPPROTO_TCP, TCP_KEEPCNT, TB_NET_KEEPCNT);
+	opt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, TB_NET_USER_TIMEOUT_MS);
+#ifdef SO_BUSY_POLL
+	opt(fd, SOL_SOCKET, SO_BUSY_POLL, TB_NET_BUSY_POLL_US);
+#endif
 }
 
 /* ----------------------------------------------------------- connecting */
@@ -167,8 +180,58 @@ int tb_net_dial(const tb_endpoint_t *ep, uint32_t timeout_ms)
 		return tb_error_sys(err, "connect %s:%u",
 				    ep->host[0] ? ep->host : "(loopback)",
 				    ep->port);
-	nodelay(fd);
+	tb_net_tune(fd);
 	return fd;
+}
+
+int tb_net_dial_start(const tb_endpoint_t *ep)
+{
+	struct addrinfo *res, *a;
+	int fd = -1, err = ECONNREFUSED, rc;
+
+	if ((rc = addrinfo_of(ep, 0, &res)) < 0)
+		return rc;
+	for (a = res; a && fd < 0; a = a->ai_next) {
+		int s = socket(a->ai_family,
+			       SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+			       a->ai_protocol);
+
+		if (s < 0) {
+			err = errno;
+			continue;
+		}
+		if (connect(s, a->ai_addr, a->ai_addrlen) == 0 ||
+		    errno == EINPROGRESS) {
+			fd = s;
+			break;
+		}
+		err = errno;
+		close(s);
+	}
+	freeaddrinfo(res);
+	if (fd < 0)
+		return tb_error_sys(err, "connect %s:%u",
+				    ep->host[0] ? ep->host : "(loopback)",
+				    ep->port);
+	return fd;
+}
+
+int tb_net_dial_done(int fd, const tb_endpoint_t *ep)
+{
+	struct pollfd pf = {.fd = fd, .events = POLLOUT};
+	int err = 0;
+	socklen_t el = sizeof(err);
+
+	if (poll(&pf, 1, 0) == 0)
+		return 0;
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
+		err = errno;
+	if (err)
+		return tb_error_sys(err, "connect %s:%u",
+				    ep->host[0] ? ep->host : "(loopback)",
+				    ep->port);
+	tb_net_tune(fd);
+	return 1;
 }
 
 int tb_net_listen(const tb_endpoint_t *ep, uint16_t *port)
@@ -184,7 +247,7 @@ int tb_net_listen(const tb_endpoint_t *ep, uint16_t *port)
 		return tb_error_sys(errno, "socket");
 	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(fd, (struct sockaddr *)&ss, len) < 0 ||
-	    listen(fd, LISTEN_BACKLOG) < 0) {
+	    listen(fd, TB_NET_BACKLOG) < 0) {
 		rc = tb_error_sys(errno, "listen on %s:%u",
 				  ep->host[0] ? ep->host : "(any)", ep->port);
 		close(fd);
@@ -216,7 +279,7 @@ int tb_net_accept(int lfd, char *peer, size_t peer_len)
 			return TB_NOT_CONNECTED;
 		return tb_error_sys(errno, "accept");
 	}
-	nodelay(fd);
+	tb_net_tune(fd);
 	if (peer) {
 		const void *addr = NULL;
 
@@ -324,12 +387,32 @@ int tb_net_recv_all(int fd, void *buf, size_t len, uint32_t timeout_ms)
 	return 0;
 }
 
+int tb_net_idle_ok(int fd)
+{
+	struct pollfd pf = {.fd = fd, .events = POLLIN | POLLRDHUP};
+	uint8_t b;
+	ssize_t n;
+
+	if (poll(&pf, 1, 0) == 0)
+		return 1;
+	if (pf.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL))
+		return 0;
+	n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n > 0)
+		return tb_error_set(TB_EPROTO, "%zd unasked-for bytes from the "
+				  "peer", n);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return 1;
+	return 0;
+}
+
 void tb_net_reader_init(tb_net_reader_t *r, int fd, void *buf, size_t cap)
 {
 	r->fd = fd;
 	r->buf = buf;
 	r->cap = cap < INT32_MAX ? cap : INT32_MAX;
 	r->have = r->off = 0;
+	r->spin_ns = 0;
 }
 
 int tb_net_reader_read(tb_net_reader_t *r, void *dst, size_t len,
@@ -356,6 +439,60 @@ int tb_net_reader_read(tb_net_reader_t *r, void *dst, size_t len,
 			return short_read(n, got, len, timeout_ms);
 		r->have = (size_t)n;
 		r->off = 0;
+	}
+	return 0;
+}
+
+/* Busy-polls the reader's socket for up to r->spin_ns: the bytes it got
+ * (added to the buffer), or 0 when none came; an end or an error is left
+ * for the poll()ing read after it to find and report. */
+static int spin_recv(tb_net_reader_t *r)
+{
+	uint64_t until = tb_clock_mono_ns() + r->spin_ns;
+
+	do {
+		ssize_t k = recv(r->fd, r->buf + r->have, r->cap - r->have,
+				 MSG_DONTWAIT);
+
+		if (k > 0) {
+			r->have += (size_t)k;
+			return (int)k;
+		}
+		if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK &&
+			       errno != EINTR))
+			return 0;
+		/* The answer may need this very core (the peer in this
+		 * process, or a busy machine): let whatever waits for it
+		 * run; with nothing else to run this returns at once. */
+		sched_yield();
+	} while (tb_clock_mono_ns() < until);
+	return 0;
+}
+
+int tb_net_reader_fill(tb_net_reader_t *r, size_t n, uint32_t timeout_ms)
+{
+	uint64_t deadline = deadline_of(timeout_ms);
+
+	if (n > r->cap)
+		return tb_error_set(TB_EINVAL, "recv: %zu bytes in one piece, the "
+				  "buffer holds %zu", n, r->cap);
+	if (r->off == r->have)
+		r->off = r->have = 0;
+	if (r->off + n > r->cap) {
+		memmove(r->buf, r->buf + r->off, r->have - r->off);
+		r->have -= r->off;
+		r->off = 0;
+	}
+	while (r->have - r->off < n) {
+		int got;
+
+		if (r->spin_ns && spin_recv(r) > 0)
+			continue;
+		got = recv_until(r->fd, r->buf + r->have, r->cap - r->have,
+				 deadline);
+		if (got <= 0)
+			return short_read(got, r->have - r->off, n, timeout_ms);
+		r->have += (size_t)got;
 	}
 	return 0;
 }

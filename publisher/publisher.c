@@ -151,6 +151,7 @@ static int start_retention(tb_publisher_t *p)
 	src.token = p->cfg.token;
 	src.bounds = tb_retention_bounds;
 	src.read = tb_retention_read;
+	src.copy = tb_retention_copy;
 	src.sd = p->ret;
 	tb_recovery_server_cfg_init(&rcfg);
 	rcfg.listen = p->cfg.retention_endpoint;

@@ -20,9 +20,18 @@
  * slots up to it.  The ring's own R0/R1 (ring.h) order the frame bytes:
  * the reader copies, fences (A0 pairs with R0), then reads the intent.
  *
+ * A window (tb_retention_window_t) is the same over a ring of its own, for
+ * a process that keeps the recent frames of a stream it does not publish:
+ * tb-recoveryd answers from it, in memory and without its store's lock,
+ * whatever is recent enough.  Its writer copies each frame in; a frame
+ * that does not follow the last one (a hole, a new epoch) starts it again,
+ * under a lock that readers hold shared while they read, so that no reader
+ * ever sees frames of two runs.
+ *
  * Threads: tb_retention_record on the publishing thread (hot: no
  * allocation, lock or system call); tb_retention_bounds/read on any
- * number of other threads at once.
+ * number of other threads at once.  A window: append and reset on one
+ * writer thread, bounds and read on any others.
  */
 #ifndef TB_RETENTION_H
 #define TB_RETENTION_H
@@ -31,6 +40,7 @@
 #include "bus/recovery/store.h"
 #include "bus/ring.h"
 
+#include <pthread.h>
 #include <stdint.h>
 
 typedef struct tb_retention {
@@ -40,6 +50,10 @@ typedef struct tb_retention {
 	const tb_ring_t *ring;
 	uint64_t epoch;
 	uint32_t stream_id;
+	/* Readers: the first sequence still held when one last looked.  It
+	 * only grows (the oldest frames go first), so the next look starts
+	 * there: one probe of the ring, not a search of it. */
+	_Atomic uint64_t first_hint;
 	tb_cache_aligned _Atomic uint64_t last; /* last sequence recorded */
 } tb_retention_t;
 
@@ -71,5 +85,62 @@ void tb_retention_bounds(void *r, uint64_t *epoch, uint64_t *first,
  * TB_FRAME_F_REPLAY set. */
 int tb_retention_read(void *r, uint64_t first, int max, tb_store_read_fn fn,
 		      void *clientd);
+
+/*
+ * The recovery server's copy (recovery/server.h): up to `max` frames from
+ * `first` written into `dst` (`cap` bytes, any alignment) back to back, as
+ * they go on the wire (each exactly its length, TB_FRAME_F_REPLAY set),
+ * their bytes in *len.  One copy per frame and one check against overwrite
+ * for the whole batch: the writer overwrites the oldest frames first, so
+ * if the first frame copied is intact after the copy, every later one is.
+ * Returns the count, 0 when the first frame does not fit in `cap`, or
+ * TB_STORE_TOO_OLD / TB_STORE_NOT_YET.
+ */
+int tb_retention_copy(void *r, uint64_t first, int max, void *dst, size_t cap,
+		      size_t *len);
+
+/* ------------------------------------------------------------ windows */
+
+typedef struct tb_retention_window {
+	tb_retention_t ret;
+	tb_ring_t ring;
+	void *mem;
+	uint64_t size;
+	uint64_t from;           /* the run it holds starts here (lock) */
+	pthread_rwlock_t lock;   /* shared: readers; exclusive: a restart */
+} tb_retention_window_t;
+
+/*
+ * A window of `ring_bytes` (a power of two within the ring bounds) of
+ * stream `stream_id`, empty, of no epoch yet.  0, or TB_EINVAL / TB_ENOMEM
+ * with a message.
+ */
+int tb_retention_window_init(tb_retention_window_t *w, uint64_t ring_bytes,
+			     uint32_t stream_id);
+void tb_retention_window_free(tb_retention_window_t *w);
+
+/*
+ * Writer: keeps a copy of frame `f` of `epoch`.  A frame of another epoch,
+ * or one that does not follow the last one kept, starts the window again
+ * with it.  A frame larger than the window's largest is not kept, and the
+ * window starts again after it.  Never fails: a window is a cache.
+ */
+void tb_retention_window_append(tb_retention_window_t *w, uint64_t epoch,
+				const tb_frame_hdr_t *f);
+
+/* The epoch and range the window holds now ([0, 0] when none). */
+void tb_retention_window_bounds(tb_retention_window_t *w, uint64_t *epoch,
+				uint64_t *first, uint64_t *last);
+
+/* Up to `max` frames of `epoch` from `first`, as tb_retention_read;
+ * TB_STORE_TOO_OLD also when the window holds another epoch. */
+int tb_retention_window_read(tb_retention_window_t *w, uint64_t epoch,
+			     uint64_t first, int max, tb_store_read_fn fn,
+			     void *clientd);
+
+/* The same as tb_retention_copy. */
+int tb_retention_window_copy(tb_retention_window_t *w, uint64_t epoch,
+			     uint64_t first, int max, void *dst, size_t cap,
+			     size_t *len);
 
 #endif

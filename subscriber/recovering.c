@@ -21,13 +21,21 @@
  *   (recovery/client.h: endpoints in order, timeouts, backoff, failover),
  *   handing frames back through a lock-free SPSC queue (`replay`), then a
  *   LOSS entry for anything that could not be had within
- *   cfg.recovery_timeout_ms (or that no service holds), then DONE.  The poll
- *   thread wakes it with one eventfd write per gap: a loss event, not the
- *   per-message path.  A job also covers the gaps already queued behind
- *   its own (up to COALESCE_MAX sequences on), so that heavy loss costs a
- *   round trip per round trip, not one per gap; what it fetches twice,
- *   deliver drops, and a loss it meets past its own gap is left to the
- *   live buffer and the later gaps' jobs (rec_loss).
+ *   cfg.recovery_timeout_ms (or that no service holds), then DONE.  It
+ *   keeps a connection to each service, dialled and authenticated when the
+ *   subscriber opens and checked (and dialled again) every MAINTAIN_MS
+ *   while idle, so that a gap costs one request on a warm connection.
+ * - The poll thread wakes it without a system call (bus/wake.h): the
+ *   recovery thread spins and then yields for a while after its last
+ *   work, watching a counter the poll thread bumps; only once it has been
+ *   idle long (PARK_AFTER_NS; never with cfg.idle = busy-spin, at once
+ *   after the spin with backoff) does it park on a futex, and only then
+ *   does posting a gap cost the poll thread a FUTEX_WAKE.
+ * - A job also covers the gaps already queued behind its own (up to
+ *   COALESCE_MAX sequences on), so that heavy loss costs a round trip per
+ *   round trip, not one per gap; what it fetches twice, deliver drops, and
+ *   a loss it meets past its own gap is left to the live buffer and the
+ *   later gaps' jobs (rec_loss).
  * - The poll thread delivers the replayed frames (TB_MSG_F_REPLAY), returns
  *   TB_DATA_LOSS once for a lost range (tb_sub_loss gives it exactly), then
  *   drains the live buffer, starting the next job at the next GAP marker,
@@ -40,12 +48,15 @@
  *   quiet stream there may be no such frame for a long time, so the first
  *   idle poll posts an open job ("from seq up to the latest you hold");
  *   live frames and a later gap then overlap it and are deduplicated.
+ * - Late join after the publisher is gone: a transport that has no epoch
+ *   (nothing to attach to) still lets the first idle poll post its open
+ *   job, with epoch 0: the services' newest epoch (their WELCOME) is asked.
  *
  * Between the two threads: the job goes over by job_gen (R4 in post_job,
- * A4 in rec_main); frames and markers come back through the replay fifo
- * (its R1/A2, fifo.h); the stop flag goes one way (R5 in
- * tb_recovering_close, A5 in the thread).  The poll side never blocks: it
- * only peeks at the queues.
+ * A4 in rec_main), and the wake-up by `wake` (wake.h, after R4); frames and
+ * markers come back through the replay fifo (its R1/A2, fifo.h); the stop
+ * flag goes one way (R5 in tb_recovering_close, A5 in the thread).  The
+ * poll side never blocks: it only peeks at the queues.
  */
 #include "subscriber/recovering.h"
 
@@ -55,13 +66,12 @@
 #include "bus/fifo.h"
 #include "bus/frame.h"
 #include "bus/recovery/client.h"
+#include "bus/wake.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -73,7 +83,20 @@
 /* A recovery job covers the gaps queued behind its own up to this many
  * sequences past it (see post_job). */
 #define COALESCE_MAX 4096u
-
+/* The recovery thread's idle time: it spins for SPIN_NS after its last
+ * work (a gap that follows another at once is taken up in well under a
+ * microsecond), then yields the core until PARK_AFTER_NS, then sleeps on a
+ * futex, checking its connections every MAINTAIN_MS.  Short, so that a
+ * stream with frequent small losses does not keep a core yielding on a
+ * machine that has few (a desk that wants it never to sleep says idle =
+ * busy-spin). */
+#define SPIN_NS 20000u
+#define PARK_AFTER_NS 200000u
+#define MAINTAIN_MS 100u
+/* How long the recovery thread busy-polls its socket for an answer before
+ * it sleeps in poll() (less with spin-then-yield, none with backoff): a
+ * loopback or LAN answer comes within tens of microseconds. */
+#define ANSWER_SPIN_US 100u
 struct tb_recovering {
 	/* Poll thread only.  The subscriber's transport, sequence tracker
 	 * and counters (tb_recovering_bind). */
@@ -101,11 +124,12 @@ struct tb_recovering {
 				beyond the gap; the rest is left to live */
 	uint64_t job_lost;   /* recovery thread: sequences reported lost */
 	_Atomic uint64_t job_gen;
-	int efd;
+	tb_wake_t wake;      /* poll thread (and close) -> recovery thread */
 	_Atomic int stop;    /* R5 / A5: tb_recovering_close to the thread */
 	pthread_t thread;
 	int started;
 	tb_recovery_client_cfg_t ccfg;
+	tb_recovery_client_t *client; /* recovery thread: kept connections */
 	tb_endpoint_t eps[TB_RECOVERY_MAX];
 	char token[TB_TOKEN_MAX];
 	uint32_t stream_id;
@@ -211,48 +235,59 @@ static void rec_loss(void *arg, uint64_t first, uint64_t last)
 		r->job_cut = 1;
 }
 
+/* Runs the job published by job_gen. */
+static void rec_job(tb_recovering_t *r)
+{
+	tb_recovery_client_stats_t st;
+	uint64_t next;
+	int rc;
+
+	tb_recovery_client_until_latest(r->client, r->job_open);
+	r->job_cut = 0;
+	r->job_lost = 0;
+	rc = tb_recovery_client_get(r->client, r->job_epoch, r->job_first,
+				    r->job_last, rec_frame, rec_loss, r, &st,
+				    &next);
+	if (rc == TB_ESTATE && tb_atomic_load_seq_cst(&r->stop)) /* A5 */
+		return;
+	/* A probe that finds no service says nothing about loss: the next
+	 * live frame names the gap, recovered then. */
+	if (rc < 0 && !r->job_cut && next <= r->job_gap_last && !r->job_open) {
+		/* Nobody answered in time: the rest of the gap is lost (what
+		 * lies past it is left to live). */
+		replay_marker(r, TB_FIFO_LOSS, next, r->job_gap_last, 0, 0);
+		r->job_lost += r->job_gap_last - next + 1;
+	}
+	/* DONE carries the job's figures for the owner's counters.  Failed:
+	 * something was lost, or a probe found no service; not a shared
+	 * request that only missed what lies past its own gap. */
+	replay_marker(r, TB_FIFO_DONE, st.requests, r->job_lost,
+		      r->job_lost || (rc < 0 && r->job_open) ? 1 : 0, st.frames);
+}
+
 static void *rec_main(void *arg)
 {
 	tb_recovering_t *r = arg;
-	uint64_t done_gen = 0;
+	uint64_t done_gen = 0, seen = 0, idle_since = tb_clock_mono_ns();
+	uint64_t next_maintain = 0;
 
 	while (!tb_atomic_load_seq_cst(&r->stop)) { /* A5 pairs with R5 */
-		struct pollfd pfd = {.fd = r->efd, .events = POLLIN};
-		tb_recovery_client_stats_t st;
-		uint64_t gen, next, v;
-		int rc;
+		uint64_t gen = tb_atomic_load_acquire(&r->job_gen); /* A4 pairs with R4 */
+		uint64_t now;
 
-		if (poll(&pfd, 1, 100) > 0 &&
-		    read(r->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-			break;
-		gen = tb_atomic_load_acquire(&r->job_gen); /* A4 pairs with R4 */
-		if (gen == done_gen)
+		if (gen != done_gen) {
+			rec_job(r);
+			done_gen = gen;
+			idle_since = tb_clock_mono_ns();
 			continue;
-		r->ccfg.until_latest = r->job_open;
-		r->job_cut = 0;
-		r->job_lost = 0;
-		rc = tb_recovery_client_fetch(&r->ccfg, r->job_epoch, r->job_first,
-				      r->job_last, rec_frame, rec_loss, r, &st,
-				      &next);
-		if (rc == TB_ESTATE && tb_atomic_load_seq_cst(&r->stop)) /* A5 */
-			break;
-		/* A probe that finds no service says nothing about loss: the
-		 * next live frame names the gap, recovered then. */
-		if (rc < 0 && !r->job_cut && next <= r->job_gap_last &&
-		    !r->job_open) {
-			/* Nobody answered in time: the rest of the gap is
-			 * lost (what lies past it is left to live). */
-			replay_marker(r, TB_FIFO_LOSS, next, r->job_gap_last, 0, 0);
-			r->job_lost += r->job_gap_last - next + 1;
 		}
-		/* DONE carries the job's figures for the owner's counters. */
-		/* Failed: something was lost, or a probe found no service;
-		 * not a shared request that only missed what lies past its
-		 * own gap. */
-		replay_marker(r, TB_FIFO_DONE, st.requests, r->job_lost,
-			      r->job_lost || (rc < 0 && r->job_open) ? 1 : 0,
-			      st.frames);
-		done_gen = gen;
+		now = tb_clock_mono_ns();
+		if (now >= next_maintain) {
+			tb_recovery_client_maintain(r->client);
+			now = tb_clock_mono_ns();
+			next_maintain = now + MAINTAIN_MS * 1000000ull;
+		}
+		seen = tb_wake_wait(&r->wake, seen, idle_since, next_maintain);
 	}
 	return NULL;
 }
@@ -271,19 +306,13 @@ void tb_recovering_close(tb_recovering_t *r)
 	if (!r)
 		return;
 	if (r->started) {
-		uint64_t one = 1;
-
 		/* R5: pairs with A5 in rec_main, replay_reserve and
 		 * rec_cancelled.  Seq-cst, as a stop flag. */
 		tb_atomic_store_seq_cst(&r->stop, 1);
-		if (write(r->efd, &one, sizeof(one)) < 0) {
-			/* The thread still sees `stop` within its 100 ms
-			 * poll. */
-		}
+		tb_wake_signal(&r->wake);
 		pthread_join(r->thread, NULL);
 	}
-	if (r->efd >= 0)
-		close(r->efd);
+	tb_recovery_client_close(r->client);
 	free(r->live_mem);
 	free(r->replay_mem);
 	free(r);
@@ -303,7 +332,6 @@ int tb_recovering_open(tb_recovering_t **out, const tb_stream_cfg_t *cfg)
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return tb_error_set(TB_ENOMEM, "recovery: out of memory");
-	r->efd = -1;
 	r->live_mem = aligned_alloc(TB_FIFO_ALIGN, live_cap);
 	r->replay_mem = aligned_alloc(TB_FIFO_ALIGN, replay_cap);
 	if (!r->live_mem || !r->replay_mem) {
@@ -325,12 +353,19 @@ int tb_recovering_open(tb_recovering_t **out, const tb_stream_cfg_t *cfg)
 	if (r->ccfg.io_timeout_ms > cfg->recovery_timeout_ms / 2)
 		r->ccfg.io_timeout_ms = cfg->recovery_timeout_ms / 2;
 	r->ccfg.cancelled = rec_cancelled;
-	r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (r->efd < 0) {
-		rc = tb_error_sys(errno, "recovery: eventfd");
+	/* An answer is awaited spinning, as the poll thread waits. */
+	r->ccfg.spin_us = cfg->idle == TB_IDLE_BUSY_SPIN ? ANSWER_SPIN_US :
+			  cfg->idle == TB_IDLE_SPIN_YIELD ? ANSWER_SPIN_US / 4 : 0;
+	rc = tb_recovery_client_open(&r->client, &r->ccfg);
+	if (rc < 0) {
 		tb_recovering_close(r);
-		return rc;
+		return tb_error_prepend(rc, "recovery");
 	}
+	/* A desk that spins its subscriber spins its recovery thread too;
+	 * the others let it sleep once it has been idle a while. */
+	tb_wake_init(&r->wake, SPIN_NS,
+		     cfg->idle == TB_IDLE_BUSY_SPIN ? TB_WAKE_NEVER_PARK :
+		     cfg->idle == TB_IDLE_BACKOFF ? SPIN_NS : PARK_AFTER_NS);
 	rc = pthread_create(&r->thread, NULL, rec_main, r);
 	if (rc != 0) {
 		tb_recovering_close(r);
@@ -440,8 +475,6 @@ static void poll_live(tb_recovering_t *r)
 
 static void post_job(tb_recovering_t *r, const tb_fifo_ent_t *gap)
 {
-	uint64_t one = 1;
-
 	r->job_epoch = gap->aux;
 	r->job_first = gap->seq;
 	r->job_last = r->job_gap_last = gap->last;
@@ -457,11 +490,9 @@ static void post_job(tb_recovering_t *r, const tb_fifo_ent_t *gap)
 	 * The relaxed load reads back the poll thread's own last store. */
 	tb_atomic_store_release(&r->job_gen,
 				tb_atomic_load_relaxed(&r->job_gen) + 1);
-	/* One system call per gap, to wake the recovery thread at once;
-	 * if it fails, the thread's 100 ms poll finds the job anyway. */
-	if (write(r->efd, &one, sizeof(one)) < 0) {
-		/* see above */
-	}
+	/* A store while the recovery thread is awake; a FUTEX_WAKE only if
+	 * it has been idle long enough to park. */
+	tb_wake_signal(&r->wake);
 	r->job_active = 1;
 }
 
@@ -506,6 +537,9 @@ static int clip(const tb_recovering_t *r, uint64_t *first, uint64_t last)
 int tb_recovering_poll(tb_recovering_t *r, tb_handler_t handler, void *clientd,
 		       int limit, tb_seq_range_t *loss)
 {
+	/* Replayed frames are stamped when handed over: once per poll, as
+	 * they all go within the same few microseconds. */
+	uint64_t now = 0, replayed = 0;
 	int n = 0;
 
 	poll_live(r);
@@ -517,9 +551,11 @@ int tb_recovering_poll(tb_recovering_t *r, tb_handler_t handler, void *clientd,
 			if (!e)
 				break; /* the recovery thread is working */
 			if (e->kind == TB_FIFO_FRAME) {
-				e->receive_ns = 0;
+				if (!now)
+					now = tb_clock_now_ns_inline();
+				e->receive_ns = now;
 				if (deliver(r, e, handler, clientd)) {
-					tb_counter_inc(r->ctr, TB_CTR_REPLAYED);
+					replayed++;
 					n++;
 				}
 				tb_fifo_release(&r->replay, e);
@@ -590,6 +626,8 @@ int tb_recovering_poll(tb_recovering_t *r, tb_handler_t handler, void *clientd,
 			return code;
 		}
 	}
+	if (replayed)
+		tb_counter_add(r->ctr, TB_CTR_REPLAYED, replayed);
 	if (n > 0)
 		tb_counter_add(r->ctr, TB_CTR_DELIVERED, (uint64_t)n);
 	return n;
@@ -612,8 +650,11 @@ int tb_recovering_start_gap(tb_recovering_t *r, uint64_t first, uint64_t last,
  * A late joiner (tb_sub_start_at) on a stream with nothing new to read
  * would not see its gap until the next message is published.  So on its
  * first idle poll it asks the recovery services for everything from the
- * start sequence up to the latest they hold (an open job); live frames are
- * buffered meanwhile, and whatever both bring is delivered once.
+ * start sequence up to the latest they hold (an open job: it ends at the
+ * first answer that stops short of what it asked); live frames are
+ * buffered meanwhile, and whatever both bring is delivered once.  With no
+ * epoch from the transport (epoch 0: no publisher to attach to, yet or any
+ * more), the services' newest epoch is asked.
  */
 int tb_recovering_start_probe(tb_recovering_t *r, uint64_t epoch,
 			      tb_handler_t handler, void *clientd, int limit,
@@ -622,7 +663,7 @@ int tb_recovering_start_probe(tb_recovering_t *r, uint64_t epoch,
 	uint64_t from = r->seq->expected;
 
 	r->deliver_next = from;
-	live_marker(r, TB_FIFO_GAP, from, from + TB_RECOVERY_PROTO_COUNT_MAX - 1,
+	live_marker(r, TB_FIFO_GAP, from, UINT64_MAX - TB_RECOVERY_PROTO_COUNT_MAX,
 		    1, epoch);
 	r->active = 1;
 	return tb_recovering_poll(r, handler, clientd, limit, loss);

@@ -35,9 +35,10 @@ typedef struct tb_recovering tb_recovering_t;
 
 /*
  * Allocates the live and replay buffers for stream `cfg` (recovery
- * endpoints, token, recovery_buffer, recovery_timeout_ms, ring_size) and
- * starts the recovery thread.  Returns 0 or TB_ENOMEM / TB_ESYS (eventfd,
- * pthread_create) with a message; *r is NULL on failure.
+ * endpoints, token, recovery_buffer, recovery_timeout_ms, ring_size, idle)
+ * and starts the recovery thread, which dials and authenticates to each
+ * service at once and keeps those connections.  Returns 0 or TB_ENOMEM /
+ * TB_ESYS (pthread_create) with a message; *r is NULL on failure.
  */
 int tb_recovering_open(tb_recovering_t **r, const tb_stream_cfg_t *cfg);
 
@@ -61,9 +62,11 @@ int tb_recovering_start_gap(tb_recovering_t *r, uint64_t first, uint64_t last,
 			    tb_seq_range_t *loss);
 
 /*
- * A late joiner's first idle poll, its transport attached to `epoch` (> 0):
- * ask the services for everything from the tracker's expected sequence up
- * to the latest they hold, then as tb_recovering_poll.
+ * A late joiner's first idle poll, its transport attached to `epoch`, or
+ * to none yet (0: the services' newest epoch is asked, so that a late
+ * joiner after the publisher is gone is still served): ask the services
+ * for everything from the tracker's expected sequence up to the latest
+ * they hold, then as tb_recovering_poll.
  */
 int tb_recovering_start_probe(tb_recovering_t *r, uint64_t epoch,
 			      tb_handler_t handler, void *clientd, int limit,

@@ -206,14 +206,14 @@ static int recovered(tb_subscriber_t *s, int n)
 	return n;
 }
 
-/* A late joiner's first idle poll (see tb_recovering_start_probe). */
+/* A late joiner's first idle poll (see tb_recovering_start_probe): with
+ * no epoch from the transport (no publisher, yet or any more), the
+ * services' newest. */
 static int start_probe(tb_subscriber_t *s, tb_handler_t handler,
 		       void *clientd, int limit)
 {
 	uint64_t epoch = s->rx->ops->epoch(s->rx);
 
-	if (epoch == 0)
-		return 0; /* not attached yet: it will read from the start */
 	s->probe = 0;
 	if (s->seq.delivered > 0)
 		return 0;
@@ -234,7 +234,7 @@ int tb_sub_poll(tb_subscriber_t *s, tb_handler_t handler, void *clientd,
 	n = s->rx->ops->poll(s->rx, &s->seq, &s->loss, handler, clientd, limit);
 	if (tb_likely(n > 0)) {
 		tb_counter_add(s->ctr, TB_CTR_DELIVERED, (uint64_t)n);
-	} else if (n == 0) {
+	} else if (n == 0 || n == TB_NOT_CONNECTED) {
 		if (tb_unlikely(s->probe))
 			return start_probe(s, handler, clientd, limit);
 	} else if (n == TB_NEW_EPOCH) {

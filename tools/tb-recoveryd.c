@@ -14,6 +14,17 @@
  * <dir>/hole-<stream>-<epoch>-<first missing> and a new one begins after
  * the hole; requests for older sequences then get "too old".
  *
+ * Serving: the recent frames of each stream are also kept in memory (a
+ * retention window, publisher/retention.h, of --window-bytes), and a
+ * request in that window is answered from it, without the store's lock or
+ * a read of the disk.  Older frames of the current epoch come from the
+ * store; frames of an earlier epoch (a subscriber still recovering what it
+ * lost before the publisher restarted) from that epoch's store on disk,
+ * opened read-only.  When the publisher is gone, the stream stays served:
+ * a restarted service opens the newest epoch on disk, and the WELCOME of
+ * the recovery protocol names it, so a subscriber that joins late, after
+ * the publisher exited, is served all the same.
+ *
  * Two instances may serve one stream (each with its own --dir and
  * --listen); subscribers list both in `recovery` and fail over.
  *
@@ -23,9 +34,15 @@
  * publisher is down; its own gaps are filled from the retention buffer of
  * any copy that has one.
  *
+ * Failure: an error of a store (a full disk, an I/O error) ends the
+ * service with exit status 1, so that a supervisor restarts it: a service
+ * that goes on without storing would answer "too old" for what it failed
+ * to keep.
+ *
  * Threads: the main thread polls every subscription and appends to the
- * stores; the server's threads read the stores; one mutex per stream
- * orders the two.
+ * stores and windows; the server's threads read them.  One mutex per
+ * stream orders the store; the window has its own (publisher/retention.h);
+ * the earlier epochs' stores have one of their own.
  */
 #include <tickbus/tickbus.h>
 #include "tools/cli.h"
@@ -37,6 +54,7 @@
 #include "bus/recovery/client.h"
 #include "bus/recovery/server.h"
 #include "bus/recovery/store.h"
+#include "publisher/retention.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -50,6 +68,16 @@
 #include <unistd.h>
 
 #define MAX_STREAMS 16
+/* Earlier epochs' stores kept open at once, per stream. */
+#define OLD_EPOCHS 4
+#define WINDOW_DEFAULT (64ull << 20)
+
+/* A store of an earlier epoch, open read-only. */
+struct old_epoch {
+	uint64_t epoch;          /* 0: free */
+	tb_store_t *store;
+	uint64_t used;           /* for choosing which to close */
+};
 
 struct stream {
 	tb_stream_cfg_t cfg;      /* as subscribed: recovery = retention */
@@ -67,13 +95,20 @@ struct stream {
 	tb_counter_slot_t *ctr;
 	uint8_t *frame;           /* scratch for one frame */
 	uint32_t frame_cap;
+	tb_retention_window_t window; /* the recent frames (mem NULL: none) */
+	pthread_mutex_t old_lock; /* old[], and reads of their stores */
+	struct old_epoch old[OLD_EPOCHS];
+	uint64_t old_used;
 };
 
 static volatile sig_atomic_t stop;
+/* A store failed: the service stops and exits non-zero. */
+static volatile sig_atomic_t fatal;
 static const char prog[] = "tb-recoveryd";
 static char store_dir[TB_PATH_MAX];
 static tb_store_sync_t sync_mode = TB_STORE_SYNC_NONE;
 static uint64_t segment_bytes;
+static uint64_t window_bytes = WINDOW_DEFAULT;
 
 static void usage(FILE *out)
 {
@@ -95,11 +130,35 @@ static void usage(FILE *out)
 "                         unlimited); --burst B of them at once (default 2R)\n"
 "      --sync MODE        none | interval | batch (default none)\n"
 "      --segment-bytes N  store segment size (default 64 MiB)\n"
+"      --window-bytes N   recent frames kept in memory per stream and served\n"
+"                         from there: a power of two, 64K..1G, or 0 for none\n"
+"                         (default 64 MiB)\n"
+"      --max-clients N    authenticated connections at once (default 64)\n"
+"      --hello-timeout-ms N  a new connection's time to authenticate, not\n"
+"                         extended by its bytes (default 1000)\n"
+"      --max-pending N    connections not yet authenticated, in all (default\n"
+"                         256); --max-pending-per-addr N from one address\n"
+"                         (default 16): over either, the oldest is closed\n"
+"      --conn-rate R      new connections per second per address (default\n"
+"                         100; 0: unlimited)\n"
+"      --auth-delay-ms N  a wrong token is answered after N ms, twice as long\n"
+"                         for each further one from its address (default 200,\n"
+"                         up to 5000)\n"
 "  -h, --help             this text\n"
-"exit status: 0 stopped by a signal, 1 error, 2 usage\n");
+"Refused connections and wrong tokens are counted, and logged at most once a\n"
+"second per kind with the number of the others.\n"
+"exit status: 0 stopped by a signal, 1 error (a store that failed: disk full,\n"
+"I/O error), 2 usage\n");
 }
 
 /* ---------------------------------------------------------------- store */
+
+/* A store failed: stop, and exit non-zero (see the top). */
+static void die_of_store(void)
+{
+	fatal = 1;
+	stop = 1;
+}
 
 static int open_store(struct stream *st, uint64_t epoch)
 {
@@ -137,7 +196,11 @@ static int restart_store(struct stream *st, uint64_t first_missing)
 	if (rename(from, to) < 0 && errno != ENOENT)
 		fprintf(stderr, "%s: stream %s: move %s aside: %s\n", prog,
 			st->cfg.name, from, strerror(errno));
-	return open_store(st, st->epoch);
+	if (open_store(st, st->epoch) < 0) {
+		die_of_store();
+		return -1;
+	}
+	return 0;
 }
 
 static void log_hole(struct stream *st, uint64_t first, uint64_t last)
@@ -161,19 +224,35 @@ static void record_hole(struct stream *st, uint64_t first, uint64_t last)
 	pthread_mutex_unlock(&st->lock);
 }
 
+/* Stores `f`, a frame of the open store's epoch that follows its last,
+ * and keeps it in the window.  Under the stream's lock.  0, or -1 when
+ * the store failed (the service then stops: die_of_store). */
+static int keep(struct stream *st, const tb_frame_hdr_t *f)
+{
+	int rc = tb_store_append(st->store, f);
+
+	if (rc < 0) {
+		fprintf(stderr, "%s: stream %s: append %" PRIu64 ": %s\n", prog,
+			st->cfg.name, f->seq, tb_errmsg());
+		die_of_store();
+		return -1;
+	}
+	if (st->window.mem)
+		tb_retention_window_append(&st->window, st->epoch, f);
+	st->stored++;
+	tb_counter_inc(st->ctr, TB_CTR_DELIVERED);
+	return 0;
+}
+
 static int append_locked(void *clientd, const tb_frame_hdr_t *f)
 {
 	struct stream *st = clientd;
 	int rc;
 
 	pthread_mutex_lock(&st->lock);
-	rc = tb_store_append(st->store, f);
+	rc = keep(st, f);
 	pthread_mutex_unlock(&st->lock);
-	if (rc < 0)
-		return 1;
-	st->stored++;
-	tb_counter_inc(st->ctr, TB_CTR_DELIVERED);
-	return 0;
+	return rc < 0;
 }
 
 /* Fills [first, last] of `epoch` from the publisher's retention (the
@@ -206,14 +285,13 @@ static void on_msg(void *clientd, const tb_msg_t *m)
 	struct stream *st = clientd;
 	uint64_t epoch = tb_sub_epoch(st->sub);
 	tb_frame_hdr_t *f;
-	int rc;
 
 	if (m->len + TB_FRAME_HDR_LEN > st->frame_cap) {
 		uint8_t *p = realloc(st->frame, m->len + TB_FRAME_HDR_LEN);
 
 		if (!p) {
 			fprintf(stderr, "%s: out of memory\n", prog);
-			stop = 1;
+			die_of_store();
 			return;
 		}
 		st->frame = p;
@@ -229,7 +307,7 @@ static void on_msg(void *clientd, const tb_msg_t *m)
 		st->store = NULL;
 		if (open_store(st, epoch) < 0) {
 			pthread_mutex_unlock(&st->lock);
-			stop = 1;
+			die_of_store();
 			return;
 		}
 	}
@@ -259,18 +337,13 @@ static void on_msg(void *clientd, const tb_msg_t *m)
 			return; /* already stored (a restart's overlap) */
 		}
 		/* Only after a hole already logged: a new store after it. */
-		restart_store(st, tb_store_last_seq(st->store) + 1);
+		if (restart_store(st, tb_store_last_seq(st->store) + 1) < 0) {
+			pthread_mutex_unlock(&st->lock);
+			return;
+		}
 	}
-	rc = tb_store_append(st->store, f);
+	keep(st, f);
 	pthread_mutex_unlock(&st->lock);
-	if (rc < 0) {
-		fprintf(stderr, "%s: stream %s: append %" PRIu64 ": %s\n", prog,
-			st->cfg.name, m->seq, tb_errmsg());
-		stop = 1;
-		return;
-	}
-	st->stored++;
-	tb_counter_inc(st->ctr, TB_CTR_DELIVERED);
 }
 
 /* ------------------------------------------------------- serving sources */
@@ -287,16 +360,109 @@ static void src_bounds(void *sd, uint64_t *epoch, uint64_t *first,
 	pthread_mutex_unlock(&st->lock);
 }
 
+/* From the window when it holds `first`: no store lock, no disk. */
 static int src_read(void *sd, uint64_t first, int max, tb_store_read_fn fn,
 		    void *clientd)
 {
 	struct stream *st = sd;
+	uint64_t epoch;
 	int rc;
 
 	pthread_mutex_lock(&st->lock);
-	rc = st->store ? tb_store_read(st->store, first, max, fn, clientd) :
-	     TB_STORE_NOT_YET;
+	epoch = st->store ? st->epoch : 0;
 	pthread_mutex_unlock(&st->lock);
+	if (epoch && st->window.mem) {
+		rc = tb_retention_window_read(&st->window, epoch, first, max, fn,
+					      clientd);
+		if (rc > 0)
+			return rc;
+	}
+	pthread_mutex_lock(&st->lock);
+	rc = st->store && st->epoch == epoch ?
+	     tb_store_read(st->store, first, max, fn, clientd) : TB_STORE_NOT_YET;
+	pthread_mutex_unlock(&st->lock);
+	return rc;
+}
+
+/* The server's copy straight into an answer: from the window only (an
+ * answer from the store goes through src_read). */
+static int src_copy(void *sd, uint64_t first, int max, void *dst, size_t cap,
+		    size_t *len)
+{
+	struct stream *st = sd;
+	uint64_t epoch;
+
+	*len = 0;
+	pthread_mutex_lock(&st->lock);
+	epoch = st->store ? st->epoch : 0;
+	pthread_mutex_unlock(&st->lock);
+	if (!epoch || !st->window.mem)
+		return TB_STORE_TOO_OLD;
+	return tb_retention_window_copy(&st->window, epoch, first, max, dst, cap,
+					len);
+}
+
+/* The read-only store of earlier epoch `epoch`, opened if need be (closing
+ * the one used longest ago); NULL when there is none.  Under old_lock. */
+static tb_store_t *old_store(struct stream *st, uint64_t epoch)
+{
+	struct old_epoch *o = NULL, *lru = &st->old[0];
+	tb_store_cfg_t sc;
+
+	for (int i = 0; i < OLD_EPOCHS; i++) {
+		if (st->old[i].epoch == epoch) {
+			o = &st->old[i];
+			break;
+		}
+		if (st->old[i].used < lru->used)
+			lru = &st->old[i];
+	}
+	if (!o) {
+		tb_store_cfg_init(&sc);
+		snprintf(sc.dir, sizeof(sc.dir), "%s", store_dir);
+		sc.stream_id = st->cfg.id;
+		sc.epoch = epoch;
+		sc.read_only = 1;
+		o = lru;
+		tb_store_close(o->store);
+		o->store = NULL;
+		o->epoch = 0;
+		if (tb_store_open(&o->store, &sc) < 0)
+			return NULL; /* not on disk (TB_ENOENT), or unreadable */
+		o->epoch = epoch;
+	}
+	o->used = ++st->old_used;
+	return o->store;
+}
+
+static int src_epoch_bounds(void *sd, uint64_t epoch, uint64_t *first,
+			    uint64_t *last)
+{
+	struct stream *st = sd;
+	tb_store_t *s;
+	int rc = TB_ENOENT;
+
+	pthread_mutex_lock(&st->old_lock);
+	if ((s = old_store(st, epoch)) != NULL && tb_store_last_seq(s) != 0) {
+		*first = tb_store_first_seq(s);
+		*last = tb_store_last_seq(s);
+		rc = 0;
+	}
+	pthread_mutex_unlock(&st->old_lock);
+	return rc;
+}
+
+static int src_epoch_read(void *sd, uint64_t epoch, uint64_t first, int max,
+			  tb_store_read_fn fn, void *clientd)
+{
+	struct stream *st = sd;
+	tb_store_t *s;
+	int rc = TB_STORE_TOO_OLD;
+
+	pthread_mutex_lock(&st->old_lock);
+	if ((s = old_store(st, epoch)) != NULL)
+		rc = tb_store_read(s, first, max, fn, clientd);
+	pthread_mutex_unlock(&st->old_lock);
 	return rc;
 }
 
@@ -326,6 +492,12 @@ static int open_stream(struct stream *st, const tb_stream_cfg_t *cfg,
 				srcs[i].retention_endpoint;
 	}
 	pthread_mutex_init(&st->lock, NULL);
+	pthread_mutex_init(&st->old_lock, NULL);
+	if (window_bytes &&
+	    tb_retention_window_init(&st->window, window_bytes, cfg->id) < 0) {
+		fprintf(stderr, "%s: stream %s: %s\n", prog, cfg->name, tb_errmsg());
+		return -1;
+	}
 	st->ctr = tb_counters_add_stream(cfg->id, cfg->name, TB_ROLE_RECOVERY,
 					 "store");
 	if (!st->ctr) {
@@ -356,7 +528,30 @@ static int open_stream(struct stream *st, const tb_stream_cfg_t *cfg,
 			prog, cfg->name, epoch, tb_store_first_seq(st->store),
 			last, last + 1);
 	} else {
+		uint64_t newest = 0;
+
+		/* No publisher to attach to (yet, or any more): serve the
+		 * newest epoch on disk meanwhile.  The first frame says
+		 * whether it goes on, or a new epoch begins. */
 		st->check_first = 1;
+		rc = tb_store_epochs(store_dir, cfg->id, &newest, 1);
+		if (rc > 1 && (rc = tb_store_epochs(store_dir, cfg->id, NULL, 0)) > 0) {
+			uint64_t *all = calloc((size_t)rc, sizeof(*all));
+
+			if (all && tb_store_epochs(store_dir, cfg->id, all,
+						   (size_t)rc) == rc)
+				newest = all[rc - 1];
+			free(all);
+		}
+		if (rc > 0 && newest) {
+			if (open_store(st, newest) < 0)
+				return -1;
+			fprintf(stderr, "%s: stream %s: no publisher yet; serving "
+				"epoch %" PRIu64 " from the store: %" PRIu64
+				"..%" PRIu64 "\n", prog, cfg->name, newest,
+				tb_store_first_seq(st->store),
+				tb_store_last_seq(st->store));
+		}
 	}
 	return 0;
 }
@@ -373,6 +568,13 @@ int main(int argc, char **argv)
 		{"burst", required_argument, 0, 'B'},
 		{"sync", required_argument, 0, 'Y'},
 		{"segment-bytes", required_argument, 0, 'G'},
+		{"window-bytes", required_argument, 0, 'W'},
+		{"max-clients", required_argument, 0, 'C'},
+		{"hello-timeout-ms", required_argument, 0, 'H'},
+		{"max-pending", required_argument, 0, 'P'},
+		{"max-pending-per-addr", required_argument, 0, 'A'},
+		{"conn-rate", required_argument, 0, 'N'},
+		{"auth-delay-ms", required_argument, 0, 'D'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
@@ -439,6 +641,47 @@ int main(int argc, char **argv)
 			    segment_bytes > TB_STORE_SEGMENT_MAX)
 				bad = "--segment-bytes";
 			break;
+		case 'W':
+			if (tb_cli_u64(optarg, &window_bytes) ||
+			    (window_bytes && !tb_ring_size_ok(window_bytes)))
+				bad = "--window-bytes";
+			break;
+		case 'C':
+			if (tb_cli_u64(optarg, &v) || v < 1 || v > 4096)
+				bad = "--max-clients";
+			else
+				rcfg.max_clients = (int)v;
+			break;
+		case 'H':
+			if (tb_cli_u64(optarg, &v) || v < 1 || v > 600000)
+				bad = "--hello-timeout-ms";
+			else
+				rcfg.hello_timeout_ms = (uint32_t)v;
+			break;
+		case 'P':
+			if (tb_cli_u64(optarg, &v) || v < 1 || v > 65536)
+				bad = "--max-pending";
+			else
+				rcfg.max_pending = (int)v;
+			break;
+		case 'A':
+			if (tb_cli_u64(optarg, &v) || v < 1 || v > 65536)
+				bad = "--max-pending-per-addr";
+			else
+				rcfg.max_pending_per_addr = (int)v;
+			break;
+		case 'N':
+			if (tb_cli_u64(optarg, &v) || v > 1000000)
+				bad = "--conn-rate";
+			else
+				rcfg.conn_rate = (uint32_t)v;
+			break;
+		case 'D':
+			if (tb_cli_u64(optarg, &v) || v > 60000)
+				bad = "--auth-delay-ms";
+			else
+				rcfg.auth_delay_ms = (uint32_t)v;
+			break;
 		case 'h':
 		default: return tb_cli_usage_exit(usage, c);
 		}
@@ -476,10 +719,14 @@ int main(int argc, char **argv)
 			status = 1;
 			goto out;
 		}
+		memset(&src[i], 0, sizeof(src[i]));
 		src[i].stream_id = cfg->id;
 		src[i].token = streams[i].cfg.token;
 		src[i].bounds = src_bounds;
 		src[i].read = src_read;
+		src[i].epoch_bounds = src_epoch_bounds;
+		src[i].epoch_read = src_epoch_read;
+		src[i].copy = src_copy;
 		src[i].sd = &streams[i];
 	}
 	if (tb_recovery_server_open(&srv, &rcfg, src, n) < 0) {
@@ -545,13 +792,20 @@ out:
 			       " last=%" PRIu64 " holes=%" PRIu64 " lost=%" PRIu64
 			       " requests=%" PRIu64 " served=%" PRIu64
 			       " rejects=%" PRIu64 " malformed=%" PRIu64
-			       " unauthorised=%" PRIu64 "\n", prog, st->cfg.name,
+			       " unauthorised=%" PRIu64 " connections=%" PRIu64
+			       " authenticated=%" PRIu64 " auth_failures=%" PRIu64
+			       " hello_timeouts=%" PRIu64 " evicted=%" PRIu64
+			       " conn_limited=%" PRIu64 " busy=%" PRIu64
+			       " logs_suppressed=%" PRIu64 "\n", prog, st->cfg.name,
 			       st->stored,
 			       st->store ? tb_store_first_seq(st->store) : 0,
 			       st->store ? tb_store_last_seq(st->store) : 0,
 			       st->holes, st->lost, rs.requests, rs.served,
 			       rejects, rs.rejects[TB_RECOVERY_PROTO_REJ_MALFORMED],
-			       rs.rejects[TB_RECOVERY_PROTO_REJ_UNAUTHORISED]);
+			       rs.rejects[TB_RECOVERY_PROTO_REJ_UNAUTHORISED],
+			       rs.connections, rs.authenticated, rs.auth_failures,
+			       rs.hello_timeouts, rs.evicted, rs.conn_limited,
+			       rs.busy, rs.logs_suppressed);
 		}
 		fflush(stdout);
 	}
@@ -563,8 +817,16 @@ out:
 		if (st->ctr)
 			tb_counters_remove_stream(st->ctr);
 		free(st->frame);
+		tb_retention_window_free(&st->window);
+		for (int k = 0; k < OLD_EPOCHS; k++)
+			tb_store_close(st->old[k].store);
 		pthread_mutex_destroy(&st->lock);
+		pthread_mutex_destroy(&st->old_lock);
 	}
 	tb_config_free(file);
+	if (fatal) {
+		fprintf(stderr, "%s: stopped: a store failed (see above)\n", prog);
+		status = 1;
+	}
 	return status;
 }

@@ -232,7 +232,7 @@ int main(int argc, char **argv)
 			end = "dead";
 			status = 3;
 			break;
-		} else if (n < 0 && n != TB_NOT_CONNECTED) {
+		} else if (n < 0 && n != TB_NOT_CONNECTED && n != TB_EVICTED) {
 			fprintf(stderr, "tb-subscribe: poll: %s: %s\n",
 				tb_strerror(n), tb_errmsg());
 			end = "error";

@@ -2,13 +2,22 @@
  * recovery/client.c - the recovery protocol's client side (see the header
  * for the policy).
  *
+ * Each endpoint has a kept connection (`struct rconn`): dialled, HELLO
+ * sent, WELCOME read, and then used for request after request.  A
+ * connection that fails in any way (timeout, garbage, closed) is closed and
+ * dialled again when next needed; one whose answers can no longer be
+ * matched to its requests (a pipelined request behind one that was
+ * refused or cut short) is closed too, rather than read to its end.
+ *
  * Every read is bounded twice: by the bytes the protocol allows at that
  * point (a protocol message by tb_recovery_proto_frame_need, at most
- * TB_RECOVERY_PROTO_MSG_MAX; a frame by tb_recovery_proto_replay_need, at most
- * TB_FRAME_MAX_LEN) and by the I/O timeout, a deadline for each message or
- * frame (net.h).  Reads go through a 64 KiB buffer (a tb_net_reader_t) so
- * that a replay of small frames costs one system call per buffer, not per
- * frame.
+ * TB_RECOVERY_PROTO_MSG_MAX; a frame by tb_recovery_proto_replay_need, at
+ * most TB_FRAME_MAX_LEN) and by the I/O timeout, a deadline for each
+ * message or frame (net.h).  Reads go through a buffer of CONN_BUF bytes
+ * (tb_net_reader_t), and a frame is checked and handed over where it lies
+ * in that buffer, so that a replay of small frames costs one system call
+ * per buffer and no copy; only a frame that is misaligned or larger than
+ * the buffer is copied first.
  */
 #include "bus/recovery/client.h"
 
@@ -16,21 +25,43 @@
 #include "bus/error.h"
 #include "bus/net.h"
 
+#include <endian.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#define CONN_BUF (64u << 10)
+#define CONN_BUF (256u << 10)
+#define PIPELINE_MAX 16
+/* A WELCOME's newest epoch older than this is asked again before a fetch
+ * relies on it (tb_recovery_client_get with epoch 0). */
+#define WELCOME_FRESH_MS 1000
 
-typedef struct conn {
-	int fd;
-	uint32_t timeout_ms;
+struct rconn {
+	int fd;                 /* -1: not connected */
+	int connecting;         /* fd is a dial in progress (maintain) */
+	uint64_t connect_until_ms; /* when that dial is given up */
 	tb_net_reader_t in;
-	uint8_t buf[CONN_BUF];
-} conn_t;
+	uint8_t *buf;           /* CONN_BUF bytes */
+	tb_recovery_proto_welcome_t welcome;
+	uint64_t welcome_ms;
+	uint32_t max_count;     /* what a request may ask: WELCOME, or less
+				   after a TOO_LARGE */
+	uint64_t retry_ms;      /* maintain: do not dial before */
+	uint32_t backoff_ms;
+};
+
+struct tb_recovery_client {
+	tb_recovery_client_cfg_t cfg;
+	tb_endpoint_t *eps;
+	char token[TB_TOKEN_MAX];
+	struct rconn *conns;
+	uint8_t *scratch;       /* a frame that must be copied */
+	size_t scratch_cap;
+};
 
 void tb_recovery_client_cfg_init(tb_recovery_client_cfg_t *cfg)
 {
@@ -41,11 +72,77 @@ void tb_recovery_client_cfg_init(tb_recovery_client_cfg_t *cfg)
 	cfg->backoff_max_ms = 500;
 }
 
-/* Copies exactly `n` bytes to `dst`, within the I/O timeout. */
-static int read_exact(conn_t *c, void *dst, size_t n)
-{
-	int rc = tb_net_reader_read(&c->in, dst, n, c->timeout_ms);
+/* ------------------------------------------------------------- open, close */
 
+static void conn_close(struct rconn *k)
+{
+	if (k->fd >= 0)
+		close(k->fd);
+	k->fd = -1;
+	k->connecting = 0;
+}
+
+int tb_recovery_client_open(tb_recovery_client_t **out,
+			    const tb_recovery_client_cfg_t *cfg)
+{
+	tb_recovery_client_t *c;
+
+	*out = NULL;
+	if (cfg->n_endpoints < 1 || !cfg->endpoints || !cfg->token ||
+	    strlen(cfg->token) >= TB_TOKEN_MAX)
+		return tb_error_set(TB_EINVAL, "recovery client: %s",
+				  cfg->n_endpoints < 1 ? "no endpoints" :
+				  "a token of 1..127 characters is needed");
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return tb_error_set(TB_ENOMEM, "recovery client: out of memory");
+	c->cfg = *cfg;
+	if (c->cfg.pipeline == 0)
+		c->cfg.pipeline = TB_RECOVERY_CLIENT_PIPELINE;
+	if (c->cfg.pipeline > PIPELINE_MAX)
+		c->cfg.pipeline = PIPELINE_MAX;
+	snprintf(c->token, sizeof(c->token), "%s", cfg->token);
+	c->cfg.token = c->token;
+	c->eps = calloc((size_t)cfg->n_endpoints, sizeof(*c->eps));
+	c->conns = calloc((size_t)cfg->n_endpoints, sizeof(*c->conns));
+	if (!c->eps || !c->conns) {
+		tb_recovery_client_close(c);
+		return tb_error_set(TB_ENOMEM, "recovery client: out of memory");
+	}
+	memcpy(c->eps, cfg->endpoints, (size_t)cfg->n_endpoints * sizeof(*c->eps));
+	c->cfg.endpoints = c->eps;
+	for (int i = 0; i < cfg->n_endpoints; i++)
+		c->conns[i].fd = -1;
+	*out = c;
+	return 0;
+}
+
+void tb_recovery_client_close(tb_recovery_client_t *c)
+{
+	if (!c)
+		return;
+	if (c->conns)
+		for (int i = 0; i < c->cfg.n_endpoints; i++) {
+			conn_close(&c->conns[i]);
+			free(c->conns[i].buf);
+		}
+	free(c->conns);
+	free(c->eps);
+	free(c->scratch);
+	free(c);
+}
+
+void tb_recovery_client_until_latest(tb_recovery_client_t *c, int on)
+{
+	c->cfg.until_latest = on;
+}
+
+/* ----------------------------------------------------------------- reading */
+
+/* The result of a read that found the connection closed: between
+ * messages that is still a broken answer, since one was owed. */
+static int closed_mid_answer(int rc)
+{
 	if (rc == TB_CLOSED)
 		return tb_error_set(TB_EIO, "the server closed the connection "
 				  "mid-answer");
@@ -53,182 +150,361 @@ static int read_exact(conn_t *c, void *dst, size_t n)
 }
 
 /* Reads one protocol message (not a frame). */
-static int read_msg(conn_t *c, tb_recovery_proto_msg_t *m)
+static int read_msg(tb_recovery_client_t *c, struct rconn *k,
+		    tb_recovery_proto_msg_t *m)
 {
-	uint8_t buf[TB_RECOVERY_PROTO_MSG_MAX];
-	size_t have = TB_WIRE_HDR_LEN;
+	uint32_t t = c->cfg.io_timeout_ms;
 	int need, rc;
 
-	rc = read_exact(c, buf, have);
-	if (rc < 0)
-		return rc;
-	need = tb_recovery_proto_frame_need(buf, have);
+	if ((rc = tb_net_reader_fill(&k->in, TB_WIRE_HDR_LEN, t)) < 0)
+		return closed_mid_answer(rc);
+	need = tb_recovery_proto_frame_need(tb_net_reader_peek(&k->in),
+					    TB_WIRE_HDR_LEN);
 	if (need < 0)
 		return need;
-	if (have + (size_t)need > sizeof(buf))
-		return tb_error_set(TB_EPROTO, "message of %zu bytes is over %u",
-				  have + (size_t)need, TB_RECOVERY_PROTO_MSG_MAX);
-	rc = read_exact(c, buf + have, (size_t)need);
+	if ((rc = tb_net_reader_fill(&k->in, TB_WIRE_HDR_LEN + (size_t)need, t)) < 0)
+		return closed_mid_answer(rc);
+	rc = tb_recovery_proto_decode(tb_net_reader_peek(&k->in),
+				      TB_WIRE_HDR_LEN + (size_t)need, m);
 	if (rc < 0)
 		return rc;
-	have += (size_t)need;
-	rc = tb_recovery_proto_decode(buf, have, m);
-	return rc < 0 ? rc : 0;
+	tb_net_reader_take(&k->in, (size_t)rc);
+	return 0;
 }
 
-int tb_recovery_client_fetch_one(const tb_endpoint_t *ep, const tb_recovery_proto_request_t *req,
-			 uint32_t io_timeout_ms, tb_recovery_client_frame_fn fn,
-			 void *clientd, tb_recovery_proto_reject_t *reject,
-			 uint64_t *delivered)
+static uint8_t *scratch(tb_recovery_client_t *c, size_t n)
 {
-	uint8_t out[TB_RECOVERY_PROTO_MSG_MAX];
+	if (n > c->scratch_cap) {
+		uint8_t *p = realloc(c->scratch, n);
+
+		if (!p)
+			return NULL;
+		c->scratch = p;
+		c->scratch_cap = n;
+	}
+	return c->scratch;
+}
+
+/* The next frame of an answer, whole and aligned, in *f (taken from the
+ * reader: valid until the next read). */
+static int read_frame(tb_recovery_client_t *c, struct rconn *k, uint64_t i,
+		      const tb_frame_hdr_t **f)
+{
+	uint32_t t = c->cfg.io_timeout_ms;
+	const uint8_t *p;
+	int64_t len;
+	int need, rc;
+
+	if ((rc = tb_net_reader_fill(&k->in, TB_FRAME_HDR_LEN, t)) < 0)
+		return closed_mid_answer(rc);
+	need = tb_recovery_proto_replay_need(tb_net_reader_peek(&k->in),
+					     TB_FRAME_HDR_LEN);
+	if (need < 0)
+		return tb_error_prepend(need, "frame %llu", (unsigned long long)i);
+	len = TB_FRAME_HDR_LEN + need;
+	if ((size_t)len <= k->in.cap) {
+		if ((rc = tb_net_reader_fill(&k->in, (size_t)len, t)) < 0)
+			return closed_mid_answer(rc);
+		p = tb_net_reader_peek(&k->in);
+		if ((uintptr_t)p % 8) {
+			uint8_t *s = scratch(c, (size_t)len);
+
+			if (!s)
+				return tb_error_set(TB_ENOMEM, "frame of %lld bytes",
+						  (long long)len);
+			memcpy(s, p, (size_t)len);
+			p = s;
+		}
+		tb_net_reader_take(&k->in, (size_t)len);
+	} else {
+		uint8_t *s = scratch(c, (size_t)len);
+
+		if (!s)
+			return tb_error_set(TB_ENOMEM, "frame of %lld bytes",
+					  (long long)len);
+		if ((rc = tb_net_reader_read(&k->in, s, (size_t)len, t)) < 0)
+			return closed_mid_answer(rc);
+		p = s;
+	}
+	*f = (const tb_frame_hdr_t *)p;
+	return 0;
+}
+
+/*
+ * Reads the answer to `req` on `k`: its frames go to `fn` in order.
+ * Returns the frames delivered (fewer than asked only when the server cut
+ * the answer short), TB_RECOVERY_CLIENT_REJECTED with *reject, or an
+ * error; *delivered counts what went to `fn` either way.
+ */
+static int read_answer(tb_recovery_client_t *c, struct rconn *k,
+		       const tb_recovery_proto_request_t *req,
+		       tb_recovery_client_frame_fn fn, void *clientd,
+		       tb_recovery_proto_reject_t *reject, uint64_t *delivered)
+{
 	tb_recovery_proto_msg_t m;
 	tb_recovery_proto_begin_t begin;
-	uint8_t *frame = NULL;
-	size_t frame_cap = 0;
 	uint64_t i = 0;
-	conn_t *c;
-	int rc, n;
+	int rc;
 
-	if (delivered)
-		*delivered = 0;
-	n = tb_recovery_proto_encode_request(out, sizeof(out), req);
-	if (n < 0)
-		return n;
-	c = malloc(sizeof(*c));
-	if (!c)
-		return tb_error_set(TB_ENOMEM, "recovery client: out of memory");
-	c->timeout_ms = io_timeout_ms;
-	c->fd = tb_net_dial(ep, io_timeout_ms);
-	if (c->fd < 0) {
-		rc = c->fd;
-		free(c);
+	*delivered = 0;
+	if ((rc = read_msg(c, k, &m)) < 0)
 		return rc;
-	}
-	tb_net_reader_init(&c->in, c->fd, c->buf, sizeof(c->buf));
-	rc = tb_net_send_all(c->fd, out, (size_t)n, io_timeout_ms);
-	if (rc < 0)
-		goto out;
-	rc = read_msg(c, &m);
-	if (rc < 0)
-		goto out;
 	if (m.type == TB_RECOVERY_PROTO_REJECT) {
 		*reject = m.reject;
-		rc = tb_error_set(TB_RECOVERY_CLIENT_REJECTED, "rejected: %s (%llu): %s",
-				tb_recovery_proto_reject_name(m.reject.reason),
-				(unsigned long long)m.reject.detail, m.reject.text);
-		goto out;
+		return tb_error_set(TB_RECOVERY_CLIENT_REJECTED, "rejected: %s (%llu): %s",
+				  tb_recovery_proto_reject_name(m.reject.reason),
+				  (unsigned long long)m.reject.detail, m.reject.text);
 	}
-	if (m.type != TB_RECOVERY_PROTO_RESPONSE_BEGIN) {
-		rc = tb_error_set(TB_EPROTO, "answer starts with %s, not "
-				"RESPONSE_BEGIN or REJECT",
-				tb_recovery_proto_type_name(m.type));
-		goto out;
-	}
+	if (m.type != TB_RECOVERY_PROTO_RESPONSE_BEGIN)
+		return tb_error_set(TB_EPROTO, "answer starts with %s, not "
+				  "RESPONSE_BEGIN or REJECT",
+				  tb_recovery_proto_type_name(m.type));
 	begin = m.begin;
 	if (begin.stream_id != req->stream_id || begin.epoch != req->epoch ||
-	    begin.first != req->first || begin.count > req->count) {
-		rc = tb_error_set(TB_EPROTO, "RESPONSE_BEGIN announces stream %u "
-				"epoch %llu first %llu count %u for a request of "
-				"stream %u epoch %llu first %llu count %u",
-				begin.stream_id, (unsigned long long)begin.epoch,
-				(unsigned long long)begin.first, begin.count,
-				req->stream_id, (unsigned long long)req->epoch,
-				(unsigned long long)req->first, req->count);
-		goto out;
-	}
+	    begin.first != req->first || begin.count > req->count)
+		return tb_error_set(TB_EPROTO, "RESPONSE_BEGIN announces stream %u "
+				  "epoch %llu first %llu count %u for a request of "
+				  "stream %u epoch %llu first %llu count %u",
+				  begin.stream_id, (unsigned long long)begin.epoch,
+				  (unsigned long long)begin.first, begin.count,
+				  req->stream_id, (unsigned long long)req->epoch,
+				  (unsigned long long)req->first, req->count);
 	for (;;) {
-		uint8_t hdr[TB_FRAME_HDR_LEN];
+		const tb_frame_hdr_t *f = NULL;
+		const uint8_t *p = tb_net_reader_peek(&k->in);
+		size_t avail = tb_net_reader_avail(&k->in);
 		uint32_t word;
-		int need;
 		int64_t len;
+
+		/* The fast path: each whole, aligned frame in the buffer is
+		 * checked where it lies (the checks of
+		 * tb_recovery_proto_replay_check, on the header in place)
+		 * and handed over.  Anything else, RESPONSE_END included,
+		 * takes the careful path below, which also names what is
+		 * wrong with a bad frame. */
+		while (avail >= TB_FRAME_HDR_LEN && (uintptr_t)p % 8 == 0) {
+			f = (const tb_frame_hdr_t *)p;
+			if (tb_unlikely(f->length < TB_FRAME_HDR_LEN ||
+					f->length > avail ||
+					f->length > TB_FRAME_MAX_LEN ||
+					f->version != TB_FRAME_VERSION ||
+					f->type != TB_FRAME_DATA ||
+					f->stream_id != begin.stream_id ||
+					i >= begin.count ||
+					f->seq != begin.first + i))
+				break;
+			len = f->length;
+			tb_net_reader_take(&k->in, (size_t)len);
+			p += len;
+			avail -= (size_t)len;
+			*delivered = ++i;
+			if (fn(clientd, f) != 0)
+				return tb_error_set(TB_ESTATE, "stopped by the caller");
+		}
 
 		/* A frame, or RESPONSE_END: the first word tells which.  A
 		 * frame starts with its length, at most TB_FRAME_MAX_LEN
 		 * (0x01000000); a message with the 'T','R' magic, a version
 		 * and a type >= 1 reads as at least 0x01015254. */
-		rc = read_exact(c, hdr, TB_WIRE_HDR_LEN);
-		if (rc < 0)
-			goto out;
-		memcpy(&word, hdr, sizeof(word));
-		if ((word & 0xffffu) == TB_RECOVERY_PROTO_MAGIC && word > TB_FRAME_MAX_LEN) {
-			uint8_t buf[TB_RECOVERY_PROTO_MSG_MAX];
-
-			memcpy(buf, hdr, TB_WIRE_HDR_LEN);
-			need = tb_recovery_proto_frame_need(buf, TB_WIRE_HDR_LEN);
-			if (need < 0 || TB_WIRE_HDR_LEN + (size_t)need > sizeof(buf)) {
-				rc = need < 0 ? need : tb_error_set(TB_EPROTO,
-					"oversized message after frames");
-				goto out;
-			}
-			rc = read_exact(c, buf + TB_WIRE_HDR_LEN, (size_t)need);
-			if (rc < 0)
-				goto out;
-			rc = tb_recovery_proto_decode(buf, TB_WIRE_HDR_LEN + (size_t)need, &m);
-			if (rc < 0)
-				goto out;
-			if (m.type != TB_RECOVERY_PROTO_RESPONSE_END) {
-				rc = tb_error_set(TB_EPROTO, "%s between frames",
-						tb_recovery_proto_type_name(m.type));
-				goto out;
-			}
+		if ((rc = tb_net_reader_fill(&k->in, sizeof(word),
+					     c->cfg.io_timeout_ms)) < 0)
+			return closed_mid_answer(rc);
+		memcpy(&word, tb_net_reader_peek(&k->in), sizeof(word));
+		word = le32toh(word);
+		if ((word & 0xffffu) == TB_RECOVERY_PROTO_MAGIC &&
+		    word > TB_FRAME_MAX_LEN) {
+			if ((rc = read_msg(c, k, &m)) < 0)
+				return rc;
+			if (m.type != TB_RECOVERY_PROTO_RESPONSE_END)
+				return tb_error_set(TB_EPROTO, "%s between frames",
+						  tb_recovery_proto_type_name(m.type));
 			if (m.end.status == TB_RECOVERY_PROTO_END_COMPLETE ?
 			    (i != begin.count || m.end.last_seq != begin.first + i - 1) :
-			    (i > 0 && m.end.last_seq != begin.first + i - 1)) {
-				rc = tb_error_set(TB_EPROTO, "RESPONSE_END says last %llu "
-						"(%s) after %llu of %u frames",
-						(unsigned long long)m.end.last_seq,
-						m.end.status == TB_RECOVERY_PROTO_END_COMPLETE ?
-						"complete" : "truncated",
-						(unsigned long long)i, begin.count);
-				goto out;
-			}
-			rc = (int)i;
-			goto out;
+			    (i > 0 && m.end.last_seq != begin.first + i - 1))
+				return tb_error_set(TB_EPROTO, "RESPONSE_END says last "
+						  "%llu (%s) after %llu of %u frames",
+						  (unsigned long long)m.end.last_seq,
+						  m.end.status == TB_RECOVERY_PROTO_END_COMPLETE ?
+						  "complete" : "truncated",
+						  (unsigned long long)i, begin.count);
+			return (int)i;
 		}
-		rc = read_exact(c, hdr + TB_WIRE_HDR_LEN,
-				TB_FRAME_HDR_LEN - TB_WIRE_HDR_LEN);
-		if (rc < 0)
-			goto out;
-		need = tb_recovery_proto_replay_need(hdr, TB_FRAME_HDR_LEN);
-		if (need < 0) {
-			rc = tb_error_prepend(need, "frame %llu", (unsigned long long)i);
-			goto out;
-		}
-		len = TB_FRAME_HDR_LEN + need;
-		if ((size_t)len > frame_cap) {
-			uint8_t *p = realloc(frame, (size_t)len);
-
-			if (!p) {
-				rc = tb_error_set(TB_ENOMEM, "frame of %lld bytes",
-						(long long)len);
-				goto out;
-			}
-			frame = p;
-			frame_cap = (size_t)len;
-		}
-		memcpy(frame, hdr, TB_FRAME_HDR_LEN);
-		rc = read_exact(c, frame + TB_FRAME_HDR_LEN, (size_t)need);
-		if (rc < 0)
-			goto out;
-		len = tb_recovery_proto_replay_check(frame, (size_t)len, &begin, i);
-		if (len < 0) {
-			rc = (int)len;
-			goto out;
-		}
-		i++;
-		if (delivered)
-			*delivered = i;
-		if (fn(clientd, (const tb_frame_hdr_t *)frame) != 0) {
-			rc = tb_error_set(TB_ESTATE, "stopped by the caller");
-			goto out;
-		}
+		if ((rc = read_frame(c, k, i, &f)) < 0)
+			return rc;
+		len = tb_recovery_proto_replay_check(f, f->length, &begin, i);
+		if (len < 0)
+			return (int)len;
+		*delivered = ++i;
+		if (fn(clientd, f) != 0)
+			return tb_error_set(TB_ESTATE, "stopped by the caller");
 	}
-out:
-	close(c->fd);
-	free(c);
-	free(frame);
+}
+
+/* ---------------------------------------------------------------- dialling */
+
+static int send_request(tb_recovery_client_t *c, struct rconn *k,
+			const void *buf, size_t n)
+{
+	return tb_net_send_all(k->fd, buf, n, c->cfg.io_timeout_ms);
+}
+
+/* Authenticates the connected socket of endpoint `i`: HELLO, then the
+ * WELCOME.  0, TB_RECOVERY_CLIENT_REJECTED (*reject filled: unknown
+ * stream, unauthorised, busy), or an error; the connection is closed on
+ * failure. */
+static int conn_hello(tb_recovery_client_t *c, int i,
+		      tb_recovery_proto_reject_t *reject)
+{
+	struct rconn *k = &c->conns[i];
+	tb_recovery_proto_hello_t h;
+	tb_recovery_proto_msg_t m;
+	uint8_t out[TB_RECOVERY_PROTO_MSG_MAX];
+	int n, rc;
+
+	k->connecting = 0;
+	memset(&h, 0, sizeof(h));
+	h.stream_id = c->cfg.stream_id;
+	snprintf(h.token, sizeof(h.token), "%s", c->token);
+	tb_net_reader_init(&k->in, k->fd, k->buf, CONN_BUF);
+	tb_net_reader_spin(&k->in, (uint64_t)c->cfg.spin_us * 1000u);
+	if ((n = tb_recovery_proto_encode_hello(out, sizeof(out), &h)) < 0) {
+		rc = n;
+		goto fail;
+	}
+	if ((rc = send_request(c, k, out, (size_t)n)) < 0 ||
+	    (rc = read_msg(c, k, &m)) < 0)
+		goto fail;
+	if (m.type == TB_RECOVERY_PROTO_REJECT) {
+		*reject = m.reject;
+		rc = tb_error_set(TB_RECOVERY_CLIENT_REJECTED, "HELLO rejected: %s "
+				"(%llu): %s",
+				tb_recovery_proto_reject_name(m.reject.reason),
+				(unsigned long long)m.reject.detail, m.reject.text);
+		goto fail;
+	}
+	if (m.type != TB_RECOVERY_PROTO_WELCOME ||
+	    m.welcome.stream_id != c->cfg.stream_id) {
+		rc = tb_error_set(TB_EPROTO, "HELLO answered with %s of stream %u, "
+				"not WELCOME of stream %u",
+				tb_recovery_proto_type_name(m.type),
+				m.welcome.stream_id, c->cfg.stream_id);
+		goto fail;
+	}
+	k->welcome = m.welcome;
+	k->welcome_ms = tb_clock_mono_ms();
+	k->max_count = m.welcome.max_count;
+	k->backoff_ms = 0;
+	k->retry_ms = 0;
+	return 0;
+fail:
+	conn_close(k);
 	return rc;
+}
+
+static int conn_buf(struct rconn *k)
+{
+	if (!k->buf && !(k->buf = aligned_alloc(64, CONN_BUF)))
+		return tb_error_set(TB_ENOMEM, "recovery client: out of memory");
+	return 0;
+}
+
+/* Dials endpoint `i`, waiting (a dial maintain() began is waited for), and
+ * authenticates: as conn_hello. */
+static int conn_dial(tb_recovery_client_t *c, int i,
+		     tb_recovery_proto_reject_t *reject)
+{
+	struct rconn *k = &c->conns[i];
+	int rc;
+
+	if ((rc = conn_buf(k)) < 0)
+		return rc;
+	if (k->fd >= 0 && k->connecting) {
+		uint64_t until = tb_clock_mono_ms() + c->cfg.io_timeout_ms;
+		struct pollfd pf = {.fd = k->fd, .events = POLLOUT};
+
+		while ((rc = tb_net_dial_done(k->fd, &c->eps[i])) == 0 &&
+		       tb_clock_mono_ms() < until)
+			poll(&pf, 1, (int)(until - tb_clock_mono_ms()));
+		if (rc <= 0) {
+			conn_close(k);
+			return rc < 0 ? rc : tb_error_set(TB_ETIMEDOUT, "connect "
+						     "%s:%u: no answer within %u ms",
+						     c->eps[i].host, c->eps[i].port,
+						     c->cfg.io_timeout_ms);
+		}
+	} else {
+		conn_close(k);
+		if ((rc = tb_net_dial(&c->eps[i], c->cfg.io_timeout_ms)) < 0)
+			return rc;
+		k->fd = rc;
+	}
+	return conn_hello(c, i, reject);
+}
+
+/* After a dial that failed: not again from maintain() before the backoff. */
+static void dial_failed(tb_recovery_client_t *c, struct rconn *k,
+			const tb_recovery_proto_reject_t *rej, int rc)
+{
+	uint32_t b = k->backoff_ms ? k->backoff_ms * 2 : c->cfg.backoff_ms;
+
+	if (b > c->cfg.backoff_max_ms)
+		b = c->cfg.backoff_max_ms;
+	if (b == 0)
+		b = 1;
+	k->backoff_ms = b;
+	if (rc == TB_RECOVERY_CLIENT_REJECTED &&
+	    (rej->reason == TB_RECOVERY_PROTO_REJ_BUSY ||
+	     rej->reason == TB_RECOVERY_PROTO_REJ_RATE_LIMITED) &&
+	    rej->retry_after_ms > b)
+		b = (uint32_t)rej->retry_after_ms;
+	k->retry_ms = tb_clock_mono_ms() + b;
+}
+
+int tb_recovery_client_maintain(tb_recovery_client_t *c)
+{
+	int up = 0;
+
+	for (int i = 0; i < c->cfg.n_endpoints; i++) {
+		struct rconn *k = &c->conns[i];
+		tb_recovery_proto_reject_t rej;
+		int rc = 0;
+
+		memset(&rej, 0, sizeof(rej));
+		if (k->fd >= 0 && !k->connecting && tb_net_idle_ok(k->fd) != 1)
+			conn_close(k); /* closed, broken, or talking nonsense */
+		/* A dial is begun here and finished on a later call: the
+		 * recovery thread never waits for a service that does not
+		 * answer while a gap may be waiting for it. */
+		if (k->fd < 0 && tb_clock_mono_ms() >= k->retry_ms &&
+		    (rc = conn_buf(k)) == 0) {
+			rc = tb_net_dial_start(&c->eps[i]);
+			if (rc >= 0) {
+				k->fd = rc;
+				k->connecting = 1;
+				k->connect_until_ms = tb_clock_mono_ms() +
+						      c->cfg.io_timeout_ms;
+				rc = 0;
+			}
+		}
+		if (rc == 0 && k->fd >= 0 && k->connecting) {
+			rc = tb_net_dial_done(k->fd, &c->eps[i]);
+			if (rc == 0 && tb_clock_mono_ms() >= k->connect_until_ms)
+				rc = tb_error_set(TB_ETIMEDOUT, "connect %s:%u: no "
+						  "answer within %u ms",
+						  c->eps[i].host, c->eps[i].port,
+						  c->cfg.io_timeout_ms);
+			if (rc == 1)
+				rc = conn_hello(c, i, &rej);
+		}
+		if (rc < 0) {
+			tb_info("recovery: %s:%u: %s", c->eps[i].host,
+				c->eps[i].port, tb_errmsg());
+			conn_close(k);
+			dial_failed(c, k, &rej, rc);
+		}
+		up += k->fd >= 0 && !k->connecting;
+	}
+	return up;
 }
 
 /* ------------------------------------------------------------- the policy */
@@ -249,6 +525,107 @@ static int on_frame(void *arg, const tb_frame_hdr_t *f)
 	return x->fn(x->clientd, f);
 }
 
+enum { ASK_DONE = 0, ASK_SHORT = 1 };
+
+/*
+ * Asks endpoint `i` for [x->next, last] of *epoch, several requests in
+ * flight.  ASK_DONE when all came; ASK_SHORT when an answer stopped short
+ * of what was asked (*got: the frames of this call); or
+ * TB_RECOVERY_CLIENT_REJECTED (*rej), TB_ESTATE, or another error, after
+ * which the connection is closed.
+ */
+static int ask(tb_recovery_client_t *c, int i, uint64_t *epoch, uint64_t last,
+	       struct fetch *x, tb_recovery_proto_reject_t *rej, uint64_t *got)
+{
+	struct rconn *k = &c->conns[i];
+	tb_recovery_proto_request_t q[PIPELINE_MAX];
+	uint32_t depth = c->cfg.until_latest ? 1 : c->cfg.pipeline;
+	uint64_t send_next = x->next;
+	uint32_t head = 0, n_in = 0;
+	int rc;
+
+	*got = 0;
+	if (k->fd < 0 && tb_clock_mono_ms() < k->retry_ms)
+		/* It failed a moment ago: the next endpoint now, this one
+		 * again after its backoff. */
+		return tb_error_set(TB_ESYS, "%s:%u failed less than %u ms ago; "
+				  "not dialled again yet", c->eps[i].host,
+				  c->eps[i].port, k->backoff_ms);
+	if (k->fd >= 0 && !k->connecting && *epoch == 0 &&
+	    tb_clock_mono_ms() - k->welcome_ms > WELCOME_FRESH_MS)
+		conn_close(k); /* its WELCOME's epoch may be stale */
+	if (k->fd < 0 || k->connecting || tb_net_idle_ok(k->fd) != 1) {
+		memset(rej, 0, sizeof(*rej));
+		if ((rc = conn_dial(c, i, rej)) < 0) {
+			x->st->requests++; /* asked, in vain */
+			dial_failed(c, k, rej, rc);
+			return rc;
+		}
+		x->st->dials++;
+	}
+	if (*epoch == 0) {
+		if (k->welcome.epoch == 0) {
+			memset(rej, 0, sizeof(*rej));
+			rej->reason = TB_RECOVERY_PROTO_REJ_NOT_YET;
+			return tb_error_set(TB_RECOVERY_CLIENT_REJECTED, "the service "
+					  "holds nothing of stream %u yet",
+					  c->cfg.stream_id);
+		}
+		*epoch = k->welcome.epoch;
+		x->st->epoch = *epoch;
+	}
+	for (;;) {
+		uint8_t out[PIPELINE_MAX * sizeof(tb_recovery_proto_wire_request_t)];
+		size_t olen = 0;
+		uint64_t delivered;
+		tb_recovery_proto_request_t *r;
+
+		while (n_in < depth && send_next <= last) {
+			r = &q[(head + n_in) % PIPELINE_MAX];
+			memset(r, 0, sizeof(*r));
+			r->stream_id = c->cfg.stream_id;
+			r->epoch = *epoch;
+			r->first = send_next;
+			r->count = last - send_next + 1 < k->max_count ?
+				   (uint32_t)(last - send_next + 1) : k->max_count;
+			rc = tb_recovery_proto_encode_request(out + olen,
+							      sizeof(out) - olen, r);
+			if (rc < 0)
+				return rc;
+			olen += (size_t)rc;
+			send_next += r->count;
+			n_in++;
+			x->st->requests++;
+		}
+		if (n_in == 0)
+			return ASK_DONE;
+		if (olen && (rc = send_request(c, k, out, olen)) < 0)
+			goto broken;
+		r = &q[head % PIPELINE_MAX];
+		rc = read_answer(c, k, r, on_frame, x, rej, &delivered);
+		*got += delivered;
+		head++;
+		n_in--;
+		if (rc == TB_RECOVERY_CLIENT_REJECTED) {
+			/* The answers behind it are for ranges after a hole:
+			 * of no use, and not worth reading. */
+			if (n_in)
+				conn_close(k);
+			return rc;
+		}
+		if (rc < 0)
+			goto broken;
+		if ((uint32_t)rc < r->count) {
+			if (n_in)
+				conn_close(k);
+			return ASK_SHORT;
+		}
+	}
+broken:
+	conn_close(k);
+	return rc;
+}
+
 static void sleep_ms(uint32_t ms)
 {
 	struct timespec ts = {.tv_sec = ms / 1000,
@@ -258,29 +635,31 @@ static void sleep_ms(uint32_t ms)
 		;
 }
 
-int tb_recovery_client_fetch(const tb_recovery_client_cfg_t *cfg, uint64_t epoch,
-		     uint64_t first, uint64_t last, tb_recovery_client_frame_fn fn,
-		     tb_recovery_client_loss_fn loss, void *clientd,
-		     tb_recovery_client_stats_t *stats, uint64_t *next)
+int tb_recovery_client_get(tb_recovery_client_t *c, uint64_t epoch,
+			   uint64_t first, uint64_t last,
+			   tb_recovery_client_frame_fn fn,
+			   tb_recovery_client_loss_fn loss, void *clientd,
+			   tb_recovery_client_stats_t *stats, uint64_t *next)
 {
+	const tb_recovery_client_cfg_t *cfg = &c->cfg;
 	tb_recovery_client_stats_t local;
 	struct fetch x;
-	uint64_t deadline, max_count = TB_RECOVERY_PROTO_COUNT_MAX;
+	uint64_t deadline;
 	uint32_t backoff = cfg->backoff_ms ? cfg->backoff_ms : 1;
 
 	if (!stats)
 		stats = &local;
 	memset(stats, 0, sizeof(*stats));
+	stats->epoch = epoch;
 	x.fn = fn;
 	x.clientd = clientd;
 	x.next = first;
 	x.st = stats;
 	if (next)
 		*next = first;
-	if (!cfg->n_endpoints || first == 0 || last < first || !fn || !epoch)
-		return tb_error_set(TB_EINVAL, "recovery fetch: %s",
-				  !cfg->n_endpoints ? "no endpoints" :
-				  "bad range, epoch or callback");
+	if (first == 0 || last < first || !fn)
+		return tb_error_set(TB_EINVAL, "recovery fetch: bad range or "
+				  "callback");
 	deadline = tb_clock_mono_ms() + cfg->deadline_ms;
 	while (x.next <= last) {
 		uint64_t progress = x.next, oldest_earliest = 0;
@@ -290,30 +669,22 @@ int tb_recovery_client_fetch(const tb_recovery_client_cfg_t *cfg, uint64_t epoch
 		int too_old = 0, other = 0;
 
 		for (int i = 0; i < cfg->n_endpoints && x.next <= last; i++) {
-			tb_recovery_proto_request_t req;
 			tb_recovery_proto_reject_t rej;
-			uint64_t want = last - x.next + 1;
+			uint64_t got;
 			int rc;
 
 			if (cfg->cancelled && cfg->cancelled(clientd))
 				return tb_error_set(TB_ESTATE, "recovery cancelled");
-			memset(&req, 0, sizeof(req));
-			req.stream_id = cfg->stream_id;
-			req.epoch = epoch;
-			req.first = x.next;
-			req.count = (uint32_t)(want < max_count ? want : max_count);
-			snprintf(req.token, sizeof(req.token), "%s", cfg->token);
-			stats->requests++;
-			rc = tb_recovery_client_fetch_one(&cfg->endpoints[i], &req,
-						  cfg->io_timeout_ms, on_frame, &x,
-						  &rej, NULL);
+			rc = ask(c, i, &epoch, last, &x, &rej, &got);
 			if (rc == TB_ESTATE)
 				return rc;
-			if (rc >= 0) {
+			if (rc == ASK_DONE)
+				break;
+			if (rc == ASK_SHORT) {
 				other++;
-				if (cfg->until_latest && (uint32_t)rc < req.count)
+				if (cfg->until_latest)
 					goto done; /* served up to the latest */
-				if (rc > 0)
+				if (got > 0)
 					i--; /* same endpoint again for the rest */
 				continue;
 			}
@@ -330,24 +701,24 @@ int tb_recovery_client_fetch(const tb_recovery_client_cfg_t *cfg, uint64_t epoch
 			    rej.latest_seq < x.next)
 				goto done; /* nothing beyond what we have */
 			if (rej.reason == TB_RECOVERY_PROTO_REJ_TOO_OLD) {
-				if (rej.earliest_seq > oldest_earliest &&
-				    oldest_earliest == 0)
-					oldest_earliest = rej.earliest_seq;
-				else if (rej.earliest_seq < oldest_earliest)
+				if (oldest_earliest == 0 ||
+				    rej.earliest_seq < oldest_earliest)
 					oldest_earliest = rej.earliest_seq;
 				too_old++;
 				continue;
 			}
-			if (rej.reason != TB_RECOVERY_PROTO_REJ_TOO_LARGE)
-				other++;
 			if (rej.reason == TB_RECOVERY_PROTO_REJ_TOO_LARGE &&
-			    rej.max_count >= 1 && rej.max_count < max_count) {
-				max_count = rej.max_count;
+			    rej.max_count >= 1 &&
+			    rej.max_count < c->conns[i].max_count) {
+				c->conns[i].max_count = (uint32_t)rej.max_count;
 				i--; /* ask the same one again, smaller */
-			} else if (rej.reason == TB_RECOVERY_PROTO_REJ_RATE_LIMITED &&
-				   (wait_ms == 0 || rej.retry_after_ms < wait_ms)) {
-				wait_ms = (uint32_t)rej.retry_after_ms;
+				continue;
 			}
+			other++;
+			if ((rej.reason == TB_RECOVERY_PROTO_REJ_RATE_LIMITED ||
+			     rej.reason == TB_RECOVERY_PROTO_REJ_BUSY) &&
+			    (wait_ms == 0 || rej.retry_after_ms < wait_ms))
+				wait_ms = (uint32_t)rej.retry_after_ms;
 		}
 		if (x.next > last)
 			break;
@@ -394,4 +765,58 @@ done:
 	if (next)
 		*next = x.next;
 	return 0;
+}
+
+int tb_recovery_client_fetch(const tb_recovery_client_cfg_t *cfg, uint64_t epoch,
+		     uint64_t first, uint64_t last, tb_recovery_client_frame_fn fn,
+		     tb_recovery_client_loss_fn loss, void *clientd,
+		     tb_recovery_client_stats_t *stats, uint64_t *next)
+{
+	tb_recovery_client_t *c;
+	int rc;
+
+	if (stats)
+		memset(stats, 0, sizeof(*stats));
+	if (next)
+		*next = first;
+	if ((rc = tb_recovery_client_open(&c, cfg)) < 0)
+		return tb_error_prepend(rc, "recovery fetch");
+	rc = tb_recovery_client_get(c, epoch, first, last, fn, loss, clientd,
+				    stats, next);
+	tb_recovery_client_close(c);
+	return rc;
+}
+
+int tb_recovery_client_fetch_one(const tb_endpoint_t *ep, const char *token,
+			 const tb_recovery_proto_request_t *req,
+			 uint32_t io_timeout_ms, tb_recovery_client_frame_fn fn,
+			 void *clientd, tb_recovery_proto_reject_t *reject,
+			 uint64_t *delivered)
+{
+	uint8_t out[TB_RECOVERY_PROTO_MSG_MAX];
+	tb_recovery_client_cfg_t cfg;
+	tb_recovery_client_t *c;
+	uint64_t got = 0;
+	int n, rc;
+
+	if (delivered)
+		*delivered = 0;
+	if ((n = tb_recovery_proto_encode_request(out, sizeof(out), req)) < 0)
+		return n;
+	tb_recovery_client_cfg_init(&cfg);
+	cfg.endpoints = ep;
+	cfg.n_endpoints = 1;
+	cfg.stream_id = req->stream_id;
+	cfg.token = token;
+	cfg.io_timeout_ms = io_timeout_ms;
+	if ((rc = tb_recovery_client_open(&c, &cfg)) < 0)
+		return rc;
+	memset(reject, 0, sizeof(*reject));
+	rc = conn_dial(c, 0, reject);
+	if (rc == 0 && (rc = send_request(c, &c->conns[0], out, (size_t)n)) == 0)
+		rc = read_answer(c, &c->conns[0], req, fn, clientd, reject, &got);
+	if (delivered)
+		*delivered = got;
+	tb_recovery_client_close(c);
+	return rc;
 }

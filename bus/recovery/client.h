@@ -3,23 +3,33 @@
  * retention endpoint) for the frames of a missing range, over TCP with the
  * recovery protocol (recovery/proto.h).
  *
- * tb_recovery_client_fetch_one() is one request to one endpoint: connect, send,
- * read RESPONSE_BEGIN, the frames and RESPONSE_END (or a REJECT), every
- * length and every frame checked before it is used.  The I/O timeout is a
- * deadline per step (net.h): the connection, the request's write, and the
- * read of each protocol message and of each frame.
+ * A tb_recovery_client_t keeps one connection to each of its endpoints:
+ * dialled and authenticated once (HELLO, WELCOME), then used for every
+ * request until it breaks, when it is dialled again.  A subscriber opens
+ * one beside its transport and has it connect before the first gap
+ * (tb_recovery_client_maintain), so that a gap costs one request on a warm
+ * connection, not a TCP handshake and an authentication.
  *
- * tb_recovery_client_fetch() is the policy around it: the range is asked for in
- * requests of at most TB_RECOVERY_PROTO_COUNT_MAX (or the server's max_count), the
- * endpoints are tried in order, an endpoint that is down, times out,
- * answers garbage or rejects is left for the next, a round over all of them
- * that made no progress is retried after a backoff that doubles (a
- * rate-limited reject's retry delay is honoured), until the whole range is
- * delivered or the deadline passes.  When every endpoint says "too old",
- * the part no one holds is reported lost (`loss`) and the rest is fetched.
+ * tb_recovery_client_get() is the policy: the range is asked for in
+ * requests of at most the server's max_count (from its WELCOME), several
+ * sent at once (cfg.pipeline) and answered in order; every length and
+ * every frame is checked before it is used.  The endpoints are tried in
+ * order; an endpoint that is down, times out, answers garbage or rejects
+ * is left for the next; a round over all of them that made no progress is
+ * retried after a backoff that doubles (a rate-limited or busy reject's
+ * retry delay is honoured), until the whole range is delivered or the
+ * deadline passes.  When every endpoint that answers says "too old", the
+ * part no one holds is reported lost (`loss`) and the rest is fetched.
+ * The I/O timeout is a deadline per step (net.h): the dial, a request's
+ * write, and the read of each protocol message and of each frame.
+ *
+ * tb_recovery_client_fetch() is the same for a caller without a client of
+ * its own (a connection per call); tb_recovery_client_fetch_one() is one
+ * request on a connection of its own, for tests and tools.
  *
  * Threads: blocking calls for a background thread (the subscriber's
- * recovery thread, tb-recoveryd); never on a hot path.  No global state.
+ * recovery thread, tb-recoveryd); never on a hot path.  A client is used by
+ * one thread at a time.  No global state.
  */
 #ifndef TB_RECOVERY_CLIENT_H
 #define TB_RECOVERY_CLIENT_H
@@ -34,15 +44,24 @@
  * *reject.  Below the TB_E* range, like the store's read conditions. */
 #define TB_RECOVERY_CLIENT_REJECTED (-42)
 
+/* Requests one connection has in flight at most, by default. */
+#define TB_RECOVERY_CLIENT_PIPELINE 4
+
 typedef struct tb_recovery_client_cfg {
-	const tb_endpoint_t *endpoints; /* tried in this order */
+	const tb_endpoint_t *endpoints; /* tried in this order (copied by open) */
 	int n_endpoints;
 	uint32_t stream_id;
-	const char *token;
-	uint32_t io_timeout_ms;     /* connect, send, each message or frame */
+	const char *token;          /* copied by open */
+	uint32_t io_timeout_ms;     /* dial, send, each message or frame */
 	uint32_t deadline_ms;       /* the whole fetch */
-	uint32_t backoff_ms;        /* first pause after a failed round */
+	uint32_t backoff_ms;        /* first pause after a failed round, and
+				       before dialling again an endpoint that
+				       could not be reached */
 	uint32_t backoff_max_ms;
+	uint32_t pipeline;          /* requests in flight; 0: the default */
+	uint32_t spin_us;           /* busy-poll for an answer this long
+				       before sleeping in poll() (net.h:
+				       tb_net_reader_spin); 0: never */
 	/* Stop early (non-zero) when the owner shuts down; may be NULL. */
 	int (*cancelled)(void *clientd);
 	/* Fetch up to the latest published rather than to `last`: an answer
@@ -52,49 +71,89 @@ typedef struct tb_recovery_client_cfg {
 } tb_recovery_client_cfg_t;
 
 /* Called for each frame, in order; non-zero stops the fetch (it then
- * returns TB_ESTATE).  `frame` is whole and checked. */
+ * returns TB_ESTATE).  `frame` is whole, checked and 8-byte aligned. */
 typedef int (*tb_recovery_client_frame_fn)(void *clientd, const tb_frame_hdr_t *frame);
 /* Called when [first, last] is given up as lost (before later frames). */
 typedef void (*tb_recovery_client_loss_fn)(void *clientd, uint64_t first,
 				   uint64_t last);
 
 typedef struct tb_recovery_client_stats {
-	uint64_t requests;   /* requests sent */
+	uint64_t requests;   /* requests made (a dial that failed counts as
+				one: the endpoint was asked and did not
+				answer) */
 	uint64_t rejects;    /* REJECT answers */
 	uint64_t failures;   /* endpoints down, timed out or malformed */
 	uint64_t frames;     /* frames delivered */
 	uint64_t lost;       /* sequences reported lost */
+	uint64_t dials;      /* connections made (HELLO answered) */
+	uint64_t epoch;      /* the epoch fetched from (the service's newest,
+				when asked for epoch 0) */
 } tb_recovery_client_stats_t;
+
+typedef struct tb_recovery_client tb_recovery_client_t;
 
 /* Sets timeouts and backoff to their defaults (1000, 5000, 10, 500 ms). */
 void tb_recovery_client_cfg_init(tb_recovery_client_cfg_t *cfg);
 
-/*
- * One request to `ep`: frames [req->first, req->first + req->count) go to
- * `fn` in order.  Returns the number of frames delivered (which is less
- * than req->count only when the server truncated the answer), or
- * TB_RECOVERY_CLIENT_REJECTED (*reject filled), TB_ESYS (cannot connect),
- * TB_ECONFIG (the endpoint does not resolve), TB_ETIMEDOUT, TB_EIO
- * (connection closed early), TB_EPROTO / TB_EFORMAT
- * (a malformed answer), TB_ESTATE (fn stopped it); with a message.
- * Frames delivered before a failure stay delivered: *delivered says how
- * many (may be NULL).
- */
-int tb_recovery_client_fetch_one(const tb_endpoint_t *ep, const tb_recovery_proto_request_t *req,
-			 uint32_t io_timeout_ms, tb_recovery_client_frame_fn fn,
-			 void *clientd, tb_recovery_proto_reject_t *reject,
-			 uint64_t *delivered);
+/* A client of cfg's endpoints, none connected yet.  0, or TB_EINVAL /
+ * TB_ENOMEM with a message. */
+int tb_recovery_client_open(tb_recovery_client_t **c,
+			    const tb_recovery_client_cfg_t *cfg);
+/* Closes every connection and frees.  NULL is a no-op. */
+void tb_recovery_client_close(tb_recovery_client_t *c);
+
+/* Sets until_latest (see the cfg) for the fetches that follow. */
+void tb_recovery_client_until_latest(tb_recovery_client_t *c, int on);
 
 /*
- * Fetches [first, last] of `epoch` with the policy above.  Returns 0 when
- * every sequence was delivered or reported lost through `loss` (stats say
- * which), TB_ETIMEDOUT when the deadline passed first (*next is the first
- * sequence neither delivered nor reported), TB_ESTATE when cancelled or
- * stopped by `fn`, TB_EINVAL for bad arguments.
+ * For the owner's idle time: checks that each kept connection is still
+ * open (closing one the service closed or broke), and dials and
+ * authenticates each endpoint that has none, unless one failed to answer
+ * less than its backoff ago (which doubles up to backoff_max_ms with each
+ * failure).  Waits at most io_timeout_ms per endpoint it dials.  Returns
+ * the number of endpoints connected.
  */
+int tb_recovery_client_maintain(tb_recovery_client_t *c);
+
+/*
+ * Fetches [first, last] of `epoch` with the policy above, on the kept
+ * connections.  Epoch 0 asks for the newest epoch the first service to
+ * answer holds (stats->epoch says which it was): a subscriber that has no
+ * epoch of its own yet.  Returns 0 when every sequence was delivered or
+ * reported lost through `loss` (stats say which), TB_ETIMEDOUT when the
+ * deadline passed first (*next is the first sequence neither delivered
+ * nor reported), TB_ESTATE when cancelled or stopped by `fn`, TB_EINVAL
+ * for bad arguments.
+ */
+int tb_recovery_client_get(tb_recovery_client_t *c, uint64_t epoch,
+			   uint64_t first, uint64_t last,
+			   tb_recovery_client_frame_fn fn,
+			   tb_recovery_client_loss_fn loss, void *clientd,
+			   tb_recovery_client_stats_t *stats, uint64_t *next);
+
+/* tb_recovery_client_get with a client of its own, opened and closed
+ * around it. */
 int tb_recovery_client_fetch(const tb_recovery_client_cfg_t *cfg, uint64_t epoch,
 		     uint64_t first, uint64_t last, tb_recovery_client_frame_fn fn,
 		     tb_recovery_client_loss_fn loss, void *clientd,
 		     tb_recovery_client_stats_t *stats, uint64_t *next);
+
+/*
+ * One request to `ep` on a connection of its own (HELLO with `token`,
+ * WELCOME, REQUEST, the answer): frames [req->first, req->first +
+ * req->count) go to `fn` in order.  Returns the number of frames delivered
+ * (which is less than req->count only when the server truncated the
+ * answer), or TB_RECOVERY_CLIENT_REJECTED (*reject filled; the HELLO or the
+ * request was refused), TB_ESYS (cannot connect), TB_ECONFIG (the endpoint
+ * does not resolve), TB_ETIMEDOUT, TB_EIO (connection closed early),
+ * TB_EPROTO / TB_EFORMAT (a malformed answer), TB_ESTATE (fn stopped it);
+ * with a message.  Frames delivered before a failure stay delivered:
+ * *delivered says how many (may be NULL).
+ */
+int tb_recovery_client_fetch_one(const tb_endpoint_t *ep, const char *token,
+			 const tb_recovery_proto_request_t *req,
+			 uint32_t io_timeout_ms, tb_recovery_client_frame_fn fn,
+			 void *clientd, tb_recovery_proto_reject_t *reject,
+			 uint64_t *delivered);
 
 #endif

@@ -6,8 +6,16 @@
  *
  * The protocol
  * ------------
- * One TCP connection carries any number of request/response rounds, one at
- * a time.  A REQUEST names the stream, the epoch the missing frames belong
+ * A connection starts with HELLO: the stream and its token.  The server
+ * answers WELCOME, with the most frames one request may ask for and the
+ * newest epoch it holds with its range (which a subscriber that knows no
+ * epoch yet, a late joiner after the publisher is gone, starts from), or a
+ * REJECT after which it closes the connection.  The token is checked once,
+ * here; the connection is then kept, and carries any number of
+ * request/response rounds.  A client may send REQUESTs without waiting for
+ * the answers (pipelining); the server reads one, answers it whole, and
+ * reads the next, so answers come in request order and never interleave.
+ * A REQUEST names the stream, the epoch the missing frames belong
  * to, the first sequence and how many.  The server either refuses with a
  * REJECT whose `detail` is the one number the subscriber needs to decide
  * (ask again from the earliest stored sequence, wait for the latest, split
@@ -33,10 +41,13 @@
  * version; this file is the protocol's table for the shared codec.  The
  * subscriber asks in the highest version it speaks; a newer server answers
  * in the subscriber's version; an older server answers REJECT(malformed) in
- * its own version, whose layout (stream id, reason, detail, text at 8, 12,
- * 16, 24) never changes, and the subscriber's decoder reports TB_EFORMAT
- * naming both versions.  The frames in a response carry their own version
- * (TB_FRAME_VERSION), checked frame by frame.  This build speaks version 1.
+ * its own version, whose type (4) and layout (stream id, reason, detail,
+ * text at 8, 12, 16, 24) never change, and the subscriber's decoder reports
+ * TB_EFORMAT naming both versions.  The frames in a response carry their
+ * own version (TB_FRAME_VERSION), checked frame by frame.  This build
+ * speaks version 2, which added HELLO and WELCOME and took the token out of
+ * REQUEST (version 1 sent it with every request, and had no way to hold a
+ * connection open before the first gap).
  *
  * Errors: as wire.h; messages start "recovery <TYPE>:" and name the
  * field.
@@ -50,6 +61,7 @@
 #include <string.h>
 
 static const char *const reject_names[TB_RECOVERY_PROTO_REJ_MAX + 1] = {
+	[TB_RECOVERY_PROTO_REJ_BUSY] = "busy",
 	[TB_RECOVERY_PROTO_REJ_TOO_OLD] = "too old",
 	[TB_RECOVERY_PROTO_REJ_NOT_YET] = "not yet published",
 	[TB_RECOVERY_PROTO_REJ_TOO_LARGE] = "too large",
@@ -88,11 +100,25 @@ static int check_range(const char *ctx, const tb_recovery_proto_begin_t *r,
 	return 0;
 }
 
-/* The range a REQUEST asks for, as a RESPONSE_BEGIN would announce it. */
-static tb_recovery_proto_begin_t range_of(const tb_recovery_proto_request_t *q)
+static int check_welcome(const tb_recovery_proto_welcome_t *m, int code)
 {
-	return (tb_recovery_proto_begin_t){.stream_id = q->stream_id,
-		.count = q->count, .epoch = q->epoch, .first = q->first};
+	const char *ctx = "recovery WELCOME";
+	int rc;
+
+	if ((rc = tb_wire_stream_id_check(ctx, m->stream_id, code)) < 0)
+		return rc;
+	if (m->max_count == 0 || m->max_count > TB_RECOVERY_PROTO_COUNT_MAX)
+		return tb_error_set(code, "%s: max_count %u is outside 1..%u", ctx,
+				  m->max_count, TB_RECOVERY_PROTO_COUNT_MAX);
+	if ((m->first == 0) != (m->last == 0) || m->first > m->last)
+		return tb_error_set(code, "%s: first %llu, last %llu is not a "
+				  "range (both 0, or 1 <= first <= last)", ctx,
+				  (unsigned long long)m->first,
+				  (unsigned long long)m->last);
+	if (m->epoch == 0 && m->last != 0)
+		return tb_error_set(code, "%s: epoch 0 (none held) with last %llu",
+				  ctx, (unsigned long long)m->last);
+	return 0;
 }
 
 static int check_end(const tb_recovery_proto_end_t *m, int code)
@@ -132,6 +158,7 @@ static int check_reject(const tb_recovery_proto_reject_t *m, int code)
 		what = "max_count", lo = 1, hi = TB_RECOVERY_PROTO_COUNT_MAX;
 		break;
 	case TB_RECOVERY_PROTO_REJ_RATE_LIMITED:
+	case TB_RECOVERY_PROTO_REJ_BUSY:
 		what = "retry_after_ms", lo = 1, hi = TB_RECOVERY_PROTO_RETRY_MAX_MS;
 		break;
 	case TB_RECOVERY_PROTO_REJ_EPOCH_MISMATCH:
@@ -152,12 +179,8 @@ static int check_reject(const tb_recovery_proto_reject_t *m, int code)
 /* ------------------------------------------------------ bodies, both ways
  * put_*: host -> wire, into a zeroed wire struct (tb_wire_encode fills the
  * header); get_*: wire -> host, after tb_wire_hdr_check (the whole body is
- * there, aligned).  A REQUEST's body is a RESPONSE_BEGIN's and a token: the
- * range moves the same way in both. */
-
-_Static_assert(offsetof(tb_recovery_proto_wire_request_t, first) ==
-	       offsetof(tb_recovery_proto_wire_begin_t, first),
-	       "REQUEST starts as RESPONSE_BEGIN");
+ * there, aligned).  A REQUEST's body and a RESPONSE_BEGIN's are one layout
+ * with one set of rules: only the context of a message differs. */
 
 static void range_put(void *wire, const tb_recovery_proto_begin_t *r)
 {
@@ -181,38 +204,18 @@ static void range_get(const void *wire, tb_recovery_proto_begin_t *r)
 
 static int put_request(void *wire, const void *msg)
 {
-	tb_recovery_proto_wire_request_t *w = wire;
-	const tb_recovery_proto_request_t *m = msg;
-	tb_recovery_proto_begin_t r = range_of(m);
 	int rc;
 
-	if ((rc = check_range("recovery REQUEST", &r, TB_EINVAL)) < 0 ||
-	    (rc = tb_wire_str_put("recovery REQUEST", "token", w->token,
-				  m->token, sizeof(w->token),
-				  TB_WIRE_STR_TOKEN)) < 0)
+	if ((rc = check_range("recovery REQUEST", msg, TB_EINVAL)) < 0)
 		return rc;
-	range_put(w, &r);
+	range_put(wire, msg);
 	return 0;
 }
 
 static int get_request(const void *wire, void *msg)
 {
-	const tb_recovery_proto_wire_request_t *w = wire;
-	tb_recovery_proto_request_t *m = msg;
-	tb_recovery_proto_begin_t r;
-	int rc;
-
-	range_get(w, &r);
-	if ((rc = check_range("recovery REQUEST", &r, TB_EPROTO)) < 0 ||
-	    (rc = tb_wire_str_check("recovery REQUEST", "token", w->token,
-				    sizeof(w->token), TB_WIRE_STR_TOKEN)) < 0)
-		return rc;
-	m->stream_id = r.stream_id;
-	m->count = r.count;
-	m->epoch = r.epoch;
-	m->first = r.first;
-	memcpy(m->token, w->token, sizeof(m->token));
-	return 0;
+	range_get(wire, msg);
+	return check_range("recovery REQUEST", msg, TB_EPROTO);
 }
 
 static int put_begin(void *wire, const void *msg)
@@ -229,6 +232,68 @@ static int get_begin(const void *wire, void *msg)
 {
 	range_get(wire, msg);
 	return check_range("recovery RESPONSE_BEGIN", msg, TB_EPROTO);
+}
+
+static int put_hello(void *wire, const void *msg)
+{
+	tb_recovery_proto_wire_hello_t *w = wire;
+	const tb_recovery_proto_hello_t *m = msg;
+	int rc;
+
+	if ((rc = tb_wire_stream_id_check("recovery HELLO", m->stream_id,
+					  TB_EINVAL)) < 0 ||
+	    (rc = tb_wire_str_put("recovery HELLO", "token", w->token, m->token,
+				  sizeof(w->token), TB_WIRE_STR_TOKEN)) < 0)
+		return rc;
+	w->stream_id = htole32(m->stream_id);
+	return 0;
+}
+
+static int get_hello(const void *wire, void *msg)
+{
+	const tb_recovery_proto_wire_hello_t *w = wire;
+	tb_recovery_proto_hello_t *m = msg;
+	int rc;
+
+	m->stream_id = le32toh(w->stream_id);
+	if ((rc = tb_wire_stream_id_check("recovery HELLO", m->stream_id,
+					  TB_EPROTO)) < 0 ||
+	    (rc = tb_wire_reserved_check("recovery HELLO", "reserved",
+					 w->reserved)) < 0 ||
+	    (rc = tb_wire_str_check("recovery HELLO", "token", w->token,
+				    sizeof(w->token), TB_WIRE_STR_TOKEN)) < 0)
+		return rc;
+	memcpy(m->token, w->token, sizeof(m->token));
+	return 0;
+}
+
+static int put_welcome(void *wire, const void *msg)
+{
+	tb_recovery_proto_wire_welcome_t *w = wire;
+	const tb_recovery_proto_welcome_t *m = msg;
+	int rc;
+
+	if ((rc = check_welcome(m, TB_EINVAL)) < 0)
+		return rc;
+	w->stream_id = htole32(m->stream_id);
+	w->max_count = htole32(m->max_count);
+	w->epoch = htole64(m->epoch);
+	w->first = htole64(m->first);
+	w->last = htole64(m->last);
+	return 0;
+}
+
+static int get_welcome(const void *wire, void *msg)
+{
+	const tb_recovery_proto_wire_welcome_t *w = wire;
+	tb_recovery_proto_welcome_t *m = msg;
+
+	m->stream_id = le32toh(w->stream_id);
+	m->max_count = le32toh(w->max_count);
+	m->epoch = le64toh(w->epoch);
+	m->first = le64toh(w->first);
+	m->last = le64toh(w->last);
+	return check_welcome(m, TB_EPROTO);
 }
 
 static int put_end(void *wire, const void *msg)
@@ -302,6 +367,10 @@ static const tb_wire_type_t rproto_types[TB_RECOVERY_PROTO_TYPE_MAX + 1] = {
 		sizeof(tb_recovery_proto_wire_end_t), put_end, get_end},
 	[TB_RECOVERY_PROTO_REJECT] = {"REJECT",
 		sizeof(tb_recovery_proto_wire_reject_t), put_reject, get_reject},
+	[TB_RECOVERY_PROTO_HELLO] = {"HELLO",
+		sizeof(tb_recovery_proto_wire_hello_t), put_hello, get_hello},
+	[TB_RECOVERY_PROTO_WELCOME] = {"WELCOME",
+		sizeof(tb_recovery_proto_wire_welcome_t), put_welcome, get_welcome},
 };
 
 static const tb_wire_proto_t rproto = {
@@ -326,6 +395,18 @@ const char *tb_recovery_proto_type_name(unsigned type)
 int tb_recovery_proto_frame_need(const void *buf, size_t have)
 {
 	return tb_wire_frame_need(&rproto, buf, have);
+}
+
+int tb_recovery_proto_encode_hello(void *buf, size_t cap,
+				   const tb_recovery_proto_hello_t *m)
+{
+	return tb_wire_encode(&rproto, TB_RECOVERY_PROTO_HELLO, buf, cap, m);
+}
+
+int tb_recovery_proto_encode_welcome(void *buf, size_t cap,
+				     const tb_recovery_proto_welcome_t *m)
+{
+	return tb_wire_encode(&rproto, TB_RECOVERY_PROTO_WELCOME, buf, cap, m);
 }
 
 int tb_recovery_proto_encode_request(void *buf, size_t cap,

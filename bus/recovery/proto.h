@@ -1,8 +1,15 @@
 /*
  * recovery/proto.h - the recovery protocol: how a subscriber asks
- * tb-recoveryd for the frames it missed, over TCP.  Pure codec: no sockets.
+ * tb-recoveryd (or a publisher's retention endpoint) for the frames it
+ * missed, over TCP.  Pure codec: no sockets.
  *
- *   S -> R  REQUEST         stream, epoch, first sequence, count, token
+ *   S -> R  HELLO           stream, token: the first message on a
+ *                           connection, which it authenticates
+ *   R -> S  WELCOME         stream, max_count, the newest epoch held and
+ *                           its range
+ *        or REJECT          (unknown stream, unauthorised, busy), and the
+ *                           server closes the connection
+ *   S -> R  REQUEST         stream, epoch, first sequence, count
  *   R -> S  RESPONSE_BEGIN  stream, epoch, first, count of frames to follow
  *           count tickbus frames (frame.h), each exactly its `length`
  *           bytes (no alignment padding on a byte stream), sequences
@@ -12,12 +19,14 @@
  *                           sequence, latest, max count, retry delay,
  *                           current epoch) and a line of text
  *
- * One request is answered before the next is read.  Messages follow the
- * convention of tickbus's TCP protocols (wire.h: tb_wire_hdr_t with magic,
- * version, type, length; a fixed body per type), with this protocol's own
- * magic, TB_RECOVERY_PROTO_MAGIC ("TR" on the wire), so that a subscriber
- * that dials the wrong port finds out at once.  The server compares tokens
- * with tb_wire_token_equal() (constant time).
+ * A connection is kept: one HELLO, then any number of REQUESTs, which a
+ * client may send without waiting for the answers (pipelining); the
+ * server answers them one after the other, in the order they came.
+ * Messages follow the convention of tickbus's TCP protocols (wire.h:
+ * tb_wire_hdr_t with magic, version, type, length; a fixed body per type),
+ * with this protocol's own magic, TB_RECOVERY_PROTO_MAGIC ("TR" on the
+ * wire), so that a subscriber that dials the wrong port finds out at once.
+ * The server compares tokens with tb_wire_token_equal() (constant time).
  *
  * Threads: every function is pure apart from the thread-local tb_errmsg().
  */
@@ -32,8 +41,10 @@
 #include <stdint.h>
 
 #define TB_RECOVERY_PROTO_MAGIC 0x5254u   /* bytes 'T','R' */
-#define TB_RECOVERY_PROTO_VERSION 1u
-/* The biggest v1 message (REJECT) is 224 bytes; 512 leaves later versions
+/* Version 2 added HELLO and WELCOME (a kept, authenticated connection),
+ * took the token out of REQUEST, and added the BUSY reject. */
+#define TB_RECOVERY_PROTO_VERSION 2u
+/* The biggest message (REJECT) is 224 bytes; 512 leaves later versions
  * room to grow a body without a reader having to trust a bigger length. */
 #define TB_RECOVERY_PROTO_MSG_MAX 512u
 /* Fixed string fields, as the control protocol's: the config file's token
@@ -49,13 +60,17 @@
  * subscriber gone for longer should refuse it for good instead. */
 #define TB_RECOVERY_PROTO_RETRY_MAX_MS 60000u
 
+/* The numbers of version 1's types are kept, REJECT's above all: its
+ * layout and number are the same in every version (wire.h). */
 enum tb_recovery_proto_type {
 	TB_RECOVERY_PROTO_REQUEST = 1,
 	TB_RECOVERY_PROTO_RESPONSE_BEGIN = 2,
 	TB_RECOVERY_PROTO_RESPONSE_END = 3,
 	TB_RECOVERY_PROTO_REJECT = 4,
+	TB_RECOVERY_PROTO_HELLO = 5,
+	TB_RECOVERY_PROTO_WELCOME = 6,
 };
-#define TB_RECOVERY_PROTO_TYPE_MAX TB_RECOVERY_PROTO_REJECT
+#define TB_RECOVERY_PROTO_TYPE_MAX TB_RECOVERY_PROTO_WELCOME
 
 enum tb_recovery_proto_end_status {
 	TB_RECOVERY_PROTO_END_COMPLETE = 1,  /* every announced frame was sent */
@@ -76,26 +91,35 @@ enum tb_recovery_proto_reject_reason {
 	TB_RECOVERY_PROTO_REJ_MALFORMED = 6,
 	TB_RECOVERY_PROTO_REJ_UNKNOWN_STREAM = 7,
 	TB_RECOVERY_PROTO_REJ_EPOCH_MISMATCH = 8, /* [current_epoch], >= 1 */
+	TB_RECOVERY_PROTO_REJ_BUSY = 9,           /* [retry_after_ms], 1..RETRY_MAX_MS:
+						     no room for another client */
 };
-#define TB_RECOVERY_PROTO_REJ_MAX TB_RECOVERY_PROTO_REJ_EPOCH_MISMATCH
+#define TB_RECOVERY_PROTO_REJ_MAX TB_RECOVERY_PROTO_REJ_BUSY
 
 /* --------------------------------------------------- decoded (host) form */
 
-typedef struct tb_recovery_proto_request {
+typedef struct tb_recovery_proto_hello {
 	uint32_t stream_id;   /* > 0 */
+	char token[TB_RECOVERY_PROTO_TOKEN_LEN]; /* printable, no spaces, not "" */
+} tb_recovery_proto_hello_t;
+
+typedef struct tb_recovery_proto_welcome {
+	uint32_t stream_id;   /* > 0 */
+	uint32_t max_count;   /* frames one REQUEST may ask for: 1..COUNT_MAX */
+	uint64_t epoch;       /* the newest epoch held; 0: nothing yet */
+	uint64_t first, last; /* its range held then: first <= last, both >= 1,
+				 or both 0 (none yet, always with epoch 0) */
+} tb_recovery_proto_welcome_t;
+
+typedef struct tb_recovery_proto_request {
+	uint32_t stream_id;   /* > 0: the stream of the HELLO */
 	uint32_t count;       /* 1..TB_RECOVERY_PROTO_COUNT_MAX */
 	uint64_t epoch;       /* > 0: the epoch the missing frames belong to */
 	uint64_t first;       /* > 0; first + count does not overflow */
-	char token[TB_RECOVERY_PROTO_TOKEN_LEN]; /* printable, no spaces, not "" */
 } tb_recovery_proto_request_t;
 
-/* RESPONSE_BEGIN: the same rules as a request, without the token. */
-typedef struct tb_recovery_proto_begin {
-	uint32_t stream_id;
-	uint32_t count;
-	uint64_t epoch;
-	uint64_t first;
-} tb_recovery_proto_begin_t;
+/* RESPONSE_BEGIN: the same fields and rules as a request. */
+typedef tb_recovery_proto_request_t tb_recovery_proto_begin_t;
 
 typedef struct tb_recovery_proto_end {
 	uint32_t status;      /* enum tb_recovery_proto_end_status */
@@ -125,40 +149,57 @@ typedef struct tb_recovery_proto_msg {
 		tb_recovery_proto_begin_t begin;
 		tb_recovery_proto_end_t end;
 		tb_recovery_proto_reject_t reject;
+		tb_recovery_proto_hello_t hello;
+		tb_recovery_proto_welcome_t welcome;
 	};
 } tb_recovery_proto_msg_t;
 
-/* ------------------------------------------------------ wire layouts (v1) */
+/* ------------------------------------------------------ wire layouts (v2) */
 
+typedef struct tb_recovery_proto_wire_hello {
+	tb_wire_hdr_t hdr;
+	uint32_t stream_id;
+	uint32_t reserved;    /* zero */
+	char token[TB_RECOVERY_PROTO_TOKEN_LEN];
+} tb_recovery_proto_wire_hello_t;
+
+_Static_assert(offsetof(tb_recovery_proto_wire_hello_t, stream_id) == 8, "rproto layout");
+_Static_assert(offsetof(tb_recovery_proto_wire_hello_t, reserved) == 12, "rproto layout");
+_Static_assert(offsetof(tb_recovery_proto_wire_hello_t, token) == 16, "rproto layout");
+_Static_assert(sizeof(tb_recovery_proto_wire_hello_t) == 144, "rproto layout");
+
+typedef struct tb_recovery_proto_wire_welcome {
+	tb_wire_hdr_t hdr;
+	uint32_t stream_id;
+	uint32_t max_count;
+	uint64_t epoch;
+	uint64_t first;
+	uint64_t last;
+} tb_recovery_proto_wire_welcome_t;
+
+_Static_assert(offsetof(tb_recovery_proto_wire_welcome_t, stream_id) == 8, "rproto layout");
+_Static_assert(offsetof(tb_recovery_proto_wire_welcome_t, max_count) == 12, "rproto layout");
+_Static_assert(offsetof(tb_recovery_proto_wire_welcome_t, epoch) == 16, "rproto layout");
+_Static_assert(offsetof(tb_recovery_proto_wire_welcome_t, first) == 24, "rproto layout");
+_Static_assert(offsetof(tb_recovery_proto_wire_welcome_t, last) == 32, "rproto layout");
+_Static_assert(sizeof(tb_recovery_proto_wire_welcome_t) == 40, "rproto layout");
+
+/* REQUEST and RESPONSE_BEGIN: one layout. */
 typedef struct tb_recovery_proto_wire_request {
 	tb_wire_hdr_t hdr;
 	uint32_t stream_id;
 	uint32_t count;
 	uint64_t epoch;
 	uint64_t first;
-	char token[TB_RECOVERY_PROTO_TOKEN_LEN];
 } tb_recovery_proto_wire_request_t;
 
 _Static_assert(offsetof(tb_recovery_proto_wire_request_t, stream_id) == 8, "rproto layout");
 _Static_assert(offsetof(tb_recovery_proto_wire_request_t, count) == 12, "rproto layout");
 _Static_assert(offsetof(tb_recovery_proto_wire_request_t, epoch) == 16, "rproto layout");
 _Static_assert(offsetof(tb_recovery_proto_wire_request_t, first) == 24, "rproto layout");
-_Static_assert(offsetof(tb_recovery_proto_wire_request_t, token) == 32, "rproto layout");
-_Static_assert(sizeof(tb_recovery_proto_wire_request_t) == 160, "rproto layout");
+_Static_assert(sizeof(tb_recovery_proto_wire_request_t) == 32, "rproto layout");
 
-typedef struct tb_recovery_proto_wire_begin {
-	tb_wire_hdr_t hdr;
-	uint32_t stream_id;
-	uint32_t count;
-	uint64_t epoch;
-	uint64_t first;
-} tb_recovery_proto_wire_begin_t;
-
-_Static_assert(offsetof(tb_recovery_proto_wire_begin_t, stream_id) == 8, "rproto layout");
-_Static_assert(offsetof(tb_recovery_proto_wire_begin_t, count) == 12, "rproto layout");
-_Static_assert(offsetof(tb_recovery_proto_wire_begin_t, epoch) == 16, "rproto layout");
-_Static_assert(offsetof(tb_recovery_proto_wire_begin_t, first) == 24, "rproto layout");
-_Static_assert(sizeof(tb_recovery_proto_wire_begin_t) == 32, "rproto layout");
+typedef tb_recovery_proto_wire_request_t tb_recovery_proto_wire_begin_t;
 
 typedef struct tb_recovery_proto_wire_end {
 	tb_wire_hdr_t hdr;
@@ -194,6 +235,10 @@ _Static_assert(sizeof(tb_recovery_proto_wire_reject_t) <= TB_RECOVERY_PROTO_MSG_
  * Returns the bytes written, TB_EMSGSIZE when `cap` is too small, or
  * TB_EINVAL (naming the field) for anything the decoder would refuse.
  */
+int tb_recovery_proto_encode_hello(void *buf, size_t cap,
+				   const tb_recovery_proto_hello_t *m);
+int tb_recovery_proto_encode_welcome(void *buf, size_t cap,
+				     const tb_recovery_proto_welcome_t *m);
 int tb_recovery_proto_encode_request(void *buf, size_t cap,
 			     const tb_recovery_proto_request_t *m);
 int tb_recovery_proto_encode_begin(void *buf, size_t cap, const tb_recovery_proto_begin_t *m);

@@ -1,22 +1,51 @@
 /*
  * recovery/server.h - answers recovery-protocol requests (recovery/proto.h)
  * over TCP from the frames a source holds.  Two sources use it: tb-recoveryd
- * (its retransmit store, one source per stream) and the publisher (its
- * retention buffer, publisher.c).
+ * (its recent window in memory, then its retransmit store; one source per
+ * stream) and the publisher (its retention buffer, publisher.c).
  *
- * Each request is checked in this order and refused with the first reason
- * that applies: malformed (then the connection is closed: the byte stream
- * cannot be trusted after it), rate-limited (per client address, a token
- * bucket; with the retry delay), unknown stream, unauthorised (token
- * compared in constant time), epoch mismatch (with the current epoch), too
- * large (with max_count), too old (with the earliest held), not yet
- * published (with the latest).  A range that is partly published is served
- * up to the latest; the client asks again for the rest.
+ * Admission: a server cannot be starved by clients without a token.
+ *  - A new connection is pending until its HELLO: it has hello_timeout_ms
+ *    from accept to send it whole, and bytes do not extend that deadline
+ *    (a client sending one byte a second is closed like a silent one).
+ *  - Pending connections are few and cheap (one thread watches them all):
+ *    at most max_pending in all and max_pending_per_addr from one address;
+ *    over either bound the oldest pending one (of that address, or of all)
+ *    is closed to make room, so a client that sends its HELLO as soon as
+ *    it connects always gets in (a HELLO already there when the
+ *    connection is accepted is taken at once).  Of an address opening more
+ *    than conn_rate connections a second (burst conn_burst), the rest get
+ *    that one look only: closed at once unless a whole HELLO is there, and
+ *    never pushing another out (nor answered, when their token is wrong).
+ *  - A HELLO with the right token takes one of max_clients slots reserved
+ *    for authenticated connections (with a thread of its own); when none is
+ *    free it is refused BUSY with a retry delay.  No unauthenticated
+ *    connection ever holds such a slot.
+ *  - A wrong token is answered only after a delay, auth_delay_ms for an
+ *    address's first failure and twice as long for each further one (up to
+ *    auth_delay_max_ms; an address's count is forgotten after a quiet
+ *    minute), and the connection is then closed: guessing is slowed to a
+ *    few tries a second per address, whatever the number of connections,
+ *    and counted (auth_failures).
+ *  - Every refusal is counted by kind and logged (tb_warn) at most once per
+ *    log_interval_ms per kind, with the number of the others since.
  *
- * Threads: one accept thread, one thread per connection (at most
- * max_clients; more are refused at accept).  The source's callbacks are
- * called from the connection threads, concurrently: they must be
- * thread-safe.  tb_recovery_server_open/close from any one thread.
+ * Requests of an authenticated connection are checked in this order and
+ * refused with the first reason that applies: malformed (then the
+ * connection is closed: the byte stream cannot be trusted after it), rate
+ * limited (per client address, a token bucket; with the retry delay),
+ * epoch mismatch (an epoch the source does not hold; with the current
+ * epoch), too large (with max_count), too old (with the earliest held),
+ * not yet published (with the latest).  A range that is partly published
+ * is served up to the latest; the client asks again for the rest.  An
+ * answer goes out in as few writes as its size allows: BEGIN, the frames
+ * and END of a small one in one write, a large one in buffers of
+ * TB_RECOVERY_SERVER_FLUSH bytes.
+ *
+ * Threads: one admission thread, one thread per authenticated connection.
+ * The source's callbacks are called from the connection threads,
+ * concurrently: they must be thread-safe.  tb_recovery_server_open/close
+ * from any one thread; stats from any thread.
  */
 #ifndef TB_RECOVERY_SERVER_H
 #define TB_RECOVERY_SERVER_H
@@ -25,19 +54,43 @@
 #include "bus/recovery/store.h"
 #include <tickbus/tickbus.h>
 
+#include <stddef.h>
 #include <stdint.h>
+
+/* An answer is written in buffers of this many bytes (or one frame, when
+ * a frame is larger). */
+#define TB_RECOVERY_SERVER_FLUSH (64u << 10)
 
 typedef struct tb_recovery_server_source {
 	uint32_t stream_id;
 	const char *token;
-	/* The epoch served and the range held ([0, 0] when none yet). */
+	/* The current epoch and the range held of it ([0, 0] when none
+	 * yet; epoch 0 when nothing at all). */
 	void (*bounds)(void *sd, uint64_t *epoch, uint64_t *first,
 		       uint64_t *last);
-	/* Up to `max` frames from `first`, as tb_store_read: a count, or
-	 * TB_STORE_TOO_OLD / TB_STORE_NOT_YET or a TB_E* code. */
+	/* Up to `max` frames of the current epoch from `first`, as
+	 * tb_store_read: a count, or TB_STORE_TOO_OLD / TB_STORE_NOT_YET or
+	 * a TB_E* code. */
 	int (*read)(void *sd, uint64_t first, int max, tb_store_read_fn fn,
 		    void *clientd);
 	void *sd;
+	/* Earlier epochs, for a source that keeps them (NULL: it holds the
+	 * current epoch only).  epoch_bounds: 0 with the range held of
+	 * `epoch`, or TB_ENOENT when it is not held.  epoch_read: as read,
+	 * for `epoch`. */
+	int (*epoch_bounds)(void *sd, uint64_t epoch, uint64_t *first,
+			    uint64_t *last);
+	int (*epoch_read)(void *sd, uint64_t epoch, uint64_t first, int max,
+			  tb_store_read_fn fn, void *clientd);
+	/* Optional, for a source in memory (NULL: `read` is used): up to
+	 * `max` frames of the current epoch from `first` written straight
+	 * into the answer, `dst` (`cap` bytes, any alignment), back to back
+	 * as they go on the wire (each exactly its length), their bytes in
+	 * *len.  A count, 0 when the first frame does not fit in `cap`, or
+	 * TB_STORE_TOO_OLD / TB_STORE_NOT_YET (tb_retention_copy).  When it
+	 * says too old, `read` is asked. */
+	int (*copy)(void *sd, uint64_t first, int max, void *dst, size_t cap,
+		    size_t *len);
 } tb_recovery_server_source_t;
 
 typedef struct tb_recovery_server_cfg {
@@ -46,16 +99,37 @@ typedef struct tb_recovery_server_cfg {
 	uint32_t rate;          /* requests per second per client address;
 				   0 = unlimited (default) */
 	uint32_t burst;         /* requests allowed at once; default 2*rate */
-	uint32_t io_timeout_ms; /* idle connection, stalled reader; 10000 */
-	int max_clients;        /* connections at once; default 64 */
+	uint32_t io_timeout_ms; /* a request once begun, an answer's write
+				   to a reader that stalls; 10000 */
+	uint32_t idle_timeout_ms; /* an authenticated connection with no
+				   request for this long is closed; 0: kept
+				   (default; keepalive finds dead peers) */
+	int max_clients;        /* authenticated connections; default 64 */
+	/* Admission (see above). */
+	uint32_t hello_timeout_ms;   /* 1000 */
+	int max_pending;             /* 256 */
+	int max_pending_per_addr;    /* 16 */
+	uint32_t conn_rate;          /* per address and second; 0 = unlimited;
+					default 100 */
+	uint32_t conn_burst;         /* default 2*conn_rate */
+	uint32_t auth_delay_ms;      /* 200 */
+	uint32_t auth_delay_max_ms;  /* 5000 */
+	uint32_t log_interval_ms;    /* 1000; 0: log every refusal */
 } tb_recovery_server_cfg_t;
 
 typedef struct tb_recovery_server_stats {
-	uint64_t connections;
+	uint64_t connections;    /* accepted */
+	uint64_t authenticated;  /* HELLOs accepted */
 	uint64_t requests;
-	uint64_t served;     /* requests answered with frames */
-	uint64_t frames;     /* frames sent */
+	uint64_t served;         /* requests answered with frames */
+	uint64_t frames;         /* frames sent */
 	uint64_t rejects[TB_RECOVERY_PROTO_REJ_MAX + 1]; /* by reason */
+	uint64_t auth_failures;  /* wrong tokens */
+	uint64_t hello_timeouts; /* no whole HELLO in time */
+	uint64_t evicted;        /* pending connections closed for room */
+	uint64_t conn_limited;   /* closed at accept: over conn_rate */
+	uint64_t busy;           /* authenticated, but every slot taken */
+	uint64_t logs_suppressed; /* log lines folded into a later count */
 } tb_recovery_server_stats_t;
 
 typedef struct tb_rsrv tb_recovery_server_t;
@@ -64,7 +138,7 @@ void tb_recovery_server_cfg_init(tb_recovery_server_cfg_t *cfg);
 
 /* Listens on cfg->listen and serves the `n` sources (copied; their
  * callbacks and `sd` must outlive the server).  Returns 0 or a TB_E* code
- * with a message (address in use, bad address). */
+ * with a message (address in use, bad address, bad limits). */
 int tb_recovery_server_open(tb_recovery_server_t **srv, const tb_recovery_server_cfg_t *cfg,
 		 const tb_recovery_server_source_t *src, int n);
 /* The port it listens on. */

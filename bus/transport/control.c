@@ -7,9 +7,11 @@
  * publisher's control endpoint and says HELLO (its name, its token, the
  * stream), then SUBSCRIBE (everything the publisher needs to RDMA-WRITE into
  * the subscriber's ring).  The publisher answers ACCEPT (everything the
- * subscriber needs to bring its QP up and to return credits) or REJECT, and
- * from then on both sides send HEARTBEATs until one says BYE.  TCP carries
- * only this set-up and liveness; the data never touches it.
+ * subscriber needs to bring its QP up and to return credits) or REJECT; the
+ * subscriber brings its QP to RTR and says READY, and only then does the
+ * publisher write.  From then on both sides send HEARTBEATs until one says
+ * BYE.  TCP carries only this set-up and liveness; the data never touches
+ * it.
  *
  * Messages follow the convention of every tickbus TCP protocol (wire.h):
  * fixed-size records, one valid encoding each, every field checked.  This
@@ -24,14 +26,16 @@
  *  - REJECT's layout (stream id, reason, text at offsets 8, 12, 16) is the
  *    same in every version, so that a refusal is always readable.
  *  - The subscriber speaks first, in the highest version it knows.  A
- *    publisher that speaks that version answers in it: a newer publisher
- *    keeps the codecs of older versions and answers an older subscriber in
- *    the subscriber's version.  A publisher older than its subscriber
- *    answers REJECT(bad version) in its own version and closes.  The
- *    subscriber's decoder then fails with TB_EFORMAT naming both versions;
- *    if the subscriber also speaks the publisher's version it reconnects
- *    with it, and otherwise gives up with that message.
- *  - This build speaks version 1 only.
+ *    publisher that does not speak that version answers REJECT(bad
+ *    version) in the subscriber's version when it is older (REJECT's
+ *    layout is the same in every version: tb_control_encode_reject_in),
+ *    in its own otherwise, and closes.  Either way the subscriber can read
+ *    the refusal (tb_control_decode_refusal) and say which side to
+ *    upgrade.
+ *  - This build speaks version 2 only.  Version 1 had no LIDs, so it
+ *    could not reach an InfiniBand peer, no negotiated path MTU and no
+ *    READY: a version 1 peer would misbehave on exactly the fabrics
+ *    version 2 was made for, so it is refused rather than served.
  *
  * Errors: as wire.h; the tb_errmsg() text starts "control <TYPE>:" and
  * names the field.
@@ -98,6 +102,13 @@ static int check_accept(const tb_control_accept_t *m, int code)
 	const char *ctx = "control ACCEPT";
 	int rc;
 
+	if (m->mtu < TB_CONTROL_MTU_256 || m->mtu > TB_CONTROL_MTU_4096)
+		return tb_error_set(code, "%s: mtu %u is not an MTU code (%u..%u)",
+				  ctx, m->mtu, TB_CONTROL_MTU_256, TB_CONTROL_MTU_4096);
+	if (m->sl > TB_CONTROL_SL_MAX)
+		return tb_error_set(code, "%s: sl %u is not a service level "
+				  "(0..%u)", ctx, m->sl, TB_CONTROL_SL_MAX);
+
 	if ((rc = tb_wire_stream_id_check(ctx, m->stream_id, code)) < 0 ||
 	    (rc = check_24bit(ctx, "qpn", m->qpn, code)) < 0 ||
 	    (rc = check_24bit(ctx, "psn", m->psn, code)) < 0 ||
@@ -121,6 +132,27 @@ static int check_bye(const tb_control_bye_t *m, int code)
 {
 	return tb_wire_enum_check("control BYE", "reason", m->reason,
 				  TB_CONTROL_BYE_MAX, "a bye reason", code);
+}
+
+static int check_heartbeat(const tb_control_heartbeat_t *m, int code)
+{
+	if ((m->skip_first == 0) != (m->skip_last == 0) ||
+	    m->skip_last < m->skip_first)
+		return tb_error_set(code, "control HEARTBEAT: skip_first %llu, "
+				  "skip_last %llu is not a range (both 0, or "
+				  "0 < first <= last)",
+				  (unsigned long long)m->skip_first,
+				  (unsigned long long)m->skip_last);
+	return 0;
+}
+
+static int check_ready(const tb_control_ready_t *m, int code)
+{
+	int rc;
+
+	if ((rc = tb_wire_stream_id_check("control READY", m->stream_id, code)) < 0)
+		return rc;
+	return check_24bit("control READY", "qpn", m->qpn, code);
 }
 
 /* ------------------------------------------------------ bodies, both ways
@@ -184,6 +216,7 @@ static int put_subscribe(void *wire, const void *msg)
 	w->psn = htole32(m->psn);
 	w->recv_depth = htole32(m->recv_depth);
 	w->start_seq = htole64(m->start_seq);
+	w->lid = htole16(m->lid);
 	return 0;
 }
 
@@ -194,7 +227,11 @@ static int get_subscribe(const void *wire, void *msg)
 	int rc;
 
 	if ((rc = tb_wire_reserved_check("control SUBSCRIBE", "reserved0",
-					 w->reserved0)) < 0)
+					 w->reserved0)) < 0 ||
+	    (rc = tb_wire_reserved_check("control SUBSCRIBE", "reserved1",
+					 w->reserved1)) < 0 ||
+	    (rc = tb_wire_reserved_check("control SUBSCRIBE", "reserved2",
+					 w->reserved2)) < 0)
 		return rc;
 	m->stream_id = le32toh(w->stream_id);
 	m->transport = w->transport;
@@ -208,6 +245,7 @@ static int get_subscribe(const void *wire, void *msg)
 	m->psn = le32toh(w->psn);
 	m->recv_depth = le32toh(w->recv_depth);
 	m->start_seq = le64toh(w->start_seq);
+	m->lid = le16toh(w->lid);
 	return check_subscribe(m, TB_EPROTO);
 }
 
@@ -228,6 +266,10 @@ static int put_accept(void *wire, const void *msg)
 	w->credit_addr = htole64(m->credit_addr);
 	w->next_seq = htole64(m->next_seq);
 	w->ring_offset = htole64(m->ring_offset);
+	w->lid = htole16(m->lid);
+	w->mtu = m->mtu;
+	w->sl = m->sl;
+	w->traffic_class = m->traffic_class;
 	return 0;
 }
 
@@ -235,7 +277,13 @@ static int get_accept(const void *wire, void *msg)
 {
 	const tb_control_wire_accept_t *w = wire;
 	tb_control_accept_t *m = msg;
+	int rc;
 
+	if ((rc = tb_wire_reserved_check("control ACCEPT", "reserved0",
+					 w->reserved0)) < 0 ||
+	    (rc = tb_wire_reserved_check("control ACCEPT", "reserved1",
+					 w->reserved1)) < 0)
+		return rc;
 	m->stream_id = le32toh(w->stream_id);
 	m->qpn = le32toh(w->qpn);
 	m->epoch = le64toh(w->epoch);
@@ -245,6 +293,10 @@ static int get_accept(const void *wire, void *msg)
 	m->credit_addr = le64toh(w->credit_addr);
 	m->next_seq = le64toh(w->next_seq);
 	m->ring_offset = le64toh(w->ring_offset);
+	m->lid = le16toh(w->lid);
+	m->mtu = w->mtu;
+	m->sl = w->sl;
+	m->traffic_class = w->traffic_class;
 	return check_accept(m, TB_EPROTO);
 }
 
@@ -283,9 +335,14 @@ static int put_heartbeat(void *wire, const void *msg)
 {
 	tb_control_wire_heartbeat_t *w = wire;
 	const tb_control_heartbeat_t *m = msg;
+	int rc;
 
+	if ((rc = check_heartbeat(m, TB_EINVAL)) < 0)
+		return rc;
 	w->timestamp_ns = htole64(m->timestamp_ns);
 	w->last_seq = htole64(m->last_seq);
+	w->skip_first = htole64(m->skip_first);
+	w->skip_last = htole64(m->skip_last);
 	return 0;
 }
 
@@ -296,7 +353,9 @@ static int get_heartbeat(const void *wire, void *msg)
 
 	m->timestamp_ns = le64toh(w->timestamp_ns);
 	m->last_seq = le64toh(w->last_seq);
-	return 0;
+	m->skip_first = le64toh(w->skip_first);
+	m->skip_last = le64toh(w->skip_last);
+	return check_heartbeat(m, TB_EPROTO);
 }
 
 static int put_bye(void *wire, const void *msg)
@@ -324,6 +383,29 @@ static int get_bye(const void *wire, void *msg)
 	return check_bye(m, TB_EPROTO);
 }
 
+static int put_ready(void *wire, const void *msg)
+{
+	tb_control_wire_ready_t *w = wire;
+	const tb_control_ready_t *m = msg;
+	int rc;
+
+	if ((rc = check_ready(m, TB_EINVAL)) < 0)
+		return rc;
+	w->stream_id = htole32(m->stream_id);
+	w->qpn = htole32(m->qpn);
+	return 0;
+}
+
+static int get_ready(const void *wire, void *msg)
+{
+	const tb_control_wire_ready_t *w = wire;
+	tb_control_ready_t *m = msg;
+
+	m->stream_id = le32toh(w->stream_id);
+	m->qpn = le32toh(w->qpn);
+	return check_ready(m, TB_EPROTO);
+}
+
 /* ------------------------------------------------------ the protocol table */
 
 static const tb_wire_type_t ctl_types[TB_CONTROL_TYPE_MAX + 1] = {
@@ -338,6 +420,8 @@ static const tb_wire_type_t ctl_types[TB_CONTROL_TYPE_MAX + 1] = {
 	[TB_CONTROL_HEARTBEAT] = {"HEARTBEAT", sizeof(tb_control_wire_heartbeat_t),
 				  put_heartbeat, get_heartbeat},
 	[TB_CONTROL_BYE] = {"BYE", sizeof(tb_control_wire_bye_t), put_bye, get_bye},
+	[TB_CONTROL_READY] = {"READY", sizeof(tb_control_wire_ready_t),
+			      put_ready, get_ready},
 };
 
 static const tb_wire_proto_t ctl_proto = {
@@ -420,6 +504,71 @@ int tb_control_encode_heartbeat(void *buf, size_t cap,
 int tb_control_encode_bye(void *buf, size_t cap, const tb_control_bye_t *m)
 {
 	return tb_wire_encode(&ctl_proto, TB_CONTROL_BYE, buf, cap, m);
+}
+
+int tb_control_encode_ready(void *buf, size_t cap, const tb_control_ready_t *m)
+{
+	return tb_wire_encode(&ctl_proto, TB_CONTROL_READY, buf, cap, m);
+}
+
+/* REJECT is laid out the same in every version (control.h), so one
+ * version's table entry reads and writes any version's. */
+_Static_assert(sizeof(tb_control_wire_reject_t) == 216, "REJECT never changes");
+
+/* ctl_proto, as if it spoke `version`: REJECT only. */
+static void proto_for_reject(tb_wire_proto_t *p, unsigned version)
+{
+	*p = ctl_proto;
+	p->version = (uint8_t)version;
+}
+
+int tb_control_encode_reject_in(void *buf, size_t cap,
+				const tb_control_reject_t *m, unsigned version)
+{
+	tb_wire_proto_t p;
+
+	if (version < TB_CONTROL_VERSION_OLDEST || version > TB_CONTROL_VERSION)
+		return tb_error_set(TB_EINVAL, "control REJECT: version %u is "
+				  "not one this build can write (%u..%u)",
+				  version, TB_CONTROL_VERSION_OLDEST,
+				  TB_CONTROL_VERSION);
+	proto_for_reject(&p, version);
+	return tb_wire_encode(&p, TB_CONTROL_REJECT, buf, cap, m);
+}
+
+int tb_control_version_of(const void *buf, size_t have)
+{
+	const uint8_t *b = buf;
+
+	if (have < 3 || (uint16_t)(b[0] | b[1] << 8) != TB_CONTROL_MAGIC)
+		return -1;
+	return b[2];
+}
+
+int tb_control_decode_refusal(const void *buf, size_t len,
+			      tb_control_msg_t *out)
+{
+	int v = tb_control_version_of(buf, len);
+	tb_control_msg_t m;
+	tb_wire_proto_t p;
+	tb_wire_hdr_t h;
+	int rc;
+
+	if (v < (int)TB_CONTROL_VERSION_OLDEST || v > (int)TB_CONTROL_VERSION)
+		return tb_control_decode(buf, len, out);  /* its own message */
+	proto_for_reject(&p, (unsigned)v);
+	memset(&m, 0, sizeof(m));
+	if ((rc = tb_wire_decode(&p, buf, len, &h, &m.reject)) < 0)
+		return rc;
+	if (h.type != TB_CONTROL_REJECT)
+		return tb_error_set(TB_EPROTO, "control: a %s of version %u where "
+				  "only a REJECT is readable",
+				  tb_control_type_name(h.type), h.version);
+	m.type = h.type;
+	m.version = h.version;
+	m.length = h.length;
+	*out = m;
+	return rc;
 }
 
 int tb_control_decode(const void *buf, size_t len, tb_control_msg_t *out)

@@ -29,17 +29,42 @@
  * WRITE_WITH_IMM the subscriber has no receive for (receiver-not-ready
  * would stall that queue pair).
  *
- * Device.  The device, port and GID come from the stream keys as
- * transport/verbs.h reads them for rc and ud alike.  rc runs on RoCE only:
- * on InfiniBand a queue pair is addressed by LID, which version 1 of the
- * control protocol does not carry, so InfiniBand ports are passed over and
- * a host with no other is refused with that reason.
+ * Isolation.  Each subscriber's QP, credit slot and the publisher's
+ * registration of its own ring for that subscriber live in a protection
+ * domain of their own: an rkey is checked against the PD of the QP it
+ * arrives on, so a subscriber can reach its own credit slot and nothing
+ * else, even knowing another's rkey (mlx5 and softrdma hand them out in
+ * sequence).  The price is one registration of the publisher's ring per
+ * subscriber, each pinned on its own (bus/memlock.h counts it).
  *
- * Threads: the publishing thread reads the subscriber table under QSBR RCU
- * (liburcu) without locks; the control thread (one per publisher, and one
- * per subscriber) does every TCP exchange (net.h, through rc_ctl.h) and
- * queue-pair set-up.  Every edge between them is labelled where it is
- * made: R1/A1, S1 and V1 in rc_pub.c; R2/A2 to S6 in rc_sub.c.
+ * Joining.  SUBSCRIBE -> ACCEPT -> READY (control.h): the publisher's QP is
+ * in RTS when it sends ACCEPT, and the subscriber enters the publisher's
+ * table only on READY, once its own QP is in RTR: a frame written earlier
+ * would meet a QP that cannot take it and wait out an ACK timeout (or fail
+ * it).  The path MTU is the publisher's choice, min(its port's, the
+ * subscriber's), and ACCEPT carries it with the service level and traffic
+ * class, so both QPs use the same.
+ *
+ * Device.  The device, port and GID come from the stream keys as
+ * transport/verbs.h reads them for rc and ud alike, and the path from
+ * rdma_traffic_class, rdma_timeout, rdma_retry and rdma_sl.  rc runs on
+ * RoCE (by GID, with a GRH) and on InfiniBand (by LID, at the service
+ * level); both ends must be on the same link layer.  Memory every set-up
+ * pins is checked against RLIMIT_MEMLOCK before it is made (memlock.h).
+ *
+ * Loss is told within a heartbeat.  A subscriber the publisher skips (no
+ * room) sees the gap with the next frame it gets; on a stream that then
+ * goes quiet there is no next frame, so every heartbeat the publisher
+ * sends a skipped subscriber names the range it skipped, and the
+ * subscriber reports it (TB_LAPPED) once it has every frame before it.
+ *
+ * Threads: the publishing thread reads the subscriber table without locks
+ * or per-message fences (rc_pub.c, "The table's one reader"); the control
+ * thread (one per publisher, and one per subscriber) does every TCP
+ * exchange (net.h, through rc_ctl.h), queue-pair set-up and the device's
+ * asynchronous events (verbs_events.h).  Every edge between them is
+ * labelled where it is made: R1/A1, R4/A4, K1/K2, S1 and V1 in rc_pub.c;
+ * R2/A2 to S6 in rc_sub.c.
  *
  * Files: this header (the wire formats above, the constants, the ops),
  * rc_pub.c (the publisher: hot path and control thread), rc_sub.c (the
@@ -50,6 +75,7 @@
 #define TB_TRANSPORT_RC_H
 
 #include "bus/transport/transport.h"
+#include "bus/transport/verbs.h"
 
 #include <stdint.h>
 
@@ -62,12 +88,16 @@
 #define TB_RC_CREDIT_RECV_MASK 0xffffffu
 
 #define TB_RC_MAX_SUBS 64        /* subscribers per publisher */
-#define TB_RC_SQ_DEPTH 1024u     /* publisher send queue, per subscriber */
+#define TB_RC_SQ_DEPTH 1024u     /* publisher send queue, per subscriber; a
+				  * power of two (wr_id indexes by it) */
 #define TB_RC_SIGNAL_EVERY 64u   /* one signalled work request in this many */
-#define TB_RC_INLINE 224u        /* frames up to this many bytes go inline */
+#define TB_RC_INLINE TB_VERBS_INLINE_RC_WRITE /* frames up to this many
+				  * bytes go inline: one 256-byte WQE */
 #define TB_RC_RECV_DEPTH 2048u   /* receives a subscriber keeps posted */
 #define TB_RC_RECV_BATCH 64u     /* ... re-posted this many at a time */
 #define TB_RC_SLOT_SIZE 64u      /* one credit slot: a cache line */
+
+_Static_assert((TB_RC_SQ_DEPTH & (TB_RC_SQ_DEPTH - 1)) == 0, "SQ depth: 2^n");
 
 /* The immediate for a frame at ring offset `off` carrying `seq`. */
 static inline uint32_t tb_rc_imm(uint64_t off, uint64_t seq)

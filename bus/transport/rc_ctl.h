@@ -25,12 +25,6 @@
  * that does not read for so long is broken. */
 #define TB_RC_CTL_SEND_MS 1000u
 
-/* Why neither side can use an InfiniBand port (tb_verbs_open's no_ib):
- * there a queue pair is addressed by LID, and version 1 of the control
- * protocol carries GIDs only. */
-#define TB_RC_CTL_NO_IB "the control protocol carries no LID to reach an " \
-	"InfiniBand peer by"
-
 /* A control-protocol reader over one connection. */
 typedef struct tb_rc_ctl_in {
 	uint8_t buf[TB_CONTROL_MSG_MAX * 2];

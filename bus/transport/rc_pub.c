@@ -4,19 +4,64 @@
  *
  * The ops below write each committed frame to every subscriber in the
  * table with ibv_post_send; the control thread listens on cfg.control,
- * runs the HELLO / SUBSCRIBE / ACCEPT exchange, brings a queue pair up per
- * subscriber, heartbeats, and removes subscribers that leave, time out or
- * whose queue pair failed.  Table changes are published with
- * rcu_assign_pointer and freed after synchronize_rcu(), on the control
- * thread; the publishing thread is an RCU reader that is online only inside
- * send and room, so it never holds a grace period up while idle.
+ * runs the HELLO / SUBSCRIBE / ACCEPT / READY exchange, brings a queue pair
+ * up per subscriber in a protection domain of its own, heartbeats, reads
+ * the device's asynchronous events, and removes subscribers that leave,
+ * time out or whose queue pair failed.
+ *
+ * The table's one reader
+ * ----------------------
+ * The publishing thread reads the subscriber table (a pointer to an
+ * immutable array) on every send; the control thread replaces it when a
+ * subscriber joins or leaves and must then know when the old one, and a
+ * removed subscriber's QP, can be freed.  There is one reader by contract
+ * (a publisher is used by one thread at a time), so instead of an RCU
+ * flavour with a registry of reader threads the publisher carries one
+ * counter, `reading`, odd while a send is inside the table:
+ *
+ *   reader (every send):   reading = odd (relaxed); compiler fence;
+ *                          table = load; ... ; reading = even (release)
+ *   writer (control):      table = new (seq_cst); membarrier();
+ *                          if reading is odd, wait until it changes
+ *
+ * membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) makes every running thread
+ * of the process execute a full fence before it returns, so it supplies the
+ * store-load fence the reader leaves out: after it, either the reader's
+ * odd store is visible to the writer (which then waits for that send to
+ * end), or the reader's load of the table comes after the fence and sees
+ * the new one.  A send is a few microseconds, so the writer waits for that
+ * and nothing more: an idle publisher never holds up a join or a leave (a
+ * QSBR reader that stays online would, until its next quiescent state).
+ * Where membarrier is missing (kernels before 4.14, or a seccomp filter),
+ * the reader issues the full fence itself, which costs what it always did.
+ * The per-message cost is two stores to a line the thread owns.
  *
  * Edges between the threads (barrier.h):
+ *   R4 -> A4  rc_tx_send / rc_tx_room mark `reading` even when they leave
+ *             the table; table_change waits for it after its membarrier.
  *   R1 -> A1  the publishing thread marks a subscriber dead (why_dead set
  *             first); ctl_main reads it and drops the subscriber.
+ *   K1 -> K2  the publishing thread records the range it is skipping a
+ *             subscriber for (skip_last, then skip_first); heartbeats read
+ *             it (skip_first, skip_last, skip_first again).
  *   S1        rc_tx_close stops ctl_main (then joins it).
  *   V1        rc_tx_beat stores the last sequence, a value on its own that
  *             the control thread puts in heartbeats and ACCEPT.
+ *
+ * Admission.  The control port is open to anyone who can reach it, so it
+ * must not be possible to keep subscribers out without a token.  A new
+ * connection is unauthenticated until its HELLO carries the token; such
+ * connections get TB_RC_PENDING_MAX slots of their own (the authenticated
+ * ones have theirs), at most TB_RC_PENDING_PER_ADDR from one address, and
+ * TB_RC_HELLO_MS to deliver that HELLO, counted from the connect, not from
+ * the last byte.  When their slots are full the oldest pending connection
+ * (of that address first) makes room, so a flood of idle or slow
+ * connections holds each slot for at most TB_RC_HELLO_MS while a real
+ * subscriber, which sends its HELLO at once, is read as it is accepted.
+ * A wrong token closes the connection and makes its address wait, doubling
+ * from TB_RC_PENALTY_MS to TB_RC_PENALTY_MAX_MS, before its next
+ * connection is read.  Every refusal is counted, and logged at most once
+ * a second per kind, with the count of those not logged.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -28,68 +73,102 @@
 #include "bus/error.h"
 #include "bus/frame.h"
 #include "bus/mem.h"
+#include "bus/memlock.h"
 #include "bus/net.h"
 #include "bus/transport/control.h"
 #include "bus/transport/rc_ctl.h"
 #include "bus/transport/verbs.h"
+#include "bus/transport/verbs_events.h"
 
 #include <endian.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <linux/membarrier.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
-#include <urcu-qsbr.h>
 
 /* How long close waits for a subscriber's last writes to complete. */
 #define DRAIN_TIMEOUT_NS 1000000000ull
+/* Completion queue of one subscriber's QP: its send queue and a margin. */
+#define SUB_CQE (TB_RC_SQ_DEPTH + 16)
 
-static enum ibv_mtu mtu_min(enum ibv_mtu a, uint8_t b)
-{
-	return (unsigned)a < b ? a : (enum ibv_mtu)b;
-}
+/* Admission (see the top of the file). */
+#define TB_RC_PENDING_MAX 16       /* unauthenticated connections, in all */
+#define TB_RC_PENDING_PER_ADDR 4   /* ... from one address */
+#define TB_RC_HELLO_MS 1000u       /* connect to a valid HELLO */
+#define TB_RC_SETUP_MS 5000u       /* HELLO to READY */
+#define TB_RC_PENALTY_MS 250u      /* an address after a wrong token ... */
+#define TB_RC_PENALTY_MAX_MS 8000u /* ... doubling up to this */
+#define TB_RC_PENALTY_FORGET_MS 60000u /* a quiet address starts over */
+#define TB_RC_ADDRS 64             /* addresses remembered */
+#define TB_RC_LOG_EVERY_MS 1000u   /* one line a second per kind, at most */
 
 typedef struct rc_sub {
 	/* Hot: read by the publishing thread for every frame.  The work
-	 * requests are templates filled once at subscribe, so a frame costs
-	 * a handful of stores, not a zeroed 128-byte struct. */
+	 * request is a template filled once at subscribe, so a frame costs
+	 * five stores and three comparisons, not a zeroed 128-byte struct:
+	 * every condition that is not the common case (a signalled request
+	 * due, the send queue or the receive credit running out, the ring
+	 * wrapping, our ring about to lap what is in flight, a skip to end,
+	 * a failed QP) is folded into one of next_check, pin_limit and
+	 * limit_pos, and handled in sub_write_slow. */
 	struct ibv_send_wr wr;     /* the frame's WRITE_WITH_IMM */
 	struct ibv_sge sge;
-	struct ibv_send_wr pad_wr; /* the padding WRITE before a wrap */
-	struct ibv_sge pad_sge;
-	tb_frame_hdr_t pad_hdr;
 	struct ibv_qp *qp;
-	struct ibv_cq *cq;
 	uint64_t raddr;
 	uint64_t rmask;            /* its ring's size - 1 */
-	uint32_t rkey;
-	uint32_t recv_depth;
 	uint64_t wpos;             /* where its next frame goes (free-running) */
-	uint64_t wframes;          /* WRITE_WITH_IMMs sent */
-	const _Atomic uint64_t *credit; /* its slot, written by it over RDMA */
+	uint64_t limit_pos;        /* wpos + a frame's space may reach this:
+				    * min(credit, the end of its ring) */
 	uint64_t posted;           /* work requests posted */
+	uint64_t next_check;       /* posted reaching this: the slow path
+				    * (a signal due, the SQ or the receive
+				    * credit exhausted) */
+	uint64_t pin_limit;        /* our ring's tail past this: the slow path
+				    * (0: always, e.g. nothing in flight) */
+	/* Warm: the slow path. */
 	uint64_t completed;        /* known complete (last signalled wr_id) */
+	uint64_t extra;            /* posted requests that carry no frame
+				    * (padding, fences): frames = posted - extra */
+	uint64_t next_signal;      /* `posted` at which to signal again */
 	uint64_t last_signal;      /* `posted` at the last signalled request */
+	uint64_t room_pos;         /* wpos may grow to this, and frames ... */
+	uint64_t room_frames;      /* ... to this, by the last credit read */
 	uint64_t pin;              /* our ring position its oldest may read */
-	struct {
-		uint64_t wr_id;    /* a signalled request ... */
-		uint64_t pos_end;  /* ... and where its frame ends in our ring */
-	} sig[32];
-	uint32_t sig_head, sig_tail;
-	uint32_t max_inline;
-	uint64_t laps;             /* frames it was skipped for */
 	int skipping;
 	_Atomic int dead;          /* its queue pair failed; control removes it
 				    * (R1 in the hot path, A1 in ctl_main) */
+	struct ibv_send_wr pad_wr; /* the padding WRITE before a wrap */
+	struct ibv_sge pad_sge;
+	tb_frame_hdr_t pad_hdr;
+	struct ibv_cq *cq;
+	const _Atomic uint64_t *credit; /* its slot, written by it over RDMA */
+	uint32_t rkey;
+	uint32_t recv_depth;
+	uint64_t laps;             /* frames it was skipped for */
+	_Atomic uint64_t skip_first; /* K1: the skipped range; 0 = none */
+	_Atomic uint64_t skip_last;
 	const char *why_dead;      /* set before dead, read after it */
 	/* Cold: control thread. */
+	struct ibv_pd *pd;         /* its own: its rkeys reach nothing else */
 	struct ibv_mr *credit_mr;
+	struct ibv_mr *ring_mr;    /* our ring, registered in its PD */
 	int slot;
+	enum ibv_mtu mtu;          /* the path MTU both ends use */
 	char client[TB_CONTROL_CLIENT_ID_LEN];
+	/* Where the frame a signalled request (wr_id mod the SQ depth) read
+	 * ends in our ring: completions come in wr_id order, so when one
+	 * completes everything before it has, and nothing still in flight
+	 * reads below that.  One entry per SQ slot, so it cannot overflow
+	 * however many signalled requests a completion stall piles up. */
+	uint64_t pos_end[TB_RC_SQ_DEPTH];
 } rc_sub_t;
 
 typedef struct rc_table {
@@ -97,33 +176,66 @@ typedef struct rc_table {
 	rc_sub_t *sub[TB_RC_MAX_SUBS];
 } rc_table_t;
 
-enum { CLIENT_HELLO, CLIENT_SUBSCRIBE, CLIENT_LIVE };
+enum {
+	CLIENT_PENDING,     /* no valid HELLO yet: unauthenticated */
+	CLIENT_SUBSCRIBE,   /* authenticated; SUBSCRIBE next */
+	CLIENT_READY,       /* ACCEPT sent; READY next */
+	CLIENT_LIVE,        /* in the table */
+};
 
 typedef struct rc_client {
 	int fd;
 	int state;
 	tb_rc_ctl_in_t in;
 	uint64_t last_rx_ns;
-	uint64_t opened_ns;
+	uint64_t opened_ms;
+	uint64_t deadline_ms;      /* before LIVE: the next step by then */
+	int addr;                  /* index in rc_tx_t.addrs */
 	rc_sub_t *sub;
 	char id[TB_CONTROL_CLIENT_ID_LEN];
 } rc_client_t;
 
-#define MAX_CLIENTS (TB_RC_MAX_SUBS + 16)
+/* What the publisher remembers of an address that connected. */
+typedef struct rc_addr {
+	char ip[48];
+	int pending;               /* its unauthenticated connections */
+	uint32_t bad_tokens;       /* wrong tokens in a row */
+	uint64_t penalty_until_ms; /* its connections are closed until then */
+	uint64_t last_ms;
+} rc_addr_t;
+
+/* A log line at most every TB_RC_LOG_EVERY_MS, with the count of those
+ * held back. */
+typedef struct rc_log {
+	uint64_t next_ms;
+	uint64_t held;
+} rc_log_t;
+
+#define MAX_CLIENTS (TB_RC_MAX_SUBS + TB_RC_PENDING_MAX)
 
 typedef struct rc_tx {
 	tb_tx_t base;
 	/* Hot. */
-	rc_table_t *table;         /* RCU-protected */
-	uint32_t lkey;
+	rc_table_t *_Atomic table; /* read under `reading` */
+	_Atomic uint64_t reading;  /* R4: odd while a send reads the table */
+	uint64_t reads;            /* the publishing thread's own count */
+	int fenced;                /* no membarrier: the fenced ops, and no
+				    * membarrier() in readers_wait */
+	_Atomic uint32_t inline_max; /* frames up to this go inline: the least
+				    * any subscriber's QP was granted (only
+				    * lowered, before the table change that
+				    * adds it, so a send that sees that
+				    * subscriber sees this) */
+	uint64_t half;             /* our ring's size / 2 */
 	int backpressure;
-	uint64_t size;
 	/* Cold. */
 	tb_verbs_dev_t dev;
 	tb_mem_t ring_mem;
 	tb_mem_t slot_mem;
-	struct ibv_mr *ring_mr;
 	uint64_t slot_used;        /* bitmap of credit slots */
+	uint64_t per_sub_pinned;   /* what each subscriber pins (memlock.h) */
+	uint64_t pinned;           /* what our subscribers pin now: at least
+				    * what the kernel's VmPin counts of us */
 	tb_stream_cfg_t cfg;
 	uint64_t epoch;
 	uint32_t psn;
@@ -135,72 +247,131 @@ typedef struct rc_tx {
 	_Atomic uint64_t last_seq; /* V1: rc_tx_beat -> the control thread */
 	rc_client_t clients[MAX_CLIENTS];
 	int n_clients;
-	uint64_t rejected;
+	int n_pending;
+	rc_addr_t addrs[TB_RC_ADDRS];
+	/* Counted refusals, and their log lines. */
+	uint64_t rejected, bad_tokens, refused, timed_out;
+	rc_log_t log_reject, log_refuse, log_timeout;
 } rc_tx_t;
 
-/* The publishing thread registers with RCU once, and unregisters when it
- * exits (a QSBR registry must not hold a dead thread). */
-static pthread_key_t rcu_key;
-static pthread_once_t rcu_key_once = PTHREAD_ONCE_INIT;
-static __thread int rcu_registered __attribute__((tls_model("initial-exec")));
+/* ------------------------------------------------- the table's one reader */
 
-static void rcu_thread_gone(void *arg)
+static int membarrier_ok;   /* 1: registered for private expedited */
+static pthread_once_t membarrier_once = PTHREAD_ONCE_INIT;
+
+static void membarrier_init(void)
 {
-	(void)arg;
-	rcu_unregister_thread();
+	membarrier_ok = syscall(__NR_membarrier,
+				MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 }
 
-static void rcu_key_init(void)
+/* Registers for private expedited membarrier, once per process: 1 when it
+ * is there to use. */
+static int membarrier_register(void)
 {
-	pthread_key_create(&rcu_key, rcu_thread_gone);
+	pthread_once(&membarrier_once, membarrier_init);
+	return membarrier_ok;
 }
 
-static void rcu_register_once(void)
+/* `fenced` is a constant at each call site: rc_tx_send and rc_tx_room
+ * come in a membarrier and a fenced build, and open picks the ops. */
+static inline rc_table_t *reader_enter(rc_tx_t *t, int fenced)
 {
-	pthread_once(&rcu_key_once, rcu_key_init);
-	rcu_register_thread();
-	rcu_thread_offline();
-	pthread_setspecific(rcu_key, (void *)1);
-	rcu_registered = 1;
+	/* R4: odd first; the load of the table may not rise above it (the
+	 * writer's membarrier is the other half of the fence). */
+	tb_atomic_store_relaxed(&t->reading, ++t->reads);
+	if (fenced)
+		tb_atomic_fence_full();
+	else
+		tb_atomic_fence_compiler();
+	return tb_atomic_load_acquire(&t->table);
 }
 
-static inline rc_table_t *reader_enter(rc_tx_t *t)
+static inline void reader_leave(rc_tx_t *t)
 {
-	if (tb_unlikely(!rcu_registered))
-		rcu_register_once();
-	rcu_thread_online();
-	return rcu_dereference(t->table);
+	/* R4 pairs with A4 in table_change: done with the table. */
+	tb_atomic_store_release(&t->reading, ++t->reads);
 }
 
-static inline void reader_leave(void)
+/* After the table pointer changed: returns once no send can still be
+ * reading the old one.  Control thread. */
+static void readers_wait(rc_tx_t *t)
 {
-	rcu_thread_offline();
+	uint64_t r;
+
+	if (!t->fenced)
+		syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+	r = tb_atomic_load_acquire(&t->reading); /* A4 pairs with R4 */
+	while ((r & 1) && tb_atomic_load_acquire(&t->reading) == r) /* A4 */
+		usleep(10);
+}
+
+/* ---------------------------------------------------------- the hot path */
+
+static inline uint64_t min64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* Folds `s`'s state into the three limits the hot path compares with.
+ * Warm: after every slow-path step. */
+static void sub_limits(rc_tx_t *t, rc_sub_t *s)
+{
+	uint64_t sq_limit = s->completed + TB_RC_SQ_DEPTH - 2;
+
+	/* Slow when the next request would pass the SQ's room, be the one
+	 * to signal, or find no receive. */
+	s->next_check = min64(min64(sq_limit + 1, s->next_signal - 1),
+			      s->room_frames + s->extra);
+	s->limit_pos = min64(s->room_pos, (s->wpos | s->rmask) + 1);
+	/* With nothing in flight, pin is where the last completed request's
+	 * frame ended: every later frame lies at or past it, so it bounds
+	 * the next one too (the slow path takes a stale one for what it is
+	 * and sets pin afresh). */
+	s->pin_limit = s->skipping || tb_atomic_load_relaxed(&s->dead) /* our R1 */
+			       ? 0 : s->pin + t->half;
+}
+
+/* `s` failed: why, then R1; its limits send every frame to the slow
+ * path, which sees it dead. */
+static void sub_dead(rc_sub_t *s, const char *why)
+{
+	s->why_dead = why;
+	/* R1 pairs with A1 in ctl_main: why_dead is set */
+	tb_atomic_store_release(&s->dead, 1);
+	s->next_check = 0;
+	s->pin_limit = 0;
 }
 
 /* Reaps a subscriber's send completions; marks it dead on an error. */
-static int sub_reap(rc_sub_t *s)
+static int sub_reap(rc_tx_t *t, rc_sub_t *s)
 {
 	struct ibv_wc wc[16];
 	int n = ibv_poll_cq(s->cq, 16, wc);
 
 	for (int i = 0; i < n; i++) {
 		if (tb_unlikely(wc[i].status != IBV_WC_SUCCESS)) {
-			s->why_dead = ibv_wc_status_str(wc[i].status);
-			/* R1 pairs with A1 in ctl_main: why_dead is set */
-			tb_atomic_store_release(&s->dead, 1);
+			sub_dead(s, ibv_wc_status_str(wc[i].status));
 			return -1;
 		}
 		s->completed = wc[i].wr_id;
-		while (s->sig_tail != s->sig_head &&
-		       s->sig[s->sig_tail & 31].wr_id <= s->completed)
-			s->pin = s->sig[s->sig_tail++ & 31].pos_end;
+		s->pin = s->pos_end[wc[i].wr_id & (TB_RC_SQ_DEPTH - 1)];
 	}
 	if (tb_unlikely(n < 0)) {
-		s->why_dead = "polling its completion queue failed";
-		tb_atomic_store_release(&s->dead, 1); /* R1 pairs with A1 in ctl_main */
+		sub_dead(s, "polling its completion queue failed");
 		return -1;
 	}
+	sub_limits(t, s);
 	return 0;
+}
+
+/* Records a signalled request: its wr_id is `posted` after it, and the
+ * frames before it end at `pos_end` in our ring. */
+static void sub_signalled(rc_sub_t *s, uint64_t wr_id, uint64_t pos_end)
+{
+	s->pos_end[wr_id & (TB_RC_SQ_DEPTH - 1)] = pos_end;
+	s->last_signal = wr_id;
+	s->next_signal = wr_id + TB_RC_SIGNAL_EVERY;
 }
 
 /*
@@ -217,70 +388,105 @@ static void sub_fence(rc_sub_t *s, uint64_t pos)
 				.wr.rdma = {.remote_addr = s->raddr, .rkey = s->rkey}};
 	struct ibv_send_wr *bad;
 
-	if (s->posted - s->completed + 1 > TB_RC_SQ_DEPTH ||
-	    s->sig_head - s->sig_tail >= 32)
-		return; /* signalled requests are outstanding: they will do */
+	if (s->posted + 1 > s->completed + TB_RC_SQ_DEPTH)
+		return; /* the queue is full of requests that will report */
 	if (ibv_post_send(s->qp, &w, &bad) != 0) {
-		s->why_dead = "ibv_post_send failed";
-		tb_atomic_store_release(&s->dead, 1); /* R1 pairs with A1 in ctl_main */
+		sub_dead(s, "ibv_post_send failed");
 		return;
 	}
 	s->posted++;
-	s->last_signal = s->posted;
-	s->sig[s->sig_head & 31].wr_id = s->posted;
-	s->sig[s->sig_head++ & 31].pos_end = pos;
+	s->extra++;
+	sub_signalled(s, s->posted, pos);
 }
 
-/* Frames and bytes `s` has not yet given back credit for. */
-static inline int sub_has_room(const rc_sub_t *s, uint64_t need)
+/* Reads the credit `s` wrote into its slot: how far wpos and the frames
+ * may go.  Warm: when the room the last credit gave runs out. */
+static void sub_room_refresh(rc_tx_t *t, rc_sub_t *s)
 {
 	/* Relaxed: the subscriber's RDMA WRITE stores it, not a thread of
 	 * ours; a stale value only under-states its room. */
 	uint64_t c = tb_atomic_load_relaxed(s->credit);
+	uint64_t frames = s->posted - s->extra;
 	uint64_t used = (s->wpos - c) & TB_RC_CREDIT_POS_MASK;
-	uint32_t frames = (uint32_t)(s->wframes - (c >> TB_RC_CREDIT_POS_BITS)) &
+	uint64_t unread = (frames - (c >> TB_RC_CREDIT_POS_BITS)) &
 			  TB_RC_CREDIT_RECV_MASK;
 
-	return used + need <= s->rmask + 1 && frames < s->recv_depth;
+	s->room_pos = s->wpos - used + s->rmask + 1;
+	s->room_frames = frames - unread + s->recv_depth;
+	sub_limits(t, s);
+}
+
+/* Room for `need` bytes and one more frame in `s`'s ring. */
+static int sub_has_room(rc_tx_t *t, rc_sub_t *s, uint64_t need)
+{
+	if (s->wpos + need <= s->room_pos && s->posted - s->extra < s->room_frames)
+		return 1;
+	sub_room_refresh(t, s);
+	return s->wpos + need <= s->room_pos && s->posted - s->extra < s->room_frames;
+}
+
+/* `s` gets no frame at `seq`: the first of a skip starts the range a
+ * heartbeat tells it (K1), and, with unsignalled writes outstanding, a
+ * fence.  Cold. */
+static void sub_skip(rc_tx_t *t, rc_sub_t *s, uint64_t pos, uint64_t seq)
+{
+	if (!s->skipping) {
+		if (s->posted != s->last_signal)
+			sub_fence(s, pos);
+		s->skipping = 1;
+		/* K1 pairs with K2 in skipped_range: last first, then the
+		 * new first, so a reader that sees this first sees a last of
+		 * this range. */
+		tb_atomic_store_release(&s->skip_last, seq);
+		tb_atomic_store_release(&s->skip_first, seq);
+	} else {
+		tb_atomic_store_release(&s->skip_last, seq); /* K1 */
+	}
+	s->laps++;
+	sub_limits(t, s);
 }
 
 /*
- * Writes the frame at our ring position `pos` into `s`'s ring: a padding
- * WRITE first when it would straddle the end, then the WRITE_WITH_IMM.
- * Returns 0, or 1 when `s` had no room (it is skipped and will see a gap).
- * Hot path.
+ * Everything sub_write leaves out: completions to take, a subscriber to
+ * fail because what it still reads is about to be overwritten, a padding
+ * WRITE at the end of its ring, credit to read again, a signalled
+ * request, the end of a skip, and a skip.  Warm: once in
+ * TB_RC_SIGNAL_EVERY frames, at a wrap, when credit runs out.
  */
-static inline int sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
-			    uint64_t pos, uint64_t pub_tail)
+static void sub_write_slow(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
+			   uint32_t space, uint32_t seq_bits, unsigned inl,
+			   uint64_t pos, uint64_t pub_tail)
 {
-	uint32_t space = tb_frame_space(f->length);
-	uint64_t off = s->wpos & s->rmask;
-	uint64_t pad = off + space > s->rmask + 1 ? s->rmask + 1 - off : 0;
+	uint64_t sq_limit = s->completed + TB_RC_SQ_DEPTH - 2;
+	int in_flight = s->posted != s->completed;
 	struct ibv_send_wr *w = &s->wr, *bad;
-	unsigned nwr = 1;
+	uint64_t off, pad, nwr = 1;
 
-	if (tb_unlikely(s->posted - s->completed + 2 > TB_RC_SQ_DEPTH ||
-			(s->posted != s->completed && pub_tail - s->pin > t->size / 2))) {
-		sub_reap(s);
-		if (s->posted - s->completed + 2 > TB_RC_SQ_DEPTH)
-			goto skip;
-		if (s->posted != s->completed && pub_tail - s->pin > t->size / 2) {
-			/* It holds requests that read frames we are about
-			 * to overwrite: fail it rather than send it garbage. */
-			struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
-
-			ibv_modify_qp(s->qp, &a, IBV_QP_STATE);
-			s->why_dead = "its writes did not complete before the "
-				      "frames they read were overwritten";
-			/* R1 pairs with A1 in ctl_main */
-			tb_atomic_store_release(&s->dead, 1);
-			return 1;
-		}
+	if (tb_atomic_load_relaxed(&s->dead)) /* R1 is this thread's own */
+		return;
+	if (s->posted > sq_limit || (in_flight && pub_tail - s->pin > t->half)) {
+		if (sub_reap(t, s) < 0)
+			return;
+		sq_limit = s->completed + TB_RC_SQ_DEPTH - 2;
+		in_flight = s->posted != s->completed;
 	}
-	if (tb_unlikely(!sub_has_room(s, pad + space)))
+	if (s->posted > sq_limit)
 		goto skip;
-	(void)t;
-	if (tb_unlikely(pad)) {
+	if (in_flight && pub_tail - s->pin > t->half) {
+		/* It holds requests that read frames we are about to
+		 * overwrite: fail it rather than send it garbage. */
+		struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+
+		ibv_modify_qp(s->qp, &a, IBV_QP_STATE);
+		sub_dead(s, "its writes did not complete before the frames they "
+			 "read were overwritten");
+		return;
+	}
+	off = s->wpos & s->rmask;
+	pad = off + space > s->rmask + 1 ? s->rmask + 1 - off : 0;
+	if (!sub_has_room(t, s, pad + space))
+		goto skip;
+	if (pad) {
 		/* Inline: copied at post time, so one header serves all. */
 		tb_frame_init_pad(&s->pad_hdr, (uint32_t)pad, f->stream_id, f->seq);
 		s->pad_wr.wr.rdma.remote_addr = s->raddr + off;
@@ -290,83 +496,145 @@ static inline int sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
 	}
 	s->sge.addr = (uintptr_t)f;
 	s->sge.length = f->length;
-	s->wr.imm_data = htobe32(tb_rc_imm(off, f->seq));
+	s->wr.imm_data = htobe32((uint32_t)(off / TB_FRAME_ALIGN) | seq_bits);
 	s->wr.wr.rdma.remote_addr = s->raddr + off;
-	s->wr.send_flags = f->length <= s->max_inline ? IBV_SEND_INLINE : 0;
-	if (s->posted + nwr - s->last_signal >= TB_RC_SIGNAL_EVERY) {
-		s->wr.send_flags |= IBV_SEND_SIGNALED;
+	s->wr.send_flags = inl;
+	if (s->posted + nwr >= s->next_signal) {
+		s->wr.send_flags = inl | IBV_SEND_SIGNALED;
 		s->wr.wr_id = s->posted + nwr;
-		s->last_signal = s->posted + nwr;
-		s->sig[s->sig_head & 31].wr_id = s->wr.wr_id;
-		s->sig[s->sig_head++ & 31].pos_end = pos + space;
+		sub_signalled(s, s->posted + nwr, pos + space);
 	}
-	if (s->posted == s->completed)
+	if (!in_flight)
 		s->pin = pos;
-	if (tb_unlikely(ibv_post_send(s->qp, w, &bad) != 0)) {
-		s->why_dead = "ibv_post_send failed";
-		tb_atomic_store_release(&s->dead, 1); /* R1 pairs with A1 in ctl_main */
-		return 1;
+	if (ibv_post_send(s->qp, w, &bad) != 0) {
+		sub_dead(s, "ibv_post_send failed");
+		return;
+	}
+	s->posted += nwr;
+	s->extra += nwr - 1;
+	s->wpos += pad + space;
+	if (s->skipping) {
+		/* Written to again: the range ends (K1; the release of the
+		 * next range's skip_last orders this before it). */
+		s->skipping = 0;
+		tb_atomic_store_relaxed(&s->skip_first, 0);
 	}
 	/* Reap with every signalled request: completions come back at the
 	 * pace they are asked for, and an error shows within 64 frames. */
 	if (s->wr.send_flags & IBV_SEND_SIGNALED)
-		sub_reap(s);
-	s->posted += nwr;
-	s->wpos += pad + space;
-	s->wframes++;
-	s->skipping = 0;
-	return 0;
+		sub_reap(t, s);
+	else
+		sub_limits(t, s);
+	return;
 skip:
-	if (!s->skipping && s->posted != s->last_signal)
-		sub_fence(s, pos);
-	s->laps++;
-	s->skipping = 1;
-	return 1;
+	sub_skip(t, s, pos, f->seq);
+}
+
+/*
+ * Writes frame `f` (`len` bytes, taking `space` in a ring, `seq_bits` its
+ * sequence's part of the immediate, `inl` its inline flag; at our ring
+ * position `pos`, our ring's tail `tail` after this send) into `s`'s ring
+ * with one WRITE_WITH_IMM, or leaves it to sub_write_slow.  What is the
+ * same for every subscriber comes in by value, worked out once per frame.
+ * Hot path: no allocation, lock or system call beyond the provider's post.
+ */
+static inline void sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
+			     uint32_t len, uint32_t space, uint32_t seq_bits,
+			     unsigned inl, uint64_t pos, uint64_t tail)
+{
+	uint64_t off = s->wpos & s->rmask;
+	struct ibv_send_wr *bad;
+
+	if (tb_unlikely(s->posted >= s->next_check || tail > s->pin_limit ||
+			s->wpos + space > s->limit_pos)) {
+		sub_write_slow(t, s, f, space, seq_bits, inl, pos, tail);
+		return;
+	}
+	s->sge.addr = (uintptr_t)f;
+	s->sge.length = len;
+	s->wr.imm_data = htobe32((uint32_t)(off / TB_FRAME_ALIGN) | seq_bits);
+	s->wr.wr.rdma.remote_addr = s->raddr + off;
+	s->wr.send_flags = inl;
+	if (tb_unlikely(ibv_post_send(s->qp, &s->wr, &bad) != 0)) {
+		sub_dead(s, "ibv_post_send failed");
+		return;
+	}
+	s->posted++;
+	s->wpos += space;
+}
+
+static inline int tx_send(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
+{
+	rc_tx_t *t = (rc_tx_t *)tx;
+	const rc_table_t *tab = reader_enter(t, fenced);
+	rc_sub_t *const *first = tab->sub, *const *end = tab->sub + tab->n;
+	/* Relaxed: ordered before the table change this send's load of the
+	 * table saw (see rc_tx_t). */
+	uint32_t inline_max = tb_atomic_load_relaxed(&t->inline_max);
+	uint64_t pos = from;
+
+	/* Hot path: one post per subscriber per frame; what is the same for
+	 * every subscriber is worked out once per frame.  A dead
+	 * subscriber's limits send it to the slow path, which leaves it
+	 * alone.  [from, to) holds at least one frame. */
+	do {
+		const tb_frame_hdr_t *f = tb_ring_at(&t->base.ring, pos);
+		uint32_t len = f->length, space = tb_frame_space(len);
+
+		if (tb_likely(f->type == TB_FRAME_DATA)) {
+			uint32_t seq_bits = (uint32_t)(f->seq & TB_RC_IMM_SEQ_MASK)
+					    << TB_RC_IMM_OFF_BITS;
+			unsigned inl = len <= inline_max ? IBV_SEND_INLINE : 0;
+
+			for (rc_sub_t *const *sp = first; sp != end; sp++)
+				sub_write(t, *sp, f, len, space, seq_bits, inl,
+					  pos, to);
+		}
+		pos += space;
+	} while (pos != to);
+	reader_leave(t);
+	return 0;
 }
 
 static int rc_tx_send(tb_tx_t *tx, uint64_t from, uint64_t to)
 {
-	rc_tx_t *t = (rc_tx_t *)tx;
-	rc_table_t *tab = reader_enter(t);
+	return tx_send(tx, from, to, 0);
+}
 
-	/* Hot path: one post per subscriber per frame. */
-	for (uint64_t pos = from; pos != to;) {
-		const tb_frame_hdr_t *f = tb_ring_at(&t->base.ring, pos);
-
-		if (f->type == TB_FRAME_DATA) {
-			for (int i = 0; i < tab->n; i++) {
-				rc_sub_t *s = tab->sub[i];
-
-				/* Relaxed: R1 is this thread's own store. */
-				if (tb_likely(!tb_atomic_load_relaxed(&s->dead)))
-					sub_write(t, s, f, pos, to);
-			}
-		}
-		pos += tb_frame_space(f->length);
-	}
-	reader_leave();
-	return 0;
+/* Where membarrier is missing: the same with a full fence on entry. */
+static int rc_tx_send_fenced(tb_tx_t *tx, uint64_t from, uint64_t to)
+{
+	return tx_send(tx, from, to, 1);
 }
 
 /* Back-pressure: every live subscriber must have room for the frame (with
  * a padding frame's worth to spare, since its ring wraps on its own). */
-static int rc_tx_room(tb_tx_t *tx, uint64_t new_tail)
+static inline int tx_room(tb_tx_t *tx, uint64_t new_tail, int fenced)
 {
 	rc_tx_t *t = (rc_tx_t *)tx;
 	uint64_t span = new_tail - t->base.ring.tail;
-	rc_table_t *tab = reader_enter(t);
+	rc_table_t *tab = reader_enter(t, fenced);
 	int rc = 0;
 
 	for (int i = 0; i < tab->n && rc == 0; i++) {
 		rc_sub_t *s = tab->sub[i];
 
 		/* Relaxed: R1 is this thread's own store. */
-		if (!tb_atomic_load_relaxed(&s->dead) &&
-		    !sub_has_room(s, 2 * span))
+		if (!tb_atomic_load_relaxed(&s->dead) && !sub_has_room(t, s, 2 * span))
 			rc = TB_BACK_PRESSURED;
 	}
-	reader_leave();
+	reader_leave(t);
 	return rc;
+}
+
+static int rc_tx_room(tb_tx_t *tx, uint64_t new_tail)
+{
+	return tx_room(tx, new_tail, 0);
+}
+
+static int rc_tx_room_fenced(tb_tx_t *tx, uint64_t new_tail)
+{
+	return tx_room(tx, new_tail, 1);
 }
 
 static void rc_tx_beat(tb_tx_t *tx, uint64_t now_ns, uint64_t last_seq)
@@ -380,6 +648,33 @@ static void rc_tx_beat(tb_tx_t *tx, uint64_t now_ns, uint64_t last_seq)
 
 /* ------------------------------------------- publisher: the control thread */
 
+/* A log line of `l`'s kind, unless one went out within the last second;
+ * then it is counted and the next one says how many were held back. */
+static void log_limited(rc_tx_t *t, rc_log_t *l, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void log_limited(rc_tx_t *t, rc_log_t *l, const char *fmt, ...)
+{
+	uint64_t now = tb_clock_mono_ms();
+	char line[320];
+	va_list ap;
+
+	if (now < l->next_ms) {
+		l->held++;
+		return;
+	}
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (l->held)
+		tb_warn("stream '%s': %s; %llu more like it not logged since the "
+			"last line", t->cfg.name, line, (unsigned long long)l->held);
+	else
+		tb_warn("stream '%s': %s", t->cfg.name, line);
+	l->held = 0;
+	l->next_ms = now + TB_RC_LOG_EVERY_MS;
+}
+
 static void sub_free(rc_tx_t *t, rc_sub_t *s)
 {
 	if (s->qp)
@@ -388,15 +683,23 @@ static void sub_free(rc_tx_t *t, rc_sub_t *s)
 		ibv_destroy_cq(s->cq);
 	if (s->credit_mr)
 		ibv_dereg_mr(s->credit_mr);
-	if (s->slot >= 0)
+	if (s->ring_mr)
+		ibv_dereg_mr(s->ring_mr);
+	if (s->pd)
+		ibv_dealloc_pd(s->pd);
+	if (s->slot >= 0) {
 		t->slot_used &= ~(1ull << s->slot);
+		t->pinned -= t->per_sub_pinned;
+	}
 	free(s);
 }
 
-/* Publishes a copy of the table with `add` added or `del` removed. */
+/* Publishes a copy of the table with `add` added or `del` removed; when it
+ * returns, no send reads the old one (nor `del`). */
 static int table_change(rc_tx_t *t, rc_sub_t *add, rc_sub_t *del)
 {
-	rc_table_t *old = t->table, *nt = calloc(1, sizeof(*nt));
+	rc_table_t *old = tb_atomic_load_relaxed(&t->table); /* our own */
+	rc_table_t *nt = calloc(1, sizeof(*nt));
 
 	if (!nt)
 		return tb_error_set(TB_ENOMEM, "out of memory");
@@ -405,8 +708,10 @@ static int table_change(rc_tx_t *t, rc_sub_t *add, rc_sub_t *del)
 			nt->sub[nt->n++] = old->sub[i];
 	if (add)
 		nt->sub[nt->n++] = add;
-	rcu_assign_pointer(t->table, nt);
-	synchronize_rcu();     /* the publishing thread is done with `old` */
+	/* Sequentially consistent: ordered before readers_wait's
+	 * membarrier and its read of `reading`. */
+	tb_atomic_store_seq_cst(&t->table, nt);
+	readers_wait(t);
 	free(old);
 	return 0;
 }
@@ -421,8 +726,11 @@ static void reject(rc_tx_t *t, rc_client_t *c, uint32_t reason,
 	snprintf(r.text, sizeof(r.text), "%s", text);
 	SEND(c->fd, reject, &r);
 	t->rejected++;
-	tb_warn("stream '%s': rejected subscriber '%s': %s", t->cfg.name,
-		c->id[0] ? c->id : "?", text);
+	log_limited(t, &t->log_reject, "rejected subscriber '%s' from %s: %s "
+		    "(%llu rejected in all, %llu of them for a wrong token)",
+		    c->id[0] ? c->id : "?", t->addrs[c->addr].ip, text,
+		    (unsigned long long)t->rejected,
+		    (unsigned long long)t->bad_tokens);
 }
 
 /* Drops client `i`: BYE `bye_reason` first (0 = none: it is gone), and
@@ -436,34 +744,58 @@ static void client_drop(rc_tx_t *t, int i, uint32_t bye_reason, const char *why)
 
 		SEND(c->fd, bye, &b);
 	}
-	if (c->sub) {
+	if (c->sub && c->state == CLIENT_LIVE) {
 		tb_info("stream '%s': subscriber '%s' left: %s; it was lapped "
 			"for %llu frames", t->cfg.name, c->id, why,
 			(unsigned long long)c->sub->laps);
 		table_change(t, NULL, c->sub);
+	}
+	if (c->sub)
 		sub_free(t, c->sub);
+	if (c->state == CLIENT_PENDING) {
+		t->n_pending--;
+		t->addrs[c->addr].pending--;
 	}
 	close(c->fd);
 	t->clients[i] = t->clients[--t->n_clients];
 }
 
-/* SUBSCRIBE: a queue pair and a credit slot for the subscriber, then
- * ACCEPT.  Returns 0, or < 0 after rejecting it. */
+/* The memory one subscriber pins: our ring and its credit slot registered
+ * in its PD, its CQ and QP (memlock.h). */
+static uint64_t sub_pinned(const rc_tx_t *t)
+{
+	return tb_memlock_mr_bytes(t->ring_mem.addr, t->cfg.ring_size) +
+	       tb_memlock_mr_bytes(t->slot_mem.addr, TB_RC_SLOT_SIZE) +
+	       tb_memlock_cq_bytes(SUB_CQE) +
+	       tb_memlock_qp_bytes(TB_MEMLOCK_WQE_RC_WRITE, TB_RC_SQ_DEPTH,
+				   TB_RC_INLINE, 1, 1);
+}
+
+/* SUBSCRIBE: a PD, a queue pair in RTS and a credit slot for the
+ * subscriber, then ACCEPT.  Returns 0, or < 0 after rejecting it. */
 static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 			    const tb_control_subscribe_t *m)
 {
+	enum ibv_mtu mtu = tb_verbs_mtu_min(t->dev.mtu, (enum ibv_mtu)m->mtu);
+	tb_verbs_path_t path = tb_verbs_path_of(&t->cfg, mtu);
 	tb_control_accept_t a = {.stream_id = t->cfg.id, .epoch = t->epoch,
-			     .psn = t->psn};
+				 .psn = t->psn, .lid = t->dev.lid,
+				 .mtu = (uint8_t)mtu, .sl = path.sl,
+				 .traffic_class = path.traffic_class};
 	tb_verbs_qp_cfg_t qc = {
 		.type = IBV_QPT_RC, .send_wr = TB_RC_SQ_DEPTH, .recv_wr = 1,
 		.send_sge = 1, .inline_want = TB_RC_INLINE,
-		.inline_min = TB_RC_INLINE, .access = IBV_ACCESS_REMOTE_WRITE,
+		/* the padding header goes inline: it is not registered */
+		.inline_min = TB_FRAME_HDR_LEN, .access = IBV_ACCESS_REMOTE_WRITE,
+		.send_ops = IBV_QP_EX_WITH_RDMA_WRITE |
+			    IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM,
 	};
-	tb_verbs_peer_t peer = {0};
-	uint32_t inline_got = 0;
+	tb_verbs_peer_t peer = {.qpn = m->qpn, .psn = m->psn, .lid = m->lid};
 	_Atomic uint64_t *slot;
-	rc_sub_t *s;
-	char why[160];
+	rc_sub_t *s = NULL;
+	tb_memlock_state_t ml;
+	uint32_t inline_got = 0;
+	char why[TB_CONTROL_TEXT_LEN], what[96];
 
 	if (m->stream_id != t->cfg.id) {
 		reject(t, c, TB_CONTROL_REJ_UNKNOWN_STREAM, "SUBSCRIBE names another stream");
@@ -480,8 +812,28 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 		reject(t, c, TB_CONTROL_REJ_MALFORMED, why);
 		return -1;
 	}
-	if (t->table->n >= TB_RC_MAX_SUBS || t->slot_used == ~0ull) {
+	if (!t->dev.global != !!m->lid) {
+		snprintf(why, sizeof(why), "the publisher is on %s and the "
+			 "subscriber on %s: both must be on the same link layer",
+			 t->dev.global ? "RoCE" : "InfiniBand",
+			 m->lid ? "InfiniBand" : "RoCE");
+		reject(t, c, TB_CONTROL_REJ_MALFORMED, why);
+		return -1;
+	}
+	if (tb_atomic_load_relaxed(&t->table)->n >= TB_RC_MAX_SUBS ||
+	    t->slot_used == ~0ull) {
 		reject(t, c, TB_CONTROL_REJ_FULL, "no room for another subscriber");
+		return -1;
+	}
+	snprintf(what, sizeof(what), "stream '%s': the rc publisher's next "
+		 "subscriber", t->cfg.name);
+	if (tb_memlock_read(&ml) < 0 ||
+	    (ml.pinned = ml.pinned > t->pinned ? ml.pinned : t->pinned,
+	     tb_memlock_fits(&ml, t->per_sub_pinned, what) < 0)) {
+		snprintf(why, sizeof(why), "the publisher is out of locked "
+			 "memory (RLIMIT_MEMLOCK); its log says what to raise");
+		tb_warn("%s", tb_errmsg());
+		reject(t, c, TB_CONTROL_REJ_INTERNAL, why);
 		return -1;
 	}
 	s = calloc(1, sizeof(*s));
@@ -489,28 +841,50 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 		goto internal;
 	s->slot = __builtin_ctzll(~t->slot_used);
 	t->slot_used |= 1ull << s->slot;
+	t->pinned += t->per_sub_pinned;   /* sub_free gives it back */
 	slot = (_Atomic uint64_t *)((uint8_t *)t->slot_mem.addr +
 				    (size_t)s->slot * TB_RC_SLOT_SIZE);
 	/* Relaxed: before the slot is registered, nothing else sees it. */
 	tb_atomic_store_relaxed(slot, 0);
 	s->credit = slot;
-	s->credit_mr = ibv_reg_mr(t->dev.pd, (void *)slot, TB_RC_SLOT_SIZE,
-				  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	s->cq = ibv_create_cq(t->dev.ctx, (int)TB_RC_SQ_DEPTH + 16, NULL, NULL, 0);
-	if (!s->credit_mr || !s->cq)
+	s->pd = ibv_alloc_pd(t->dev.ctx);
+	if (!s->pd) {
+		tb_error_sys(errno, "ibv_alloc_pd");
 		goto internal;
+	}
+	s->credit_mr = ibv_reg_mr(s->pd, (void *)slot, TB_RC_SLOT_SIZE,
+				  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	s->ring_mr = ibv_reg_mr(s->pd, t->ring_mem.addr, t->cfg.ring_size, 0);
+	if (!s->credit_mr || !s->ring_mr) {
+		tb_error_sys(errno, "ibv_reg_mr");
+		goto internal;
+	}
+	s->cq = ibv_create_cq(t->dev.ctx, (int)SUB_CQE, NULL, NULL, 0);
+	if (!s->cq) {
+		tb_error_sys(errno, "ibv_create_cq");
+		goto internal;
+	}
 	qc.cq = s->cq;
+	qc.pd = s->pd;
 	s->qp = tb_verbs_qp_create(&t->dev, &qc, &inline_got);
-	peer.qpn = m->qpn;
-	peer.psn = m->psn;
+	if (s->qp && inline_got < TB_FRAME_HDR_LEN) {
+		tb_error_set(TB_ENOTSUP, "%s granted %u bytes of inline data, "
+			     "under a frame header (%u)", t->dev.name, inline_got,
+			     TB_FRAME_HDR_LEN);
+		goto internal;
+	}
+	/* A provider may grant less inline than asked: frames above what
+	 * this QP takes go by reference, to every subscriber (it is lowered
+	 * before READY adds this one). */
+	if (s->qp && inline_got < tb_atomic_load_relaxed(&t->inline_max))
+		tb_atomic_store_relaxed(&t->inline_max, inline_got);
 	memcpy(peer.gid, m->gid, sizeof(peer.gid));
 	if (!s->qp || tb_verbs_rc_connect(&t->dev, s->qp, &peer, t->psn,
-					  mtu_min(t->dev.mtu, m->mtu)) < 0)
+					  &path) < 0)
 		goto internal;
-	s->max_inline = inline_got < TB_RC_INLINE ? inline_got : TB_RC_INLINE;
 	s->raddr = m->ring_addr;
 	s->rkey = m->rkey;
-	s->sge.lkey = t->lkey;
+	s->sge.lkey = s->ring_mr->lkey;
 	s->wr = (struct ibv_send_wr){.sg_list = &s->sge, .num_sge = 1,
 				     .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
 				     .wr.rdma.rkey = m->rkey};
@@ -522,6 +896,9 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 					 .wr.rdma.rkey = m->rkey};
 	s->rmask = m->ring_len - 1;
 	s->recv_depth = m->recv_depth;
+	s->mtu = mtu;
+	s->next_signal = TB_RC_SIGNAL_EVERY;
+	sub_room_refresh(t, s);
 	memcpy(s->client, c->id, sizeof(s->client));
 	a.qpn = s->qp->qp_num;
 	memcpy(a.gid, t->dev.gid.raw, 16);
@@ -529,14 +906,9 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 	a.credit_addr = (uintptr_t)slot;
 	a.next_seq = tb_atomic_load_relaxed(&t->last_seq) + 1; /* V1 */
 	a.ring_offset = 0;
-	if (table_change(t, s, NULL) < 0)
-		goto internal;
 	c->sub = s;
 	if (SEND(c->fd, accept, &a) < 0)
 		return -1;   /* the caller drops it, and with it the sub */
-	tb_info("stream '%s': subscriber '%s' joined (qp %u, ring %llu bytes)",
-		t->cfg.name, c->id, s->qp->qp_num,
-		(unsigned long long)m->ring_len);
 	return 0;
 internal:
 	snprintf(why, sizeof(why), "publisher could not set up RDMA: %s",
@@ -547,11 +919,26 @@ internal:
 	return -1;
 }
 
-/* One message from client i; returns < 0 when the client must go. */
+/* A wrong token: the address waits before its next connection is read,
+ * twice as long each time (TB_RC_PENALTY_MS .. TB_RC_PENALTY_MAX_MS). */
+static void penalise(rc_tx_t *t, rc_addr_t *a, uint64_t now)
+{
+	uint32_t shift = a->bad_tokens < 6 ? a->bad_tokens : 6;
+	uint64_t wait = (uint64_t)TB_RC_PENALTY_MS << shift;
+
+	a->bad_tokens++;
+	t->bad_tokens++;
+	a->penalty_until_ms = now + (wait < TB_RC_PENALTY_MAX_MS ? wait
+								  : TB_RC_PENALTY_MAX_MS);
+}
+
+/* One message from client `c`; returns < 0 when the client must go. */
 static int client_message(rc_tx_t *t, rc_client_t *c, const tb_control_msg_t *m)
 {
+	uint64_t now = tb_clock_mono_ms();
+
 	switch (c->state) {
-	case CLIENT_HELLO:
+	case CLIENT_PENDING:
 		if (m->type != TB_CONTROL_HELLO)
 			break;
 		memcpy(c->id, m->hello.client_id, sizeof(c->id));
@@ -560,17 +947,37 @@ static int client_message(rc_tx_t *t, rc_client_t *c, const tb_control_msg_t *m)
 			return -1;
 		}
 		if (t->cfg.token[0] && !tb_control_token_equal(m->hello.token, t->cfg.token)) {
+			penalise(t, &t->addrs[c->addr], now);
 			reject(t, c, TB_CONTROL_REJ_BAD_TOKEN, "token does not match");
 			return -1;
 		}
+		t->addrs[c->addr].bad_tokens = 0;
+		t->addrs[c->addr].pending--;
+		t->n_pending--;
 		c->state = CLIENT_SUBSCRIBE;
+		c->deadline_ms = now + TB_RC_SETUP_MS;
 		return 0;
 	case CLIENT_SUBSCRIBE:
 		if (m->type != TB_CONTROL_SUBSCRIBE)
 			break;
 		if (client_subscribe(t, c, &m->subscribe) < 0)
 			return -1;
+		c->state = CLIENT_READY;
+		return 0;
+	case CLIENT_READY:
+		if (m->type != TB_CONTROL_READY)
+			break;
+		if (m->ready.stream_id != t->cfg.id) {
+			reject(t, c, TB_CONTROL_REJ_MALFORMED, "READY names another stream");
+			return -1;
+		}
+		if (table_change(t, c->sub, NULL) < 0)
+			return -1;
 		c->state = CLIENT_LIVE;
+		tb_info("stream '%s': subscriber '%s' joined (qp %u, ring %llu "
+			"bytes, path MTU %u)", t->cfg.name, c->id,
+			c->sub->qp->qp_num, (unsigned long long)c->sub->rmask + 1,
+			tb_verbs_mtu_bytes(c->sub->mtu));
 		return 0;
 	case CLIENT_LIVE:
 		if (m->type == TB_CONTROL_HEARTBEAT)
@@ -583,33 +990,305 @@ static int client_message(rc_tx_t *t, rc_client_t *c, const tb_control_msg_t *m)
 	return -1;
 }
 
+/* The version of the protocol a client spoke, when it is not ours: it is
+ * refused, in its own version when that is older (control.h), so that it
+ * can say which side to upgrade. */
+static void refuse_version(rc_tx_t *t, rc_client_t *c)
+{
+	int v = tb_control_version_of(c->in.buf, c->in.have);
+	tb_control_reject_t r = {.stream_id = t->cfg.id,
+				 .reason = TB_CONTROL_REJ_BAD_VERSION};
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+	int n;
+
+	snprintf(r.text, sizeof(r.text), "this publisher speaks control "
+		 "protocol version %u and this subscriber version %d: upgrade "
+		 "tickbus on the subscriber's host", TB_CONTROL_VERSION, v);
+	n = tb_control_encode_reject_in(buf, sizeof(buf), &r,
+					v >= (int)TB_CONTROL_VERSION_OLDEST &&
+					v < (int)TB_CONTROL_VERSION
+						? (unsigned)v : TB_CONTROL_VERSION);
+	if (n > 0)
+		tb_net_send_all(c->fd, buf, (size_t)n, TB_RC_CTL_SEND_MS);
+	t->rejected++;
+	log_limited(t, &t->log_reject, "rejected a subscriber from %s: it "
+		    "speaks control protocol version %d, this publisher %u",
+		    t->addrs[c->addr].ip, v, TB_CONTROL_VERSION);
+}
+
+/* Reads what client `i` sent and acts on it; drops it when it must go.
+ * Returns 1 when it was dropped. */
+static int client_read(rc_tx_t *t, int i, uint64_t now_ns)
+{
+	rc_client_t *c = &t->clients[i];
+	tb_control_msg_t m;
+	int rc;
+
+	while ((rc = tb_rc_ctl_read(c->fd, &c->in, &m, 0)) == 1) {
+		c->last_rx_ns = now_ns;
+		if ((rc = client_message(t, c, &m)) < 0)
+			break;
+	}
+	if (rc == 0)
+		return 0;
+	if (rc == TB_EFORMAT && c->state == CLIENT_PENDING)
+		refuse_version(t, c);
+	else if (rc < 0 && rc != TB_CLOSED && rc != -1 && c->state != CLIENT_LIVE)
+		reject(t, c, TB_CONTROL_REJ_MALFORMED, tb_errmsg());
+	client_drop(t, i, 0, "its control connection ended");
+	return 1;
+}
+
+/* The address record of `ip`: found, or a new one in place of the least
+ * recently seen that has no pending connection.  -1 when none is free. */
+static int addr_of(rc_tx_t *t, const char *ip, uint64_t now)
+{
+	int oldest = -1;
+
+	for (int i = 0; i < TB_RC_ADDRS; i++) {
+		rc_addr_t *a = &t->addrs[i];
+
+		if (a->ip[0] && strcmp(a->ip, ip) == 0) {
+			if (now - a->last_ms > TB_RC_PENALTY_FORGET_MS &&
+			    now >= a->penalty_until_ms)
+				a->bad_tokens = 0;
+			a->last_ms = now;
+			return i;
+		}
+		if (a->pending == 0 && (oldest < 0 || a->last_ms < t->addrs[oldest].last_ms))
+			oldest = i;
+	}
+	if (oldest >= 0) {
+		/* Live and set-up clients keep their index into the old
+		 * record: they only read .ip for log lines. */
+		t->addrs[oldest] = (rc_addr_t){.last_ms = now};
+		snprintf(t->addrs[oldest].ip, sizeof(t->addrs[oldest].ip), "%s", ip);
+	}
+	return oldest;
+}
+
+/* Closes the oldest pending connection (of address `addr`, or of any when
+ * -1), making room for a new one.  Returns 1 when one was closed. */
+static int evict_pending(rc_tx_t *t, int addr)
+{
+	int victim = -1;
+
+	for (int i = 0; i < t->n_clients; i++) {
+		rc_client_t *c = &t->clients[i];
+
+		if (c->state == CLIENT_PENDING && (addr < 0 || c->addr == addr) &&
+		    (victim < 0 || c->opened_ms < t->clients[victim].opened_ms))
+			victim = i;
+	}
+	if (victim < 0)
+		return 0;
+	t->refused++;
+	log_limited(t, &t->log_refuse, "closed a connection from %s to make "
+		    "room: no HELLO yet, and %s (%llu refused in all)",
+		    t->addrs[t->clients[victim].addr].ip,
+		    addr < 0 ? "every slot for new connections is taken"
+			     : "that address holds its share of them",
+		    (unsigned long long)t->refused);
+	client_drop(t, victim, 0, "");
+	return 1;
+}
+
 static void accept_clients(rc_tx_t *t)
 {
 	for (;;) {
-		int fd = tb_net_accept(t->listen_fd, NULL, 0);
+		char ip[48];
+		int fd = tb_net_accept(t->listen_fd, ip, sizeof(ip));
+		uint64_t now = tb_clock_mono_ms();
 		rc_client_t *c;
+		int a;
 
 		if (fd < 0)
 			return;
-		if (t->n_clients == MAX_CLIENTS) {
+		a = addr_of(t, ip, now);
+		if (a >= 0 && t->addrs[a].pending >= TB_RC_PENDING_PER_ADDR)
+			evict_pending(t, a);
+		if (a >= 0 && (t->n_pending >= TB_RC_PENDING_MAX ||
+			       t->n_clients >= MAX_CLIENTS))
+			evict_pending(t, -1);
+		if (a < 0 || now < t->addrs[a].penalty_until_ms ||
+		    t->n_clients >= MAX_CLIENTS) {
+			t->refused++;
+			log_limited(t, &t->log_refuse, "refused a connection from "
+				    "%s: %s (%llu refused in all)", ip,
+				    a < 0 ? "too many addresses are connecting"
+				    : t->n_clients >= MAX_CLIENTS
+					    ? "every slot is taken by authenticated "
+					      "subscribers"
+					    : "it gave a wrong token and must wait",
+				    (unsigned long long)t->refused);
 			close(fd);
 			continue;
 		}
 		c = &t->clients[t->n_clients++];
 		memset(c, 0, sizeof(*c));
 		c->fd = fd;
-		c->state = CLIENT_HELLO;
-		c->opened_ns = c->last_rx_ns = tb_clock_now_ns();
+		c->state = CLIENT_PENDING;
+		c->addr = a;
+		c->opened_ms = now;
+		c->deadline_ms = now + TB_RC_HELLO_MS;
+		c->last_rx_ns = tb_clock_now_ns();
+		t->addrs[a].pending++;
+		t->n_pending++;
+		/* A real subscriber sent its HELLO with the connect: read it
+		 * now, before more connections can crowd it out. */
+		client_read(t, t->n_clients - 1, c->last_rx_ns);
 	}
+}
+
+/* The range `s` is being skipped for, as one consistent pair: K2 pairs
+ * with K1 in sub_skip.  0 and 0 when none. */
+static void skipped_range(rc_sub_t *s, uint64_t *first, uint64_t *last)
+{
+	for (int tries = 0; tries < 4; tries++) {
+		uint64_t f1 = tb_atomic_load_acquire(&s->skip_first);  /* K2 */
+		uint64_t l = tb_atomic_load_acquire(&s->skip_last);    /* K2 */
+		uint64_t f2 = tb_atomic_load_acquire(&s->skip_first);  /* K2 */
+
+		if (f1 == f2) {
+			*first = f1;
+			*last = f1 ? l : 0;
+			return;
+		}
+	}
+	*first = *last = 0;   /* changing under us: the next beat says */
 }
 
 static void heartbeat_all(rc_tx_t *t, uint64_t now, uint64_t last_seq)
 {
-	tb_control_heartbeat_t hb = {.timestamp_ns = now, .last_seq = last_seq};
+	for (int i = 0; i < t->n_clients; i++) {
+		rc_client_t *c = &t->clients[i];
+		tb_control_heartbeat_t hb = {.timestamp_ns = now,
+					     .last_seq = last_seq};
 
-	for (int i = 0; i < t->n_clients; i++)
-		if (t->clients[i].state == CLIENT_LIVE)
-			SEND(t->clients[i].fd, heartbeat, &hb);
+		if (c->state != CLIENT_LIVE)
+			continue;
+		skipped_range(c->sub, &hb.skip_first, &hb.skip_last);
+		SEND(c->fd, heartbeat, &hb);
+	}
+}
+
+/* Acts on the device's asynchronous events: a subscriber whose QP or CQ
+ * failed is dropped (it reconnects); a port or address change is said, and
+ * a change of our own GID or LID drops everyone (they address us by the
+ * old one). */
+static void device_events(rc_tx_t *t)
+{
+	tb_verbs_event_t ev;
+
+	while (tb_verbs_events_next(&t->dev, &ev) == 1) {
+		const char *name = tb_verbs_event_name(&ev);
+		int drop_all = 0;
+
+		switch (ev.kind) {
+		case TB_VERBS_EV_QP_FATAL:
+		case TB_VERBS_EV_CQ_ERR:
+			for (int i = t->n_clients - 1; i >= 0; i--) {
+				rc_sub_t *s = t->clients[i].sub;
+
+				if (s && ((ev.qp && ev.qp == s->qp) ||
+					  (ev.cq && ev.cq == s->cq))) {
+					char why[96];
+
+					snprintf(why, sizeof(why), "its %s had an "
+						 "asynchronous error (%s)",
+						 ev.qp ? "queue pair"
+						       : "completion queue", name);
+					client_drop(t, i, TB_CONTROL_BYE_ERROR, why);
+				}
+			}
+			break;
+		case TB_VERBS_EV_PORT_DOWN:
+			if (tb_verbs_event_on_port(&t->dev, &ev))
+				tb_warn("stream '%s': %s port %u is down: writes to "
+					"subscribers retry until it is back or "
+					"their retries run out (rdma_timeout, "
+					"rdma_retry)", t->cfg.name, t->dev.name,
+					t->dev.port);
+			break;
+		case TB_VERBS_EV_PORT_UP:
+			if (tb_verbs_event_on_port(&t->dev, &ev))
+				tb_info("stream '%s': %s port %u is active again",
+					t->cfg.name, t->dev.name, t->dev.port);
+			break;
+		case TB_VERBS_EV_ADDR_CHANGE:
+			if (tb_verbs_event_on_port(&t->dev, &ev) &&
+			    tb_verbs_refresh(&t->dev) != 0) {
+				tb_warn("stream '%s': %s port %u: our address "
+					"changed (%s): every subscriber reconnects",
+					t->cfg.name, t->dev.name, t->dev.port, name);
+				drop_all = 1;
+			}
+			break;
+		case TB_VERBS_EV_DEVICE_FATAL:
+			tb_warn("stream '%s': %s failed (%s): no subscriber can "
+				"be served", t->cfg.name, t->dev.name, name);
+			drop_all = 1;
+			break;
+		default:
+			break;
+		}
+		for (int i = t->n_clients - 1; drop_all && i >= 0; i--)
+			if (t->clients[i].sub)
+				client_drop(t, i, TB_CONTROL_BYE_ERROR, name);
+	}
+}
+
+/* 1 when `qp` is in the error state (a write failed, or the device
+ * failed it).  A query to the device: control thread only. */
+static int qp_failed(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+
+	return ibv_query_qp(qp, &a, IBV_QP_STATE, &ia) == 0 &&
+	       a.qp_state == IBV_QPS_ERR;
+}
+
+/* Every heartbeat: the publishing thread learns of a failed write only
+ * when it reaps, which a quiet stream does not make it do; the QP's state
+ * says it first. */
+static void check_qps(rc_tx_t *t)
+{
+	for (int i = t->n_clients - 1; i >= 0; i--) {
+		rc_client_t *c = &t->clients[i];
+
+		if (c->state == CLIENT_LIVE && qp_failed(c->sub->qp))
+			client_drop(t, i, TB_CONTROL_BYE_ERROR,
+				    "its queue pair went to the error state");
+	}
+}
+
+/* Deadlines of clients not yet live, liveness of live ones, failed QPs. */
+static void client_check(rc_tx_t *t, int i, uint64_t now_ns, uint64_t now_ms,
+			 uint64_t dead_ns)
+{
+	rc_client_t *c = &t->clients[i];
+
+	if (c->state != CLIENT_LIVE) {
+		if (now_ms < c->deadline_ms)
+			return;
+		t->timed_out++;
+		log_limited(t, &t->log_timeout, "closed a connection from %s: "
+			    "%s within %u ms (%llu closed so in all)",
+			    t->addrs[c->addr].ip,
+			    c->state == CLIENT_PENDING ? "no HELLO"
+						       : "no SUBSCRIBE or READY",
+			    c->state == CLIENT_PENDING ? TB_RC_HELLO_MS
+						       : TB_RC_SETUP_MS,
+			    (unsigned long long)t->timed_out);
+		client_drop(t, i, 0, "");
+	} else if (tb_atomic_load_acquire(&c->sub->dead)) { /* A1 pairs with R1 */
+		client_drop(t, i, TB_CONTROL_BYE_ERROR,
+			    c->sub->why_dead ? c->sub->why_dead : "a write failed");
+	} else if (now_ns - c->last_rx_ns > dead_ns) {
+		client_drop(t, i, TB_CONTROL_BYE_TIMEOUT,
+			    "silent for longer than liveness_timeout_ms");
+	}
 }
 
 static void *ctl_main(void *arg)
@@ -618,45 +1297,30 @@ static void *ctl_main(void *arg)
 	uint64_t beat_ns = (uint64_t)t->cfg.heartbeat_ms * 1000000ull;
 	uint64_t dead_ns = (uint64_t)t->cfg.liveness_timeout_ms * 1000000ull;
 	uint64_t next_beat = 0;
-	struct pollfd pf[MAX_CLIENTS + 2];
+	struct pollfd pf[MAX_CLIENTS + 3];
 
 	while (!tb_atomic_load_seq_cst(&t->stop)) { /* S1 pairs with S1 in rc_tx_close */
-		uint64_t now;
+		uint64_t now, now_ms;
 		int n = 0;
 
 		pf[n++] = (struct pollfd){.fd = t->listen_fd, .events = POLLIN};
 		pf[n++] = (struct pollfd){.fd = t->wake_fd, .events = POLLIN};
+		pf[n++] = (struct pollfd){.fd = tb_verbs_events_fd(&t->dev),
+					  .events = POLLIN};
 		for (int i = 0; i < t->n_clients; i++)
 			pf[n++] = (struct pollfd){.fd = t->clients[i].fd, .events = POLLIN};
 		poll(pf, (nfds_t)n, TB_RC_CTL_TICK_MS);
+		if (pf[2].revents)
+			device_events(t);
+		now = tb_clock_now_ns();
+		now_ms = tb_clock_mono_ms();
+		for (int i = t->n_clients - 1; i >= 0; i--)
+			if (!client_read(t, i, now))
+				client_check(t, i, now, now_ms, dead_ns);
 		if (pf[0].revents)
 			accept_clients(t);
-		now = tb_clock_now_ns();
-		for (int i = t->n_clients - 1; i >= 0; i--) {
-			rc_client_t *c = &t->clients[i];
-			tb_control_msg_t m;
-			int rc;
-
-			while ((rc = tb_rc_ctl_read(c->fd, &c->in, &m, 0)) == 1) {
-				c->last_rx_ns = now;
-				if ((rc = client_message(t, c, &m)) < 0)
-					break;
-			}
-			if (rc < 0 && rc != TB_CLOSED && c->state != CLIENT_LIVE &&
-			    rc != -1)
-				reject(t, c, TB_CONTROL_REJ_MALFORMED, tb_errmsg());
-			if (rc < 0)
-				client_drop(t, i, 0, "its control connection ended");
-			else if (c->sub && /* A1 pairs with R1 in sub_reap, sub_fence, sub_write */
-				 tb_atomic_load_acquire(&c->sub->dead))
-				client_drop(t, i, TB_CONTROL_BYE_ERROR,
-					    c->sub->why_dead ? c->sub->why_dead
-							     : "a write failed");
-			else if (now - c->last_rx_ns > dead_ns)
-				client_drop(t, i, TB_CONTROL_BYE_TIMEOUT,
-					    "silent for longer than liveness_timeout_ms");
-		}
 		if (now >= next_beat) {
+			check_qps(t);
 			heartbeat_all(t, now, tb_atomic_load_relaxed(&t->last_seq)); /* V1 */
 			next_beat = now + beat_ns;
 		}
@@ -665,6 +1329,8 @@ static void *ctl_main(void *arg)
 }
 
 /* ------------------------------------------------ publisher: open, close */
+
+static const tb_tx_ops_t rc_fenced_tx_ops, rc_bp_fenced_tx_ops;
 
 static int listen_on(rc_tx_t *t)
 {
@@ -682,29 +1348,64 @@ static int listen_on(rc_tx_t *t)
 
 static void rc_tx_free(rc_tx_t *t)
 {
-	if (t->table) {
-		for (int i = 0; i < t->table->n; i++)
-			sub_free(t, t->table->sub[i]);
-		free(t->table);
+	rc_table_t *tab = tb_atomic_load_relaxed(&t->table);
+
+	if (tab) {
+		for (int i = 0; i < tab->n; i++)
+			for (int k = 0; k < t->n_clients; k++)
+				if (t->clients[k].sub == tab->sub[i])
+					t->clients[k].sub = NULL;
+		for (int i = 0; i < tab->n; i++)
+			sub_free(t, tab->sub[i]);
+		free(tab);
 	}
-	for (int i = 0; i < t->n_clients; i++)
+	for (int i = 0; i < t->n_clients; i++) {
+		if (t->clients[i].sub)
+			sub_free(t, t->clients[i].sub);
 		close(t->clients[i].fd);
+	}
 	if (t->listen_fd >= 0)
 		close(t->listen_fd);
 	if (t->wake_fd >= 0)
 		close(t->wake_fd);
-	if (t->ring_mr)
-		ibv_dereg_mr(t->ring_mr);
 	tb_verbs_close(&t->dev);
 	tb_mem_free(&t->ring_mem);
 	tb_mem_free(&t->slot_mem);
 	free(t);
 }
 
+/* At open: one subscriber's pinned memory must fit RLIMIT_MEMLOCK (and
+ * the log says how many do). */
+static int memlock_at_open(rc_tx_t *t)
+{
+	tb_memlock_state_t st;
+	char what[256], each[32];
+	uint64_t fit;
+	int rc;
+
+	t->per_sub_pinned = sub_pinned(t);
+	tb_memlock_fmt(t->per_sub_pinned, each, sizeof(each));
+	snprintf(what, sizeof(what), "stream '%s': an rc publisher (for each "
+		 "subscriber, its ring of %llu bytes registered again and its "
+		 "queues: %s)", t->cfg.name,
+		 (unsigned long long)t->cfg.ring_size, each);
+	if ((rc = tb_memlock_read(&st)) < 0 ||
+	    (rc = tb_memlock_fits(&st, t->per_sub_pinned, what)) < 0)
+		return rc;
+	fit = tb_memlock_room_for(&st, t->per_sub_pinned);
+	if (fit < TB_RC_MAX_SUBS)
+		tb_warn("stream '%s': RLIMIT_MEMLOCK leaves room for %llu rc "
+			"subscribers (%s each); raise it (`ulimit -l`, "
+			"`LimitMEMLOCK=`) or grant CAP_IPC_LOCK for more",
+			t->cfg.name, (unsigned long long)fit, each);
+	return 0;
+}
+
 static int rc_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 {
 	int node = cfg->publisher_core >= 0 ? tb_mem_node_of_core(cfg->publisher_core) : -1;
 	rc_tx_t *t = calloc(1, sizeof(*t));
+	char what[TB_NAME_MAX + 32];
 	int rc;
 
 	if (!t)
@@ -713,26 +1414,24 @@ static int rc_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 	t->cfg = *cfg;
 	t->epoch = epoch;
 	t->psn = tb_verbs_psn_random();
-	t->size = cfg->ring_size;
+	t->half = cfg->ring_size / 2;
 	t->backpressure = cfg->slow_consumer == TB_SLOW_BACKPRESSURE;
-	t->table = calloc(1, sizeof(*t->table));
-	if (!t->table) {
+	t->fenced = !membarrier_register();
+	tb_atomic_store_relaxed(&t->inline_max, TB_RC_INLINE);
+	tb_atomic_store_relaxed(&t->table, calloc(1, sizeof(rc_table_t)));
+	if (!tb_atomic_load_relaxed(&t->table)) {
 		free(t);
 		return tb_error_set(TB_ENOMEM, "out of memory");
 	}
-	if ((rc = tb_verbs_open(&t->dev, cfg, TB_RC_CTL_NO_IB)) < 0 ||
+	if ((rc = tb_verbs_open(&t->dev, cfg, NULL)) < 0 ||
 	    (rc = tb_mem_alloc(&t->ring_mem, cfg->ring_size, node, 0)) < 0 ||
 	    (rc = tb_mem_alloc(&t->slot_mem, TB_RC_MAX_SUBS * TB_RC_SLOT_SIZE,
-			       node, 0)) < 0)
+			       node, 0)) < 0 ||
+	    (rc = memlock_at_open(t)) < 0 ||
+	    (rc = tb_verbs_events_init(&t->dev)) < 0)
 		goto fail;
-	t->ring_mr = ibv_reg_mr(t->dev.pd, t->ring_mem.addr, cfg->ring_size,
-				IBV_ACCESS_LOCAL_WRITE);
-	if (!t->ring_mr) {
-		rc = tb_error_sys(errno, "ibv_reg_mr (ring, %llu bytes)",
-				(unsigned long long)cfg->ring_size);
-		goto fail;
-	}
-	t->lkey = t->ring_mr->lkey;
+	snprintf(what, sizeof(what), "stream '%s' (rc publisher)", cfg->name);
+	tb_verbs_numa_check(&t->dev, t->ring_mem.numa_node, what);
 	tb_ring_init(&t->base.ring, t->ring_mem.addr, cfg->ring_size, cfg->id);
 	t->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (t->wake_fd < 0) {
@@ -747,11 +1446,15 @@ static int rc_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 		goto fail;
 	}
 	t->ctl_started = 1;
-	t->base.ops = t->backpressure ? &tb_rc_bp_tx_ops : &tb_rc_tx_ops;
+	t->base.ops = t->fenced ? (t->backpressure ? &rc_bp_fenced_tx_ops
+						     : &rc_fenced_tx_ops)
+				: (t->backpressure ? &tb_rc_bp_tx_ops : &tb_rc_tx_ops);
 	*out = &t->base;
-	tb_info("stream '%s': rc publisher on %s port %u (gid index %d), control "
-		"%s:%u", cfg->name, t->dev.name,
-		t->dev.port, t->dev.gid_index, cfg->control.host, cfg->control.port);
+	tb_info("stream '%s': rc publisher on %s port %u (%s, gid index %d%s), "
+		"control %s:%u", cfg->name, t->dev.name, t->dev.port,
+		t->dev.global ? "RoCE" : "InfiniBand", t->dev.gid_index,
+		t->fenced ? "; no membarrier: a fence per send" : "",
+		cfg->control.host, cfg->control.port);
 	return 0;
 fail:
 	rc_tx_free(t);
@@ -760,7 +1463,7 @@ fail:
 
 /* Waits until everything posted to `s` has completed, so the last frames
  * are in its ring before BYE tells it the stream ended. */
-static void sub_drain(rc_sub_t *s)
+static void sub_drain(rc_tx_t *t, rc_sub_t *s)
 {
 	struct ibv_send_wr wr = {.opcode = IBV_WR_RDMA_WRITE,
 				 .send_flags = IBV_SEND_SIGNALED,
@@ -770,21 +1473,24 @@ static void sub_drain(rc_sub_t *s)
 
 	if (tb_atomic_load_acquire(&s->dead)) /* A1 pairs with R1 in sub_reap, ... */
 		return;
-	while (s->posted - s->completed + 1 > TB_RC_SQ_DEPTH &&
-	       tb_clock_now_ns() < until && sub_reap(s) == 0)
+	while (s->posted + 1 > s->completed + TB_RC_SQ_DEPTH &&
+	       tb_clock_now_ns() < until && sub_reap(t, s) == 0)
 		usleep(100);
 	wr.wr_id = s->posted + 1;
 	if (ibv_post_send(s->qp, &wr, &bad) != 0)
 		return;
 	s->posted++;
+	s->extra++;
+	sub_signalled(s, s->posted, s->pin);
 	while (s->completed != s->posted && tb_clock_now_ns() < until &&
-	       sub_reap(s) == 0)
+	       sub_reap(t, s) == 0)
 		usleep(100);
 }
 
 static void rc_tx_close(tb_tx_t *tx, uint64_t final_seq)
 {
 	rc_tx_t *t = (rc_tx_t *)tx;
+	rc_table_t *tab;
 	uint64_t one = 1;
 
 	tb_atomic_store_seq_cst(&t->stop, 1); /* S1 pairs with S1 in ctl_main */
@@ -792,8 +1498,9 @@ static void rc_tx_close(tb_tx_t *tx, uint64_t final_seq)
 		(void)0;
 	if (t->ctl_started)
 		pthread_join(t->ctl, NULL);
-	for (int i = 0; i < t->table->n; i++)
-		sub_drain(t->table->sub[i]);
+	tab = tb_atomic_load_relaxed(&t->table);  /* no other thread now */
+	for (int i = 0; i < tab->n; i++)
+		sub_drain(t, tab->sub[i]);
 	/* The end: the last sequence, then BYE, to everyone still here. */
 	heartbeat_all(t, tb_clock_now_ns(), final_seq);
 	while (t->n_clients)
@@ -801,6 +1508,27 @@ static void rc_tx_close(tb_tx_t *tx, uint64_t final_seq)
 			    "the stream closed");
 	rc_tx_free(t);
 }
+
+/* Without membarrier, the same with a fence per send (open picks). */
+static const tb_tx_ops_t rc_fenced_tx_ops = {
+	.name = "rc",
+	.open = rc_tx_open,
+	.room = NULL,
+	.send = rc_tx_send_fenced,
+	.flush = NULL,
+	.beat = rc_tx_beat,
+	.close = rc_tx_close,
+};
+
+static const tb_tx_ops_t rc_bp_fenced_tx_ops = {
+	.name = "rc",
+	.open = rc_tx_open,
+	.room = rc_tx_room_fenced,
+	.send = rc_tx_send_fenced,
+	.flush = NULL,
+	.beat = rc_tx_beat,
+	.close = rc_tx_close,
+};
 
 /* A lapping stream never asks for room: a slow subscriber is skipped. */
 const tb_tx_ops_t tb_rc_tx_ops = {
@@ -823,4 +1551,3 @@ const tb_tx_ops_t tb_rc_bp_tx_ops = {
 	.beat = rc_tx_beat,
 	.close = rc_tx_close,
 };
-

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
@@ -71,17 +72,70 @@ static int pick_gid(tb_verbs_dev_t *d, const tb_stream_cfg_t *cfg, int tbl_len)
 
 /* ---------------------------------------------------------------- device */
 
+/* Why neither tickbus transport can run on `dev` (whose attributes are
+ * `da`), or NULL when one can.  The tail after the colon is the same for
+ * all: what to use instead. */
+static const char *unusable(const struct ibv_device *dev,
+			    const struct ibv_device_attr *da)
+{
+	if (dev->transport_type == IBV_TRANSPORT_IWARP ||
+	    dev->node_type == IBV_NODE_RNIC)
+		return "is an iWARP device: its connections are made through "
+		       "rdma_cm (iw_cm), it has no UD queue pairs or multicast, "
+		       "and RDMA WRITE with immediate only where its provider "
+		       "grants it, so neither rc nor ud can run on it: use "
+		       "transport = udp";
+	if (da->vendor_id == TB_VERBS_VENDOR_AMAZON ||
+	    dev->node_type == IBV_NODE_UNSPECIFIED ||
+	    dev->transport_type == IBV_TRANSPORT_UNSPECIFIED)
+		return "is an AWS EFA device (or another of unspecified node "
+		       "type): it offers UD and SRD queue pairs only, with no "
+		       "RC, no multicast attach and unordered delivery, so "
+		       "neither rc nor ud can run on it (its port says "
+		       "InfiniBand, but it is not): use transport = udp";
+	if (dev->transport_type == IBV_TRANSPORT_USNIC ||
+	    dev->transport_type == IBV_TRANSPORT_USNIC_UDP ||
+	    dev->node_type == IBV_NODE_USNIC || dev->node_type == IBV_NODE_USNIC_UDP)
+		return "is a usNIC device: it has no RDMA WRITE and no RC "
+		       "queue pairs, so neither rc nor ud can run on it: use "
+		       "transport = udp";
+	return NULL;
+}
+
+/* The NUMA node sysfs gives the device at `ibdev_path`, or -1. */
+static int read_numa_node(const char *ibdev_path)
+{
+	char path[IBV_SYSFS_PATH_MAX + 32], buf[16];
+	FILE *f;
+	int node = -1;
+
+	if (!ibdev_path[0])
+		return -1;
+	snprintf(path, sizeof(path), "%s/device/numa_node", ibdev_path);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (fgets(buf, sizeof(buf), f)) {
+		char *end;
+		long v = strtol(buf, &end, 10);
+
+		if (end != buf && v >= 0 && v < 4096)
+			node = (int)v;
+	}
+	fclose(f);
+	return node;
+}
+
 /* The port of d->ctx to use: cfg.rdma_port, or the first active one;
  * InfiniBand ones are passed over (*ib_seen set) when `no_ib`.  0 if none;
  * *pa holds the port's attributes. */
-static int pick_port(tb_verbs_dev_t *d, int want, const char *no_ib,
-		     struct ibv_port_attr *pa, int *ib_seen)
+static int pick_port(tb_verbs_dev_t *d, const struct ibv_device_attr *dap,
+		     int want, const char *no_ib, struct ibv_port_attr *pa,
+		     int *ib_seen)
 {
-	struct ibv_device_attr da;
+	struct ibv_device_attr da = *dap;
 	int first, last;
 
-	if (ibv_query_device(d->ctx, &da) != 0)
-		return 0;
 	first = want ? want : 1;
 	last = want ? want : da.phys_port_cnt;
 	for (int p = first; p <= last && p <= da.phys_port_cnt; p++) {
@@ -126,7 +180,7 @@ int tb_verbs_open(tb_verbs_dev_t *d, const tb_stream_cfg_t *cfg,
 {
 	struct ibv_device **list;
 	struct ibv_port_attr pa;
-	char names[128] = "";
+	char names[128] = "", refused[IBV_SYSFS_NAME_MAX + 400] = "";
 	int n = 0, port = 0, named_seen = 0, ib_seen = 0, rc;
 
 	memset(d, 0, sizeof(*d));
@@ -154,15 +208,31 @@ int tb_verbs_open(tb_verbs_dev_t *d, const tb_stream_cfg_t *cfg,
 		d->ctx = ibv_open_device(list[i]);
 		if (!d->ctx)
 			continue;
-		port = pick_port(d, cfg->rdma_port, no_ib, &pa, &ib_seen);
+		{
+			struct ibv_device_attr da;
+			const char *why;
+
+			if (ibv_query_device(d->ctx, &da) == 0) {
+				why = unusable(list[i], &da);
+				if (why && !refused[0])
+					snprintf(refused, sizeof(refused), "%s %s",
+						 name, why);
+				port = why ? 0 : pick_port(d, &da, cfg->rdma_port,
+							   no_ib, &pa, &ib_seen);
+			}
+		}
 		if (port) {
 			snprintf(d->name, sizeof(d->name), "%s", name);
+			snprintf(d->ibdev_path, sizeof(d->ibdev_path), "%s",
+				 list[i]->ibdev_path);
 			break;
 		}
 		ibv_close_device(d->ctx);
 		d->ctx = NULL;
 	}
 	ibv_free_device_list(list);
+	if (!port && refused[0] && (cfg->rdma_device[0] || !ib_seen))
+		return tb_error_set(TB_ENOTSUP, "%s", refused);
 	if (!port)
 		return no_port(cfg, named_seen, ib_seen, no_ib, names);
 	d->port = (uint8_t)port;
@@ -171,6 +241,7 @@ int tb_verbs_open(tb_verbs_dev_t *d, const tb_stream_cfg_t *cfg,
 	d->global = d->link_layer == IBV_LINK_LAYER_ETHERNET;
 	d->mtu = pa.active_mtu;
 	d->lid = d->global ? 0 : pa.lid;
+	d->numa_node = read_numa_node(d->ibdev_path);
 	if ((rc = pick_gid(d, cfg, pa.gid_tbl_len)) < 0)
 		goto fail;
 	d->pd = ibv_alloc_pd(d->ctx);
@@ -204,6 +275,39 @@ uint32_t tb_verbs_psn_random(void)
 
 /* ----------------------------------------------------------- queue pairs */
 
+/* ibv_create_qp_ex with only c->send_ops, writing the granted
+ * capabilities back to *cap; NULL with errno set. */
+static struct ibv_qp *create_ex(tb_verbs_dev_t *d, struct ibv_pd *pd,
+				const tb_verbs_qp_cfg_t *c, struct ibv_qp_cap *cap)
+{
+	struct ibv_qp_init_attr_ex ix = {
+		.send_cq = c->cq, .recv_cq = c->cq, .qp_type = c->type,
+		.cap = *cap,
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.pd = pd, .send_ops_flags = c->send_ops,
+	};
+	struct ibv_qp *qp = ibv_create_qp_ex(d->ctx, &ix);
+
+	if (qp)
+		*cap = ix.cap;
+	return qp;
+}
+
+/* The extended call, or the plain one where the provider lacks it. */
+static struct ibv_qp *create_one(tb_verbs_dev_t *d, struct ibv_pd *pd,
+				 const tb_verbs_qp_cfg_t *c,
+				 struct ibv_qp_init_attr *ia)
+{
+	struct ibv_qp *qp;
+
+	if (c->send_ops) {
+		qp = create_ex(d, pd, c, &ia->cap);
+		if (qp || (errno != EOPNOTSUPP && errno != ENOSYS))
+			return qp;
+	}
+	return ibv_create_qp(pd, ia);
+}
+
 struct ibv_qp *tb_verbs_qp_create(tb_verbs_dev_t *d, const tb_verbs_qp_cfg_t *c,
 				  uint32_t *inline_got)
 {
@@ -217,12 +321,17 @@ struct ibv_qp *tb_verbs_qp_create(tb_verbs_dev_t *d, const tb_verbs_qp_cfg_t *c,
 				.port_num = d->port};
 	int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
 	const char *kind = c->type == IBV_QPT_UD ? "UD" : "RC";
-	struct ibv_qp *qp = ibv_create_qp(d->pd, &ia);
+	struct ibv_pd *pd = c->pd ? c->pd : d->pd;
+	struct ibv_qp *qp = create_one(d, pd, c, &ia);
 	int e;
 
 	if (!qp && c->inline_min < c->inline_want) {
-		ia.cap.max_inline_data = c->inline_min;
-		qp = ibv_create_qp(d->pd, &ia);
+		ia.cap = (struct ibv_qp_cap){.max_send_wr = c->send_wr,
+					     .max_recv_wr = c->recv_wr,
+					     .max_send_sge = c->send_sge,
+					     .max_recv_sge = 1,
+					     .max_inline_data = c->inline_min};
+		qp = create_one(d, pd, c, &ia);
 	}
 	if (!qp) {
 		tb_error_sys(errno, "%s: ibv_create_qp (%s, %u send and %u receive "
@@ -247,22 +356,49 @@ struct ibv_qp *tb_verbs_qp_create(tb_verbs_dev_t *d, const tb_verbs_qp_cfg_t *c,
 	return qp;
 }
 
+tb_verbs_path_t tb_verbs_path_of(const tb_stream_cfg_t *cfg, enum ibv_mtu mtu)
+{
+	return (tb_verbs_path_t){.mtu = mtu, .sl = (uint8_t)cfg->rdma_sl,
+				 .traffic_class = (uint8_t)cfg->rdma_traffic_class,
+				 .timeout = (uint8_t)cfg->rdma_timeout,
+				 .retry = (uint8_t)cfg->rdma_retry};
+}
+
 int tb_verbs_rc_connect(tb_verbs_dev_t *d, struct ibv_qp *qp,
 			const tb_verbs_peer_t *peer, uint32_t my_psn,
-			enum ibv_mtu mtu)
+			const tb_verbs_path_t *path)
 {
 	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_RTR, .path_mtu = mtu, .dest_qp_num = peer->qpn,
-		.rq_psn = peer->psn, .max_dest_rd_atomic = 1, .min_rnr_timer = 1,
-		.ah_attr = {.port_num = d->port, .is_global = (uint8_t)d->global,
-			    .dlid = peer->lid},
+		.qp_state = IBV_QPS_RTR, .path_mtu = path->mtu,
+		.dest_qp_num = peer->qpn, .rq_psn = peer->psn,
+		.max_dest_rd_atomic = 1, .min_rnr_timer = 1,
+		.ah_attr = {.port_num = d->port, .is_global = (uint8_t)d->global},
 	};
 	int e;
 
+	if (d->global && peer->lid)
+		return tb_error_set(TB_EINVAL, "%s port %u is RoCE and the peer is "
+				  "on InfiniBand (LID %u): both ends must be on "
+				  "the same link layer", d->name, d->port,
+				  peer->lid);
+	if (!d->global && !peer->lid)
+		return tb_error_set(TB_EINVAL, "%s port %u is InfiniBand and the "
+				  "peer sent no LID (it is on RoCE): both ends "
+				  "must be on the same link layer", d->name,
+				  d->port);
 	if (d->global) {
+		/* RoCE: routed by the GRH; its traffic class picks the
+		 * switch queue (DSCP) on a lossless fabric. */
 		memcpy(a.ah_attr.grh.dgid.raw, peer->gid, 16);
 		a.ah_attr.grh.sgid_index = (uint8_t)d->gid_index;
 		a.ah_attr.grh.hop_limit = 64;
+		a.ah_attr.grh.traffic_class = path->traffic_class;
+	} else {
+		/* InfiniBand: switched by LID within the subnet, on the
+		 * service level's virtual lane. */
+		a.ah_attr.dlid = peer->lid;
+		a.ah_attr.sl = path->sl;
+		a.ah_attr.src_path_bits = 0;
 	}
 	e = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
 			  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
@@ -271,8 +407,9 @@ int tb_verbs_rc_connect(tb_verbs_dev_t *d, struct ibv_qp *qp,
 		return tb_error_sys(e, "%s: ibv_modify_qp (RC) to RTR", d->name);
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;      /* 4.096 us * 2^14 = 67 ms per try */
-	a.retry_cnt = 7;     /* a dead peer fails the QP in about half a second */
+	a.timeout = path->timeout;  /* 4.096 us * 2^timeout per try */
+	a.retry_cnt = path->retry;  /* a dead peer fails the QP after
+				     * (retry + 1) of them */
 	a.rnr_retry = 7;     /* never: credits keep receives ahead of writes */
 	a.sq_psn = my_psn;
 	a.max_rd_atomic = 1;
@@ -297,4 +434,61 @@ int tb_verbs_ud_ready(tb_verbs_dev_t *d, struct ibv_qp *qp)
 	if (e != 0)
 		return tb_error_sys(e, "%s: bring the UD QP to RTS", d->name);
 	return 0;
+}
+
+/* -------------------------------------------------------- NUMA, refresh */
+
+/* The CPU list of NUMA node `node` from sysfs ("0-7,16-23"), or "?". */
+static void node_cpus(int node, char *buf, size_t len)
+{
+	char path[64];
+	FILE *f;
+
+	snprintf(buf, len, "?");
+	snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/cpulist",
+		 node);
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	if (fgets(buf, (int)len, f))
+		buf[strcspn(buf, "\n")] = '\0';
+	else
+		snprintf(buf, len, "?");
+	fclose(f);
+}
+
+int tb_verbs_numa_check(const tb_verbs_dev_t *d, int ring_node,
+			const char *what)
+{
+	char cpus[128];
+
+	if (d->numa_node < 0 || ring_node < 0 || d->numa_node == ring_node)
+		return 0;
+	node_cpus(d->numa_node, cpus, sizeof(cpus));
+	tb_warn("%s: its ring is on NUMA node %d but %s is attached to node "
+		"%d, so every RDMA transfer crosses between sockets: pin the "
+		"polling thread (publisher_core / subscriber_core) to a core of "
+		"node %d (cpus %s)", what, ring_node, d->name, d->numa_node,
+		d->numa_node, cpus);
+	return 1;
+}
+
+int tb_verbs_refresh(tb_verbs_dev_t *d)
+{
+	struct ibv_port_attr pa;
+	union ibv_gid gid;
+	int e, changed;
+
+	if ((e = ibv_query_port(d->ctx, d->port, &pa)) != 0)
+		return tb_error_sys(e, "%s port %u: ibv_query_port", d->name, d->port);
+	if (ibv_query_gid(d->ctx, d->port, d->gid_index, &gid) != 0)
+		return tb_error_sys(errno, "%s port %u: query GID %d", d->name,
+				    d->port, d->gid_index);
+	changed = memcmp(&gid, &d->gid, sizeof(gid)) != 0 ||
+		  (!d->global && pa.lid != d->lid);
+	d->gid = gid;
+	d->mtu = pa.active_mtu;
+	if (!d->global)
+		d->lid = pa.lid;
+	return changed;
 }

@@ -77,9 +77,10 @@ static inline int recovery_src_serve(tb_recovery_server_t **srv,
 				     recovery_src_t *s, const char *token,
 				     const tb_recovery_server_cfg_t *cfg)
 {
-	tb_recovery_server_source_t src = {s->stream_id, token,
-					   recovery_src_bounds,
-					   recovery_src_read, s};
+	tb_recovery_server_source_t src = {.stream_id = s->stream_id,
+					   .token = token,
+					   .bounds = recovery_src_bounds,
+					   .read = recovery_src_read, .sd = s};
 	tb_recovery_server_cfg_t c;
 
 	if (cfg)

@@ -31,6 +31,7 @@ static int reencode(const tb_control_msg_t *m, uint8_t *buf, size_t cap)
 	case TB_CONTROL_HEARTBEAT:
 		return tb_control_encode_heartbeat(buf, cap, &m->heartbeat);
 	case TB_CONTROL_BYE: return tb_control_encode_bye(buf, cap, &m->bye);
+	case TB_CONTROL_READY: return tb_control_encode_ready(buf, cap, &m->ready);
 	}
 	return -1;
 }

@@ -28,6 +28,10 @@ static int reencode(const tb_recovery_proto_msg_t *m, uint8_t *buf, size_t cap)
 		return tb_recovery_proto_encode_end(buf, cap, &m->end);
 	case TB_RECOVERY_PROTO_REJECT:
 		return tb_recovery_proto_encode_reject(buf, cap, &m->reject);
+	case TB_RECOVERY_PROTO_HELLO:
+		return tb_recovery_proto_encode_hello(buf, cap, &m->hello);
+	case TB_RECOVERY_PROTO_WELCOME:
+		return tb_recovery_proto_encode_welcome(buf, cap, &m->welcome);
 	}
 	return -1;
 }

@@ -10,12 +10,24 @@
  *  - a subscriber killed with SIGKILL mid-stream: the others are unaffected
  *    and the publisher never stalls;
  *  - a subscriber that restarts reconnects and follows from the live point;
- *  - a subscriber with the wrong token is rejected and gets nothing.
+ *  - a subscriber with the wrong token is rejected and gets nothing;
+ *  - a subscriber lapped by a burst after which the stream goes quiet is
+ *    told the exact range within one heartbeat of having everything
+ *    before it (this test's subscriber runs in the test process, to time
+ *    the report);
+ *  - on softrdma's strict device, each process a host of its own: both
+ *    ends on InfiniBand ports (LIDs, no GRH); a publisher whose port MTU
+ *    is below its subscriber's, with frames of several packets (the
+ *    packet length rule holds only if both QPs use the one path MTU); a
+ *    device that grants less inline data than asked; the subscriber's
+ *    GID changing mid-stream (softrdma-ctl): it reads the asynchronous
+ *    event, connects again at its new address and goes on, every loss
+ *    told.
  *
  * run-tests.sh points LD_LIBRARY_PATH at softrdma and gives this test its
  * own SOFTRDMA_FABRIC; `make test-rdma` runs it on a real device instead
- * (TICKBUS_RDMA_DEVICE names it).  Control ports are derived from the pid so that
- * parallel runs do not meet.
+ * (TICKBUS_RDMA_DEVICE and TICKBUS_RDMA_PORT name the port it chose).  Each
+ * test's control port is one the kernel says is free.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,8 +35,10 @@
 #include <cmocka.h>
 
 #include "tests/common/scenario.h"
+#include <tickbus/tickbus.h>
 
 #include <inttypes.h>
+#include <time.h>
 
 static char dir[128];
 static char conf[192];
@@ -43,6 +57,8 @@ static void write_conf(const char *policy, const char *ring)
 	/* make test-rdma: the real device it found. */
 	if (getenv("TICKBUS_RDMA_DEVICE") && getenv("TICKBUS_RDMA_DEVICE")[0])
 		fprintf(f, "rdma_device = %s\n", getenv("TICKBUS_RDMA_DEVICE"));
+	if (getenv("TICKBUS_RDMA_PORT") && getenv("TICKBUS_RDMA_PORT")[0])
+		fprintf(f, "rdma_port = %s\n", getenv("TICKBUS_RDMA_PORT"));
 	fclose(f);
 	f = fopen(conf_bad, "w");
 	assert_non_null(f);
@@ -58,7 +74,9 @@ static int setup(void **state)
 		return -1;
 	snprintf(conf, sizeof(conf), "%s/rc.ini", dir);
 	snprintf(conf_bad, sizeof(conf_bad), "%s/rc-bad.ini", dir);
-	port = 20000 + (int)(getpid() % 20000);
+	/* A port the kernel says is free now: one derived from the pid
+	 * meets other tests' listeners on a shared machine. */
+	port = (int)proc_free_port();
 	return 0;
 }
 
@@ -89,6 +107,164 @@ static void start_pub(proc_t *p, const char *count, const char *rate,
 
 	snprintf(out, sizeof(out), "%s/pub.out", dir);
 	assert_int_equal(proc_start(p, out, argv), 0);
+}
+
+/* Sets (set = 1) or removes the variables of `env`, "NAME=value[
+ * NAME=value]" (NULL: none), around starting a process. */
+static void env_apply(const char *env, int set)
+{
+	char e[256], *save = NULL;
+
+	snprintf(e, sizeof(e), "%s", env ? env : "");
+	for (char *kv = strtok_r(e, " ", &save); kv; kv = strtok_r(NULL, " ", &save)) {
+		char *eq = strchr(kv, '=');
+
+		assert_non_null(eq);
+		*eq = '\0';
+		if (set)
+			assert_int_equal(setenv(kv, eq + 1, 1), 0);
+		else
+			unsetenv(kv);
+	}
+}
+
+/* tb-publish with `size`-byte payloads, in an environment of its own. */
+static void start_pub_env(proc_t *p, const char *count, const char *size,
+			  const char *env)
+{
+	char out[256];
+	char *argv[] = {"tb-publish", "-c", conf, "-s", "feed", "--count",
+			(char *)count, "--rate", "20000", "--size", (char *)size,
+			"--start-delay-ms", "1500", "--linger-ms", "200", NULL};
+
+	snprintf(out, sizeof(out), "%s/pub.out", dir);
+	env_apply(env, 1);
+	assert_int_equal(proc_start(p, out, argv), 0);
+	env_apply(env, 0);
+}
+
+/* tb-subscribe as `name`, in an environment of its own. */
+static void start_sub_env(proc_t *p, const char *name, const char *count,
+			  const char *env)
+{
+	char *where[] = {"-c", conf, "-s", "feed", NULL};
+
+	env_apply(env, 1);
+	scenario_start_sub(p, dir, name, where, count, "120000", NULL);
+	env_apply(env, 0);
+}
+
+/* Both ends on InfiniBand ports: addressed by LID (no GRH), at the
+ * service level the publisher names. */
+static void infiniband_ports_carry_the_stream(void **state)
+{
+	proc_t pub, sub;
+	uint64_t checksum;
+
+	(void)state;
+	if (getenv("TICKBUS_RDMA_DEVICE")) {
+		print_message("on a real device: its own link layer decides\n");
+		return;
+	}
+	write_conf("backpressure", "4M");
+	start_sub_env(&sub, "ib", "20000", "SOFTRDMA_LINK_LAYER=ib SOFTRDMA_LID=21");
+	start_pub_env(&pub, "20000", "64", "SOFTRDMA_LINK_LAYER=ib SOFTRDMA_LID=20");
+	checksum = scenario_finish_pub(&pub, 20000, 120000);
+	free(expect_sub_complete(&sub, 20000, checksum, 60000));
+}
+
+/* The publisher's port MTU (1024) is below the subscriber's (4096):
+ * frames of 3000 bytes travel as three packets of the one path MTU both
+ * QPs use; a subscriber at its own MTU would refuse the first. */
+static void ports_with_different_mtus_agree_on_one(void **state)
+{
+	proc_t pub, sub;
+	uint64_t checksum;
+
+	(void)state;
+	if (getenv("TICKBUS_RDMA_DEVICE")) {
+		print_message("on a real device: the ports' own MTUs decide\n");
+		return;
+	}
+	write_conf("backpressure", "4M");
+	start_sub_env(&sub, "mtu4096", "20000", "SOFTRDMA_PORT_MTU=4096");
+	start_pub_env(&pub, "20000", "3000", "SOFTRDMA_PORT_MTU=1024");
+	checksum = scenario_finish_pub(&pub, 20000, 120000);
+	free(expect_sub_complete(&sub, 20000, checksum, 60000));
+}
+
+/* A device that grants 100 bytes of inline data where 220 were asked:
+ * frames between 101 and 220 bytes go by reference, not inline (which it
+ * would refuse). */
+static void a_device_granting_less_inline(void **state)
+{
+	proc_t pub, sub;
+	uint64_t checksum;
+
+	(void)state;
+	if (getenv("TICKBUS_RDMA_DEVICE")) {
+		print_message("on a real device: its own grant decides\n");
+		return;
+	}
+	write_conf("backpressure", "4M");
+	start_sub(&sub, "grant", "feed", "20000", NULL);
+	start_pub_env(&pub, "20000", "150", "SOFTRDMA_GRANT_INLINE=100");
+	checksum = scenario_finish_pub(&pub, 20000, 120000);
+	free(expect_sub_complete(&sub, 20000, checksum, 60000));
+}
+
+/* softrdma-ctl with `args` (NULL-terminated, at most 12) on this test's
+ * fabric; its exit status. */
+static int softrdma_ctl(char *const args[])
+{
+	char out[256], *argv[16], *text;
+	int i = 0, rc;
+
+	snprintf(out, sizeof(out), "%s/ctl.out", dir);
+	/* proc_start runs argv[0] from the build's bin/ */
+	argv[i++] = "../softrdma/softrdma-ctl";
+	argv[i++] = "-f";
+	argv[i++] = getenv("SOFTRDMA_FABRIC") ? getenv("SOFTRDMA_FABRIC") : "default";
+	for (; *args && i < 15; args++)
+		argv[i++] = *args;
+	argv[i] = NULL;
+	rc = scenario_run(out, argv, 10000, &text);
+	print_message("softrdma-ctl: %s", text);
+	free(text);
+	return rc;
+}
+
+/* The subscriber's GID (index 3, ::ffff:127.0.0.1) becomes ::ffff:127.0.0.2
+ * mid-stream: writes to the old one are lost from then on.  It reads the
+ * GID_CHANGE event, connects again from its new address and goes on:
+ * every sequence delivered or told lost, in order, to the end. */
+static void a_new_gid_means_a_new_connection(void **state)
+{
+	proc_t pub, sub;
+	char pid[16], *out;
+	char *gid[] = {"gid", pid, "3", "::ffff:127.0.0.2", "v2", NULL};
+
+	(void)state;
+	if (getenv("TICKBUS_RDMA_DEVICE")) {
+		print_message("on a real device: no softrdma-ctl\n");
+		return;
+	}
+	write_conf("lap", "4M");
+	start_sub(&sub, "gid", "feed", "60000", NULL);
+	start_pub(&pub, "60000", "20000", "1500");
+	usleep(2500000);   /* a second into the stream */
+	snprintf(pid, sizeof(pid), "%d", (int)sub.pid);
+	assert_int_equal(softrdma_ctl(gid), 0);
+	scenario_finish_pub(&pub, 60000, 200000);
+	assert_int_equal(proc_wait(&sub, 60000), 0);
+	out = proc_output(&sub);
+	print_message("%s", out);
+	assert_int_equal(proc_field_u64(out, "last"), 60000);
+	assert_int_equal(proc_field_u64(out, "order_errors"), 0);
+	assert_int_equal(proc_field_u64(out, "bad_payload"), 0);
+	assert_int_equal(proc_field_u64(out, "delivered") + proc_field_u64(out, "lost"),
+			 60000 - proc_field_u64(out, "first") + 1);
+	free(out);
 }
 
 static void four_subscribers_get_a_million_in_order(void **state)
@@ -217,6 +393,98 @@ static void wrong_token_is_rejected(void **state)
 	free(out);
 }
 
+typedef struct quiet_got {
+	uint64_t first, last, n, order_errors;
+} quiet_got_t;
+
+static void quiet_on_msg(void *clientd, const tb_msg_t *m)
+{
+	quiet_got_t *g = clientd;
+
+	if (!g->first)
+		g->first = m->seq;
+	else if (m->seq != g->last + 1)
+		g->order_errors++;
+	g->last = m->seq;
+	g->n++;
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * Burst, then silence: a subscriber that did not keep up with a burst
+ * (here: it did not poll at all) is skipped for the rest of it, and the
+ * stream then goes quiet for seconds.  No frame will come to show the
+ * gap; the publisher's heartbeat names the range, and the subscriber
+ * reports it once it has delivered everything before it: within one
+ * heartbeat (50 ms here) of that, not when the stream closes.
+ */
+static void lapped_on_a_quiet_stream_is_told_within_a_heartbeat(void **state)
+{
+	tb_subscriber_t *sub;
+	proc_t pub;
+	quiet_got_t g = {0};
+	uint64_t until, drained_ms = 0, told_ms = 0, first = 0, last = 0;
+	char *argv[] = {"tb-publish", "-c", conf, "-s", "feed", "--count", "20000",
+			"--rate", "0", "--start-delay-ms", "300", "--linger-ms",
+			"6000", NULL};
+	char out[256];
+	int rc;
+
+	(void)state;
+	write_conf("lap", "64K");
+	snprintf(out, sizeof(out), "%s/pub.out", dir);
+	assert_int_equal(proc_start(&pub, out, argv), 0);
+	assert_int_equal(tb_subscriber_open_file(&sub, conf, "feed"), 0);
+	/* Connected: polls stop saying TB_NOT_CONNECTED. */
+	until = mono_ms() + 10000;
+	while ((rc = tb_sub_poll(sub, quiet_on_msg, &g, 0)) == TB_NOT_CONNECTED &&
+	       mono_ms() < until)
+		usleep(1000);
+	assert_int_equal(rc, 0);
+	/* Not polling while the burst goes out: the ring (64 KiB, some 680
+	 * frames) fills, the rest of the burst is skipped. */
+	assert_int_equal(proc_wait_output(&pub, "published=20000", 60000), 0);
+	usleep(300000);
+	/* Now drain, and time the report from the last poll that delivered:
+	 * from then on it had everything before the range. */
+	until = mono_ms() + 5000;
+	while (!told_ms && mono_ms() < until) {
+		rc = tb_sub_poll(sub, quiet_on_msg, &g, 256);
+		if (rc > 0)
+			drained_ms = mono_ms();
+		if (rc == TB_LAPPED) {
+			told_ms = mono_ms();
+			assert_int_equal(tb_sub_loss(sub, &first, &last), 0);
+		} else {
+			assert_true(rc >= 0);
+		}
+		if (rc == 0)
+			usleep(100);
+	}
+	print_message("delivered %" PRIu64 " (%" PRIu64 "..%" PRIu64 "), told "
+		      "%" PRIu64 "..%" PRIu64 " lost %" PRIu64 " ms after the "
+		      "last delivery\n", g.n, g.first, g.last, first, last,
+		      told_ms ? told_ms - drained_ms : 0);
+	assert_true(told_ms != 0 && drained_ms != 0);
+	/* A heartbeat (50 ms), and a margin for a loaded machine. */
+	assert_true(told_ms - drained_ms <= 50 + 200);
+	/* Exact: everything before the range delivered, in order, and the
+	 * range runs to the end of the burst. */
+	assert_int_equal(g.order_errors, 0);
+	assert_int_equal(first, g.last + 1);
+	assert_int_equal(last, 20000);
+	assert_int_equal(g.n, g.last - g.first + 1);
+	tb_subscriber_close(sub);
+	assert_int_equal(proc_wait(&pub, 30000), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -225,6 +493,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(killed_subscriber_does_not_stall_the_others, setup, teardown),
 		cmocka_unit_test_setup_teardown(restarted_subscriber_reconnects, setup, teardown),
 		cmocka_unit_test_setup_teardown(wrong_token_is_rejected, setup, teardown),
+		cmocka_unit_test_setup_teardown(lapped_on_a_quiet_stream_is_told_within_a_heartbeat, setup, teardown),
+		cmocka_unit_test_setup_teardown(infiniband_ports_carry_the_stream, setup, teardown),
+		cmocka_unit_test_setup_teardown(ports_with_different_mtus_agree_on_one, setup, teardown),
+		cmocka_unit_test_setup_teardown(a_device_granting_less_inline, setup, teardown),
+		cmocka_unit_test_setup_teardown(a_new_gid_means_a_new_connection, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("rc_scenario", tests, NULL, NULL);
 }

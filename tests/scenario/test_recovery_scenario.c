@@ -179,6 +179,17 @@ static void start_pub(proc_t *p, const char *count, const char *rate)
 	start_pub_after(p, count, rate, "300");
 }
 
+/* What a running service has said so far (its holes, if any): printed
+ * before a subscriber is judged, so that a loss can be told from the
+ * service's own. */
+static void show_service(const proc_t *p)
+{
+	char *out = proc_output(p);
+
+	print_message("%s so far:\n%s", p->out, out);
+	free(out);
+}
+
 /* SIGTERM, then the summary line of the store: 1..n, nothing missing. */
 static char *stop_recoveryd(proc_t *p)
 {
@@ -220,6 +231,7 @@ static void lapped_and_late_subscribers_fail_over(void **state)
 	usleep(1500000);
 	start_sub(&late, "late", "100000", "1", NULL);
 	checksum = publish_and_wait(&pub);
+	show_service(&rb);
 	out = expect_sub_complete(&lapped, 100000, checksum, 120000);
 	assert_true(proc_field_u64(out, "replayed") > 10000);
 	free(out);
@@ -256,6 +268,7 @@ static void restarted_service_fills_from_retention(void **state)
 	usleep(1000000);
 	start_sub(&late, "late", "80000", "1", NULL);
 	checksum = publish_and_wait(&pub);
+	show_service(&ra);
 	out = expect_sub_complete(&late, 80000, checksum, 120000);
 	free(out);
 	out = stop_recoveryd(&ra);
@@ -358,6 +371,7 @@ static void bad_requests_are_rejected_others_served(void **state)
 	snprintf(ini, sizeof(ini), "%s", bad_ini);
 	start_sub(&late, "late", "40000", "1", NULL);
 	checksum = publish_and_wait(&pub);
+	show_service(&ra);
 	out = expect_sub_complete(&late, 40000, checksum, 120000);
 	free(out);
 	assert_int_equal(proc_wait(&intruder, 120000), 0);
@@ -395,6 +409,7 @@ static void late_joiner_a_million_behind_catches_up(void **state)
 	usleep(10300000);
 	start_sub(&late, "late", "1100000", "1", NULL);
 	checksum = publish_and_wait(&pub);
+	show_service(&ra);
 	out = expect_sub_complete(&late, 1100000, checksum, 240000);
 	assert_true(proc_field_u64(out, "replayed") >= 900000);
 	free(out);
@@ -538,6 +553,7 @@ static void lossy_run(const char *env, const char *rate, enum loss_at at,
 	if (env)
 		unsetenv(env);
 	checksum = publish_and_wait(&pub);
+	show_service(&ra);
 	for (i = 0; i < 3; i++) {
 		out = expect_sub_complete(&sub[i], 40000, checksum, 120000);
 		/* every one lost something and got it back */

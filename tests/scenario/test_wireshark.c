@@ -3,8 +3,8 @@
  * tshark on a capture this test writes from a known stream: udp datagrams
  * made by tickbus's own encoders (packet.h, frame.h, the generated schema:
  * two Quotes and a heartbeat datagram), a control HELLO and SUBSCRIBE and a
- * recovery REQUEST on TCP.  `tshark -X lua_script:... -T fields` must give
- * back every value sent; a datagram of another packet version is flagged,
+ * recovery HELLO and REQUEST on TCP.  `tshark -X lua_script:... -T fields`
+ * must give back every value sent; a datagram of another packet version is flagged,
  * not decoded; and the dissector's schema tables must be those
  * tools/wireshark/gen-schema.py makes from schema/tickbus.xml today.
  * Skips (77) without tshark.
@@ -110,6 +110,7 @@ static void write_capture(void)
 	tb_packet_hdr_t beat;
 	tb_control_hello_t hello = {.stream_id = 9};
 	tb_control_subscribe_t sub = {0};
+	tb_recovery_proto_hello_t rhello = {.stream_id = 9};
 	tb_recovery_proto_request_t req = {.stream_id = 9, .count = 100,
 					   .epoch = 3, .first = 1000};
 	size_t n;
@@ -144,10 +145,13 @@ static void write_capture(void)
 	if (len2 < 0)
 		fail_msg("subscribe: %s", tb_errmsg());
 	packet(f, 6, 40001, 17000, buf, (size_t)(len + len2), 1);
-	snprintf(req.token, sizeof(req.token), "s3cret");
-	len = tb_recovery_proto_encode_request(buf, sizeof(buf), &req);
+	snprintf(rhello.token, sizeof(rhello.token), "s3cret");
+	len = tb_recovery_proto_encode_hello(buf, sizeof(buf), &rhello);
 	assert_true(len > 0);
-	packet(f, 6, 40002, 17520, buf, (size_t)len, 1);
+	len2 = tb_recovery_proto_encode_request(buf + len, sizeof(buf) - (size_t)len,
+						&req);
+	assert_true(len2 > 0);
+	packet(f, 6, 40002, 17520, buf, (size_t)(len + len2), 1);
 	fclose(f);
 }
 
@@ -231,7 +235,7 @@ static void test_tcp_protocols(void **state)
 		   "-e tickbus.rec.type -e tickbus.stream_id -e tickbus.epoch "
 		   "-e tickbus.rec.first -e tickbus.rec.count "
 		   "-e tickbus.token_len",
-		   "1|9|3|1000|100|6\n");
+		   "5,1|9,9|3|1000|100|6\n");
 }
 
 static void test_schema_tables_current(void **state)

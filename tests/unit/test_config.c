@@ -173,6 +173,10 @@ static void test_defaults(void **state)
 	assert_string_equal(c.rdma_device, "");
 	assert_int_equal(c.rdma_port, 0);
 	assert_int_equal(c.gid_index, -1);
+	assert_int_equal(c.rdma_traffic_class, 106);
+	assert_int_equal(c.rdma_timeout, 12);
+	assert_int_equal(c.rdma_retry, 7);
+	assert_int_equal(c.rdma_sl, 0);
 	assert_string_equal(c.group.host, "");
 	assert_int_equal(c.group.port, 0);
 	assert_string_equal(c.interface, "");
@@ -477,6 +481,10 @@ static void test_rc_full(void **state)
 		      "rdma_device = mlx5_0\n"
 		      "rdma_port = 255\n"
 		      "gid_index = 3\n"
+		      "rdma_traffic_class = 0\n"
+		      "rdma_timeout = 31\n"
+		      "rdma_retry = 0\n"
+		      "rdma_sl = 15\n"
 		      "publisher_core = none\n"
 		      "subscriber_core = 0\n"
 		      "idle = backoff\n"
@@ -496,6 +504,10 @@ static void test_rc_full(void **state)
 	assert_string_equal(s->rdma_device, "mlx5_0");
 	assert_int_equal(s->rdma_port, 255);
 	assert_int_equal(s->gid_index, 3);
+	assert_int_equal(s->rdma_traffic_class, 0);
+	assert_int_equal(s->rdma_timeout, 31);
+	assert_int_equal(s->rdma_retry, 0);
+	assert_int_equal(s->rdma_sl, 15);
 	assert_int_equal(s->publisher_core, -1);
 	assert_int_equal(s->subscriber_core, 0);
 	assert_int_equal(s->idle, TB_IDLE_BACKOFF);
@@ -887,6 +899,16 @@ static void test_integer_ranges(void **state)
 		 "integer from -1 to 255"},
 		{"ud", "gid_index", "256", "'256' is out of range; allowed: an "
 		 "integer from -1 to 255"},
+		{"rc", "rdma_traffic_class", "256", "'256' is out of range; "
+		 "allowed: an integer from 0 to 255"},
+		{"rc", "rdma_timeout", "0", "'0' is out of range; allowed: an "
+		 "integer from 1 to 31"},
+		{"rc", "rdma_timeout", "32", "'32' is out of range; allowed: an "
+		 "integer from 1 to 31"},
+		{"rc", "rdma_retry", "8", "'8' is out of range; allowed: an "
+		 "integer from 0 to 7"},
+		{"rc", "rdma_sl", "16", "'16' is out of range; allowed: an "
+		 "integer from 0 to 15"},
 		{"udp", "ttl", "256", "'256' is out of range; allowed: an "
 		 "integer from 0 to 255"},
 		{"udp", "mtu", "255", "'255' is out of range; allowed: 0 or an "

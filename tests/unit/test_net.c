@@ -368,9 +368,116 @@ static void buffered_reader(void **state)
 	close(b);
 }
 
+static int opt_of(int fd, int level, int name)
+{
+	int v = -1;
+	socklen_t l = sizeof(v);
+
+	assert_int_equal(getsockopt(fd, level, name, &v, &l), 0);
+	return v;
+}
+
+/* Both ends of a connection carry the desk's options (net.h). */
+static void connected_sockets_are_tuned(void **state)
+{
+	int a, b, fds[2];
+
+	(void)state;
+	pair(&a, &b);
+	fds[0] = a;
+	fds[1] = b;
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(opt_of(fds[i], IPPROTO_TCP, TCP_NODELAY), 1);
+		assert_int_equal(opt_of(fds[i], SOL_SOCKET, SO_KEEPALIVE), 1);
+		assert_int_equal(opt_of(fds[i], IPPROTO_TCP, TCP_KEEPIDLE),
+				 TB_NET_KEEPALIVE_S);
+		assert_int_equal(opt_of(fds[i], IPPROTO_TCP, TCP_KEEPINTVL),
+				 TB_NET_KEEPINTVL_S);
+		assert_int_equal(opt_of(fds[i], IPPROTO_TCP, TCP_KEEPCNT),
+				 TB_NET_KEEPCNT);
+		assert_int_equal(opt_of(fds[i], IPPROTO_TCP, TCP_USER_TIMEOUT),
+				 TB_NET_USER_TIMEOUT_MS);
+#ifdef SO_BUSY_POLL
+		/* Raised only with CAP_NET_ADMIN; never anything else. */
+		{
+			int bp = opt_of(fds[i], SOL_SOCKET, SO_BUSY_POLL);
+
+			print_message("SO_BUSY_POLL %d\n", bp);
+			assert_true(bp == TB_NET_BUSY_POLL_US || bp == 0);
+		}
+#endif
+	}
+	close(a);
+	close(b);
+}
+
+/* A kept connection: usable while nothing is pending on it; not once the
+ * peer closed it; a protocol error when bytes came unasked. */
+static void idle_connection_checked_without_waiting(void **state)
+{
+	uint8_t x = 7;
+	int a, b;
+
+	(void)state;
+	pair(&a, &b);
+	assert_int_equal(tb_net_idle_ok(a), 1);
+	assert_int_equal(tb_net_send_all(b, &x, 1, 1000), 0);
+	usleep(20000);
+	assert_int_equal(tb_net_idle_ok(a), TB_EPROTO);
+	assert_non_null(strstr(tb_errmsg(), "unasked"));
+	close(b);
+	usleep(20000);
+	assert_int_equal(tb_net_idle_ok(a), 0);
+	close(a);
+}
+
+/* Records taken where they lie: fill makes them whole in one piece,
+ * moving what is buffered to the front when it must; a spinning reader
+ * gets the same bytes. */
+static void reader_fill_peek_take(void **state)
+{
+	uint8_t rbuf[64], out[200];
+	tb_net_reader_t r;
+	int a, b;
+
+	(void)state;
+	for (int i = 0; i < 200; i++)
+		out[i] = (uint8_t)i;
+	pair(&a, &b);
+	tb_net_reader_init(&r, b, rbuf, sizeof(rbuf));
+	assert_int_equal(tb_net_send_all(a, out, 100, 1000), 0);
+	assert_int_equal(tb_net_reader_fill(&r, 40, 1000), 0);
+	assert_true(tb_net_reader_avail(&r) >= 40);
+	assert_memory_equal(tb_net_reader_peek(&r), out, 40);
+	tb_net_reader_take(&r, 40);
+	/* 60 more in one piece: what is left moves to the front. */
+	assert_int_equal(tb_net_reader_fill(&r, 60, 1000), 0);
+	assert_true(tb_net_reader_peek(&r) == rbuf);
+	assert_memory_equal(tb_net_reader_peek(&r), out + 40, 60);
+	tb_net_reader_take(&r, 60);
+	assert_int_equal(tb_net_reader_fill(&r, 65, 1000), TB_EINVAL);
+	assert_int_equal(tb_net_reader_fill(&r, 1, 30), TB_ETIMEDOUT);
+	tb_net_reader_spin(&r, 200000); /* 200 us */
+	assert_int_equal(tb_net_send_all(a, out + 100, 100, 1000), 0);
+	for (int off = 100; off < 200; off += 50) {
+		assert_int_equal(tb_net_reader_fill(&r, 50, 1000), 0);
+		assert_memory_equal(tb_net_reader_peek(&r), out + off, 50);
+		tb_net_reader_take(&r, 50);
+	}
+	assert_int_equal(tb_net_send_all(a, out, 3, 1000), 0);
+	close(a);
+	assert_int_equal(tb_net_reader_fill(&r, 5, 1000), TB_EIO);
+	tb_net_reader_take(&r, tb_net_reader_avail(&r));
+	assert_int_equal(tb_net_reader_fill(&r, 1, 1000), TB_CLOSED);
+	close(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(connected_sockets_are_tuned),
+		cmocka_unit_test(idle_connection_checked_without_waiting),
+		cmocka_unit_test(reader_fill_peek_take),
 		cmocka_unit_test(resolve_numeric_bracketed_named_and_empty),
 		cmocka_unit_test(resolve_refuses_bad_hosts),
 		cmocka_unit_test(listen_accept_dial),

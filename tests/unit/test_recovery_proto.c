@@ -1,6 +1,6 @@
-/* The recovery protocol codec: round trips, the exact wire bytes, every
- * malformed input, truncation at every byte, random mutation, and the
- * frames of a response read from a byte stream. */
+/* The recovery protocol codec (version 2): round trips, the exact wire
+ * bytes, every malformed input, truncation at every byte, random mutation,
+ * and the frames of a response read from a byte stream. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -9,41 +9,14 @@
 #include "bus/error.h"
 #include "bus/recovery/proto.h"
 #include "bus/transport/control.h"
+#include "tests/common/codec_fuzz.h"
 
 #include <stdio.h>
 #include <string.h>
 
 /* ------------------------------------------------------------- helpers */
 
-static void expect_err(int64_t rc, int code, const char *needle)
-{
-	if (rc != code)
-		fail_msg("got %lld (%s), expected %d; errmsg: %s", (long long)rc,
-			 tb_strerror((int)rc), code, tb_errmsg());
-	if (!strstr(tb_errmsg(), needle))
-		fail_msg("errmsg '%s' does not name '%s'", tb_errmsg(), needle);
-}
-
-static void put8(uint8_t *b, size_t off, uint8_t v) { b[off] = v; }
-static void put32(uint8_t *b, size_t off, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		b[off + i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *b, size_t off, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		b[off + i] = (uint8_t)(v >> (8 * i));
-}
-
 static uint64_t rng_state;
-static uint64_t rng(void)
-{
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return rng_state * 0x2545f4914f6cdd1dull;
-}
 
 static tb_recovery_proto_request_t sample_request(void)
 {
@@ -54,7 +27,24 @@ static tb_recovery_proto_request_t sample_request(void)
 	m.count = 100;
 	m.epoch = 0x1122334455667788ull;
 	m.first = 5000;
+	return m;
+}
+
+static tb_recovery_proto_hello_t sample_hello(void)
+{
+	tb_recovery_proto_hello_t m;
+
+	memset(&m, 0, sizeof(m));
+	m.stream_id = 7;
 	strcpy(m.token, "s3cret");
+	return m;
+}
+
+static tb_recovery_proto_welcome_t sample_welcome(void)
+{
+	tb_recovery_proto_welcome_t m = {.stream_id = 7, .max_count = 4096,
+					 .epoch = 0x1122334455667788ull,
+					 .first = 1000, .last = 5002};
 	return m;
 }
 
@@ -95,6 +85,10 @@ static int encode_sample(int type, uint8_t *buf, size_t cap)
 		return tb_recovery_proto_encode_end(buf, cap, &m); }
 	case TB_RECOVERY_PROTO_REJECT: { tb_recovery_proto_reject_t m = sample_reject();
 		return tb_recovery_proto_encode_reject(buf, cap, &m); }
+	case TB_RECOVERY_PROTO_HELLO: { tb_recovery_proto_hello_t m = sample_hello();
+		return tb_recovery_proto_encode_hello(buf, cap, &m); }
+	case TB_RECOVERY_PROTO_WELCOME: { tb_recovery_proto_welcome_t m = sample_welcome();
+		return tb_recovery_proto_encode_welcome(buf, cap, &m); }
 	}
 	fail_msg("no sample for type %d", type);
 	return -1;
@@ -111,11 +105,16 @@ static int encode_msg(const tb_recovery_proto_msg_t *m, uint8_t *buf, size_t cap
 		return tb_recovery_proto_encode_end(buf, cap, &m->end);
 	case TB_RECOVERY_PROTO_REJECT:
 		return tb_recovery_proto_encode_reject(buf, cap, &m->reject);
+	case TB_RECOVERY_PROTO_HELLO:
+		return tb_recovery_proto_encode_hello(buf, cap, &m->hello);
+	case TB_RECOVERY_PROTO_WELCOME:
+		return tb_recovery_proto_encode_welcome(buf, cap, &m->welcome);
 	}
 	return -1;
 }
 
-static const uint32_t sizes[TB_RECOVERY_PROTO_TYPE_MAX + 1] = {0, 160, 32, 24, 224};
+static const uint32_t sizes[TB_RECOVERY_PROTO_TYPE_MAX + 1] = {0, 32, 32, 24, 224,
+								 144, 40};
 
 static int decode_bad(const uint8_t *buf, size_t len)
 {
@@ -141,34 +140,70 @@ static void round_trip_request(void **state)
 	tb_recovery_proto_msg_t out;
 
 	(void)state;
-	assert_int_equal(tb_recovery_proto_encode_request(buf, sizeof(buf), &in), 160);
-	assert_int_equal(tb_recovery_proto_decode(buf, 160, &out), 160);
+	assert_int_equal(tb_recovery_proto_encode_request(buf, sizeof(buf), &in), 32);
+	assert_int_equal(tb_recovery_proto_decode(buf, 32, &out), 32);
 	assert_int_equal(out.type, TB_RECOVERY_PROTO_REQUEST);
 	assert_int_equal(out.version, TB_RECOVERY_PROTO_VERSION);
-	assert_int_equal(out.length, 160);
+	assert_int_equal(out.length, 32);
 	assert_int_equal(out.request.stream_id, 7);
 	assert_int_equal(out.request.count, 100);
 	assert_true(out.request.epoch == 0x1122334455667788ull);
 	assert_true(out.request.first == 5000);
-	assert_string_equal(out.request.token, "s3cret");
 
-	/* Edges: the largest count, the last range that does not overflow,
-	 * the longest token. */
+	/* Edges: the largest count, the last range that does not overflow. */
 	in.count = TB_RECOVERY_PROTO_COUNT_MAX;
 	in.first = UINT64_MAX - TB_RECOVERY_PROTO_COUNT_MAX;
-	memset(in.token, '~', sizeof(in.token) - 1);
-	in.token[sizeof(in.token) - 1] = '\0';
-	assert_int_equal(tb_recovery_proto_encode_request(buf, sizeof(buf), &in), 160);
-	assert_int_equal(tb_recovery_proto_decode(buf, 160, &out), 160);
+	assert_int_equal(tb_recovery_proto_encode_request(buf, sizeof(buf), &in), 32);
+	assert_int_equal(tb_recovery_proto_decode(buf, 32, &out), 32);
 	assert_int_equal(out.request.count, TB_RECOVERY_PROTO_COUNT_MAX);
 	assert_true(out.request.first == UINT64_MAX - TB_RECOVERY_PROTO_COUNT_MAX);
-	assert_int_equal(strlen(out.request.token), 127);
 	in.count = 1;
 	in.first = 1;
-	assert_int_equal(tb_recovery_proto_encode_request(buf, sizeof(buf), &in), 160);
-	assert_int_equal(tb_recovery_proto_decode(buf, 160, &out), 160);
+	assert_int_equal(tb_recovery_proto_encode_request(buf, sizeof(buf), &in), 32);
+	assert_int_equal(tb_recovery_proto_decode(buf, 32, &out), 32);
 	assert_int_equal(out.request.count, 1);
 	assert_true(out.request.first == 1);
+}
+
+static void round_trip_hello_welcome(void **state)
+{
+	uint8_t buf[TB_RECOVERY_PROTO_MSG_MAX];
+	tb_recovery_proto_hello_t h = sample_hello();
+	tb_recovery_proto_welcome_t w = sample_welcome();
+	tb_recovery_proto_msg_t out;
+
+	(void)state;
+	assert_int_equal(tb_recovery_proto_encode_hello(buf, sizeof(buf), &h), 144);
+	assert_int_equal(tb_recovery_proto_decode(buf, 144, &out), 144);
+	assert_int_equal(out.type, TB_RECOVERY_PROTO_HELLO);
+	assert_int_equal(out.hello.stream_id, 7);
+	assert_string_equal(out.hello.token, "s3cret");
+	/* The longest token. */
+	memset(h.token, '~', sizeof(h.token) - 1);
+	h.token[sizeof(h.token) - 1] = '\0';
+	assert_int_equal(tb_recovery_proto_encode_hello(buf, sizeof(buf), &h), 144);
+	assert_int_equal(tb_recovery_proto_decode(buf, 144, &out), 144);
+	assert_int_equal(strlen(out.hello.token), 127);
+
+	assert_int_equal(tb_recovery_proto_encode_welcome(buf, sizeof(buf), &w), 40);
+	assert_int_equal(tb_recovery_proto_decode(buf, 40, &out), 40);
+	assert_int_equal(out.type, TB_RECOVERY_PROTO_WELCOME);
+	assert_int_equal(out.welcome.stream_id, 7);
+	assert_int_equal(out.welcome.max_count, 4096);
+	assert_true(out.welcome.epoch == 0x1122334455667788ull);
+	assert_true(out.welcome.first == 1000);
+	assert_true(out.welcome.last == 5002);
+	/* Nothing held yet; an epoch with nothing of it yet; one frame. */
+	w.epoch = w.first = w.last = 0;
+	assert_int_equal(tb_recovery_proto_encode_welcome(buf, sizeof(buf), &w), 40);
+	assert_int_equal(tb_recovery_proto_decode(buf, 40, &out), 40);
+	assert_true(out.welcome.epoch == 0 && out.welcome.last == 0);
+	w.epoch = 3;
+	assert_int_equal(tb_recovery_proto_encode_welcome(buf, sizeof(buf), &w), 40);
+	w.first = w.last = 9;
+	assert_int_equal(tb_recovery_proto_encode_welcome(buf, sizeof(buf), &w), 40);
+	assert_int_equal(tb_recovery_proto_decode(buf, 40, &out), 40);
+	assert_true(out.welcome.first == 9 && out.welcome.last == 9);
 }
 
 static void round_trip_begin_end(void **state)
@@ -216,6 +251,8 @@ static void round_trip_reject_every_reason(void **state)
 		{TB_RECOVERY_PROTO_REJ_MALFORMED, 0},
 		{TB_RECOVERY_PROTO_REJ_UNKNOWN_STREAM, 0},
 		{TB_RECOVERY_PROTO_REJ_EPOCH_MISMATCH, 0x8000000000000002ull},
+		{TB_RECOVERY_PROTO_REJ_BUSY, 1000},
+		{TB_RECOVERY_PROTO_REJ_BUSY, TB_RECOVERY_PROTO_RETRY_MAX_MS},
 	};
 	uint8_t buf[TB_RECOVERY_PROTO_MSG_MAX];
 	tb_recovery_proto_reject_t in = sample_reject();
@@ -257,41 +294,61 @@ static void round_trip_reject_every_reason(void **state)
 
 /* ---------------------------------------------------------- wire bytes */
 
-static void golden_request(void **state)
+static void golden_request_and_hello(void **state)
 {
-	static const uint8_t head[40] = {
-		/* header: magic "TR", version 1, type 1, length 160 */
-		0x54, 0x52, 0x01, 0x01, 0xa0, 0x00, 0x00, 0x00,
+	static const uint8_t request[32] = {
+		/* header: magic "TR", version 2, type 1, length 32 */
+		0x54, 0x52, 0x02, 0x01, 0x20, 0x00, 0x00, 0x00,
 		/* stream_id 7, count 100 */
 		0x07, 0x00, 0x00, 0x00, 0x64, 0x00, 0x00, 0x00,
 		/* epoch 0x1122334455667788 */
 		0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,
 		/* first 5000 */
 		0x88, 0x13, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+	};
+	static const uint8_t hello_head[24] = {
+		/* header: magic "TR", version 2, type 5, length 144 */
+		0x54, 0x52, 0x02, 0x05, 0x90, 0x00, 0x00, 0x00,
+		/* stream_id 7, reserved 0 */
+		0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
 		/* token "s3cret", NUL, zeros */
 		's', '3', 'c', 'r', 'e', 't', 0x00, 0x00,
 	};
-	uint8_t golden[160], buf[TB_RECOVERY_PROTO_MSG_MAX];
+	static const uint8_t welcome[40] = {
+		/* header: magic "TR", version 2, type 6, length 40 */
+		0x54, 0x52, 0x02, 0x06, 0x28, 0x00, 0x00, 0x00,
+		/* stream_id 7, max_count 4096 */
+		0x07, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00,
+		/* epoch, first 1000, last 5002 */
+		0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,
+		0xe8, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+		0x8a, 0x13, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+	};
+	uint8_t golden[144], buf[TB_RECOVERY_PROTO_MSG_MAX];
 	tb_recovery_proto_msg_t out;
 
 	(void)state;
+	assert_int_equal(encode_sample(TB_RECOVERY_PROTO_REQUEST, buf, sizeof(buf)), 32);
+	assert_memory_equal(buf, request, sizeof(request));
+	assert_int_equal(encode_sample(TB_RECOVERY_PROTO_WELCOME, buf, sizeof(buf)), 40);
+	assert_memory_equal(buf, welcome, sizeof(welcome));
 	memset(golden, 0, sizeof(golden));
-	memcpy(golden, head, sizeof(head));
-	assert_int_equal(encode_sample(TB_RECOVERY_PROTO_REQUEST, buf, sizeof(buf)), 160);
+	memcpy(golden, hello_head, sizeof(hello_head));
+	assert_int_equal(encode_sample(TB_RECOVERY_PROTO_HELLO, buf, sizeof(buf)), 144);
 	assert_memory_equal(buf, golden, sizeof(golden));
-	assert_int_equal(tb_recovery_proto_decode(golden, sizeof(golden), &out), 160);
-	assert_string_equal(out.request.token, "s3cret");
+	assert_int_equal(tb_recovery_proto_decode(golden, sizeof(golden), &out), 144);
+	assert_string_equal(out.hello.token, "s3cret");
 }
 
 static void golden_end_and_reject_head(void **state)
 {
 	static const uint8_t end[24] = {
-		0x54, 0x52, 0x01, 0x03, 0x18, 0x00, 0x00, 0x00,
+		0x54, 0x52, 0x02, 0x03, 0x18, 0x00, 0x00, 0x00,
 		0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
 		0x8a, 0x13, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
 	};
 	static const uint8_t reject_head[24] = {
-		0x54, 0x52, 0x01, 0x04, 0xe0, 0x00, 0x00, 0x00,
+		0x54, 0x52, 0x02, 0x04, 0xe0, 0x00, 0x00, 0x00,
 		0x07, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,
 		0x00, 0x09, 0x3d, 0x00, 0x00, 0x00, 0x00, 0x00, /* 4000000 */
 	};
@@ -316,39 +373,42 @@ static void bad_headers(void **state)
 	int n;
 
 	(void)state;
-	n = encode_sample(TB_RECOVERY_PROTO_REQUEST, buf, sizeof(buf));
-	expect_err(decode_bad(buf, 0), TB_EPROTO, "truncated");
-	expect_err(decode_bad(buf, 5), TB_EPROTO, "truncated");
+	n = encode_sample(TB_RECOVERY_PROTO_HELLO, buf, sizeof(buf));
+	codec_expect_err(decode_bad(buf, 0), TB_EPROTO, "truncated");
+	codec_expect_err(decode_bad(buf, 5), TB_EPROTO, "truncated");
 
 	/* A control message on the recovery port. */
 	assert_int_equal(tb_control_encode_bye(ctl, sizeof(ctl), &bye), 16);
-	expect_err(decode_bad(ctl, 16), TB_EFORMAT, "magic");
-	expect_err(tb_recovery_proto_frame_need(ctl, 2), TB_EPROTO, "magic");
+	codec_expect_err(decode_bad(ctl, 16), TB_EFORMAT, "magic");
+	codec_expect_err(tb_recovery_proto_frame_need(ctl, 2), TB_EPROTO, "magic");
 
-	put8(buf, 2, 3);
-	expect_err(decode_bad(buf, (size_t)n), TB_EFORMAT, "version 3");
-	assert_non_null(strstr(tb_errmsg(), "version 1"));
-	put8(buf, 2, TB_RECOVERY_PROTO_VERSION);
+	/* Another version: version 1's REQUEST, and a later one. */
+	codec_put8(buf, 2, 1);
+	codec_expect_err(decode_bad(buf, (size_t)n), TB_EFORMAT, "version 1");
+	assert_non_null(strstr(tb_errmsg(), "version 2"));
+	codec_put8(buf, 2, 3);
+	codec_expect_err(decode_bad(buf, (size_t)n), TB_EFORMAT, "version 3");
+	codec_put8(buf, 2, TB_RECOVERY_PROTO_VERSION);
 
-	put8(buf, 3, 0);
-	expect_err(decode_bad(buf, (size_t)n), TB_EPROTO, "type 0");
-	put8(buf, 3, TB_RECOVERY_PROTO_TYPE_MAX + 1);
-	expect_err(decode_bad(buf, (size_t)n), TB_EPROTO, "type 5");
-	put8(buf, 3, TB_RECOVERY_PROTO_REQUEST);
+	codec_put8(buf, 3, 0);
+	codec_expect_err(decode_bad(buf, (size_t)n), TB_EPROTO, "type 0");
+	codec_put8(buf, 3, TB_RECOVERY_PROTO_TYPE_MAX + 1);
+	codec_expect_err(decode_bad(buf, (size_t)n), TB_EPROTO, "type 7");
+	codec_put8(buf, 3, TB_RECOVERY_PROTO_HELLO);
 
-	put32(buf, 4, 161);
-	expect_err(decode_bad(buf, sizeof(buf)), TB_EPROTO, "length 161");
-	put32(buf, 4, 32); /* a BEGIN's length */
-	expect_err(decode_bad(buf, sizeof(buf)), TB_EPROTO, "length 32");
-	put32(buf, 4, 160);
-	expect_err(decode_bad(buf, 159), TB_EPROTO, "length");
+	codec_put32(buf, 4, 145);
+	codec_expect_err(decode_bad(buf, sizeof(buf)), TB_EPROTO, "length 145");
+	codec_put32(buf, 4, 32); /* a REQUEST's length */
+	codec_expect_err(decode_bad(buf, sizeof(buf)), TB_EPROTO, "length 32");
+	codec_put32(buf, 4, 144);
+	codec_expect_err(decode_bad(buf, 143), TB_EPROTO, "length");
 
-	put32(buf, 4, 0x10000000u);
-	expect_err(tb_recovery_proto_frame_need(buf, 8), TB_EPROTO, "length");
-	put32(buf, 4, 3);
-	expect_err(tb_recovery_proto_frame_need(buf, 8), TB_EPROTO, "length");
-	put32(buf, 4, 100);
-	expect_err(tb_recovery_proto_frame_need(buf, 8), TB_EPROTO, "length 100");
+	codec_put32(buf, 4, 0x10000000u);
+	codec_expect_err(tb_recovery_proto_frame_need(buf, 8), TB_EPROTO, "length");
+	codec_put32(buf, 4, 3);
+	codec_expect_err(tb_recovery_proto_frame_need(buf, 8), TB_EPROTO, "length");
+	codec_put32(buf, 4, 100);
+	codec_expect_err(tb_recovery_proto_frame_need(buf, 8), TB_EPROTO, "length 100");
 }
 
 /* REQUEST and RESPONSE_BEGIN share the range rules. */
@@ -367,52 +427,70 @@ static void bad_ranges(void **state)
 		int n = encode_sample(at[i].type, good, sizeof(good));
 
 #define RESET() memcpy(b, good, sizeof(b))
-		RESET(); put32(b, at[i].stream, 0);
-		expect_err(decode_bad(b, n), TB_EPROTO, "stream_id");
-		RESET(); put32(b, at[i].count, 0);
-		expect_err(decode_bad(b, n), TB_EPROTO, "count 0");
-		RESET(); put32(b, at[i].count, TB_RECOVERY_PROTO_COUNT_MAX + 1);
-		expect_err(decode_bad(b, n), TB_EPROTO, "count");
-		RESET(); put32(b, at[i].count, 0xffffffffu);
-		expect_err(decode_bad(b, n), TB_EPROTO, "count");
-		RESET(); put64(b, at[i].epoch, 0);
-		expect_err(decode_bad(b, n), TB_EPROTO, "epoch");
-		RESET(); put64(b, at[i].first, 0);
-		expect_err(decode_bad(b, n), TB_EPROTO, "first");
+		RESET(); codec_put32(b, at[i].stream, 0);
+		codec_expect_err(decode_bad(b, n), TB_EPROTO, "stream_id");
+		RESET(); codec_put32(b, at[i].count, 0);
+		codec_expect_err(decode_bad(b, n), TB_EPROTO, "count 0");
+		RESET(); codec_put32(b, at[i].count, TB_RECOVERY_PROTO_COUNT_MAX + 1);
+		codec_expect_err(decode_bad(b, n), TB_EPROTO, "count");
+		RESET(); codec_put32(b, at[i].count, 0xffffffffu);
+		codec_expect_err(decode_bad(b, n), TB_EPROTO, "count");
+		RESET(); codec_put64(b, at[i].epoch, 0);
+		codec_expect_err(decode_bad(b, n), TB_EPROTO, "epoch");
+		RESET(); codec_put64(b, at[i].first, 0);
+		codec_expect_err(decode_bad(b, n), TB_EPROTO, "first");
 		/* first + count overflows: by one, and by a lot. */
-		RESET(); put64(b, at[i].first, UINT64_MAX - 2);
-		put32(b, at[i].count, 3);
-		expect_err(decode_bad(b, n), TB_EPROTO, "overflow");
-		RESET(); put64(b, at[i].first, UINT64_MAX);
-		expect_err(decode_bad(b, n), TB_EPROTO, "overflow");
+		RESET(); codec_put64(b, at[i].first, UINT64_MAX - 2);
+		codec_put32(b, at[i].count, 3);
+		codec_expect_err(decode_bad(b, n), TB_EPROTO, "overflow");
+		RESET(); codec_put64(b, at[i].first, UINT64_MAX);
+		codec_expect_err(decode_bad(b, n), TB_EPROTO, "overflow");
 		/* ... and the largest first that does not. */
-		RESET(); put64(b, at[i].first, UINT64_MAX - 3);
-		put32(b, at[i].count, 3);
+		RESET(); codec_put64(b, at[i].first, UINT64_MAX - 3);
+		codec_put32(b, at[i].count, 3);
 		tb_recovery_proto_msg_t out;
 		assert_int_equal(tb_recovery_proto_decode(b, n, &out), n);
 #undef RESET
 	}
 }
 
-static void bad_request_token(void **state)
+static void bad_hello_and_welcome(void **state)
 {
 	uint8_t good[TB_RECOVERY_PROTO_MSG_MAX], b[TB_RECOVERY_PROTO_MSG_MAX];
-	size_t tok = W(request, token);
+	size_t tok = W(hello, token);
 	int n;
 
 	(void)state;
-	n = encode_sample(TB_RECOVERY_PROTO_REQUEST, good, sizeof(good));
+	n = encode_sample(TB_RECOVERY_PROTO_HELLO, good, sizeof(good));
 #define RESET() memcpy(b, good, sizeof(b))
 	RESET(); memset(b + tok, 0, TB_RECOVERY_PROTO_TOKEN_LEN);
-	expect_err(decode_bad(b, n), TB_EPROTO, "token is empty");
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "token is empty");
 	RESET(); memset(b + tok, 'a', TB_RECOVERY_PROTO_TOKEN_LEN);
-	expect_err(decode_bad(b, n), TB_EPROTO, "token");
-	RESET(); put8(b, tok + 1, 0x00); put8(b, tok + 2, 'x');
-	expect_err(decode_bad(b, n), TB_EPROTO, "token");
-	RESET(); put8(b, tok + 1, 0x80);
-	expect_err(decode_bad(b, n), TB_EPROTO, "token");
-	RESET(); put8(b, tok + 1, ' ');
-	expect_err(decode_bad(b, n), TB_EPROTO, "token");
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "token");
+	RESET(); codec_put8(b, tok + 1, 0x00); codec_put8(b, tok + 2, 'x');
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "token");
+	RESET(); codec_put8(b, tok + 1, 0x80);
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "token");
+	RESET(); codec_put8(b, tok + 1, ' ');
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "token");
+	RESET(); codec_put32(b, W(hello, stream_id), 0);
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "stream_id");
+	RESET(); codec_put32(b, W(hello, reserved), 1);
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "reserved");
+
+	n = encode_sample(TB_RECOVERY_PROTO_WELCOME, good, sizeof(good));
+	RESET(); codec_put32(b, W(welcome, stream_id), 0);
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "stream_id");
+	RESET(); codec_put32(b, W(welcome, max_count), 0);
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "max_count");
+	RESET(); codec_put32(b, W(welcome, max_count), TB_RECOVERY_PROTO_COUNT_MAX + 1);
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "max_count");
+	RESET(); codec_put64(b, W(welcome, first), 0);
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "first 0");
+	RESET(); codec_put64(b, W(welcome, last), 999);
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "not a range");
+	RESET(); codec_put64(b, W(welcome, epoch), 0);
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "epoch 0");
 #undef RESET
 }
 
@@ -440,28 +518,28 @@ static void bad_end_and_reject(void **state)
 	(void)state;
 	n = encode_sample(TB_RECOVERY_PROTO_RESPONSE_END, good, sizeof(good));
 #define RESET() memcpy(b, good, sizeof(b))
-	RESET(); put32(b, W(end, status), 0);
-	expect_err(decode_bad(b, n), TB_EPROTO, "status");
-	RESET(); put32(b, W(end, status), TB_RECOVERY_PROTO_END_MAX + 1);
-	expect_err(decode_bad(b, n), TB_EPROTO, "status");
-	RESET(); put64(b, W(end, last_seq), 0);
-	expect_err(decode_bad(b, n), TB_EPROTO, "last_seq");
-	RESET(); put32(b, W(end, reserved), 1);
-	expect_err(decode_bad(b, n), TB_EPROTO, "reserved");
+	RESET(); codec_put32(b, W(end, status), 0);
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "status");
+	RESET(); codec_put32(b, W(end, status), TB_RECOVERY_PROTO_END_MAX + 1);
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "status");
+	RESET(); codec_put64(b, W(end, last_seq), 0);
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "last_seq");
+	RESET(); codec_put32(b, W(end, reserved), 1);
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "reserved");
 
 	n = encode_sample(TB_RECOVERY_PROTO_REJECT, good, sizeof(good));
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		RESET();
-		put32(b, W(reject, reason), bad[i].reason);
-		put64(b, W(reject, detail), bad[i].detail);
-		expect_err(decode_bad(b, n), TB_EPROTO, bad[i].field);
+		codec_put32(b, W(reject, reason), bad[i].reason);
+		codec_put64(b, W(reject, detail), bad[i].detail);
+		codec_expect_err(decode_bad(b, n), TB_EPROTO, bad[i].field);
 	}
 	RESET(); memset(b + W(reject, text), 'z', TB_RECOVERY_PROTO_TEXT_LEN);
-	expect_err(decode_bad(b, n), TB_EPROTO, "text");
-	RESET(); put8(b, W(reject, text), 0x07);
-	expect_err(decode_bad(b, n), TB_EPROTO, "text");
-	RESET(); put8(b, W(reject, text) + 150, 'z');
-	expect_err(decode_bad(b, n), TB_EPROTO, "text");
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "text");
+	RESET(); codec_put8(b, W(reject, text), 0x07);
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "text");
+	RESET(); codec_put8(b, W(reject, text) + 150, 'z');
+	codec_expect_err(decode_bad(b, n), TB_EPROTO, "text");
 #undef RESET
 }
 
@@ -472,63 +550,72 @@ static void encoders_refuse(void **state)
 	tb_recovery_proto_begin_t bg = sample_begin();
 	tb_recovery_proto_end_t e = sample_end();
 	tb_recovery_proto_reject_t r = sample_reject();
+	tb_recovery_proto_hello_t h = sample_hello();
+	tb_recovery_proto_welcome_t w = sample_welcome();
 
 	(void)state;
 	for (int t = 1; t <= TB_RECOVERY_PROTO_TYPE_MAX; t++) {
 		memset(buf, 0xee, sizeof(buf));
-		expect_err(encode_sample(t, buf, sizes[t] - 1), TB_EMSGSIZE,
+		codec_expect_err(encode_sample(t, buf, sizes[t] - 1), TB_EMSGSIZE,
 			   tb_recovery_proto_type_name(t));
 		assert_int_equal(buf[0], 0xee);
 		assert_int_equal(encode_sample(t, buf, sizes[t]), (int)sizes[t]);
 	}
 	q.count = 0;
-	expect_err(tb_recovery_proto_encode_request(buf, sizeof(buf), &q), TB_EINVAL,
+	codec_expect_err(tb_recovery_proto_encode_request(buf, sizeof(buf), &q), TB_EINVAL,
 		   "count");
 	q = sample_request();
 	q.first = UINT64_MAX;
-	expect_err(tb_recovery_proto_encode_request(buf, sizeof(buf), &q), TB_EINVAL,
+	codec_expect_err(tb_recovery_proto_encode_request(buf, sizeof(buf), &q), TB_EINVAL,
 		   "overflow");
-	q = sample_request();
-	q.token[0] = '\0';
-	expect_err(tb_recovery_proto_encode_request(buf, sizeof(buf), &q), TB_EINVAL,
+	h.token[0] = '\0';
+	codec_expect_err(tb_recovery_proto_encode_hello(buf, sizeof(buf), &h), TB_EINVAL,
 		   "token");
+	w.max_count = 0;
+	codec_expect_err(tb_recovery_proto_encode_welcome(buf, sizeof(buf), &w),
+			 TB_EINVAL, "max_count");
 	bg.epoch = 0;
-	expect_err(tb_recovery_proto_encode_begin(buf, sizeof(buf), &bg), TB_EINVAL,
+	codec_expect_err(tb_recovery_proto_encode_begin(buf, sizeof(buf), &bg), TB_EINVAL,
 		   "epoch");
 	e.status = 3;
-	expect_err(tb_recovery_proto_encode_end(buf, sizeof(buf), &e), TB_EINVAL,
+	codec_expect_err(tb_recovery_proto_encode_end(buf, sizeof(buf), &e), TB_EINVAL,
 		   "status");
 	r.reason = TB_RECOVERY_PROTO_REJ_RATE_LIMITED;
 	r.retry_after_ms = 0;
-	expect_err(tb_recovery_proto_encode_reject(buf, sizeof(buf), &r), TB_EINVAL,
+	codec_expect_err(tb_recovery_proto_encode_reject(buf, sizeof(buf), &r), TB_EINVAL,
 		   "retry_after_ms");
 	r = sample_reject();
 	r.text[0] = '\r';
-	expect_err(tb_recovery_proto_encode_reject(buf, sizeof(buf), &r), TB_EINVAL,
+	codec_expect_err(tb_recovery_proto_encode_reject(buf, sizeof(buf), &r), TB_EINVAL,
 		   "text");
 }
 
 /* ---------------------------------------------------------- truncation */
 
+static int decode_any(const uint8_t *buf, size_t len)
+{
+	tb_recovery_proto_msg_t out;
+
+	return tb_recovery_proto_decode(buf, len, &out);
+}
+
+static const codec_fuzz_codec_t codec = {
+	.types = TB_RECOVERY_PROTO_TYPE_MAX,
+	.sizes = sizes,
+	.hdr_len = TB_WIRE_HDR_LEN,
+	.cap = TB_RECOVERY_PROTO_MSG_MAX,
+	.encode_sample = encode_sample,
+	.decode_bad = decode_bad,
+	.decode = decode_any,
+	.frame_need = tb_recovery_proto_frame_need,
+};
+
 static void truncation_every_byte(void **state)
 {
 	uint8_t buf[TB_RECOVERY_PROTO_MSG_MAX];
-	tb_recovery_proto_msg_t out;
 
 	(void)state;
-	for (int t = 1; t <= TB_RECOVERY_PROTO_TYPE_MAX; t++) {
-		int n = encode_sample(t, buf, sizeof(buf));
-
-		assert_int_equal(n, (int)sizes[t]);
-		for (int have = 0; have < n; have++) {
-			expect_err(decode_bad(buf, (size_t)have), TB_EPROTO,
-				   "truncated");
-			assert_int_equal(tb_recovery_proto_frame_need(buf, (size_t)have),
-					 have < 8 ? 8 - have : n - have);
-		}
-		assert_int_equal(tb_recovery_proto_frame_need(buf, (size_t)n), 0);
-		assert_int_equal(tb_recovery_proto_decode(buf, (size_t)n, &out), n);
-	}
+	codec_fuzz_truncation(&codec, buf);
 }
 
 /* ------------------------------------------------- frames of a response */
@@ -561,7 +648,7 @@ static void replay_frame_checks(void **state)
 
 		assert_int_equal(need, have < 32 ? (int)(32 - have)
 						 : (int)(n - have));
-		expect_err(tb_recovery_proto_replay_check(f, have, &bg, 1), TB_EPROTO,
+		codec_expect_err(tb_recovery_proto_replay_check(f, have, &bg, 1), TB_EPROTO,
 			   have < 32 ? "truncated" : "length");
 	}
 	assert_int_equal(tb_recovery_proto_replay_need(f, n), 0);
@@ -569,31 +656,31 @@ static void replay_frame_checks(void **state)
 	assert_int_equal(tb_recovery_proto_replay_check(f, sizeof(raw) - 3, &bg, 1),
 			 (int64_t)n);
 
-	expect_err(tb_recovery_proto_replay_check(f, n, &bg, 0), TB_EPROTO, "seq");
-	expect_err(tb_recovery_proto_replay_check(f, n, &bg, 3), TB_EPROTO, "count");
+	codec_expect_err(tb_recovery_proto_replay_check(f, n, &bg, 0), TB_EPROTO, "seq");
+	codec_expect_err(tb_recovery_proto_replay_check(f, n, &bg, 3), TB_EPROTO, "count");
 	bg.stream_id = 8;
-	expect_err(tb_recovery_proto_replay_check(f, n, &bg, 1), TB_EPROTO, "stream_id");
+	codec_expect_err(tb_recovery_proto_replay_check(f, n, &bg, 1), TB_EPROTO, "stream_id");
 	bg = sample_begin();
 
 	/* A padding frame or heartbeat has no place in a response. */
 	f[5] = TB_FRAME_PAD;
-	expect_err(tb_recovery_proto_replay_check(f, n, &bg, 1), TB_EPROTO, "type");
+	codec_expect_err(tb_recovery_proto_replay_check(f, n, &bg, 1), TB_EPROTO, "type");
 	f[5] = TB_FRAME_DATA;
 
 	/* Headers that can never become a frame. */
 	f[4] = TB_FRAME_VERSION + 1;
-	expect_err(tb_recovery_proto_replay_need(f, 32), TB_EFORMAT, "version");
-	expect_err(tb_recovery_proto_replay_check(f, n, &bg, 1), TB_EFORMAT, "version");
+	codec_expect_err(tb_recovery_proto_replay_need(f, 32), TB_EFORMAT, "version");
+	codec_expect_err(tb_recovery_proto_replay_check(f, n, &bg, 1), TB_EFORMAT, "version");
 	f[4] = TB_FRAME_VERSION;
 	f[5] = 9;
-	expect_err(tb_recovery_proto_replay_need(f, 32), TB_EFORMAT, "type");
+	codec_expect_err(tb_recovery_proto_replay_need(f, 32), TB_EFORMAT, "type");
 	f[5] = TB_FRAME_DATA;
-	put32(f, 0, 31);
-	expect_err(tb_recovery_proto_replay_need(f, 32), TB_EPROTO, "length");
-	put32(f, 0, TB_FRAME_MAX_LEN + 1);
-	expect_err(tb_recovery_proto_replay_need(f, 32), TB_EPROTO, "length");
+	codec_put32(f, 0, 31);
+	codec_expect_err(tb_recovery_proto_replay_need(f, 32), TB_EPROTO, "length");
+	codec_put32(f, 0, TB_FRAME_MAX_LEN + 1);
+	codec_expect_err(tb_recovery_proto_replay_need(f, 32), TB_EPROTO, "length");
 	/* The largest frame is waited for, not refused. */
-	put32(f, 0, TB_FRAME_MAX_LEN);
+	codec_put32(f, 0, TB_FRAME_MAX_LEN);
 	assert_int_equal(tb_recovery_proto_replay_need(f, 32), TB_FRAME_MAX_LEN - 32);
 }
 
@@ -667,8 +754,19 @@ static void check_in_range(const tb_recovery_proto_msg_t *m)
 		assert_true(m->request.first >= 1);
 		assert_true(m->request.first <= UINT64_MAX - m->request.count);
 		assert_true(m->request.epoch != 0 && m->request.stream_id != 0);
-		assert_true(strlen(m->request.token) >= 1 &&
-			    strlen(m->request.token) < TB_RECOVERY_PROTO_TOKEN_LEN);
+		break;
+	case TB_RECOVERY_PROTO_HELLO:
+		assert_true(m->hello.stream_id != 0);
+		assert_true(strlen(m->hello.token) >= 1 &&
+			    strlen(m->hello.token) < TB_RECOVERY_PROTO_TOKEN_LEN);
+		break;
+	case TB_RECOVERY_PROTO_WELCOME:
+		assert_true(m->welcome.stream_id != 0);
+		assert_true(m->welcome.max_count >= 1 &&
+			    m->welcome.max_count <= TB_RECOVERY_PROTO_COUNT_MAX);
+		assert_true(m->welcome.first <= m->welcome.last);
+		assert_true((m->welcome.first == 0) == (m->welcome.last == 0));
+		assert_true(m->welcome.epoch != 0 || m->welcome.last == 0);
 		break;
 	case TB_RECOVERY_PROTO_RESPONSE_BEGIN:
 		assert_true(m->begin.count >= 1 &&
@@ -683,7 +781,8 @@ static void check_in_range(const tb_recovery_proto_msg_t *m)
 	case TB_RECOVERY_PROTO_REJECT:
 		assert_true(m->reject.reason >= 1 &&
 			    m->reject.reason <= TB_RECOVERY_PROTO_REJ_MAX);
-		if (m->reject.reason == TB_RECOVERY_PROTO_REJ_RATE_LIMITED)
+		if (m->reject.reason == TB_RECOVERY_PROTO_REJ_RATE_LIMITED ||
+		    m->reject.reason == TB_RECOVERY_PROTO_REJ_BUSY)
 			assert_true(m->reject.retry_after_ms >= 1 &&
 				    m->reject.retry_after_ms <=
 					    TB_RECOVERY_PROTO_RETRY_MAX_MS);
@@ -704,28 +803,12 @@ static void random_mutation(void **state)
 	(void)state;
 	rng_state = 0x5eed0002badc0de5ull;
 	for (int round = 0; round < ROUNDS; round++) {
-		int type = 1 + (int)(rng() % TB_RECOVERY_PROTO_TYPE_MAX);
+		int type = 1 + (int)(rng_xorshift64s(&rng_state) % TB_RECOVERY_PROTO_TYPE_MAX);
 		int n = encode_sample(type, good, sizeof(good));
-		int flips = 1 + (int)(rng() % 4);
-		size_t len = (size_t)n;
+		size_t len = codec_fuzz_mutate(&rng_state, good, (size_t)n, b,
+					       sizeof(b), 40, 1);
 		tb_recovery_proto_msg_t out;
 		int rc, need;
-
-		memcpy(b, good, (size_t)n);
-		for (size_t i = (size_t)n; i < sizeof(b); i++)
-			b[i] = (uint8_t)rng();
-		for (int f = 0; f < flips; f++) {
-			size_t at = rng() % 2 ? rng() % 40 : rng() % (size_t)n;
-
-			if (at >= (size_t)n)
-				at %= (size_t)n;
-			if (rng() % 2)
-				b[at] ^= (uint8_t)(1u << (rng() % 8));
-			else
-				b[at] = (uint8_t)rng();
-		}
-		if (rng() % 8 == 0)
-			len = rng() % (sizeof(b) + 1);
 
 		need = tb_recovery_proto_frame_need(b, len);
 		rc = tb_recovery_proto_decode(b, len, &out);
@@ -758,13 +841,13 @@ static void random_replay_frames(void **state)
 	(void)state;
 	rng_state = 0x5eed0003f00dfaceull;
 	for (int round = 0; round < 200000; round++) {
-		size_t len = rng() % 257;
+		size_t len = rng_xorshift64s(&rng_state) % 257;
 		int need;
 		int64_t n;
 
-		put_frame(f, bg.stream_id, bg.first + 1, (uint32_t)(rng() % 200));
-		for (int k = 1 + (int)(rng() % 3); k > 0; k--)
-			f[rng() % 40] ^= (uint8_t)rng();
+		put_frame(f, bg.stream_id, bg.first + 1, (uint32_t)(rng_xorshift64s(&rng_state) % 200));
+		for (int k = 1 + (int)(rng_xorshift64s(&rng_state) % 3); k > 0; k--)
+			f[rng_xorshift64s(&rng_state) % 40] ^= (uint8_t)rng_xorshift64s(&rng_state);
 		need = tb_recovery_proto_replay_need(f, len);
 		n = tb_recovery_proto_replay_check(f, len, &bg, 1);
 		if (n > 0) {
@@ -782,13 +865,14 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(round_trip_request),
+		cmocka_unit_test(round_trip_hello_welcome),
 		cmocka_unit_test(round_trip_begin_end),
 		cmocka_unit_test(round_trip_reject_every_reason),
-		cmocka_unit_test(golden_request),
+		cmocka_unit_test(golden_request_and_hello),
 		cmocka_unit_test(golden_end_and_reject_head),
 		cmocka_unit_test(bad_headers),
 		cmocka_unit_test(bad_ranges),
-		cmocka_unit_test(bad_request_token),
+		cmocka_unit_test(bad_hello_and_welcome),
 		cmocka_unit_test(bad_end_and_reject),
 		cmocka_unit_test(encoders_refuse),
 		cmocka_unit_test(truncation_every_byte),

@@ -12,14 +12,13 @@
 
 #include "bus/recovery/client.h"
 #include "publisher/retention.h"
+#include "tests/common/frames.h"
+#include "tests/common/proc.h"
 #include <tickbus/tickbus.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #define RING (64u << 10)
@@ -37,8 +36,7 @@ static void publish(struct fixture *x, uint32_t len)
 	uint64_t at = x->ring.claim_pos;
 
 	assert_non_null(f);
-	tb_frame_init(f, len, 1, 5, x->next, x->next * 3);
-	memset(tb_frame_payload(f), (int)(x->next & 0xff), len);
+	frames_put(f, 5, x->next, len, 1, x->next * 3, NULL);
 	tb_ring_commit(&x->ring);
 	tb_retention_record(&x->ret, x->next, at);
 	x->next++;
@@ -66,17 +64,21 @@ struct got {
 static int on_frame(void *cd, const tb_frame_hdr_t *f)
 {
 	struct got *g = cd;
-	const uint8_t *p = (const uint8_t *)f + TB_FRAME_HDR_LEN;
 
 	if (g->next && f->seq != g->next)
 		g->bad++;
 	if (!(f->flags & TB_FRAME_F_REPLAY) || f->publish_ns != f->seq * 3)
 		g->bad++;
-	for (uint32_t i = 0; i < f->length - TB_FRAME_HDR_LEN; i++)
-		if (p[i] != (uint8_t)(f->seq & 0xff))
-			g->bad++;
+	g->bad += frames_payload_bad(f);
 	g->next = f->seq + 1;
 	g->n++;
+	return 0;
+}
+
+static int on_frame_any(void *cd, const tb_frame_hdr_t *f)
+{
+	(void)cd;
+	(void)f;
 	return 0;
 }
 
@@ -170,31 +172,15 @@ static void test_frame_being_overwritten_is_refused(void **state)
 static int on_frame_seq_only(void *cd, const tb_frame_hdr_t *f)
 {
 	struct got *g = cd;
-	const uint8_t *p = (const uint8_t *)f + TB_FRAME_HDR_LEN;
 
 	if (g->next && f->seq != g->next)
 		g->bad++;
 	if (f->stream_id != 5 || f->length != TB_FRAME_HDR_LEN + 40)
 		g->bad++;
-	for (uint32_t i = 0; i < f->length - TB_FRAME_HDR_LEN; i++)
-		if (p[i] != (uint8_t)(f->seq & 0xff))
-			g->bad++;
+	g->bad += frames_payload_bad(f);
 	g->next = f->seq + 1;
 	g->n++;
 	return 0;
-}
-
-static uint16_t free_port(void)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET};
-	socklen_t sl = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	getsockname(fd, (struct sockaddr *)&sa, &sl);
-	close(fd);
-	return ntohs(sa.sin_port);
 }
 
 static void test_publisher_serves_retention(void **state)
@@ -217,7 +203,7 @@ static void test_publisher_serves_retention(void **state)
 	strcpy(cfg.token, "pubtok");
 	cfg.retention = 1000;
 	strcpy(cfg.retention_endpoint.host, "127.0.0.1");
-	cfg.retention_endpoint.port = free_port();
+	cfg.retention_endpoint.port = (uint16_t)proc_free_port();
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
 	for (uint64_t s = 1; s <= 3000; s++) {
 		memset(payload, (int)(s & 0xff), sizeof(payload));
@@ -229,12 +215,11 @@ static void test_publisher_serves_retention(void **state)
 	q.epoch = tb_pub_epoch(pub);
 	q.first = 2001;
 	q.count = 1000;
-	strcpy(q.token, "pubtok");
 	{
 		struct got h = {0};
 		uint64_t n = 0;
 
-		assert_int_equal(tb_recovery_client_fetch_one(&cfg.retention_endpoint, &q,
+		assert_int_equal(tb_recovery_client_fetch_one(&cfg.retention_endpoint, "pubtok", &q,
 						      2000, on_frame_seq_only, &h,
 						      &rej, &n), 1000);
 		assert_int_equal(h.n, 1000);
@@ -242,14 +227,13 @@ static void test_publisher_serves_retention(void **state)
 		assert_int_equal(h.next, 3001);
 	}
 	q.first = 2000;
-	assert_int_equal(tb_recovery_client_fetch_one(&cfg.retention_endpoint, &q, 2000,
+	assert_int_equal(tb_recovery_client_fetch_one(&cfg.retention_endpoint, "pubtok", &q, 2000,
 					      on_frame_seq_only, &g, &rej, NULL),
 			 TB_RECOVERY_CLIENT_REJECTED);
 	assert_int_equal(rej.reason, TB_RECOVERY_PROTO_REJ_TOO_OLD);
 	assert_int_equal(rej.earliest_seq, 2001);
 	q.first = 2001;
-	strcpy(q.token, "pubtoK");
-	assert_int_equal(tb_recovery_client_fetch_one(&cfg.retention_endpoint, &q, 2000,
+	assert_int_equal(tb_recovery_client_fetch_one(&cfg.retention_endpoint, "pubtoK", &q, 2000,
 					      on_frame_seq_only, &g, &rej, NULL),
 			 TB_RECOVERY_CLIENT_REJECTED);
 	assert_int_equal(rej.reason, TB_RECOVERY_PROTO_REJ_UNAUTHORISED);
@@ -257,9 +241,138 @@ static void test_publisher_serves_retention(void **state)
 	unlink(cfg.shm_path);
 }
 
+/* Frames copied straight into an answer: each exactly its length, back to
+ * back at any alignment, flagged replay; a first frame too large for the
+ * room is 0 (send what you have and ask again); one overwritten while it
+ * was copied is refused, not sent. */
+static void test_copy_into_an_answer(void **state)
+{
+	struct fixture x;
+	uint8_t raw[8192 + 3], *out = raw + 3;
+	uint64_t epoch, first, last;
+	size_t len, off = 0;
+	tb_frame_hdr_t h;
+	int n;
+
+	(void)state;
+	fixture_init(&x, 1000);
+	for (int i = 0; i < 300; i++)
+		publish(&x, 40 + (uint32_t)(i % 5));
+	tb_retention_bounds(&x.ret, &epoch, &first, &last);
+	n = tb_retention_copy(&x.ret, 100, 50, out, 8192, &len);
+	assert_int_equal(n, 50);
+	for (int i = 0; i < n; i++) {
+		memcpy(&h, out + off, sizeof(h));
+		assert_true(h.seq == 100 + (uint64_t)i);
+		assert_int_equal(h.length, TB_FRAME_HDR_LEN + 40 + (99 + i) % 5);
+		assert_true(h.flags & TB_FRAME_F_REPLAY);
+		assert_true(h.publish_ns == h.seq * 3);
+		for (uint32_t k = TB_FRAME_HDR_LEN; k < h.length; k++)
+			assert_int_equal(out[off + k], (uint8_t)h.seq);
+		off += h.length;
+	}
+	assert_int_equal(off, len);
+	/* Room for some: as many as fit. */
+	n = tb_retention_copy(&x.ret, 100, 50, out, 200, &len);
+	assert_int_equal(n, 2);
+	assert_true(len <= 200);
+	/* Room for none. */
+	assert_int_equal(tb_retention_copy(&x.ret, 100, 50, out, 10, &len), 0);
+	assert_int_equal(len, 0);
+	/* Outside what is held. */
+	assert_int_equal(tb_retention_copy(&x.ret, last + 1, 5, out, 8192, &len),
+			 TB_STORE_NOT_YET);
+	/* The writer announces a frame over the oldest: gone. */
+	for (int i = 0; i < 400; i++)
+		publish(&x, 40);
+	tb_retention_bounds(&x.ret, &epoch, &first, &last);
+	assert_non_null(tb_ring_claim(&x.ring, 200, x.next));
+	assert_int_equal(tb_retention_copy(&x.ret, first, 5, out, 8192, &len),
+			 TB_STORE_TOO_OLD);
+	tb_ring_abort(&x.ring);
+	assert_int_equal(tb_retention_copy(&x.ret, first, 5, out, 8192, &len), 5);
+	fixture_free(&x);
+}
+
+/* Bounds found from where they were last time agree with a search of
+ * the whole range, round after round of overwriting. */
+static void test_bounds_follow_the_ring(void **state)
+{
+	struct fixture x;
+	uint64_t epoch, first, last;
+
+	(void)state;
+	fixture_init(&x, 100000);
+	for (int round = 0; round < 50; round++) {
+		uint64_t lo = 1;
+
+		for (int i = 0; i < 97 + round * 13; i++)
+			publish(&x, 40 + (uint32_t)((round + i) % 60));
+		tb_retention_bounds(&x.ret, &epoch, &first, &last);
+		while (lo <= last && tb_retention_read(&x.ret, lo, 1, on_frame_any,
+						       NULL) != 1)
+			lo++;
+		assert_true(first == lo);
+		assert_true(last == x.next - 1);
+	}
+	fixture_free(&x);
+}
+
+/* A window: what it holds follows the frames appended; a frame that does
+ * not follow the last, or of another epoch, starts it again; a reader of
+ * another epoch is told too old. */
+static void test_window(void **state)
+{
+	tb_retention_window_t w;
+	uint64_t buf[(TB_FRAME_HDR_LEN + 64) / 8];
+	tb_frame_hdr_t *f = (tb_frame_hdr_t *)buf;
+	uint64_t epoch, first, last;
+	struct got g = {0};
+	uint8_t out[4096];
+	size_t len;
+
+	(void)state;
+	assert_int_equal(tb_retention_window_init(&w, 1000, 5), TB_EINVAL);
+	assert_int_equal(tb_retention_window_init(&w, 64u << 10, 5), 0);
+	tb_retention_window_bounds(&w, &epoch, &first, &last);
+	assert_true(first == 0 && last == 0);
+	for (uint64_t q = 1; q <= 100; q++) {
+		frames_put(f, 5, q, 40, 1, q * 3, NULL);
+		tb_retention_window_append(&w, 7, f);
+	}
+	tb_retention_window_bounds(&w, &epoch, &first, &last);
+	assert_true(epoch == 7 && first == 1 && last == 100);
+	assert_int_equal(tb_retention_window_read(&w, 7, 90, 100, on_frame, &g), 11);
+	assert_int_equal(g.bad, 0);
+	assert_int_equal(tb_retention_window_read(&w, 6, 90, 100, on_frame, &g),
+			 TB_STORE_TOO_OLD);
+	assert_int_equal(tb_retention_window_copy(&w, 7, 99, 10, out, sizeof(out),
+						  &len), 2);
+	/* A hole: it starts again at 150. */
+	for (uint64_t q = 150; q <= 160; q++) {
+		frames_put(f, 5, q, 40, 1, q * 3, NULL);
+		tb_retention_window_append(&w, 7, f);
+	}
+	tb_retention_window_bounds(&w, &epoch, &first, &last);
+	assert_true(first == 150 && last == 160);
+	assert_int_equal(tb_retention_window_read(&w, 7, 100, 1, on_frame, &g),
+			 TB_STORE_TOO_OLD);
+	/* A new epoch, from 1 again. */
+	frames_put(f, 5, 1, 40, 1, 3, NULL);
+	tb_retention_window_append(&w, 8, f);
+	tb_retention_window_bounds(&w, &epoch, &first, &last);
+	assert_true(epoch == 8 && first == 1 && last == 1);
+	assert_int_equal(tb_retention_window_copy(&w, 7, 150, 10, out, sizeof(out),
+						  &len), TB_STORE_TOO_OLD);
+	tb_retention_window_free(&w);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_copy_into_an_answer),
+		cmocka_unit_test(test_bounds_follow_the_ring),
+		cmocka_unit_test(test_window),
 		cmocka_unit_test(test_empty_and_last_n),
 		cmocka_unit_test(test_ring_bounds_retention),
 		cmocka_unit_test(test_frame_being_overwritten_is_refused),

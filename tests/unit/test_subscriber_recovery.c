@@ -23,29 +23,14 @@
 
 #include "bus/frame.h"
 #include "bus/recovery/server.h"
+#include "tests/common/proc.h"
 #include "tests/common/recovery_src.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-
-static uint16_t free_port(void)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET};
-	socklen_t sl = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	getsockname(fd, (struct sockaddr *)&sa, &sl);
-	close(fd);
-	return ntohs(sa.sin_port);
-}
 
 static void stream_cfg(tb_stream_cfg_t *c, int retention)
 {
@@ -60,11 +45,11 @@ static void stream_cfg(tb_stream_cfg_t *c, int retention)
 	if (retention) {
 		c->retention = 200000;
 		strcpy(c->retention_endpoint.host, "127.0.0.1");
-		c->retention_endpoint.port = free_port();
+		c->retention_endpoint.port = (uint16_t)proc_free_port();
 		c->recovery[0] = c->retention_endpoint;
 	} else {
 		strcpy(c->recovery[0].host, "127.0.0.1");
-		c->recovery[0].port = free_port(); /* nobody there */
+		c->recovery[0].port = (uint16_t)proc_free_port(); /* nobody there */
 	}
 	c->n_recovery = 1;
 }
@@ -359,9 +344,102 @@ static void test_shared_request_loses_only_the_gap(void **state)
 	queued_gaps(1615);
 }
 
+/* The publisher published 1..3000 and is gone; a service still holds
+ * them.  A subscriber that joins now from 1 has no epoch to attach to,
+ * yet gets all of them: its probe asks for the service's newest epoch. */
+static void test_late_join_after_publisher_exit(void **state)
+{
+	tb_stream_cfg_t c;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	tb_recovery_server_t *srv;
+	recovery_src_t x = {.first = 1, .last = 3000, .payload = 24};
+	struct got g = {1, 0, 0, 0};
+	uint64_t until;
+
+	(void)state;
+	stream_cfg(&c, 0);
+	assert_int_equal(tb_publisher_open(&pub, &c), 0);
+	for (uint64_t s = 1; s <= 3000; s++)
+		offer(pub, s);
+	x.epoch = tb_pub_epoch(pub);
+	x.stream_id = c.id;
+	assert_int_equal(tb_publisher_close(pub), 0);
+	assert_int_equal(recovery_src_serve(&srv, &x, "tok", NULL), 0);
+	c.recovery[0].port = tb_recovery_server_port(srv);
+	assert_int_equal(tb_subscriber_open(&sub, &c), 0);
+	assert_int_equal(tb_sub_start_at(sub, 1), 0);
+	until = tb_clock_mono_ms() + 20000;
+	while (g.next <= 3000 && tb_clock_mono_ms() < until) {
+		int n = tb_sub_poll(sub, on_msg, &g, 64);
+
+		if (n < 0 && n != TB_NOT_CONNECTED && n != TB_CLOSED)
+			fail_msg("poll: %s", tb_strerror(n));
+	}
+	assert_int_equal(g.n, 3000);
+	assert_int_equal(g.replayed, 3000);
+	assert_int_equal(g.bad, 0);
+	assert_int_equal(tb_sub_epoch(sub), 0); /* the transport never attached */
+	tb_subscriber_close(sub);
+	tb_recovery_server_close(srv);
+	unlink(c.shm_path);
+}
+
+/* The recovery connection is made and authenticated when the subscriber
+ * opens, before any gap, and kept: the gaps that follow use it. */
+static void test_connection_made_at_open_and_kept(void **state)
+{
+	tb_stream_cfg_t c;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	tb_recovery_server_t *srv;
+	tb_recovery_server_stats_t st;
+	recovery_src_t x = {.first = 1, .last = 100000, .payload = 24};
+	struct got g = {1, 0, 0, 0};
+	uint64_t until, seq = 1;
+
+	(void)state;
+	stream_cfg(&c, 0);
+	assert_int_equal(tb_publisher_open(&pub, &c), 0);
+	x.epoch = tb_pub_epoch(pub);
+	x.stream_id = c.id;
+	assert_int_equal(recovery_src_serve(&srv, &x, "tok", NULL), 0);
+	c.recovery[0].port = tb_recovery_server_port(srv);
+	/* 1..50 go by before the subscriber attaches (at the live end). */
+	for (; seq <= 50; seq++)
+		offer(pub, seq);
+	assert_int_equal(tb_subscriber_open(&sub, &c), 0);
+	until = tb_clock_mono_ms() + 5000;
+	do {
+		usleep(1000);
+		tb_recovery_server_stats(srv, &st);
+	} while (st.authenticated == 0 && tb_clock_mono_ms() < until);
+	assert_int_equal(st.authenticated, 1);
+	assert_int_equal(st.requests, 0);
+	/* Then it asks for them: a gap, recovered on that connection. */
+	assert_int_equal(tb_sub_start_at(sub, 1), 0);
+	for (; seq <= 60; seq++)
+		offer(pub, seq);
+	until = tb_clock_mono_ms() + 20000;
+	while (g.next <= 60 && tb_clock_mono_ms() < until)
+		assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
+	assert_int_equal(g.n, 60);
+	assert_int_equal(g.bad, 0);
+	tb_recovery_server_stats(srv, &st);
+	assert_int_equal(st.connections, 1);
+	assert_int_equal(st.authenticated, 1);
+	assert_true(st.served >= 1);
+	tb_subscriber_close(sub);
+	tb_recovery_server_close(srv);
+	tb_publisher_close(pub);
+	unlink(c.shm_path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_late_join_after_publisher_exit),
+		cmocka_unit_test(test_connection_made_at_open_and_kept),
 		cmocka_unit_test(test_late_join_small_buffer),
 		cmocka_unit_test(test_no_service_is_exact_data_loss),
 		cmocka_unit_test(test_late_join_quiet_stream),

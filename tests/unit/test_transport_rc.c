@@ -4,14 +4,21 @@
  * The test plays the other end itself -- a hand-made subscriber against the
  * real publisher, and a hand-made publisher against the real subscriber --
  * speaking the control protocol and verbs directly, and records every work
- * request tickbus posts by wrapping the device context's post_send (the
- * test defines ibv_open_device, which the static library binds to, and
- * calls the real one).  It asserts the exact requests: opcode, big-endian
- * immediate, rkey, remote address, inline and signalled flags, lkey and
- * lengths, on the normal, wrap/padding and credit paths; that a subscriber
- * without credit is skipped and then resumed; that rkeys give no access
- * outside the ring or the credit slot; that a wrong token gets no rkey; and
- * how the subscriber reacts to its queue pair failing.
+ * request tickbus posts by wrapping the device context's post_send, and
+ * every QP transition by defining ibv_modify_qp (the test defines
+ * ibv_open_device and ibv_modify_qp, which the static library binds to,
+ * and calls the real ones).  It asserts the exact requests: opcode,
+ * big-endian immediate, rkey, remote address, inline and signalled flags,
+ * lkey and lengths, on the normal, wrap/padding and credit paths; the
+ * inline threshold of one 256-byte WQE; that a subscriber without credit
+ * is skipped, told the range in heartbeats, and then resumed; that a fence
+ * goes out for every skip however long completions stall; that nothing is
+ * written before READY; the path MTU both ends use; that rkeys give no
+ * access outside the ring or the subscriber's own credit slot, not even to
+ * another subscriber's; that a wrong token gets no rkey and slows its
+ * address; the memlock budget at open; version 1 peers refused both ways;
+ * and how the subscriber reacts to its queue pair failing or being
+ * dropped.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -31,12 +38,16 @@
 #include <dlfcn.h>
 #include <endian.h>
 #include <infiniband/verbs.h>
+#include <linux/capability.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -83,6 +94,19 @@ static int recording_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 	return real_post_send(qp, wr, bad);
 }
 
+/* Completions of every CQ but `stall_spare` are held back while `stall`
+ * is set: a NIC that stops reporting for a while. */
+static int stall;
+static struct ibv_cq *stall_spare;
+static int (*real_poll_cq)(struct ibv_cq *, int, struct ibv_wc *);
+
+static int stalling_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+	if (stall && cq != stall_spare)
+		return 0;
+	return real_poll_cq(cq, n, wc);
+}
+
 struct ibv_context *ibv_open_device(struct ibv_device *dev)
 {
 	static struct ibv_context *(*real)(struct ibv_device *);
@@ -95,8 +119,40 @@ struct ibv_context *ibv_open_device(struct ibv_device *dev)
 	if (ctx) {
 		real_post_send = ctx->ops.post_send;
 		ctx->ops.post_send = recording_post_send;
+		real_poll_cq = ctx->ops.poll_cq;
+		ctx->ops.poll_cq = stalling_poll_cq;
 	}
 	return ctx;
+}
+
+/* Every transition to RTR, recorded: which QP, with what. */
+typedef struct rec_rtr {
+	uint32_t qpn;
+	struct ibv_qp_attr a;
+} rec_rtr_t;
+
+static rec_rtr_t rtr[64];
+static int n_rtr;
+
+int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+	static int (*real)(struct ibv_qp *, struct ibv_qp_attr *, int);
+
+	if (!real)
+		real = (int (*)(struct ibv_qp *, struct ibv_qp_attr *, int))
+			dlvsym(RTLD_NEXT, "ibv_modify_qp", "IBVERBS_1.1");
+	if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTR && n_rtr < 64)
+		rtr[n_rtr++] = (rec_rtr_t){.qpn = qp->qp_num, .a = *attr};
+	return real(qp, attr, mask);
+}
+
+static const struct ibv_qp_attr *rtr_of(uint32_t qpn)
+{
+	for (int i = n_rtr - 1; i >= 0; i--)
+		if (rtr[i].qpn == qpn)
+			return &rtr[i].a;
+	fail_msg("no RTR recorded for qp %u", qpn);
+	return NULL;
 }
 
 /* ---------------------------------------------------- the hand-made peer */
@@ -111,6 +167,7 @@ typedef struct peer {
 	size_t len;
 	union ibv_gid gid;
 	int fd;
+	uint32_t psn;          /* the first PSN it sends, as it told the other end */
 	tb_control_msg_t reply;
 } peer_t;
 
@@ -162,12 +219,16 @@ static void peer_open(peer_t *p, size_t len, uint32_t recv_depth)
 	assert_non_null(p->mr);
 	assert_int_equal(ibv_query_gid(p->ctx, 1, 0, &p->gid), 0);
 	p->fd = -1;
+	p->psn = 77;
 }
 
 static void peer_connect_qp(peer_t *p, uint32_t qpn, const uint8_t *gid,
 			    uint32_t psn)
 {
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024,
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR,
+				.path_mtu = p->reply.type == TB_CONTROL_ACCEPT
+						    ? (enum ibv_mtu)p->reply.accept.mtu
+						    : IBV_MTU_1024,
 				.dest_qp_num = qpn, .rq_psn = psn,
 				.max_dest_rd_atomic = 1, .min_rnr_timer = 1,
 				.ah_attr = {.is_global = 1, .port_num = 1}};
@@ -183,7 +244,7 @@ static void peer_connect_qp(peer_t *p, uint32_t qpn, const uint8_t *gid,
 	a.timeout = 10;
 	a.retry_cnt = 2;
 	a.rnr_retry = 7;
-	a.sq_psn = 77;
+	a.sq_psn = p->psn;
 	a.max_rd_atomic = 1;
 	assert_int_equal(ibv_modify_qp(p->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
 				       IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
@@ -261,14 +322,14 @@ static int tcp_connect(int port)
 	return -1;
 }
 
-/* HELLO + SUBSCRIBE from `p` to the publisher on `port`; the answer lands
- * in p->reply. */
-static void subscribe(peer_t *p, int port, const char *token,
-		      uint32_t recv_depth)
+/* HELLO + SUBSCRIBE from `p` to the publisher on `port` (saying the port
+ * MTU is `mtu`); the answer lands in p->reply. */
+static void subscribe_mtu(peer_t *p, int port, const char *token,
+			  uint32_t recv_depth, uint8_t mtu)
 {
 	tb_control_hello_t h = {.stream_id = 9};
 	tb_control_subscribe_t s = {.stream_id = 9, .transport = TB_TRANSPORT_RC,
-				.mtu = TB_CONTROL_MTU_1024,
+				.mtu = mtu,
 				.flags = TB_CONTROL_SUB_F_CREDIT_SLOT,
 				.ring_addr = (uintptr_t)p->buf, .ring_len = p->len,
 				.rkey = p->mr->rkey, .qpn = p->qp->qp_num, .psn = 5,
@@ -278,18 +339,48 @@ static void subscribe(peer_t *p, int port, const char *token,
 	snprintf(h.client_id, sizeof(h.client_id), "test");
 	snprintf(h.token, sizeof(h.token), "%s", token);
 	memcpy(s.gid, p->gid.raw, 16);
+	p->psn = s.psn;    /* what we send from, and the publisher expects */
 	p->fd = tcp_connect(port);
 	send_buf(p->fd, buf, tb_control_encode_hello(buf, sizeof(buf), &h));
 	send_buf(p->fd, buf, tb_control_encode_subscribe(buf, sizeof(buf), &s));
 	assert_true(read_ctl(p->fd, &p->reply) > 0);
 }
 
+static void subscribe(peer_t *p, int port, const char *token,
+		      uint32_t recv_depth)
+{
+	subscribe_mtu(p, port, token, recv_depth, TB_CONTROL_MTU_1024);
+}
+
+/* READY: our QP is in RTR; the publisher may write. */
+static void send_ready(peer_t *p)
+{
+	tb_control_ready_t r = {.stream_id = 9, .qpn = p->qp->qp_num};
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+
+	send_buf(p->fd, buf, tb_control_encode_ready(buf, sizeof(buf), &r));
+}
+
+/* ACCEPT in hand: the QP up along its path, then READY, then a moment for
+ * the publisher to put us in its table. */
+static void join(peer_t *p)
+{
+	assert_int_equal(p->reply.type, TB_CONTROL_ACCEPT);
+	peer_connect_qp(p, p->reply.accept.qpn, p->reply.accept.gid,
+			p->reply.accept.psn);
+	send_ready(p);
+	usleep(100000);
+}
+
 static int test_port(int k)
 {
-	/* A port the kernel says is free, once per k: fixed ports in the
-	 * ephemeral range collide with sockets other tests left in
-	 * TIME-WAIT. */
-	static int port[8];
+	/* A port the kernel says is free, once per k (one per test, so that
+	 * a failed test's publisher, left open, takes no other test with
+	 * it): fixed ports in the ephemeral range collide with sockets other
+	 * tests left in TIME-WAIT. */
+	static int port[24];
+
+	assert_true(k < 24);
 
 	if (!port[k])
 		port[k] = (int)proc_free_port();
@@ -381,9 +472,11 @@ static void publisher_posts_exact_work_requests(void **state)
 	assert_true(p.reply.accept.credit_rkey != 0);
 	assert_int_equal(p.reply.accept.ring_offset, 0);
 	pub_qpn = p.reply.accept.qpn;
-	peer_connect_qp(&p, pub_qpn, p.reply.accept.gid, p.reply.accept.psn);
-	/* The publisher adds us to its table as it sends ACCEPT. */
-	usleep(100000);
+	/* The path MTU: the smaller of its port's (4096) and ours. */
+	assert_int_equal(p.reply.accept.mtu, TB_CONTROL_MTU_1024);
+	assert_int_equal(p.reply.accept.lid, 0);     /* RoCE */
+	assert_int_equal(p.reply.accept.traffic_class, 106);
+	join(&p);
 
 	/* A small frame: inline, WRITE_WITH_IMM at offset 0. */
 	memset(payload, 0xab, sizeof(payload));
@@ -499,8 +592,7 @@ static void publisher_skips_a_subscriber_without_credit(void **state)
 	subscribe(&p, test_port(1), "right-token", 8);  /* 8 receives only */
 	assert_int_equal(p.reply.type, TB_CONTROL_ACCEPT);
 	pub_qpn = p.reply.accept.qpn;
-	peer_connect_qp(&p, pub_qpn, p.reply.accept.gid, p.reply.accept.psn);
-	usleep(100000);
+	join(&p);
 
 	first = n_rec;
 	for (int i = 0; i < 20; i++)
@@ -565,19 +657,16 @@ static void publisher_drops_a_failed_subscriber(void **state)
 	tb_control_msg_t m;
 
 	(void)state;
-	rc_cfg(&cfg, test_port(0), 256 << 10);
+	rc_cfg(&cfg, test_port(2), 256 << 10);
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
 	peer_open(&a, 64 << 10, 256);
 	peer_open(&b, 64 << 10, 256);
 	post_recvs(&a, 256);
 	post_recvs(&b, 256);
-	subscribe(&a, test_port(0), "right-token", 256);
-	subscribe(&b, test_port(0), "right-token", 256);
-	assert_int_equal(a.reply.type, TB_CONTROL_ACCEPT);
-	assert_int_equal(b.reply.type, TB_CONTROL_ACCEPT);
-	peer_connect_qp(&a, a.reply.accept.qpn, a.reply.accept.gid, a.reply.accept.psn);
-	peer_connect_qp(&b, b.reply.accept.qpn, b.reply.accept.gid, b.reply.accept.psn);
-	usleep(100000);
+	subscribe(&a, test_port(2), "right-token", 256);
+	subscribe(&b, test_port(2), "right-token", 256);
+	join(&a);
+	join(&b);
 
 	/* B's ring goes away: the publisher's next write to it is a remote
 	 * access error and its queue pair to B fails. */
@@ -615,18 +704,24 @@ static void wrong_token_gets_no_rkey(void **state)
 	tb_control_msg_t m;
 
 	(void)state;
-	rc_cfg(&cfg, test_port(0), 256 << 10);
+	rc_cfg(&cfg, test_port(3), 256 << 10);
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
 	peer_open(&p, 64 << 10, 16);
-	subscribe(&p, test_port(0), "wrong-token", 16);
+	subscribe(&p, test_port(3), "wrong-token", 16);
 	assert_int_equal(p.reply.type, TB_CONTROL_REJECT);
 	assert_int_equal(p.reply.reject.reason, TB_CONTROL_REJ_BAD_TOKEN);
 	/* Nothing follows the reject: the publisher hung up. */
 	assert_int_equal(read_ctl(p.fd, &m), TB_CLOSED);
 	close(p.fd);
+	/* And this address waits a quarter of a second before its next
+	 * connection is read: closed unanswered. */
+	p.fd = tcp_connect(test_port(3));
+	assert_int_equal(read_ctl(p.fd, &m), TB_CLOSED);
+	close(p.fd);
+	usleep(300000);
 
 	/* Garbage instead of HELLO: rejected as malformed, then dropped. */
-	p.fd = tcp_connect(test_port(0));
+	p.fd = tcp_connect(test_port(3));
 	send_buf(p.fd, junk, sizeof(junk));
 	assert_true(read_ctl(p.fd, &m) > 0);
 	assert_int_equal(m.type, TB_CONTROL_REJECT);
@@ -696,10 +791,10 @@ static void subscriber_credits_and_rkey_bounds(void **state)
 	peer_t p;
 	tb_control_msg_t hello, subm;
 	tb_control_accept_t a = {.stream_id = 9, .epoch = 1234, .psn = 77,
-			     .next_seq = 1};
+			     .next_seq = 1, .mtu = TB_CONTROL_MTU_4096};
 	int lfd, one = 1, n, first;
 	struct sockaddr_in sa = {.sin_family = AF_INET,
-				 .sin_port = htons((uint16_t)test_port(1)),
+				 .sin_port = htons((uint16_t)test_port(4)),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	uint8_t buf[TB_CONTROL_MSG_MAX];
 	uint64_t raddr;
@@ -712,7 +807,7 @@ static void subscriber_credits_and_rkey_bounds(void **state)
 	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	assert_int_equal(listen(lfd, 4), 0);
-	rc_cfg(&cfg, test_port(1), 64 << 10);
+	rc_cfg(&cfg, test_port(4), 64 << 10);
 	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
 	assert_int_equal(tb_sub_poll(sub, on_msg, &g, 64), TB_NOT_CONNECTED);
 
@@ -735,6 +830,10 @@ static void subscriber_credits_and_rkey_bounds(void **state)
 	send_buf(p.fd, buf, tb_control_encode_accept(buf, sizeof(buf), &a));
 	peer_connect_qp(&p, subm.subscribe.qpn, subm.subscribe.gid,
 			subm.subscribe.psn);
+	/* Its QP is up before it says so. */
+	assert_true(read_ctl(p.fd, &hello) > 0);
+	assert_int_equal(hello.type, TB_CONTROL_READY);
+	assert_int_equal(hello.ready.qpn, subm.subscribe.qpn);
 
 	/* Frames 1..70 (64 bytes each): delivered in order; after 64 the
 	 * subscriber re-posts and writes its credit into our slot. */
@@ -789,7 +888,546 @@ static void subscriber_credits_and_rkey_bounds(void **state)
 	tb_subscriber_close(sub);
 }
 
-int main(void)
+
+/* --------------------------------------------- protocol 2 and its fixes */
+
+/* Frames up to 220 bytes go inline (one 256-byte WQE with its 36 bytes of
+ * headers), from 221 by reference: 224 crossed into a fifth block. */
+static void inline_threshold_fits_one_wqe(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint8_t payload[256] = {0};
+	struct ibv_wc wc[4];
+	const rec_wr_t *w;
+	int n, first;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(5), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 64 << 10, 64);
+	post_recvs(&p, 64);
+	subscribe(&p, test_port(5), "right-token", 64);
+	join(&p);
+	first = n_rec;
+	assert_int_equal(tb_pub_offer(pub, 1, payload, 220 - 32), 1);
+	assert_int_equal(tb_pub_offer(pub, 1, payload, 221 - 32), 2);
+	assert_int_equal(tb_pub_offer(pub, 1, payload, 224 - 32), 3);
+	assert_int_equal(wait_recvs(&p, wc, 3), 3);
+	w = recs_for(p.reply.accept.qpn, first, &n);
+	assert_int_equal(n, 3);
+	assert_int_equal(w[0].len, 220);
+	assert_true(w[0].flags & IBV_SEND_INLINE);
+	assert_int_equal(w[1].len, 221);
+	assert_false(w[1].flags & IBV_SEND_INLINE);
+	assert_int_equal(w[2].len, 224);
+	assert_false(w[2].flags & IBV_SEND_INLINE);
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
+/* Nothing is written to a subscriber before its READY: its QP may not be
+ * in RTR yet, and a WRITE would wait out an ACK timeout or fail it. */
+static void nothing_is_written_before_ready(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint8_t payload[64] = {0};
+	struct ibv_wc wc[8];
+	int n, first;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(6), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 64 << 10, 64);
+	post_recvs(&p, 64);
+	subscribe(&p, test_port(6), "right-token", 64);
+	assert_int_equal(p.reply.type, TB_CONTROL_ACCEPT);
+	/* ACCEPT in hand, our QP still in INIT: the publisher's QP is up
+	 * (RTS), but it must not write. */
+	usleep(100000);
+	first = n_rec;
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(tb_pub_offer(pub, 1, payload, 64), i + 1);
+	recs_for(p.reply.accept.qpn, first, &n);
+	assert_int_equal(n, 0);
+	/* RTR, READY: from the next frame on it is written. */
+	peer_connect_qp(&p, p.reply.accept.qpn, p.reply.accept.gid,
+			p.reply.accept.psn);
+	send_ready(&p);
+	usleep(100000);
+	assert_int_equal(tb_pub_offer(pub, 1, payload, 64), 6);
+	assert_int_equal(wait_recvs(&p, wc, 1), 1);
+	assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+	assert_int_equal(((tb_frame_hdr_t *)p.buf)->seq, 6);
+	recs_for(p.reply.accept.qpn, first, &n);
+	assert_int_equal(n, 1);
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
+/* Each subscriber's credit slot is in a PD of its own: B's rkey, used
+ * through A's QP, is a remote access error, and B's slot is untouched. */
+static void a_credit_rkey_reaches_its_own_slot_only(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t a, b;
+	struct ibv_wc wc[4];
+	uint64_t v = tb_rc_credit(12345, 0);
+	struct ibv_sge sge = {.addr = (uintptr_t)&v, .length = 8};
+	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1,
+				 .opcode = IBV_WR_RDMA_WRITE,
+				 .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED};
+	struct ibv_send_wr *bad;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(7), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&a, 64 << 10, 64);
+	peer_open(&b, 64 << 10, 64);
+	post_recvs(&a, 64);
+	post_recvs(&b, 64);
+	subscribe(&a, test_port(7), "right-token", 64);
+	subscribe(&b, test_port(7), "right-token", 64);
+	join(&a);
+	join(&b);
+	/* Its own slot, its own key: fine. */
+	wr.wr.rdma.remote_addr = a.reply.accept.credit_addr;
+	wr.wr.rdma.rkey = a.reply.accept.credit_rkey;
+	assert_int_equal(ibv_post_send(a.qp, &wr, &bad), 0);
+	assert_int_equal(wait_recvs(&a, wc, 1), 1);
+	assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+	/* B's slot with B's key, through A's queue pair: refused. */
+	wr.wr.rdma.remote_addr = b.reply.accept.credit_addr;
+	wr.wr.rdma.rkey = b.reply.accept.credit_rkey;
+	assert_int_equal(ibv_post_send(a.qp, &wr, &bad), 0);
+	assert_int_equal(wait_recvs(&a, wc, 1), 1);
+	assert_int_equal(wc[0].status, IBV_WC_REM_ACCESS_ERR);
+	assert_true(*(volatile uint64_t *)(uintptr_t)b.reply.accept.credit_addr !=
+		    tb_rc_credit(12345, 0));
+	peer_close(&a);
+	peer_close(&b);
+	tb_publisher_close(pub);
+}
+
+/* The publisher takes the smaller MTU, says it in ACCEPT and uses it. */
+static void the_path_mtu_is_the_publishers_choice(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(8), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 64 << 10, 16);
+	subscribe_mtu(&p, test_port(8), "right-token", 16, TB_CONTROL_MTU_512);
+	assert_int_equal(p.reply.type, TB_CONTROL_ACCEPT);
+	assert_int_equal(p.reply.accept.mtu, TB_CONTROL_MTU_512);
+	assert_int_equal(rtr_of(p.reply.accept.qpn)->path_mtu, IBV_MTU_512);
+	assert_int_equal(rtr_of(p.reply.accept.qpn)->ah_attr.grh.traffic_class, 106);
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
+/* However many skips pile up while completions stall, each gets its
+ * fence: the record of signalled requests has a slot per send-queue
+ * entry and cannot overflow (it had 32). */
+static void a_fence_for_every_skip_while_completions_stall(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint8_t payload[64] = {0};
+	struct ibv_wc wc[4];
+	const rec_wr_t *w;
+	int n, first, fences = 0, writes = 0;
+	uint64_t pos = 0;
+	uint32_t regranted = 0;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(9), 1 << 20);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 1 << 20, 256);
+	post_recvs(&p, 1);
+	subscribe(&p, test_port(9), "right-token", 1);  /* one frame per credit */
+	join(&p);
+	stall_spare = p.cq;
+	stall = 1;
+	first = n_rec;
+	/* 40 rounds of: written, skipped (fence), credit back. */
+	for (int i = 0; i < 40; i++) {
+		assert_true(tb_pub_offer(pub, 1, payload, 64) > 0);
+		assert_true(tb_pub_offer(pub, 1, payload, 64) > 0);
+		assert_int_equal(wait_recvs(&p, wc, 1), 1);
+		post_recvs(&p, 1);
+		pos += 96;
+		regranted++;
+		give_credit(&p, pos, regranted);
+	}
+	w = recs_for(p.reply.accept.qpn, first, &n);
+	for (int i = 0; i < n; i++) {
+		if (w[i].opcode == IBV_WR_RDMA_WRITE && w[i].len == 0 &&
+		    (w[i].flags & IBV_SEND_SIGNALED)) {
+			fences++;
+			/* Its wr_id counts every request up to it. */
+			assert_int_equal(w[i].wr_id, (uint64_t)(writes + fences));
+		} else {
+			writes++;
+		}
+	}
+	assert_int_equal(writes, 40);
+	assert_int_equal(fences, 40);
+	/* The NIC reports again: the stream goes on. */
+	stall = 0;
+	assert_true(tb_pub_offer(pub, 1, payload, 64) > 0);
+	assert_int_equal(wait_recvs(&p, wc, 1), 1);
+	assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+	stall_spare = NULL;
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
+/* A heartbeat to a subscriber the publisher is skipping names the range:
+ * on a quiet stream nothing else would tell it. */
+static void heartbeats_name_the_skipped_range(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint8_t payload[64] = {0};
+	tb_control_msg_t m;
+	int found = 0;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(10), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 64 << 10, 64);
+	post_recvs(&p, 8);
+	subscribe(&p, test_port(10), "right-token", 8);
+	join(&p);
+	for (int i = 0; i < 20; i++)
+		assert_int_equal(tb_pub_offer(pub, 1, payload, 64), i + 1);
+	/* Within a few heartbeats (50 ms each): skipped 9..20. */
+	for (int i = 0; i < 10 && !found; i++) {
+		assert_true(read_ctl(p.fd, &m) > 0);
+		assert_int_equal(m.type, TB_CONTROL_HEARTBEAT);
+		if (m.heartbeat.skip_first) {
+			assert_int_equal(m.heartbeat.skip_first, 9);
+			assert_int_equal(m.heartbeat.skip_last, 20);
+			found = 1;
+		}
+	}
+	assert_true(found);
+	/* Credit back and one more frame: it is written, and the range is
+	 * gone from the next heartbeats. */
+	post_recvs(&p, 8);
+	give_credit(&p, 8 * 96, 8);
+	assert_int_equal(tb_pub_offer(pub, 1, payload, 64), 21);
+	for (int i = 0; i < 3; i++) {
+		assert_true(read_ctl(p.fd, &m) > 0);
+		if (i > 0)
+			assert_int_equal(m.heartbeat.skip_first, 0);
+	}
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
+/* Wrong tokens, one connection after another from one address: each
+ * makes the next wait twice as long, so a second of guessing gets a
+ * handful of answers, not thousands. */
+static void token_guessing_is_slowed(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint64_t until;
+	int answered = 0, tries = 0;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(11), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 64 << 10, 16);
+	until = now_ms() + 1000;
+	while (now_ms() < until) {
+		tb_control_hello_t h = {.stream_id = 9};
+		uint8_t buf[TB_CONTROL_MSG_MAX];
+		tb_control_msg_t m;
+
+		snprintf(h.token, sizeof(h.token), "guess-%d", tries++);
+		p.fd = tcp_connect(test_port(11));
+		send_buf(p.fd, buf, tb_control_encode_hello(buf, sizeof(buf), &h));
+		if (read_ctl(p.fd, &m) > 0) {
+			assert_int_equal(m.type, TB_CONTROL_REJECT);
+			assert_int_equal(m.reject.reason, TB_CONTROL_REJ_BAD_TOKEN);
+			answered++;
+		}
+		close(p.fd);
+		p.fd = -1;
+		nap();
+	}
+	print_message("token guessing: %d tries, %d answered in 1 s\n", tries,
+		      answered);
+	/* 0, 250, 750 ms: three answers (four at the outside). */
+	assert_true(answered >= 2 && answered <= 4);
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
+/* --------------------------------------------- memlock, in a child */
+
+/* Drops CAP_IPC_LOCK from this process's effective set. */
+static void drop_cap_ipc_lock(void)
+{
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct d[2];
+
+	if (syscall(SYS_capget, &h, d) != 0)
+		_exit(90);
+	d[0].effective &= ~(1u << CAP_IPC_LOCK);
+	d[0].permitted &= ~(1u << CAP_IPC_LOCK);
+	if (syscall(SYS_capset, &h, d) != 0)
+		_exit(91);
+}
+
+static int memlock_child(void)
+{
+	struct rlimit rl = {.rlim_cur = 1 << 20, .rlim_max = 1 << 20};
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	int rc;
+
+	drop_cap_ipc_lock();
+	if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0)
+		return 92;
+	rc_cfg(&cfg, (int)proc_free_port(), 8 << 20);
+	rc = tb_subscriber_open(&sub, &cfg);
+	if (rc != TB_ENOMEM)
+		return 1;
+	if (!strstr(tb_errmsg(), "an rc subscriber") ||
+	    !strstr(tb_errmsg(), "ulimit -l") ||
+	    !strstr(tb_errmsg(), "LimitMEMLOCK=") ||
+	    !strstr(tb_errmsg(), "CAP_IPC_LOCK") ||
+	    !strstr(tb_errmsg(), "1.0 MiB"))
+		return 2;
+	rc = tb_publisher_open(&pub, &cfg);
+	if (rc != TB_ENOMEM || !strstr(tb_errmsg(), "an rc publisher") ||
+	    !strstr(tb_errmsg(), "ulimit -l"))
+		return 3;
+	/* A ring that fits: both open. */
+	rc_cfg(&cfg, (int)proc_free_port(), 64 << 10);
+	if (tb_subscriber_open(&sub, &cfg) != 0)
+		return 4;
+	tb_subscriber_close(sub);
+	return 0;
+}
+
+/* Under RLIMIT_MEMLOCK of 1 MiB and without CAP_IPC_LOCK, an 8 MiB ring
+ * is refused at open with what to change, not at its first verb. */
+static void memlock_budget_is_checked_at_open(void **state)
+{
+	pid_t pid;
+	int st;
+
+	(void)state;
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0)
+		_exit(memlock_child());
+	assert_true(pid > 0);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* ------------------------------------------------- version 1 peers */
+
+/* A version 1 subscriber is refused in version 1, with both versions. */
+static void a_version_one_subscriber_is_refused(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	tb_control_hello_t h = {.stream_id = 9};
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+	tb_control_msg_t m;
+	size_t have = 0;
+	int fd, n;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(13), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	snprintf(h.token, sizeof(h.token), "right-token");
+	n = tb_control_encode_hello(buf, sizeof(buf), &h);
+	buf[2] = 1;   /* HELLO is laid out the same in version 1 */
+	fd = tcp_connect(test_port(13));
+	send_buf(fd, buf, n);
+	for (uint64_t until = now_ms() + 5000; have < 216 && now_ms() < until;) {
+		ssize_t k = recv(fd, buf + have, sizeof(buf) - have, 0);
+
+		if (k <= 0)
+			break;
+		have += (size_t)k;
+	}
+	assert_int_equal(have, 216);
+	assert_int_equal(buf[2], 1);
+	assert_int_equal(tb_control_decode_refusal(buf, have, &m), 216);
+	assert_int_equal(m.reject.reason, TB_CONTROL_REJ_BAD_VERSION);
+	assert_non_null(strstr(m.reject.text, "version 2"));
+	assert_non_null(strstr(m.reject.text, "version 1"));
+	assert_non_null(strstr(m.reject.text, "upgrade"));
+	close(fd);
+	tb_publisher_close(pub);
+}
+
+/* A listening "publisher" for the real subscriber: accepts, reads HELLO
+ * and SUBSCRIBE. */
+static int fake_pub_listen(int port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int lfd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 4), 0);
+	return lfd;
+}
+
+static void fake_pub_hello(peer_t *p, int lfd, tb_control_msg_t *subm)
+{
+	tb_control_msg_t hello;
+
+	p->fd = accept(lfd, NULL, NULL);
+	assert_true(p->fd >= 0);
+	assert_true(read_ctl(p->fd, &hello) > 0);
+	assert_int_equal(hello.type, TB_CONTROL_HELLO);
+	assert_true(read_ctl(p->fd, subm) > 0);
+	assert_int_equal(subm->type, TB_CONTROL_SUBSCRIBE);
+}
+
+/* ACCEPT at path MTU `mtu`, our QP up, and the subscriber's READY. */
+static void fake_pub_accept(peer_t *p, const tb_control_msg_t *subm, uint8_t mtu)
+{
+	tb_control_accept_t a = {.stream_id = 9, .epoch = 99, .psn = 77,
+				 .next_seq = 1, .mtu = mtu};
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+	tb_control_msg_t m;
+
+	a.qpn = p->qp->qp_num;
+	memcpy(a.gid, p->gid.raw, 16);
+	a.credit_rkey = p->mr->rkey;
+	a.credit_addr = (uintptr_t)p->buf;
+	send_buf(p->fd, buf, tb_control_encode_accept(buf, sizeof(buf), &a));
+	peer_connect_qp(p, subm->subscribe.qpn, subm->subscribe.gid,
+			subm->subscribe.psn);
+	assert_true(read_ctl(p->fd, &m) > 0);
+	assert_int_equal(m.type, TB_CONTROL_READY);
+}
+
+/* A version 1 publisher's refusal reaches the subscriber's poll as
+ * TB_EFORMAT, saying which side to upgrade. */
+static void a_version_one_publisher_is_named(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_subscriber_t *sub;
+	tb_control_reject_t r = {.stream_id = 9,
+				 .reason = TB_CONTROL_REJ_MALFORMED};
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+	tb_control_msg_t subm;
+	got_t g = {0};
+	peer_t p;
+	int lfd, rc = 0;
+
+	(void)state;
+	lfd = fake_pub_listen(test_port(14));
+	rc_cfg(&cfg, test_port(14), 64 << 10);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	peer_open(&p, 64, 16);
+	fake_pub_hello(&p, lfd, &subm);
+	snprintf(r.text, sizeof(r.text), "control HELLO: protocol version 2 is "
+		 "not supported; this peer speaks version 1");
+	send_buf(p.fd, buf, tb_control_encode_reject_in(buf, sizeof(buf), &r, 1));
+	for (uint64_t until = now_ms() + 5000; now_ms() < until; nap()) {
+		rc = tb_sub_poll(sub, on_msg, &g, 64);
+		if (rc != TB_NOT_CONNECTED && rc != 0)
+			break;
+	}
+	assert_int_equal(rc, TB_EFORMAT);
+	assert_non_null(strstr(tb_errmsg(), "version 1"));
+	assert_non_null(strstr(tb_errmsg(), "upgrade tickbus on the publisher"));
+	peer_close(&p);
+	close(lfd);
+	tb_subscriber_close(sub);
+}
+
+/* The subscriber's QP follows the publisher's path: the MTU in ACCEPT,
+ * not its own port's. */
+static void the_subscriber_uses_the_accepted_mtu(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_subscriber_t *sub;
+	tb_control_msg_t subm;
+	peer_t p;
+	int lfd;
+
+	(void)state;
+	lfd = fake_pub_listen(test_port(15));
+	rc_cfg(&cfg, test_port(15), 64 << 10);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	peer_open(&p, 64, 16);
+	fake_pub_hello(&p, lfd, &subm);
+	assert_int_equal(subm.subscribe.mtu, TB_CONTROL_MTU_4096);
+	assert_int_equal(subm.subscribe.lid, 0);
+	fake_pub_accept(&p, &subm, TB_CONTROL_MTU_256);
+	assert_int_equal(rtr_of(subm.subscribe.qpn)->path_mtu, IBV_MTU_256);
+	peer_close(&p);
+	close(lfd);
+	tb_subscriber_close(sub);
+}
+
+/* Dropped by a live publisher (BYE timeout): TB_EVICTED, never
+ * TB_PUBLISHER_DEAD; then it connects again. */
+static void dropped_by_the_publisher_is_evicted(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_subscriber_t *sub;
+	tb_control_msg_t subm;
+	tb_control_bye_t bye = {.reason = TB_CONTROL_BYE_TIMEOUT};
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+	got_t g = {0};
+	peer_t p;
+	int lfd, rc = 0, again;
+
+	(void)state;
+	lfd = fake_pub_listen(test_port(16));
+	rc_cfg(&cfg, test_port(16), 64 << 10);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	peer_open(&p, 64, 16);
+	fake_pub_hello(&p, lfd, &subm);
+	fake_pub_accept(&p, &subm, TB_CONTROL_MTU_4096);
+	send_buf(p.fd, buf, tb_control_encode_bye(buf, sizeof(buf), &bye));
+	for (uint64_t until = now_ms() + 5000; now_ms() < until; nap()) {
+		rc = tb_sub_poll(sub, on_msg, &g, 64);
+		if (rc < 0 && rc != TB_NOT_CONNECTED)
+			break;
+	}
+	assert_int_equal(rc, TB_EVICTED);
+	assert_string_not_equal(tb_strerror(TB_EVICTED), "?");
+	/* It comes back. */
+	again = accept(lfd, NULL, NULL);
+	assert_true(again >= 0);
+	close(again);
+	peer_close(&p);
+	close(lfd);
+	tb_subscriber_close(sub);
+}
+
+int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(publisher_posts_exact_work_requests),
@@ -797,7 +1435,22 @@ int main(void)
 		cmocka_unit_test(publisher_drops_a_failed_subscriber),
 		cmocka_unit_test(wrong_token_gets_no_rkey),
 		cmocka_unit_test(subscriber_credits_and_rkey_bounds),
+		cmocka_unit_test(inline_threshold_fits_one_wqe),
+		cmocka_unit_test(nothing_is_written_before_ready),
+		cmocka_unit_test(a_credit_rkey_reaches_its_own_slot_only),
+		cmocka_unit_test(the_path_mtu_is_the_publishers_choice),
+		cmocka_unit_test(a_fence_for_every_skip_while_completions_stall),
+		cmocka_unit_test(heartbeats_name_the_skipped_range),
+		cmocka_unit_test(token_guessing_is_slowed),
+		cmocka_unit_test(memlock_budget_is_checked_at_open),
+		cmocka_unit_test(a_version_one_subscriber_is_refused),
+		cmocka_unit_test(a_version_one_publisher_is_named),
+		cmocka_unit_test(the_subscriber_uses_the_accepted_mtu),
+		cmocka_unit_test(dropped_by_the_publisher_is_evicted),
 	};
+
+	(void)argc;
+	(void)argv;
 
 	if (!getenv("SOFTRDMA_FABRIC")) {
 		char name[64];

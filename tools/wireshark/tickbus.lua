@@ -32,7 +32,7 @@ local frame_types = {[1] = "DATA", [2] = "PAD", [3] = "HEARTBEAT"}
 local ctl_types = {[1] = "HELLO", [2] = "SUBSCRIBE", [3] = "ACCEPT",
 	[4] = "REJECT", [5] = "HEARTBEAT", [6] = "BYE"}
 local rec_types = {[1] = "REQUEST", [2] = "RESPONSE_BEGIN",
-	[3] = "RESPONSE_END", [4] = "REJECT"}
+	[3] = "RESPONSE_END", [4] = "REJECT", [5] = "HELLO", [6] = "WELCOME"}
 
 -- packet header
 f("magic", "uint16", "magic", base.HEX)
@@ -294,6 +294,11 @@ local function dissect_wire(tvb, off, pinfo, tree)
 		elseif ty == 4 then
 			u32(8, F["stream id"]); u32(12, F["reason"])
 			u64(16, F["detail"]); txt(24, len - 24, F["text"])
+		elseif ty == 5 then u32(8, F["stream id"]); token(16, 128)
+		elseif ty == 6 then
+			u32(8, F["stream id"]); u32(12, F["count"])
+			u64(16, F["epoch"]); u64(24, F["first"])
+			u64(32, F["last sequence"])
 		end
 	end
 	return len

@@ -100,6 +100,14 @@ typedef struct tb_stream_cfg {
 	char rdma_device[TB_NAME_MAX]; /* "" = first device with an active port */
 	int rdma_port;                 /* 0 = first active port */
 	int gid_index;                 /* -1 = first RoCEv2 IPv4 GID */
+	int rdma_traffic_class;        /* GRH traffic class, 0..255; default
+					  106 (DSCP 26, ECN capable) */
+	int rdma_timeout;              /* ACK timeout 4.096 us * 2^n, 1..31;
+					  default 12 (16.8 ms) */
+	int rdma_retry;                /* retries before a QP fails, 0..7;
+					  default 7 */
+	int rdma_sl;                   /* InfiniBand service level, 0..15;
+					  default 0 */
 
 	/* ud and udp: the multicast group */
 	tb_endpoint_t group;
@@ -305,9 +313,12 @@ int tb_subscriber_close(tb_subscriber_t *sub);
  * Delivers up to `limit` messages in sequence order to `handler`.  Returns
  * how many it delivered (0 when there is nothing new), or, when it delivered
  * nothing, a condition: TB_NOT_CONNECTED, TB_LAPPED or TB_GAP (the missing
- * range is in tb_sub_loss), TB_NEW_EPOCH, TB_CLOSED, TB_PUBLISHER_DEAD.  A
- * condition is returned once, at its place in the stream; polling again goes
- * on.  Never blocks.  Hot path.
+ * range is in tb_sub_loss), TB_NEW_EPOCH, TB_CLOSED, TB_PUBLISHER_DEAD,
+ * TB_EVICTED (rc: the publisher, alive, dropped this subscriber; it
+ * reconnects, and what it missed comes as TB_LAPPED).  A condition is
+ * returned once, at its place in the stream; polling again goes on.  A
+ * subscriber lapped while the stream then goes quiet is told within one
+ * heartbeat.  Never blocks.  Hot path.
  *
  * With recovery endpoints (cfg.recovery), gaps and laps are not returned:
  * the missing messages are fetched in the background and delivered in

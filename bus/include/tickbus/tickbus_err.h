@@ -30,6 +30,11 @@ enum tb_result {
 	TB_PUBLISHER_DEAD = -7, /* the publisher stopped without closing */
 	TB_GAP = -8,            /* a gap was detected and is being recovered
 				   or reported; see tb_sub_loss() */
+	TB_EVICTED = -9,        /* the publisher, alive, dropped this
+				   subscriber (its liveness reports stopped
+				   reaching it, or its queue pair failed);
+				   it reconnects, and what it missed comes
+				   back as a loss */
 
 	/* Set-up errors: a message is left in tb_errmsg(). */
 	TB_EINVAL = -20,     /* bad argument */
