@@ -31,6 +31,15 @@
  * lock on an inode that is no longer at the path reopens and looks again.
  * Thus two processes never run on different calibrations.
  *
+ * Whom to believe.  /dev/shm is writable by every user, and a calibration
+ * shifts every timestamp of every process that loads it.  So the file is
+ * opened without following a link or waiting on a FIFO (O_NOFOLLOW |
+ * O_NONBLOCK), created new (O_EXCL), and trusted only when it is a regular
+ * file owned by this user or root that nobody else may write (mode 0644).
+ * One of this user's own files that is writable by others is replaced; one
+ * of another user's is left alone, and this process calibrates privately
+ * (tb_clock_load_or_create says why: TB_EAUTH).
+ *
  * Drift bound (why there is no periodic re-sync).  Processes sharing the file
  * compute identical timestamps from the same TSC, so their differences are
  * exact for as long as the file lives; only the offset to CLOCK_REALTIME
@@ -70,7 +79,7 @@ static pthread_once_t clock_once = PTHREAD_ONCE_INIT;
 /* Samples per calibration point: enough that at least one bracket escapes a
  * preemption or a hypervisor exit. */
 #define CLOCK_SAMPLES 64
-#define CLOCK_SHIFT 32
+#define CLOCK_SHIFT TB_CLOCK_SHIFT
 
 #define CLOCK_FILE_MAGIC 0x4b434f4c43425454ull /* "TTBCLOCK" little-endian */
 #define CLOCK_FILE_VERSION 1u
@@ -296,8 +305,26 @@ static const char *file_invalid(int fd, const char *boot_id,
 		return "bad checksum";
 	if (memcmp(cf->boot_id, boot_id, CLOCK_BOOT_ID_LEN) != 0)
 		return "written before the last boot";
-	if (cf->mult == 0 || cf->shift == 0 || cf->shift > 63)
+	if (cf->mult == 0 || cf->shift != CLOCK_SHIFT)
 		return "bad calibration values";
+	return NULL;
+}
+
+/* The calibration file's mode: everyone may read it, only its owner write. */
+#define CLOCK_FILE_MODE 0644
+
+/* Why the file `st` at `path` is not to be trusted, or NULL: a regular file
+ * of this user or root that only its owner may write.  *mine says whether
+ * it is this user's own (and so may be replaced). */
+static const char *file_untrusted(const struct stat *st, int *mine)
+{
+	*mine = st->st_uid == geteuid();
+	if (!S_ISREG(st->st_mode))
+		return "not a regular file";
+	if (!*mine && st->st_uid != 0)
+		return "owned by another user";
+	if (st->st_mode & (S_IWGRP | S_IWOTH))
+		return "writable by group or others";
 	return NULL;
 }
 
@@ -323,9 +350,20 @@ static int file_write(const char *path, const char *boot_id,
 	cf.check = file_check(&cf);
 
 	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	/* New, never through a link: a name anyone could guess. */
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+		  CLOCK_FILE_MODE);
+	if (fd < 0 && errno == EEXIST && unlink(tmp) == 0)
+		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+			  O_CLOEXEC, CLOCK_FILE_MODE);
 	if (fd < 0)
 		return tb_error_sys(errno, "clock: create %s", tmp);
+	if (fchmod(fd, CLOCK_FILE_MODE) != 0) {
+		rc = tb_error_sys(errno, "clock: chmod %s", tmp);
+		close(fd);
+		unlink(tmp);
+		return rc;
+	}
 	/* The version goes in last, so a reader never trusts a half file. */
 	errno = 0;
 	if (pwrite(fd, &cf, sizeof(cf), 0) != (ssize_t)sizeof(cf) ||
@@ -354,13 +392,44 @@ int tb_clock_load_or_create(const char *path, tb_clock_calib_t *cal,
 	read_boot_id(boot_id);
 
 	for (int tries = 0; tries < 100; tries++) {
+		const int oflags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
 		struct stat fst, pst;
 		const char *why;
-		int fd, rc;
+		int fd, rc, mine;
 
-		fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
-		if (fd < 0)
+		fd = open(path, oflags);
+		if (fd < 0 && errno == ENOENT) {
+			/* The lock file is the file itself: made empty and
+			 * new, then filled by rename. */
+			fd = open(path, oflags | O_CREAT | O_EXCL, CLOCK_FILE_MODE);
+			if (fd < 0 && errno == EEXIST)
+				continue;
+			if (fd >= 0 && fchmod(fd, CLOCK_FILE_MODE) != 0) {
+				rc = tb_error_sys(errno, "clock: chmod %s", path);
+				close(fd);
+				return rc;
+			}
+		}
+		if (fd < 0) {
+			if (errno == ELOOP)
+				return tb_error_set(TB_EAUTH, "clock: %s is a "
+						  "symbolic link; not trusted",
+						  path);
 			return tb_error_sys(errno, "clock: open %s", path);
+		}
+		if (fstat(fd, &fst) != 0) {
+			rc = tb_error_sys(errno, "clock: stat %s", path);
+			close(fd);
+			return rc;
+		}
+		why = file_untrusted(&fst, &mine);
+		if (why && (!mine || !S_ISREG(fst.st_mode))) {
+			close(fd);
+			return tb_error_set(TB_EAUTH, "clock: %s is %s (uid %u, "
+					  "mode %04o); not trusted", path, why,
+					  (unsigned)fst.st_uid,
+					  (unsigned)(fst.st_mode & 07777));
+		}
 		if (flock(fd, LOCK_EX) != 0) {
 			rc = tb_error_sys(errno, "clock: lock %s", path);
 			close(fd);
@@ -368,12 +437,20 @@ int tb_clock_load_or_create(const char *path, tb_clock_calib_t *cal,
 		}
 		/* Someone may have renamed a new file in while we waited:
 		 * then our lock is on the old inode; look again. */
-		if (fstat(fd, &fst) != 0 || stat(path, &pst) != 0 ||
+		if (fstat(fd, &fst) != 0 || lstat(path, &pst) != 0 ||
 		    fst.st_ino != pst.st_ino || fst.st_dev != pst.st_dev) {
 			close(fd);
 			continue;
 		}
-		why = file_invalid(fd, boot_id, &cf);
+		why = file_untrusted(&fst, &mine);
+		if (why && !mine) {
+			close(fd);
+			return tb_error_set(TB_EAUTH, "clock: %s is %s (uid %u); "
+					  "not trusted", path, why,
+					  (unsigned)fst.st_uid);
+		}
+		if (!why)
+			why = file_invalid(fd, boot_id, &cf);
 		if (!why) {
 			cal->base_tsc = cf.base_tsc;
 			cal->base_ns = cf.base_ns;

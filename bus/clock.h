@@ -39,8 +39,13 @@ enum tb_clock_mode {
 	TB_CLOCK_MODE_GETTIME = 2, /* clock_gettime(CLOCK_REALTIME) */
 };
 
+/* The fixed-point shift of every calibration: a constant, so that the hot
+ * path's conversion is a multiply and one fixed shift. */
+#define TB_CLOCK_SHIFT 32
+
 /*
- * One calibration: ns = base_ns + ((tsc - base_tsc) * mult) >> shift.
+ * One calibration: ns = base_ns + ((tsc - base_tsc) * mult) >> shift, shift
+ * always TB_CLOCK_SHIFT.
  * The difference is taken as signed, so a TSC read a few ticks before
  * base_tsc (another core, right after calibration) still converts sanely.
  */
@@ -80,7 +85,7 @@ static inline uint64_t tb_clock_calib_to_ns(const tb_clock_calib_t *c,
 					    uint64_t tsc)
 {
 	int64_t d = (int64_t)(tsc - c->base_tsc);
-	__int128 off = ((__int128)d * (__int128)c->mult) >> c->shift;
+	__int128 off = ((__int128)d * (__int128)c->mult) >> TB_CLOCK_SHIFT;
 
 	return c->base_ns + (uint64_t)(int64_t)off;
 }

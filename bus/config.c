@@ -39,6 +39,9 @@
  *   recovery_buffer        power of two, 64K..1G bytes          4M
  *   recovery_timeout_ms    100..600000                          5000
  *   shm_path     (shm)     absolute path                /dev/shm/tickbus.NAME
+ *   shm_mode     (shm)     octal mode, owner rw, no group/other write
+ *                                                       0600, 0640 with shm_group
+ *   shm_group    (shm)     group name or gid             none
  *   control      (rc ud udp) publisher host:port        required for rc
  *   rdma_device  (rc ud)   device name                  first active device
  *   rdma_port    (rc ud)   0..255                       0 = first active
@@ -161,6 +164,7 @@ enum kind {
 	K_ENDPOINT,  /* tb_endpoint_t */
 	K_GROUP,     /* tb_endpoint_t, IPv4 multicast */
 	K_ENDPOINTS, /* tb_endpoint_t[TB_RECOVERY_MAX] + n_recovery */
+	K_MODE,      /* uint32_t file mode, octal: owner rw, no group/other w */
 	K_NAMES,     /* char[TB_SOURCES_MAX][TB_NAME_MAX] + n_sources */
 };
 
@@ -223,6 +227,8 @@ enum key_index {
 	KEY_RECOVERY_BUFFER,
 	KEY_RECOVERY_TIMEOUT_MS,
 	KEY_SHM_PATH,
+	KEY_SHM_MODE,
+	KEY_SHM_GROUP,
 	KEY_CONTROL,
 	KEY_RDMA_DEVICE,
 	KEY_RDMA_PORT,
@@ -279,6 +285,10 @@ static const struct key_spec keys[N_KEYS] = {
 	[KEY_RECOVERY_TIMEOUT_MS] = {"recovery_timeout_ms", K_U32,
 		FIELD(recovery_timeout_ms), 100, 600000, 0, T_ALL | T_SRC, 0, NULL},
 	[KEY_SHM_PATH] = {"shm_path", K_PATH, FIELD(shm_path),
+		0, 0, 0, T_SHM, 0, NULL},
+	[KEY_SHM_MODE] = {"shm_mode", K_MODE, FIELD(shm_mode),
+		0, 0777, F_ZERO_OK, T_SHM, 0, NULL},
+	[KEY_SHM_GROUP] = {"shm_group", K_TEXT, FIELD(shm_group),
 		0, 0, 0, T_SHM, 0, NULL},
 	[KEY_CONTROL] = {"control", K_ENDPOINT, FIELD(control),
 		0, 0, 0, T_RC | T_UD | T_UDP, T_RC, NULL},
@@ -515,11 +525,47 @@ static void describe(const struct key_spec *k, long ncpu, char *buf, size_t n)
 			 "commas, e.g. 127.0.0.1:7100,127.0.0.1:7101",
 			 TB_RECOVERY_MAX);
 		break;
+	case K_MODE:
+		snprintf(buf, n, "an octal file mode such as 0600 or 0640 in "
+			 "which the owner reads and writes, and group and "
+			 "others may read but never write");
+		break;
 	case K_NAMES:
 		snprintf(buf, n, "1 to %d names of streams in this file, "
 			 "separated by commas, e.g. md_a, md_b", TB_SOURCES_MAX);
 		break;
 	}
+}
+
+/* A ring's mode: the owner reads and writes it; nobody else writes it
+ * (a reader trusts what only its publisher can change). */
+static int check_mode(int64_t v, const char *shown, char *why)
+{
+	if (v < 0 || v > 0777)
+		return whyf(why, "%s is not a file mode", shown);
+	if ((v & 0600) != 0600)
+		return whyf(why, "%s does not let the owner read and write", shown);
+	if (v & 0133)
+		return whyf(why, "%s lets group or others write or execute",
+			    shown);
+	return 0;
+}
+
+/* Strict octal: digits 0-7 only, at most four, nothing after. */
+static int parse_mode(const char *s, int64_t *out, char *why)
+{
+	int64_t v = 0;
+	size_t len = strlen(s);
+
+	if (len == 0 || len > 4)
+		return whyf(why, "'%s' is not an octal mode", s);
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '7')
+			return whyf(why, "'%s' is not an octal mode", s);
+		v = v * 8 + (*p - '0');
+	}
+	*out = v;
+	return 0;
 }
 
 /* Strict decimal: optional '-' only when `signed_ok`, digits, nothing
@@ -923,6 +969,11 @@ static int parse_value(const struct key_spec *k, tb_stream_cfg_t *cfg,
 		cfg->n_recovery = n;
 		return 0;
 	}
+	case K_MODE:
+		if (parse_mode(text, &v, why) || check_mode(v, shown, why))
+			return -1;
+		store_int(field, k->size, v);
+		return 0;
 	case K_NAMES:
 		return parse_names(cfg, text, shown, why);
 	}
@@ -980,6 +1031,10 @@ static int check_value(const struct key_spec *k, const tb_stream_cfg_t *cfg,
 				return -1;
 		}
 		return 0;
+	case K_MODE:
+		v = load_int(k, field);
+		snprintf(shown, sizeof(shown), "%04llo", (unsigned long long)v);
+		return v == 0 ? 0 : check_mode(v, shown, why);
 	case K_NAMES:
 		if (cfg->n_sources < 0 || cfg->n_sources > TB_SOURCES_MAX)
 			return whyf(why, "n_sources %d is out of range",

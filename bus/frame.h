@@ -77,6 +77,19 @@ _Static_assert(offsetof(tb_frame_hdr_t, publish_ns) == 24, "frame layout");
 _Static_assert(sizeof(tb_frame_hdr_t) == TB_FRAME_HDR_LEN, "frame layout");
 _Static_assert((TB_FRAME_ALIGN & (TB_FRAME_ALIGN - 1)) == 0, "power of two");
 
+/* A frame's version and type as one 16-bit word (bytes 4 and 5), so that a
+ * hot path checks both with one compare: tb_frame_kind(f) ==
+ * TB_FRAME_KIND(TB_FRAME_DATA). */
+#define TB_FRAME_KIND(type) ((uint16_t)(TB_FRAME_VERSION | (unsigned)(type) << 8))
+
+static inline uint16_t tb_frame_kind(const tb_frame_hdr_t *f)
+{
+	uint16_t k;
+
+	memcpy(&k, &f->version, sizeof(k));
+	return k;
+}
+
 /* Bytes a frame of `length` occupies in a ring or datagram. */
 static inline uint32_t tb_frame_space(uint32_t length)
 {
@@ -93,6 +106,37 @@ static inline uint32_t tb_frame_payload_len(const tb_frame_hdr_t *f)
 	return f->length - TB_FRAME_HDR_LEN;
 }
 
+/* Copies a message's `len` bytes into a frame.  Hot path: up to 64 bytes
+ * (a quote) in a few overlapping moves inline, no call; more by memcpy. */
+static inline void tb_frame_copy_payload(void *dst, const void *src,
+					 uint32_t len)
+{
+	uint8_t *d = (uint8_t *)dst;
+	const uint8_t *s = (const uint8_t *)src;
+
+	if (tb_unlikely(len > 64)) {
+		memcpy(d, s, len);
+	} else if (len >= 16) {
+		/* Head and tail 16 bytes, and the middle 32 when longer:
+		 * the moves overlap instead of looping. */
+		memcpy(d, s, 16);
+		memcpy(d + len - 16, s + len - 16, 16);
+		if (len > 32) {
+			memcpy(d + 16, s + 16, 16);
+			memcpy(d + len - 32, s + len - 32, 16);
+		}
+	} else if (len >= 8) {
+		memcpy(d, s, 8);
+		memcpy(d + len - 8, s + len - 8, 8);
+	} else if (len >= 4) {
+		memcpy(d, s, 4);
+		memcpy(d + len - 4, s + len - 4, 4);
+	} else {
+		for (uint32_t i = 0; i < len; i++)
+			d[i] = s[i];
+	}
+}
+
 /* What a handler sees of data frame `f`: everything but receive_ns, which
  * the transport stamps.  Hot path. */
 static inline void tb_frame_to_msg(const tb_frame_hdr_t *f, tb_msg_t *m)
@@ -106,11 +150,13 @@ static inline void tb_frame_to_msg(const tb_frame_hdr_t *f, tb_msg_t *m)
 	m->publish_ns = f->publish_ns;
 }
 
-/* Fills the header of a data frame.  Hot path: no allocation, lock or
- * system call. */
-static inline void tb_frame_init(tb_frame_hdr_t *f, uint32_t payload_len,
-				 uint16_t template_id, uint32_t stream_id,
-				 uint64_t seq, uint64_t publish_ns)
+/* Fills the header of a data frame but its sequence number.  In a ring the
+ * sequence is the frame's commit word: tb_ring_commit stores it last, with
+ * release, so that a reader polling it finds the rest whole (ring.h).  Hot
+ * path: no allocation, lock or system call. */
+static inline void tb_frame_init_body(tb_frame_hdr_t *f, uint32_t payload_len,
+				      uint16_t template_id, uint32_t stream_id,
+				      uint64_t publish_ns)
 {
 	f->length = payload_len + TB_FRAME_HDR_LEN;
 	f->version = TB_FRAME_VERSION;
@@ -119,15 +165,24 @@ static inline void tb_frame_init(tb_frame_hdr_t *f, uint32_t payload_len,
 	f->flags = 0;
 	f->reserved = 0;
 	f->stream_id = stream_id;
-	f->seq = seq;
 	f->publish_ns = publish_ns;
 }
 
-/* A padding frame covering `space` bytes (a multiple of TB_FRAME_ALIGN, at
- * least TB_FRAME_HDR_LEN).  It carries the sequence number of the frame
- * that follows it, so a reader can cross-check the wrap. */
-static inline void tb_frame_init_pad(tb_frame_hdr_t *f, uint32_t space,
-				     uint32_t stream_id, uint64_t next_seq)
+/* Fills the whole header of a data frame, for frames outside a ring (a
+ * datagram, a replay buffer).  Hot path. */
+static inline void tb_frame_init(tb_frame_hdr_t *f, uint32_t payload_len,
+				 uint16_t template_id, uint32_t stream_id,
+				 uint64_t seq, uint64_t publish_ns)
+{
+	tb_frame_init_body(f, payload_len, template_id, stream_id, publish_ns);
+	f->seq = seq;
+}
+
+/* A padding frame's header covering `space` bytes (a multiple of
+ * TB_FRAME_ALIGN, at least TB_FRAME_HDR_LEN), but its sequence number,
+ * which a ring's commit stores last (ring.h). */
+static inline void tb_frame_init_pad_body(tb_frame_hdr_t *f, uint32_t space,
+					  uint32_t stream_id)
 {
 	f->length = space;
 	f->version = TB_FRAME_VERSION;
@@ -136,8 +191,16 @@ static inline void tb_frame_init_pad(tb_frame_hdr_t *f, uint32_t space,
 	f->flags = 0;
 	f->reserved = 0;
 	f->stream_id = stream_id;
-	f->seq = next_seq;
 	f->publish_ns = 0;
+}
+
+/* A whole padding frame.  It carries the sequence number of the frame that
+ * follows it, so a reader can cross-check the wrap. */
+static inline void tb_frame_init_pad(tb_frame_hdr_t *f, uint32_t space,
+				     uint32_t stream_id, uint64_t next_seq)
+{
+	tb_frame_init_pad_body(f, space, stream_id);
+	f->seq = next_seq;
 }
 
 /*

@@ -375,8 +375,43 @@ static int map_file(tb_mem_t *m, int fd, size_t len, tb_page_kind_t kind,
 	return 0;
 }
 
+/*
+ * Creates `path` as a new file (O_EXCL | O_NOFOLLOW: never a file or a link
+ * someone else put there) with exactly `mode` whatever the umask, in
+ * `group` unless that is (gid_t)-1.  The fd, or -1 with a message:
+ * TB_EBUSY when something is at the path already.
+ */
+static int create_file(const char *path, mode_t mode, gid_t group, int *code)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+		      mode);
+
+	if (fd < 0) {
+		*code = errno == EEXIST ?
+			tb_error_set(TB_EBUSY, "mem: create %s: something is "
+				   "there already; not reusing it", path) :
+			tb_error_sys(errno, "mem: create %s", path);
+		return -1;
+	}
+	if (group != (gid_t)-1 && fchown(fd, (uid_t)-1, group) != 0) {
+		*code = tb_error_sys(errno, "mem: give %s to group %u (is this "
+				   "user a member?)", path, (unsigned)group);
+		goto fail;
+	}
+	if (fchmod(fd, mode) != 0) {
+		*code = tb_error_sys(errno, "mem: chmod %s to %04o", path,
+				   (unsigned)mode);
+		goto fail;
+	}
+	return fd;
+fail:
+	close(fd);
+	unlink(path);
+	return -1;
+}
+
 static int create_shared(tb_mem_t *m, const char *path, size_t size,
-			 int numa_node, unsigned flags)
+			 int numa_node, unsigned flags, mode_t mode, gid_t group)
 {
 	const int prot = PROT_READ | PROT_WRITE;
 	char hpath[TB_PATH_MAX];
@@ -387,9 +422,9 @@ static int create_shared(tb_mem_t *m, const char *path, size_t size,
 	if (have_huge && !(flags & TB_MEM_NO_HUGETLB)) {
 		len = round_up(size, TB_MEM_HUGE_SIZE);
 		snprintf(m->path, sizeof(m->path), "%s", hpath);
-		fd = open(hpath, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+		fd = create_file(hpath, mode, group, &rc);
 		if (fd < 0)
-			tb_error_sys(errno, "mem: create %s", hpath);
+			(void)rc; /* the message says it; 4K pages below */
 		else if (ftruncate(fd, (off_t)len) != 0)
 			tb_error_sys(errno, "mem: size %s", hpath);
 		else if (map_file(m, fd, len, TB_PAGE_HUGE_2M, prot) == 0) {
@@ -397,11 +432,12 @@ static int create_shared(tb_mem_t *m, const char *path, size_t size,
 			unlink(path); /* no stale twin for openers */
 			goto mapped;
 		}
-		if (fd >= 0)
+		if (fd >= 0) {
 			close(fd);
+			unlink(hpath);
+		}
 		tb_info("%s; using %s", tb_errmsg(), path);
 		tb_error_clear();
-		unlink(hpath);
 	} else if (have_huge) {
 		unlink(hpath); /* openers look there first */
 	}
@@ -413,9 +449,9 @@ static int create_shared(tb_mem_t *m, const char *path, size_t size,
 	len = round_up(size, kind == TB_PAGE_THP ? TB_MEM_HUGE_SIZE
 						 : page_size());
 	snprintf(m->path, sizeof(m->path), "%s", path);
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	fd = create_file(path, mode, group, &rc);
 	if (fd < 0)
-		return tb_error_sys(errno, "mem: create %s", path);
+		return rc;
 	if (ftruncate(fd, (off_t)len) != 0) {
 		rc = tb_error_sys(errno, "mem: size %s to %zu bytes", path, len);
 		close(fd);
@@ -444,8 +480,12 @@ static int open_shared(tb_mem_t *m, const char *path, size_t size,
 	size_t len;
 	int fd = -1, rc;
 
+	/* Never through a link, never waiting on a FIFO. */
+	const int oflags = (ro ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW |
+			   O_NONBLOCK;
+
 	if (huge_path(path, hpath, sizeof(hpath))) {
-		fd = open(hpath, (ro ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+		fd = open(hpath, oflags);
 		if (fd >= 0) {
 			kind = TB_PAGE_HUGE_2M;
 			snprintf(m->path, sizeof(m->path), "%s", hpath);
@@ -453,7 +493,7 @@ static int open_shared(tb_mem_t *m, const char *path, size_t size,
 	}
 	if (fd < 0) {
 		snprintf(m->path, sizeof(m->path), "%s", path);
-		fd = open(path, (ro ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+		fd = open(path, oflags);
 		if (fd < 0)
 			return tb_error_sys(errno, "mem: open %s", path);
 	}
@@ -461,6 +501,11 @@ static int open_shared(tb_mem_t *m, const char *path, size_t size,
 		rc = tb_error_sys(errno, "mem: stat %s", m->path);
 		close(fd);
 		return rc;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return tb_error_set(TB_EINVAL, "mem: %s is not a regular file",
+				  m->path);
 	}
 	if (st.st_size <= 0 || (size && (uint64_t)st.st_size < size)) {
 		close(fd);
@@ -490,8 +535,8 @@ static int open_shared(tb_mem_t *m, const char *path, size_t size,
 	return 0;
 }
 
-int tb_mem_map_shared(tb_mem_t *m, const char *path, size_t size, int create,
-		      int numa_node, unsigned flags)
+static int map_shared(tb_mem_t *m, const char *path, size_t size, int create,
+		      int numa_node, unsigned flags, mode_t mode, gid_t group)
 {
 	int rc;
 
@@ -515,13 +560,29 @@ int tb_mem_map_shared(tb_mem_t *m, const char *path, size_t size, int create,
 				  "create read-only", path);
 	if ((rc = check_node(numa_node)) != 0)
 		return rc;
-	rc = create ? create_shared(m, path, size, numa_node, flags)
+	if (create && (mode & ~(mode_t)0777))
+		return tb_error_set(TB_EINVAL, "mem: map_shared %s: bad mode "
+				  "%o", path, (unsigned)mode);
+	rc = create ? create_shared(m, path, size, numa_node, flags, mode, group)
 		    : open_shared(m, path, size, flags);
 	if (rc != 0) {
 		memset(m, 0, sizeof(*m));
 		m->numa_node = -1;
 	}
 	return rc;
+}
+
+int tb_mem_map_shared(tb_mem_t *m, const char *path, size_t size, int create,
+		      int numa_node, unsigned flags)
+{
+	return map_shared(m, path, size, create, numa_node, flags,
+			  TB_MEM_SHARED_MODE, (gid_t)-1);
+}
+
+int tb_mem_create_shared(tb_mem_t *m, const char *path, size_t size,
+			 int numa_node, unsigned flags, mode_t mode, gid_t group)
+{
+	return map_shared(m, path, size, 1, numa_node, flags, mode, group);
 }
 
 void tb_mem_free(tb_mem_t *m)

@@ -17,6 +17,7 @@
 #include <tickbus/tickbus.h>
 
 #include <stddef.h>
+#include <sys/types.h>
 
 typedef enum tb_page_kind {
 	TB_PAGE_4K = 0,      /* normal pages */
@@ -55,22 +56,32 @@ typedef struct tb_mem {
  */
 int tb_mem_alloc(tb_mem_t *m, size_t size, int numa_node, unsigned flags);
 
+/* The mode of a file tb_mem_map_shared creates: its creator's alone. */
+#define TB_MEM_SHARED_MODE 0600
+
 /*
  * Maps the shared-memory file `path` (normally under /dev/shm).
- *  create != 0: creates the file, or truncates an existing one, to `size`
- *    rounded up to its page size; the content is zero.  When a hugetlbfs
- *    mount exists, the file goes there under the basename of `path`
- *    (2 MiB pages), else at `path` itself.  Placement follows `numa_node`
- *    as for tb_mem_alloc.
- *  create == 0: maps an existing file, looked for first on the hugetlbfs
- *    mount, then at `path`; `size` 0 means the whole file, else at most
- *    the file's size.  TB_MEM_READONLY maps it read-only.  Placement is the
- *    creator's; `numa_node` is ignored.
+ *  create != 0: creates the file, new (O_EXCL | O_NOFOLLOW: an existing
+ *    file or link at the path is TB_EBUSY, never reused or followed), of
+ *    `size` rounded up to its page size, mode TB_MEM_SHARED_MODE; the
+ *    content is zero.  When a hugetlbfs mount exists, the file goes there
+ *    under the basename of `path` (2 MiB pages), else at `path` itself.
+ *    Placement follows `numa_node` as for tb_mem_alloc.
+ *  create == 0: maps an existing regular file (O_NOFOLLOW | O_NONBLOCK: a
+ *    link or a FIFO is refused, never waited on), looked for first on the
+ *    hugetlbfs mount, then at `path`; `size` 0 means the whole file, else
+ *    at most the file's size.  TB_MEM_READONLY maps it read-only.
+ *    Placement is the creator's; `numa_node` is ignored.
  * m->path says which file was mapped.  Returns 0 or TB_EINVAL / TB_ENOENT /
- * TB_ESYS with a message.
+ * TB_EBUSY / TB_ESYS with a message.
  */
 int tb_mem_map_shared(tb_mem_t *m, const char *path, size_t size, int create,
 		      int numa_node, unsigned flags);
+
+/* tb_mem_map_shared(create != 0) with the file's mode, exactly whatever the
+ * umask (at most 0777), and its group ((gid_t)-1: the creator's). */
+int tb_mem_create_shared(tb_mem_t *m, const char *path, size_t size,
+			 int numa_node, unsigned flags, mode_t mode, gid_t group);
 
 /* Unmaps memory from either call and zeroes *m; never removes a file.
  * Safe on a zeroed or already freed tb_mem_t. */

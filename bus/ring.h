@@ -3,30 +3,55 @@
  *
  * A ring is `size` bytes (a power of two) of frames laid end to end
  * (frame.h), addressed by free-running 64-bit positions masked on access.
- * The writer keeps two positions:
- *
- *   intent   where the writer is about to write up to: stored before it
- *            writes a byte of a frame
- *   tail     where committed frames end: stored after the frame is whole
- *
- * For the shm transport both live in the shared ring header, and readers in
- * other processes use them to find frames and to detect that they were
- * overrun (transport/shm.h).  For the network transports the ring is the
- * publisher's private, registered memory: the source of every RDMA WRITE or
- * datagram and, for as long as a frame stays in it, the publisher's
- * retention buffer; there the positions only serve the owner.
- *
  * A frame never straddles the end of the ring: when one would, the writer
  * fills the tail with a padding frame (which carries the sequence number of
  * the frame after it) and starts again at offset 0.
  *
- * Memory ordering: claim stores intent then fences (R0) before any frame
- * byte is written; commit store-releases tail (R1).  Readers pair A1 with
- * R1 and A0 with R0 (tb_shm_reader_poll in transport/shm.h; the
- * publisher's retention reads intent behind A0 too, publisher/retention.c).
+ * Commit word.  A frame's sequence number is written last, with release
+ * (R1 in tb_ring_commit); 0 is never a sequence.  A reader in another
+ * process (the shm transport, transport/shm.h) therefore needs no shared
+ * tail: it polls the sequence word of the next frame itself, one cache
+ * line it must fetch anyway, and finds the frame whole once the word holds
+ * the sequence it expects.  For that the word must never hold stale bytes
+ * of an earlier lap when the reader gets there: the claim of a shared
+ * ring zeroes the sequence word of the frame after it (a position the
+ * writer will write next anyway), and the reader comes to that position
+ * only through this frame's commit.  A writer fills a frame's payload
+ * first and its header last, so that the stores to the line the reader
+ * polls go together.  A padding frame is committed after the frame that
+ * follows it, so a reader that passes the pad finds that frame whole too.
+ *
+ * Intent and marks.  Before the writer stores a byte beyond what it
+ * announced, it announces more: `intent` in tb_ring_lap_t, a position it
+ * will not write at or beyond until it announces again, stored before a
+ * release fence (R0).  A reader that copied a frame at `pos`, fenced (A0)
+ * and then finds `intent - pos <= size` knows no byte of its copy was
+ * overwritten: overwriting it takes an announcement past pos + size first.
+ * A private ring (rc, ud, udp: the publisher's own memory) announces at
+ * every claim, exactly the claim's end, because its readers (the retention
+ * buffer's, publisher/retention.c) want every frame the ring still holds.
+ * A shared ring announces a chunk ahead (min(size / 32, 32 KiB)), so the
+ * line that holds intent is written once a chunk, not once a message: a
+ * reader reads it after every copy from its own cache, and a reader more
+ * than size - chunk behind counts as lapped (its lap margin).  With each
+ * announcement a shared ring also records a *mark*: the position and
+ * sequence of the frame being claimed, a boundary a lapped or late reader
+ * can resynchronise at.  The marks change under a sequence count (`gen`,
+ * odd while they change; W2 / R2), so a reader takes both or neither.
+ *
+ * Memory ordering, in one place:
+ *   R0  tb_ring_announce: intent (and marks) before any byte it covers
+ *       (release fence); pairs with A0 after a reader's copy.
+ *   R1  tb_ring_commit: the sequence word, after the frame's bytes and the
+ *       next frame's zeroed word (release store); pairs with a reader's
+ *       acquire load of that word (A1).
+ *   W2/R2  tb_ring_announce: gen odd, fence, marks, gen even (release);
+ *       pairs with A2 in the readers' mark loads (transport/shm.c).
  *
  * Threads: one writer thread; claim, commit and abort are its hot path and
- * make no allocation, lock or system call.
+ * make no allocation, lock or system call, and no atomic read-modify-write
+ * or fence per message beyond R1 (R0 and R2 come once a chunk on a shared
+ * ring; on x86 R0 and R1 are plain moves either way).
  */
 #ifndef TB_RING_H
 #define TB_RING_H
@@ -34,6 +59,7 @@
 #include "bus/barrier.h"
 #include "bus/frame.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Ring sizes, one set for every transport, the control protocol and the
@@ -43,6 +69,13 @@
 #define TB_RING_MIN (UINT64_C(64) << 10)
 #define TB_RING_MAX (UINT64_C(1) << 30)
 
+/* A shared ring announces intent this far ahead, at most: once every ~340
+ * messages of 64 bytes; a late joiner's walk from the newest mark to the
+ * live end reads about this many bytes of headers.  A ring's chunk is at
+ * most a 32nd of it, so the lap margin costs a reader at most 3% of the
+ * ring (and the retention buffer as much of what it can serve). */
+#define TB_RING_CHUNK_MAX (UINT64_C(32) << 10)
+
 /* 1 when `size` is a power of two within TB_RING_MIN..TB_RING_MAX. */
 static inline int tb_ring_size_ok(uint64_t size)
 {
@@ -50,17 +83,39 @@ static inline int tb_ring_size_ok(uint64_t size)
 	       (size & (size - 1)) == 0;
 }
 
+/* The writer's announcements: one cache line, written once a chunk by a
+ * shared ring (see the essay). */
+typedef struct tb_ring_lap {
+	_Atomic uint64_t intent;   /* nothing at or beyond is being written */
+	_Atomic uint64_t gen;      /* odd while the marks change */
+	_Atomic uint64_t mark_pos; /* a frame boundary: where a claim began */
+	_Atomic uint64_t mark_seq; /* the sequence of the frame there */
+	uint8_t pad[32];
+} tb_ring_lap_t;
+
+_Static_assert(offsetof(tb_ring_lap_t, intent) == 0, "ring lap layout");
+_Static_assert(offsetof(tb_ring_lap_t, gen) == 8, "ring lap layout");
+_Static_assert(offsetof(tb_ring_lap_t, mark_pos) == 16, "ring lap layout");
+_Static_assert(offsetof(tb_ring_lap_t, mark_seq) == 24, "ring lap layout");
+_Static_assert(sizeof(tb_ring_lap_t) == TB_CACHE_LINE, "ring lap layout");
+
 typedef struct tb_ring {
 	uint8_t *base;
 	uint64_t mask;               /* size - 1 */
-	uint64_t tail;               /* the writer's copy of *tail_pub */
+	uint64_t tail;               /* where the next claim starts */
 	uint64_t claim_tail;         /* tail after the open claim; 0 = none */
 	uint64_t claim_pos;          /* where the open claim's frame starts */
+	uint64_t claim_seq;          /* the open claim's sequence number */
+	uint64_t intent;             /* the writer's copy of lap->intent */
+	uint64_t ahead;              /* announce this far past a claim's end:
+					a chunk (shared) or 0 (private) */
+	uint64_t reach;              /* bytes past a claim's end a commit
+					writes: a header (shared) or 0 */
 	uint32_t max_frame;          /* largest frame, header included */
 	uint32_t stream_id;
-	_Atomic uint64_t *intent_pub; /* where intent is published */
-	_Atomic uint64_t *tail_pub;   /* where tail is published */
-	_Atomic uint64_t own[2];      /* intent and tail of a private ring */
+	_Atomic uint64_t *intent_pub; /* &lap->intent, for the readers */
+	tb_ring_lap_t *lap;          /* in shared memory, or &own */
+	tb_ring_lap_t own;           /* a private ring's */
 } tb_ring_t;
 
 /* One frame may take at most an eighth of the ring, so a single large
@@ -72,27 +127,65 @@ static inline uint32_t tb_ring_max_frame(uint64_t size)
 	return m > TB_FRAME_MAX_LEN ? TB_FRAME_MAX_LEN : (uint32_t)m;
 }
 
-/* Sets up a ring over `size` bytes at `base` (size a power of two).  The
- * positions are published at `intent_pub` and `tail_pub`, or inside the
- * ring struct when those are NULL (a private ring). */
-static inline void tb_ring_init(tb_ring_t *r, void *base, uint64_t size,
-				uint32_t stream_id, _Atomic uint64_t *intent_pub,
-				_Atomic uint64_t *tail_pub)
+/* How far ahead a shared ring of `size` bytes announces (see the essay). */
+static inline uint64_t tb_ring_chunk(uint64_t size)
+{
+	return size / 32 < TB_RING_CHUNK_MAX ? size / 32 : TB_RING_CHUNK_MAX;
+}
+
+static inline void tb_ring_setup_(tb_ring_t *r, void *base, uint64_t size,
+				  uint32_t stream_id, tb_ring_lap_t *lap)
 {
 	r->base = (uint8_t *)base;
 	r->mask = size - 1;
 	r->tail = 0;
 	r->claim_tail = 0;
 	r->claim_pos = 0;
+	r->claim_seq = 0;
+	r->intent = 0;
 	r->max_frame = tb_ring_max_frame(size);
 	r->stream_id = stream_id;
-	r->intent_pub = intent_pub ? intent_pub : &r->own[0];
-	r->tail_pub = tail_pub ? tail_pub : &r->own[1];
-	/* Relaxed, unpaired: both are 0 before the first frame.  A shm
-	 * ring's header already says so (published by R2 in
-	 * tb_shm_writer_open); a private ring has no reader yet. */
-	tb_atomic_store_relaxed(r->intent_pub, 0);
-	tb_atomic_store_relaxed(r->tail_pub, 0);
+	r->lap = lap ? lap : &r->own;
+	r->intent_pub = &r->lap->intent;
+	/* Relaxed, unpaired: nothing is announced before the first claim.
+	 * A shm ring's header says so already (published by its version,
+	 * R2 in tb_shm_writer_open); a private ring has no reader yet. */
+	tb_atomic_store_relaxed(&r->lap->intent, 0);
+	tb_atomic_store_relaxed(&r->lap->gen, 0);
+	tb_atomic_store_relaxed(&r->lap->mark_pos, 0);
+	tb_atomic_store_relaxed(&r->lap->mark_seq, 1);
+}
+
+/* Sets up a private ring over `size` bytes at `base` (a power of two):
+ * the publisher's own memory, read by its own threads only. */
+static inline void tb_ring_init(tb_ring_t *r, void *base, uint64_t size,
+				uint32_t stream_id)
+{
+	tb_ring_setup_(r, base, size, stream_id, NULL);
+	r->ahead = 0;
+	r->reach = 0;
+}
+
+/* A private ring whose announcements go to `lap`, memory a reader
+ * elsewhere reads: an rc subscriber reading back reads intent there
+ * through the publisher's registered key (transport/rc.h). */
+static inline void tb_ring_init_at(tb_ring_t *r, void *base, uint64_t size,
+				   uint32_t stream_id, tb_ring_lap_t *lap)
+{
+	tb_ring_setup_(r, base, size, stream_id, lap);
+	r->ahead = 0;
+	r->reach = 0;
+}
+
+/* Sets up a ring that readers in other processes poll (transport/shm.h):
+ * its announcements go to `lap`, in the same shared memory.  The memory
+ * must be zero (a fresh file): a zero sequence word is "not yet". */
+static inline void tb_ring_init_shared(tb_ring_t *r, void *base, uint64_t size,
+				       uint32_t stream_id, tb_ring_lap_t *lap)
+{
+	tb_ring_setup_(r, base, size, stream_id, lap);
+	r->ahead = tb_ring_chunk(size);
+	r->reach = TB_FRAME_HDR_LEN;
 }
 
 /* The frame at position `pos`. */
@@ -117,14 +210,53 @@ static inline uint64_t tb_ring_claim_span(const tb_ring_t *r, uint32_t payload_l
 	return space;
 }
 
+/* Announces that the writer may write below `upto` (see the essay); a
+ * shared ring also marks where the open claim begins.  Out of line on a
+ * shared ring, which announces once a chunk; a private ring's is two
+ * stores. */
+static __attribute__((unused, noinline, cold)) void
+tb_ring_announce_shared_(tb_ring_t *r)
+{
+	tb_ring_lap_t *l = r->lap;
+	/* Relaxed: the writer reads back its own last store. */
+	uint64_t g = tb_atomic_load_relaxed(&l->gen);
+
+	tb_atomic_store_relaxed(&l->gen, g + 1);
+	tb_atomic_fence_release(); /* W2: odd before the marks */
+	tb_atomic_store_relaxed(&l->mark_pos, r->tail);
+	tb_atomic_store_relaxed(&l->mark_seq, r->claim_seq);
+	tb_atomic_store_relaxed(&l->intent, r->intent);
+	/* R2: the marks are whole; pairs with A2 (transport/shm.c). */
+	tb_atomic_store_release(&l->gen, g + 2);
+	/* R0, as below. */
+	tb_atomic_fence_release();
+}
+
+static inline void tb_ring_announce(tb_ring_t *r, uint64_t upto)
+{
+	tb_ring_lap_t *l = r->lap;
+
+	r->intent = upto + r->ahead;
+	if (r->ahead) {
+		tb_ring_announce_shared_(r);
+		return;
+	}
+	tb_atomic_store_relaxed(&l->intent, r->intent);
+	/* R0: intent visible before any byte it covers is written; pairs
+	 * with A0 in tb_shm_reader_poll (shm.h) and in copy_frame/held
+	 * (retention.c). */
+	tb_atomic_fence_release();
+}
+
 /*
- * Reserves a frame for `payload_len` bytes and returns its header, or NULL
- * if the message exceeds max_frame.  Pads the end of the ring first when
- * the frame would straddle it.  The caller fills the header and payload,
+ * Reserves a frame for `payload_len` bytes, to carry sequence `seq`, and
+ * returns its header, or NULL if the message exceeds max_frame.  Pads the
+ * end of the ring first when the frame would straddle it.  The caller
+ * fills the header but its sequence (tb_frame_init_body) and the payload,
  * then commits or aborts.  Hot path: no allocation, lock or system call.
  */
-static inline tb_frame_hdr_t *tb_ring_claim(tb_ring_t *r, uint32_t payload_len,
-					    uint64_t next_seq)
+static inline __attribute__((always_inline)) tb_frame_hdr_t *
+tb_ring_claim(tb_ring_t *r, uint32_t payload_len, uint64_t seq)
 {
 	uint32_t space = tb_frame_space(payload_len + TB_FRAME_HDR_LEN);
 	uint64_t pos = r->tail;
@@ -137,36 +269,57 @@ static inline tb_frame_hdr_t *tb_ring_claim(tb_ring_t *r, uint32_t payload_len,
 		pad = r->mask + 1 - off;
 	r->claim_pos = pos + pad;
 	r->claim_tail = pos + pad + space;
-	tb_atomic_store_relaxed(r->intent_pub, r->claim_tail);
-	/* R0: intent visible before any byte is written; pairs with A0 in
-	 * tb_shm_reader_poll (shm.h) and in copy_frame/held (retention.c). */
-	tb_atomic_fence_release();
-	if (pad) {
-		tb_frame_init_pad((tb_frame_hdr_t *)(r->base + off), (uint32_t)pad,
-				  r->stream_id, next_seq);
+	r->claim_seq = seq;
+	/* A private ring: every claim.  A shared one: once a chunk. */
+	if (r->claim_tail + r->reach > r->intent)
+		tb_ring_announce(r, r->claim_tail + r->reach);
+	/* A shared ring zeroes the next frame's sequence word now, away
+	 * from the stores to this frame's first line, which a reader polls
+	 * (an abort leaves the zero beyond the tail, where the next claim
+	 * writes anyway). */
+	if (r->reach)
+		tb_atomic_plain_store_relaxed(&tb_ring_at(r, r->claim_tail)->seq,
+					      (uint64_t)0);
+	if (tb_unlikely(pad)) {
+		tb_frame_init_pad_body((tb_frame_hdr_t *)(r->base + off),
+				       (uint32_t)pad, r->stream_id);
 		off = 0;
 	}
 	return (tb_frame_hdr_t *)(r->base + off);
 }
 
-/* Publishes the claimed frame.  Hot path. */
-static inline void tb_ring_commit(tb_ring_t *r)
+/* Publishes the claimed frame: its sequence word last.  Hot path: one
+ * release store (R1); the pad's word too when the claim padded (once a
+ * lap). */
+static inline __attribute__((always_inline)) void tb_ring_commit(tb_ring_t *r)
 {
+	tb_frame_hdr_t *f = tb_ring_at(r, r->claim_pos);
+
+	/* R1: the frame (and the next one's zero) before its sequence;
+	 * pairs with A1 in tb_shm_reader_poll and the shm reader's walks
+	 * (transport/shm.h, shm.c). */
+	tb_atomic_plain_store_release(&f->seq, r->claim_seq);
+	if (tb_unlikely(r->claim_pos != r->tail))
+		tb_atomic_plain_store_release(&tb_ring_at(r, r->tail)->seq,
+					      r->claim_seq); /* R1, the pad */
 	r->tail = r->claim_tail;
 	r->claim_tail = 0;
-	/* R1: the frame is whole; pairs with A1 in tb_shm_reader_poll and
-	 * the reader's attach (transport/shm.h, shm.c). */
-	tb_atomic_store_release(r->tail_pub, r->tail);
 }
 
-/* Gives the claimed space back.  A padding frame it wrote lies beyond the
- * tail, where no reader looks; the next claim writes it again.  Hot path. */
+/* Gives the claimed space back.  Nothing was committed, so no reader saw
+ * any of it; the next claim writes it again.  A private ring takes its
+ * intent back, so its readers keep every frame the ring holds; a shared
+ * ring's announcement stands (it only ever covers more).  Hot path. */
 static inline void tb_ring_abort(tb_ring_t *r)
 {
 	r->claim_tail = 0;
-	/* Relaxed, unpaired: taking intent back promises readers nothing
-	 * (they only test whether it passed what they copied). */
-	tb_atomic_store_relaxed(r->intent_pub, r->tail);
+	if (!r->ahead) {
+		r->intent = r->tail;
+		/* Relaxed, unpaired: taking intent back promises readers
+		 * nothing (they only test whether it passed what they
+		 * copied). */
+		tb_atomic_store_relaxed(r->intent_pub, r->tail);
+	}
 }
 
 #endif

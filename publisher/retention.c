@@ -253,7 +253,7 @@ int tb_retention_window_init(tb_retention_window_t *w, uint64_t ring_bytes,
 		return tb_error_set(TB_ENOMEM, "retention window of %llu bytes: "
 				  "out of memory", (unsigned long long)ring_bytes);
 	w->size = ring_bytes;
-	tb_ring_init(&w->ring, w->mem, ring_bytes, stream_id, NULL, NULL);
+	tb_ring_init(&w->ring, w->mem, ring_bytes, stream_id);
 	rc = tb_retention_init(&w->ret, ring_bytes / WINDOW_BYTES_PER_FRAME,
 			       &w->ring, stream_id, 0);
 	if (rc < 0) {
@@ -283,7 +283,7 @@ static void window_restart(tb_retention_window_t *w, uint64_t epoch,
 			   uint64_t from)
 {
 	pthread_rwlock_wrlock(&w->lock);
-	tb_ring_init(&w->ring, w->mem, w->size, w->ret.stream_id, NULL, NULL);
+	tb_ring_init(&w->ring, w->mem, w->size, w->ret.stream_id);
 	w->ret.epoch = epoch;
 	w->from = from;
 	/* Relaxed: readers come after the unlock, which orders it. */

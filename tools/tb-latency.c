@@ -282,13 +282,17 @@ static void close_ends(ends_t *e)
 	free(e->buf);
 }
 
-/* Offers until the stream takes it (back-pressure), or fails. */
-static int send_msg(ends_t *e, lat_msg_t *m, uint32_t size, uint64_t deadline)
+/* Offers until the stream takes it (back-pressure), or fails.  The first
+ * attempt is stamped `at` when it is not 0 (the caller just read the
+ * clock: one read per message on the measured path, as bench_shm). */
+static int send_msg_at(ends_t *e, lat_msg_t *m, uint32_t size,
+		       uint64_t deadline, uint64_t at)
 {
 	for (;;) {
 		int64_t rc;
 
-		m->sent_ns = now_ns();
+		m->sent_ns = at ? at : now_ns();
+		at = 0;
 		memcpy(e->buf, m, sizeof(*m));
 		rc = tb_pub_offer(e->pub, 1, e->buf, size);
 		if (rc > 0)
@@ -305,6 +309,11 @@ static int send_msg(ends_t *e, lat_msg_t *m, uint32_t size, uint64_t deadline)
 		}
 		tb_idle_step(&e->idle, 0);
 	}
+}
+
+static int send_msg(ends_t *e, lat_msg_t *m, uint32_t size, uint64_t deadline)
+{
+	return send_msg_at(e, m, size, deadline, 0);
 }
 
 /* ----------------------------------------------------------- measuring */
@@ -522,8 +531,11 @@ static int await(ends_t *e, struct wait_for *w, uint64_t until)
 	while (!w->got) {
 		int rc = tb_sub_poll(e->sub, on_answer, w, 16);
 
-		if (rc == TB_PUBLISHER_DEAD) {
-			fprintf(stderr, "%s: the other end died\n", prog);
+		if (rc == TB_PUBLISHER_DEAD || rc == TB_CLOSED) {
+			/* Nothing more will come: waiting out every
+			 * message's timeout would take hours. */
+			fprintf(stderr, "%s: the other end %s\n", prog,
+				rc == TB_CLOSED ? "left" : "died");
 			return -1;
 		}
 		if (w->got)
@@ -594,8 +606,10 @@ static int run_pub(const opts_t *o, ends_t *e, meter_t *mt)
 				if (now_ns() < m.intended_ns) /* stopped */
 					break;
 			}
-			if (send_msg(e, &m, size, now_ns() + o->timeout_ms *
-							      1000000ull) < 0)
+			/* Back to back, the intended time is the send time:
+			 * one clock read, not two, on the measured path. */
+			if (send_msg_at(e, &m, size, m.intended_ns + o->timeout_ms *
+					1000000ull, interval ? 0 : m.intended_ns) < 0)
 				return 1;
 			if (!o->pingpong)
 				continue;
@@ -661,6 +675,7 @@ struct sub_state {
 	meter_t *mt;
 	int done, failed, answer;
 	uint32_t cur_size; /* one-way: size being measured, 0 = none */
+	uint64_t seen;     /* messages seen, for the silence timeout */
 	uint64_t last_seen_ns;
 	uint64_t lost;
 	lat_msg_t reply;
@@ -669,16 +684,18 @@ struct sub_state {
 static void on_ping(void *clientd, const tb_msg_t *msg)
 {
 	struct sub_state *s = clientd;
-	uint64_t t = now_ns();
+	uint64_t t;
 	lat_msg_t m;
 
-	s->last_seen_ns = t;
+	s->seen++;
 	if (msg->len < sizeof(m))
 		return;
 	memcpy(&m, msg->data, sizeof(m));
 	if (m.magic != LAT_MAGIC)
 		return;
 	if (s->o->pingpong) {
+		/* The echo reads no clock: it is on the measured path, and
+		 * the pub end times the round trip. */
 		/* Echo the message as it came, whatever it is. */
 		int64_t rc;
 
@@ -696,6 +713,7 @@ static void on_ping(void *clientd, const tb_msg_t *msg)
 			s->done = 1;
 		return;
 	}
+	t = now_ns();
 	switch (m.kind) {
 	case K_PROBE:
 		s->reply.kind = K_READY;
@@ -737,6 +755,7 @@ static int run_sub(const opts_t *o, ends_t *e, meter_t *mt)
 {
 	struct sub_state s;
 	uint32_t n = 0;
+	uint64_t seen = 0;
 
 	memset(&s, 0, sizeof(s));
 	s.o = o;
@@ -763,7 +782,11 @@ static int run_sub(const opts_t *o, ends_t *e, meter_t *mt)
 			fprintf(stderr, "%s: the pub end died\n", prog);
 			return 1;
 		}
-		if (rc <= 0 && (++n & 63) == 0 &&
+		if (rc <= 0 && (++n & 63) == 0 && seen != s.seen) {
+			seen = s.seen;
+			s.last_seen_ns = now_ns();
+		}
+		if (rc <= 0 && (n & 63) == 0 &&
 		    now_ns() - s.last_seen_ns > o->timeout_ms * 1000000ull) {
 			fprintf(stderr, "%s: nothing on stream '%s' for %" PRIu64
 				" ms: is the pub end running?\n", prog,

@@ -1541,8 +1541,8 @@ static int rc_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 	 * read intent (rc.h). */
 	t->pos = (_Atomic uint64_t *)((uint8_t *)t->slot_mem.addr +
 				      TB_RC_MAX_SUBS * TB_RC_SLOT_SIZE);
-	tb_ring_init(&t->base.ring, t->ring_mem.addr, cfg->ring_size, cfg->id,
-		     &t->pos[0], &t->pos[1]);
+	tb_ring_init_at(&t->base.ring, t->ring_mem.addr, cfg->ring_size,
+			cfg->id, (tb_ring_lap_t *)(void *)t->pos);
 	t->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (t->wake_fd < 0) {
 		rc = tb_error_sys(errno, "eventfd");

@@ -831,8 +831,7 @@ static int ud_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 		rc = tb_error_set(TB_ENOMEM, "ud: out of memory");
 		goto fail;
 	}
-	tb_ring_init(&u->tx.ring, u->ring_mem.addr, cfg->ring_size, cfg->id, NULL,
-		     NULL);
+	tb_ring_init(&u->tx.ring, u->ring_mem.addr, cfg->ring_size, cfg->id);
 	cap = tb_dgram_max_frame(u->dev.mtu);
 	if (cap < u->tx.ring.max_frame)
 		u->tx.ring.max_frame = cap;

@@ -227,7 +227,7 @@ static int udp_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch
 		goto fail;
 	}
 	memset(u->ring_mem, 0, cfg->ring_size); /* fault it in now */
-	tb_ring_init(&u->tx.ring, u->ring_mem, cfg->ring_size, cfg->id, NULL, NULL);
+	tb_ring_init(&u->tx.ring, u->ring_mem, cfg->ring_size, cfg->id);
 	if (cap < u->tx.ring.max_frame)
 		u->tx.ring.max_frame = cap;
 	rc = tb_dgram_tx_init(&u->dg, &u->tx.ring, mtu, cfg->id, epoch,

@@ -266,7 +266,7 @@ static void core_run(int burst, double *pack_ns, double *rx_ns)
 	tb_seq_range_t loss;
 	uint64_t s = 1, sink = 0, t_pack = 0, t_rx = 0, total = 2000000;
 
-	tb_ring_init(&ring, mem, sizeof(mem), 1, NULL, NULL);
+	tb_ring_init(&ring, mem, sizeof(mem), 1);
 	tb_dgram_tx_init(&tx, &ring, 1472, 1, 1, 1000000, "bench-token");
 	tb_dgram_rx_init(&rx, 1, 1000, "bench-token", 1472);
 	tb_seq_init(&seq, 0);

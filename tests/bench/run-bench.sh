@@ -35,18 +35,18 @@ done
 # every percentile of each run and its ratio to the first column (the floor).
 hist=$BUILD/bin/tb-hist
 b=$BUILD/bench
-if [ -x "$hist" ] && [ -s "$b/shm-floor.hgrm" ] && [ -s "$b/shm-tickbus.hgrm" ]; then
+if [ -x "$hist" ] && [ -s "$b/shm-floor-rtt.hgrm" ] && [ -s "$b/shm-tickbus-rtt.hgrm" ]; then
 	{
-		echo "## shm one-way latency against the floor (all runs merged)"
+		echo "## shm round trip against the floor (all runs merged)"
 		echo
 		"$hist" compare --markdown -l "floor (cache line)" -l "tickbus shm" \
-			"$b/shm-floor.hgrm" "$b/shm-tickbus.hgrm"
+			"$b/shm-floor-rtt.hgrm" "$b/shm-tickbus-rtt.hgrm"
 		echo
 	} >>"$report"
-	if "$hist" plot -o "$b/shm-latency.svg" --title "shm one-way latency vs floor" \
+	if "$hist" plot -o "$b/shm-latency.svg" --title "shm round trip vs floor" \
 		-l "floor (cache line)" -l "tickbus shm" \
-		"$b/shm-floor.hgrm" "$b/shm-tickbus.hgrm" >/dev/null; then
-		printf '![shm one-way latency](shm-latency.svg)\n\n' >>"$report"
+		"$b/shm-floor-rtt.hgrm" "$b/shm-tickbus-rtt.hgrm" >/dev/null; then
+		printf '![shm round trip](shm-latency.svg)\n\n' >>"$report"
 	else
 		status=1
 	fi
@@ -136,5 +136,23 @@ fi
 # the same run (the ratio; on softrdma, a software device's).
 echo "== rc against ib_write_lat"
 tests/bench/rc-perftest.sh "$BUILD" >>"$report" || status=1
+# shm under constant laps: a writer at full speed, readers slowed at
+# random, every delivered payload verified (make test runs a bounded one).
+stress=$BUILD/tests/test_shm_stress
+if [ -x "$stress" ]; then
+	frames=${TB_BENCH_STRESS_FRAMES:-300000000}
+	echo "== test_shm_stress ($frames frames)"
+	{
+		echo "## test_shm_stress: $frames frames, readers lapped at random"
+		echo
+		echo "reproduce: $stress --frames $frames"
+		echo
+		echo '```'
+	} >>"$report"
+	"$stress" --frames "$frames" 2>&1 | grep -v '^\[' | tee -a "$report"
+	[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+	echo '```' >>"$report"
+	echo >>"$report"
+fi
 echo "report: $report"
 exit $status

@@ -3,23 +3,27 @@
  * (bus/transport/shm.h, tb_shm_reader_poll): what a subscriber does with
  * the bytes of a ring it maps, whoever wrote them.
  *
- * The input sets up a reader attached to a ring in memory, then fills the
- * ring:
+ * The input sets up a reader attached to a format-2 ring in memory (the
+ * reader polls each frame's own sequence word; transport/shm.h), then
+ * fills the ring:
  *   u8   ring size 1 KiB << (b & 3), the largest frame a ring of it allows
- *        (tb_ring_max_frame); bit 2: the reader has started (expected
- *        sequence from the input) or takes the first frame it sees
+ *        (tb_ring_max_frame); bit 2: the reader's tracker has started
+ *        (expected sequence from the input) or takes the first frame it
+ *        sees; bit 3: the writer's marks are changing (gen odd)
  *   u64  the reader's position (free-running; only its low bits place it;
  *        rounded down to TB_FRAME_ALIGN, as positions always are)
- *   u16  the writer's tail, ahead of the position by this much modulo two
- *        ring sizes (beyond one ring: the reader was lapped)
- *   u8   tail_intent - tail (the writer is overwriting that far ahead)
- *   u64  the next sequence the reader expects
+ *   u16  the writer's intent, ahead of the position by this much modulo
+ *        two ring sizes (beyond one ring: the reader was lapped)
+ *   u16  the writer's newest mark, ahead of the position by this much
+ *        modulo two ring sizes (aligned), and
+ *   u64  the sequence of the frame there
+ *   u64  the sequence the frame at the position must carry (0 means 1)
  *   u8   frames a poll may deliver, 1..16
  *   ...  the ring's bytes from offset 0 (the rest is zero)
  * The ring, the header and the reader's frame buffer are each allocated
  * at exactly their size, so that ASan sees any read past them.  The reader
- * then polls until it reports nothing new (at most 64 polls, fewer than
- * the 256 empty polls after which it would look at the writer's liveness).
+ * then polls 64 times (fewer than the 256 empty polls after which it would
+ * look at the writer's liveness).
  *
  * What it asserts, beyond "no crash, no sanitizer report":
  *   - every message handed to the handler is a data frame's payload in the
@@ -69,7 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	tb_seq_range_t loss;
 	tb_seq_t seq;
 	fuzz_in_t in;
-	uint64_t ring_size, tail, behind;
+	uint64_t ring_size, expected;
 	uint8_t *ring, sel;
 	const uint8_t *fill;
 	size_t fill_len;
@@ -87,10 +91,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	memset(&r, 0, sizeof(r));
 	r.hdr = hdr;
+	r.lap = &hdr->lap;
 	r.ring = ring;
 	r.mask = ring_size - 1;
 	r.max_frame = tb_ring_max_frame(ring_size);
-	r.scratch = malloc(r.max_frame);
+	r.max_space = tb_frame_space(r.max_frame);
+	r.max_body = r.max_space - TB_FRAME_HDR_LEN;
+	r.scratch = malloc(r.max_space);
 	if (!r.scratch)
 		abort();
 	r.state = TB_SHM_R_ATTACHED;
@@ -99,16 +106,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	r.liveness_ns = UINT64_MAX; /* never judged dead here */
 	/* Frames start at TB_FRAME_ALIGN boundaries, so positions do. */
 	r.pos = fuzz_u64(&in) & ~(uint64_t)(TB_FRAME_ALIGN - 1);
-	behind = fuzz_u16(&in) % (2 * ring_size + 1);
-	tail = r.pos + behind;
 	hdr->ring_size = ring_size;
 	hdr->max_frame = r.max_frame;
+	hdr->chunk = (uint32_t)tb_ring_chunk(ring_size);
 	hdr->state = TB_SHM_OPEN;
-	hdr->tail = tail;
-	hdr->tail_intent = tail + fuzz_u8(&in);
-	tb_seq_init(&seq, sel & 4 ? fuzz_u64(&in) : 0);
-	if (!(sel & 4))
-		(void)fuzz_u64(&in);
+	hdr->lap.intent = r.pos + fuzz_u16(&in) % (2 * ring_size + 1);
+	hdr->lap.mark_pos = (r.pos + fuzz_u16(&in) % (2 * ring_size + 1)) &
+			    ~(uint64_t)(TB_FRAME_ALIGN - 1);
+	hdr->lap.mark_seq = fuzz_u64(&in);
+	hdr->lap.gen = sel & 8 ? 1 : 2;
+	expected = fuzz_u64(&in);
+	r.next = expected ? expected : 1;
+	tb_seq_init(&seq, sel & 4 ? r.next : 0);
 	limit = 1 + fuzz_u8(&in) % 16;
 	fill = fuzz_bytes(&in, ring_size, &fill_len);
 	memcpy(ring, fill, fill_len);
@@ -123,8 +132,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				abort();
 			if (n > 0 && seq.expected != s.expected)
 				abort();
-			if (n == 0 && r.pos == tail)
-				break;
 			continue;
 		}
 		if (n != TB_GAP && n != TB_LAPPED)

@@ -159,7 +159,8 @@ static void gen_frame(void)
 
 /* --------------------------------------------------------------- shm */
 
-/* fuzz_shm's input: set-up bytes, then the ring. */
+/* fuzz_shm's input: set-up bytes, then the ring.  The newest mark is
+ * the reader's own position and the sequence it expects there. */
 static void shm_case(const char *name, uint8_t sel, uint64_t pos,
 		     uint16_t behind, uint8_t intent, uint64_t expected,
 		     uint8_t limit, const uint8_t *ring, size_t ring_len)
@@ -169,8 +170,9 @@ static void shm_case(const char *name, uint8_t sel, uint64_t pos,
 	b_reset(b);
 	b_u8(b, sel);
 	b_u64(b, pos);
-	b_u16(b, behind);
-	b_u8(b, intent);
+	b_u16(b, (uint16_t)(behind + intent)); /* the writer's intent */
+	b_u16(b, 0);
+	b_u64(b, expected ? expected : 1);
 	b_u64(b, expected);
 	b_u8(b, limit);
 	b_add(b, ring, ring_len);

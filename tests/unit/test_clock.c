@@ -1,6 +1,7 @@
 /*
  * test_clock.c - the TSC clock: accuracy against clock_gettime, monotonicity,
- * the shared calibration file, two processes agreeing, the gettime fallback;
+ * the shared calibration file (trusted only from this user or root, never
+ * writable by others), two processes agreeing, the gettime fallback;
  * and the system clocks' wrappers (mono, mono coarse, realtime).
  *
  * The whole binary uses its own calibration file (TICKBUS_CLOCK_FILE, set in
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -335,6 +337,118 @@ static void test_file_bad_is_replaced(void **state)
 	assert_int_equal(unlink(path), 0);
 }
 
+/* FNV-1a of bytes [16, 96) of the 104-byte file: its checksum (clock.c). */
+static uint64_t file_check(const unsigned char *b)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (int i = 16; i < 96; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
+/* A valid calibration file whose offset is an hour off (base_ns at 64),
+ * checksum and all: what a user on the host could write. */
+static void write_shifted(const char *path, const unsigned char *good)
+{
+	unsigned char b[104];
+	uint64_t ns, check;
+
+	memcpy(b, good, sizeof(b));
+	memcpy(&ns, b + 64, 8);
+	ns += 3600ull * 1000000000ull;
+	memcpy(b + 64, &ns, 8);
+	check = file_check(b);
+	memcpy(b + 96, &check, 8);
+	write_bytes(path, b, sizeof(b));
+}
+
+static int load_from(const char *path)
+{
+	tb_clock_calib_t cal;
+	int created;
+
+	return tb_clock_load_or_create(path, &cal, &created) == TB_EAUTH ? 0 : 1;
+}
+
+/* The file is trusted only when it is a regular file of this user or root
+ * that nobody else may write: a world-writable one is replaced, another
+ * user's is not used (nor touched), a FIFO or a link neither hangs nor is
+ * followed. */
+static void test_file_untrusted_is_not_used(void **state)
+{
+	(void)state;
+	unsigned char good[104];
+	tb_clock_calib_t cal, shifted;
+	char path[128], target[160];
+	int created, status;
+	pid_t pid;
+	struct stat st;
+
+	if (skip_unless_tsc())
+		return;
+	temp_path(path, sizeof(path), "trust");
+	unlink(path);
+	assert_int_equal(tb_clock_load_or_create(path, &cal, &created), 0);
+	assert_int_equal(read_bytes(path, good, sizeof(good)), sizeof(good));
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0644);
+
+	/* The shifted file is valid: with a sane mode it is used. */
+	write_shifted(path, good);
+	assert_int_equal(tb_clock_load_or_create(path, &shifted, &created), 0);
+	assert_int_equal(created, 0);
+	assert_true(shifted.base_ns == cal.base_ns + 3600ull * 1000000000ull);
+
+	/* World-writable: anyone could have written it.  Replaced. */
+	assert_int_equal(chmod(path, 0666), 0);
+	assert_int_equal(tb_clock_load_or_create(path, &shifted, &created), 0);
+	assert_int_equal(created, 1);
+	assert_true(shifted.base_ns < cal.base_ns + 60ull * 1000000000ull);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0644);
+
+	/* Another user's: not used, not replaced. */
+	if (geteuid() == 0) {
+		write_shifted(path, good);
+		assert_int_equal(chown(path, 65534, 65534), 0);
+		assert_int_equal(tb_clock_load_or_create(path, &shifted, &created),
+				 TB_EAUTH);
+		assert_non_null(strstr(tb_errmsg(), "owned by another user"));
+		assert_int_equal(stat(path, &st), 0);
+		assert_int_equal(st.st_uid, 65534);
+	} else {
+		print_message("another user's file: needs root (chown); "
+			      "not checked\n");
+	}
+	unlink(path);
+
+	/* A link: not followed, its target untouched. */
+	snprintf(target, sizeof(target), "%s.target", path);
+	write_bytes(target, "keep", 4);
+	assert_int_equal(symlink(target, path), 0);
+	assert_int_equal(tb_clock_load_or_create(path, &shifted, &created),
+			 TB_EAUTH);
+	assert_int_equal(read_bytes(target, good, sizeof(good)), 4);
+	unlink(path);
+	unlink(target);
+
+	/* A FIFO: refused at once (a child with an alarm: a hang fails). */
+	temp_path(path, sizeof(path), "fifo");
+	unlink(path);
+	assert_int_equal(mkfifo(path, 0644), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		alarm(20);
+		_exit(load_from(path));
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	unlink(path);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 /* Processes that start together end up on one calibration: exactly one
  * creates the file, the others wait on its lock and reuse it. */
 static void test_file_race_one_calibration(void **state)
@@ -519,6 +633,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_system_clocks),
 		cmocka_unit_test(test_file_created_then_reused),
 		cmocka_unit_test(test_file_bad_is_replaced),
+		cmocka_unit_test(test_file_untrusted_is_not_used),
 		cmocka_unit_test(test_file_race_one_calibration),
 		cmocka_unit_test(test_file_bad_args),
 		cmocka_unit_test(test_two_processes_agree),

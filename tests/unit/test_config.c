@@ -1152,6 +1152,71 @@ static void test_bad_shm_path(void **state)
 	RUN_BAD(cases);
 }
 
+/* shm_mode: octal, the owner reads and writes, nobody else writes;
+ * shm_group: a name or a number; both only for shm. */
+static void test_shm_mode_and_group(void **state)
+{
+	static const char allowed[] = "allowed: an octal file mode such as "
+		"0600 or 0640 in which the owner reads and writes, and group "
+		"and others may read but never write";
+	static const struct bad_case cases[] = {
+		{"shm", "shm_mode", "0666", "'0666' lets group or others write "
+		 "or execute; %s"},
+		{"shm", "shm_mode", "0620", "'0620' lets group or others write "
+		 "or execute; %s"},
+		{"shm", "shm_mode", "0700", "'0700' lets group or others write "
+		 "or execute; %s"},
+		{"shm", "shm_mode", "0400", "'0400' does not let the owner read "
+		 "and write; %s"},
+		{"shm", "shm_mode", "01600", "'01600' is not an octal mode; %s"},
+		{"shm", "shm_mode", "1600", "'1600' is not a file mode; %s"},
+		{"shm", "shm_mode", "0x180", "'0x180' is not an octal mode; %s"},
+		{"shm", "shm_mode", "0608", "'0608' is not an octal mode; %s"},
+		{"udp", "shm_mode", "0600", "does not apply to transport udp; "
+		 "it is for shm"},
+		{"rc", "shm_group", "trading", "does not apply to transport rc; "
+		 "it is for shm"},
+	};
+	tb_stream_cfg_t c;
+	tb_config_t *cfg;
+	const tb_stream_cfg_t *st;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct bad_case b = cases[i];
+		char what[512];
+
+		snprintf(what, sizeof(what), b.what, allowed);
+		b.what = what;
+		print_message("  %s = %s\n", b.key, b.value);
+		expect_bad_key(&b);
+	}
+	cfg = load_ok("[stream a]\nid = 1\ntransport = shm\nshm_mode = 0644\n"
+		      "shm_group = trading\n"
+		      "[stream b]\nid = 2\ntransport = shm\nshm_mode = 600\n"
+		      "shm_group = 1234\n"
+		      "[stream c]\nid = 3\ntransport = shm\n");
+	st = tb_config_stream(cfg, "a");
+	assert_int_equal(st->shm_mode, 0644);
+	assert_string_equal(st->shm_group, "trading");
+	st = tb_config_stream(cfg, "b");
+	assert_int_equal(st->shm_mode, 0600);
+	assert_string_equal(st->shm_group, "1234");
+	st = tb_config_stream(cfg, "c");
+	assert_int_equal(st->shm_mode, 0); /* the default: 0600 or 0640 */
+	assert_string_equal(st->shm_group, "");
+	tb_config_free(cfg);
+	/* The same rule for a struct filled by hand. */
+	init_named(&c, TB_TRANSPORT_SHM);
+	c.shm_mode = 0640;
+	assert_int_equal(tb_stream_cfg_validate(&c), 0);
+	c.shm_mode = 0660;
+	expect_invalid(&c, "stream 's': field 'shm_mode': 0660 lets group or "
+		       "others write or execute; allowed: an octal file mode "
+		       "such as 0600 or 0640 in which the owner reads and "
+		       "writes, and group and others may read but never write");
+}
+
 /* inih's line buffer is 200 bytes: a longer line is refused, never split
  * in two (which would shift every later line number). */
 static void test_line_too_long(void **state)
@@ -1709,6 +1774,7 @@ int main(void)
 		cmocka_unit_test(test_bad_recovery_list),
 		cmocka_unit_test(test_bad_token),
 		cmocka_unit_test(test_bad_shm_path),
+		cmocka_unit_test(test_shm_mode_and_group),
 		cmocka_unit_test(test_line_too_long),
 		cmocka_unit_test(test_nul_byte),
 		cmocka_unit_test(test_unknown_key),

@@ -34,7 +34,7 @@ static uint64_t next_seq;
 static void ring_reset(uint64_t size)
 {
 	memset(ring_mem, 0, sizeof(ring_mem));
-	tb_ring_init(&ring, ring_mem, size, STREAM, NULL, NULL);
+	tb_ring_init(&ring, ring_mem, size, STREAM);
 	next_seq = 1;
 }
 

@@ -43,6 +43,42 @@ static void init_fills_every_field(void **state)
 	assert_int_equal(buf[17], 1234 >> 8);
 }
 
+/* In a ring the sequence is the commit word: the body init leaves it as
+ * it was (the ring's commit stores it last). */
+static void body_init_leaves_the_sequence(void **state)
+{
+	tb_frame_hdr_t *f = (tb_frame_hdr_t *)buf;
+
+	(void)state;
+	memset(buf, 0, sizeof(buf));
+	f->seq = 0;
+	tb_frame_init_body(f, 10, 7, 42, 99);
+	assert_int_equal(f->seq, 0);
+	assert_int_equal(f->length, TB_FRAME_HDR_LEN + 10);
+	assert_int_equal(f->type, TB_FRAME_DATA);
+	assert_int_equal(f->publish_ns, 99);
+	f->seq = 5;
+	tb_frame_init_pad_body(f, 128, 42);
+	assert_int_equal(f->seq, 5);
+	assert_int_equal(f->type, TB_FRAME_PAD);
+	assert_int_equal(f->length, 128);
+}
+
+/* Version and type in one compare: bytes 4 and 5. */
+static void kind_is_version_and_type(void **state)
+{
+	tb_frame_hdr_t *f = fresh(8);
+
+	(void)state;
+	assert_int_equal(tb_frame_kind(f), TB_FRAME_KIND(TB_FRAME_DATA));
+	assert_int_equal(tb_frame_kind(f), buf[4] | buf[5] << 8);
+	f->version = 2;
+	assert_true(tb_frame_kind(f) != TB_FRAME_KIND(TB_FRAME_DATA));
+	f->version = TB_FRAME_VERSION;
+	f->type = TB_FRAME_PAD;
+	assert_int_equal(tb_frame_kind(f), TB_FRAME_KIND(TB_FRAME_PAD));
+}
+
 static void space_is_aligned(void **state)
 {
 	(void)state;
@@ -160,6 +196,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(init_fills_every_field),
+		cmocka_unit_test(body_init_leaves_the_sequence),
+		cmocka_unit_test(kind_is_version_and_type),
 		cmocka_unit_test(space_is_aligned),
 		cmocka_unit_test(check_accepts_valid),
 		cmocka_unit_test(check_rejects_short_buffer),

@@ -1,7 +1,9 @@
 /*
  * test_mem.c - ring memory: each page-size fallback, rounding, alignment,
  * pre-faulting, locking (and the warning when it fails), NUMA placement,
- * shared files across fork, bad arguments.
+ * shared files across fork, bad arguments; shared files created new
+ * (O_EXCL, O_NOFOLLOW) with exactly the mode asked, and opened without
+ * following a link or waiting on a FIFO.
  *
  * What a path should give depends on the machine (reserved hugetlb pages,
  * the THP mode); the tests read the same sysfs/procfs facts and expect
@@ -22,6 +24,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -359,18 +362,100 @@ static void test_shared_4k_and_no_fake_hugetlbfs(void **state)
 	assert_resident(&m);
 	tb_mem_free(&m);
 
-	/* Re-creating truncates: the content is zero again. */
-	assert_int_equal(tb_mem_map_shared(&m, shm_path, 5000, 1, -1,
-					   TB_MEM_NO_THP),
-			 0);
+	/* Creating over an existing file is refused: it is not ours to
+	 * truncate.  Its content stays. */
+	assert_int_equal(tb_mem_map_shared(&m, shm_path, 0, 0, -1, 0), 0);
 	((char *)m.addr)[0] = 'x';
 	tb_mem_free(&m);
 	assert_int_equal(tb_mem_map_shared(&m, shm_path, 5000, 1, -1,
 					   TB_MEM_NO_THP),
-			 0);
-	assert_int_equal(((char *)m.addr)[0], 0);
+			 TB_EBUSY);
+	assert_non_null(strstr(tb_errmsg(), shm_path));
+	assert_int_equal(tb_mem_map_shared(&m, shm_path, 0, 0, -1, 0), 0);
+	assert_int_equal(((char *)m.addr)[0], 'x');
 	tb_mem_free(&m);
 	assert_int_equal(tb_mem_unlink_shared(shm_path), 0);
+}
+
+/* A new shared file has exactly the mode asked, whatever the umask, and
+ * the group asked. */
+static void test_shared_mode_and_group(void **state)
+{
+	mode_t old = umask(0);
+	struct stat st;
+	tb_mem_t m;
+
+	(void)state;
+	assert_int_equal(tb_mem_map_shared(&m, shm_path, 4096, 1, -1,
+					   TB_MEM_NO_THP), 0);
+	assert_int_equal(stat(m.path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, TB_MEM_SHARED_MODE);
+	tb_mem_free(&m);
+	assert_int_equal(tb_mem_unlink_shared(shm_path), 0);
+
+	umask(077); /* stricter than asked: still exactly the mode */
+	assert_int_equal(tb_mem_create_shared(&m, shm_path, 4096, -1,
+					      TB_MEM_NO_THP, 0640, getegid()),
+			 0);
+	assert_int_equal(stat(m.path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0640);
+	assert_int_equal(st.st_gid, getegid());
+	tb_mem_free(&m);
+	assert_int_equal(tb_mem_unlink_shared(shm_path), 0);
+	assert_int_equal(tb_mem_create_shared(&m, shm_path, 4096, -1, 0,
+					      01777, (gid_t)-1), TB_EINVAL);
+	umask(old);
+}
+
+/* Nobody's link is followed when creating or opening, and a FIFO at the
+ * path is refused at once: opening it for reading would wait for a
+ * writer forever (a child runs the calls, so a hang fails the test). */
+static void test_shared_link_and_fifo(void **state)
+{
+	char target[160];
+	int status;
+	pid_t pid;
+	FILE *f;
+
+	(void)state;
+	snprintf(target, sizeof(target), "%s.target", shm_path);
+	f = fopen(target, "w");
+	assert_non_null(f);
+	fputs("not yours", f);
+	fclose(f);
+	assert_int_equal(symlink(target, shm_path), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		tb_mem_t m;
+		struct stat st;
+
+		alarm(20);
+		if (tb_mem_map_shared(&m, shm_path, 4096, 1, -1, TB_MEM_NO_THP) !=
+		    TB_EBUSY)
+			_exit(1);
+		if (tb_mem_map_shared(&m, shm_path, 0, 0, -1, 0) == 0)
+			_exit(2);
+		if (stat(target, &st) != 0 || st.st_size != 9)
+			_exit(3); /* truncated through the link */
+		unlink(shm_path);
+		if (mkfifo(shm_path, 0600) != 0)
+			_exit(4);
+		if (tb_mem_map_shared(&m, shm_path, 0, 0, -1, 0) != TB_EINVAL ||
+		    !strstr(tb_errmsg(), "not a regular file"))
+			_exit(5);
+		if (tb_mem_map_shared(&m, shm_path, 0, 0, -1,
+				      TB_MEM_READONLY) != TB_EINVAL)
+			_exit(6);
+		if (tb_mem_map_shared(&m, shm_path, 4096, 1, -1, 0) != TB_EBUSY)
+			_exit(7);
+		_exit(0);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	unlink(shm_path);
+	unlink(target);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
 }
 
 static void test_shared_bad_args(void **state)
@@ -429,6 +514,8 @@ int main(void)
 		cmocka_unit_test(test_alloc_bad_args),
 		cmocka_unit_test(test_shared_across_fork),
 		cmocka_unit_test(test_shared_4k_and_no_fake_hugetlbfs),
+		cmocka_unit_test(test_shared_mode_and_group),
+		cmocka_unit_test(test_shared_link_and_fifo),
 		cmocka_unit_test(test_shared_bad_args),
 	};
 	int rc;

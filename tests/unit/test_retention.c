@@ -46,7 +46,7 @@ static void fixture_init(struct fixture *x, uint64_t n)
 {
 	x->mem = aligned_alloc(64, RING);
 	assert_non_null(x->mem);
-	tb_ring_init(&x->ring, x->mem, RING, 5, NULL, NULL);
+	tb_ring_init(&x->ring, x->mem, RING, 5);
 	assert_int_equal(tb_retention_init(&x->ret, n, &x->ring, 5, 99), 0);
 	x->next = 1;
 }

@@ -1681,7 +1681,7 @@ static void fp_open(fake_pub_t *fp, int port)
 	fp->pos_mr = ibv_reg_mr(fp->p.pd, fp->mem + FP_RING, 8, IBV_ACCESS_REMOTE_READ);
 	assert_non_null(fp->ring_mr);
 	assert_non_null(fp->pos_mr);
-	tb_ring_init(&fp->ring, fp->mem, FP_RING, 9, &fp->pos[0], &fp->pos[1]);
+	tb_ring_init_at(&fp->ring, fp->mem, FP_RING, 9, (tb_ring_lap_t *)(void *)fp->pos);
 }
 
 static void fp_close(fake_pub_t *fp)

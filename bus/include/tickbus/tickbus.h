@@ -90,6 +90,10 @@ typedef struct tb_stream_cfg {
 
 	/* shm */
 	char shm_path[TB_PATH_MAX];    /* default /dev/shm/tickbus.<name> */
+	uint32_t shm_mode;             /* ring file mode; 0 = 0600, or 0640
+					  with shm_group */
+	char shm_group[TB_NAME_MAX];   /* group name or gid whose members'
+					  rings readers trust; "" = none */
 
 	/* rc: the publisher's control endpoint, and the RDMA device */
 	tb_endpoint_t control;
