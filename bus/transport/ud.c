@@ -645,6 +645,10 @@ static void ud_tx_free(tb_ud_tx_t *u)
 		ibv_destroy_cq(u->cq);
 	if (u->beat_cq)
 		ibv_destroy_cq(u->beat_cq);
+	/* The audit forgets each registration before it goes. */
+	tb_counters_mr_remove(u->ring_rec);
+	tb_counters_mr_remove(u->slab_rec);
+	tb_counters_mr_remove(u->beat_rec);
 	if (u->ring_mr)
 		ibv_dereg_mr(u->ring_mr);
 	if (u->slab_mr)
@@ -736,13 +740,21 @@ static int tx_verbs(tb_ud_tx_t *u, const tb_stream_cfg_t *cfg)
 	u->ring_mr = ibv_reg_mr(d->v.pd, u->ring_mem.addr, cfg->ring_size, 0);
 	if (!u->ring_mr)
 		return reg_failed(errno, d, "the ring", cfg->ring_size);
+	/* Each recorded for the audit (tb-doctor --audit) with the access
+	 * it was given: none beyond local reads, no key sent anywhere. */
+	u->ring_rec = tb_counters_mr_add(cfg->id, TB_ROLE_PUBLISHER,
+					 TB_MR_RING_TX, "ud", u->ring_mr, 0);
 	u->slab_mr = ibv_reg_mr(d->v.pd, u->slab, slab, 0);
 	if (!u->slab_mr)
 		return reg_failed(errno, d, "the header slab", slab);
+	u->slab_rec = tb_counters_mr_add(cfg->id, TB_ROLE_PUBLISHER,
+					 TB_MR_SEND, "ud", u->slab_mr, 0);
 	u->beat_mr = ibv_reg_mr(d->v.pd, u->beat_hdr, sizeof(tb_packet_hdr_t), 0);
 	if (!u->beat_mr)
 		return reg_failed(errno, d, "the heartbeat header",
 				  sizeof(tb_packet_hdr_t));
+	u->beat_rec = tb_counters_mr_add(cfg->id, TB_ROLE_PUBLISHER,
+					 TB_MR_SEND, "ud", u->beat_mr, 0);
 	u->hop_limit = (uint8_t)(cfg->ttl > 0 ? cfg->ttl : 1);
 	u->traffic_class = (uint8_t)cfg->rdma_traffic_class;
 	u->ah = group_ah(u, d->v.gid_index);
@@ -1080,6 +1092,7 @@ static void ud_rx_close(tb_rx_t *rx)
 	rx_qp_close(r);
 	if (r->igmp_fd >= 0)
 		close(r->igmp_fd);
+	tb_counters_mr_remove(r->rec); /* before the deregistration */
 	if (r->mr)
 		ibv_dereg_mr(r->mr);
 	dev_close(&r->dev);
@@ -1242,6 +1255,8 @@ static int rx_verbs(tb_ud_rx_t *r, const tb_stream_cfg_t *cfg)
 	r->mr = ibv_reg_mr(d->v.pd, r->bufs, size, IBV_ACCESS_LOCAL_WRITE);
 	if (!r->mr)
 		return reg_failed(errno, d, "the receive buffers", size);
+	r->rec = tb_counters_mr_add(cfg->id, TB_ROLE_SUBSCRIBER, TB_MR_RECV, "ud",
+				    r->mr, IBV_ACCESS_LOCAL_WRITE);
 	for (int i = 0; i < TB_UD_REPOST; i++) {
 		r->rsge[i].length = r->stride;
 		r->rsge[i].lkey = r->mr->lkey;

@@ -120,6 +120,7 @@
 #ifndef TB_TRANSPORT_UD_H
 #define TB_TRANSPORT_UD_H
 
+#include "bus/counters.h"
 #include "bus/mem.h"
 #include "bus/transport/dgram.h"
 #include "bus/transport/transport.h"
@@ -186,6 +187,7 @@ typedef struct tb_ud_tx {
 	struct ibv_ah *ah;
 	struct ibv_mr *ring_mr;
 	struct ibv_mr *slab_mr;
+	tb_counter_mr_t *ring_rec, *slab_rec, *beat_rec; /* the audit's */
 	tb_mem_t ring_mem;
 	tb_mem_t slab_mem;
 	tb_packet_hdr_t *slab;     /* one header per send-queue slot */
@@ -245,6 +247,7 @@ typedef struct tb_ud_rx {
 	struct ibv_cq *cq;
 	struct ibv_qp *qp;
 	struct ibv_mr *mr;
+	tb_counter_mr_t *rec;      /* the audit's record of mr */
 	tb_mem_t buf_mem;
 	uint8_t *bufs;             /* depth * stride */
 	uint32_t stride;

@@ -17,7 +17,9 @@
  *    with a reading subscriber runs: every registration of the publisher
  *    and its two subscribers is there, with its one peer, and nothing is
  *    broader than its role (the publisher's ring and its position word
- *    REMOTE_READ, as recovery reads them).
+ *    REMOTE_READ, as recovery reads them); and the same of a ud stream
+ *    (its ring and send slabs with no remote access, its receive
+ *    buffers LOCAL_WRITE), its records gone when its processes close.
  *
  * The subscriber of the first two runs in this process, so that its
  * counters (bus/counters.h) are read directly; tb-publish, tb-recoveryd
@@ -372,12 +374,77 @@ static void the_audit_finds_each_key_where_its_role_needs_it(void **state)
 	free(out);
 }
 
+/* Stream "feed" again, over ud multicast: no key of it goes anywhere. */
+static void write_ud_ini(unsigned port)
+{
+	FILE *f = fopen(ini, "w");
+
+	assert_non_null(f);
+	fprintf(f, "[stream feed]\nid = 12\ntransport = ud\n"
+		"group = 239.192.%u.%u:%u\ntoken = " TOKEN "\nring_size = 4M\n"
+		"idle = spin-then-yield\nheartbeat_ms = 50\n"
+		"liveness_timeout_ms = 3000\n", 1 + port % 200, 1 + port / 200 % 250,
+		port);
+	if (getenv("TICKBUS_RDMA_DEVICE") && getenv("TICKBUS_RDMA_DEVICE")[0])
+		fprintf(f, "rdma_device = %s\n", getenv("TICKBUS_RDMA_DEVICE"));
+	if (getenv("TICKBUS_RDMA_PORT") && getenv("TICKBUS_RDMA_PORT")[0])
+		fprintf(f, "rdma_port = %s\n", getenv("TICKBUS_RDMA_PORT"));
+	fclose(f);
+}
+
+/* The audit of a ud stream: the publisher's ring and its two send slabs
+ * (datagram headers, the heartbeat's) with no remote access and no peer,
+ * the subscriber's receive buffers LOCAL_WRITE; and every record gone
+ * once the processes have closed their streams. */
+static void the_audit_finds_a_ud_stream_s_registrations(void **state)
+{
+	char ctr[160], *argv_sub[] = {"-c", ini, "-s", "feed", NULL};
+	static proc_t pub, sub;
+	char *parsed = NULL;
+	uint64_t checksum;
+	int status = -1;
+
+	(void)state;
+	snprintf(ctr, sizeof(ctr), "%s/ctr", dir);
+	assert_int_equal(mkdir(ctr, 0755), 0);
+	setenv("TICKBUS_COUNTERS_DIR", ctr, 1);
+	write_ud_ini(proc_free_port());
+	scenario_start_sub(&sub, dir, "s1", argv_sub, "60000", "120000", NULL);
+	/* A second for the subscriber to join before the first frame. */
+	start_pub(&pub, "60000", "1000");
+	for (int tries = 0; tries < 40; tries++) {
+		free(parsed);
+		parsed = audit(&status);
+		if (count(parsed, " ring_tx ") == 1 && count(parsed, " recv ") == 1)
+			break;
+		usleep(250000);
+	}
+	unsetenv("TICKBUS_COUNTERS_DIR");
+	assert_int_equal(count(parsed, "tb-publish ring_tx none 0 ok\n"), 1);
+	assert_int_equal(count(parsed, "tb-publish send none 0 ok\n"), 2);
+	assert_int_equal(count(parsed, "tb-subscribe recv LOCAL_WRITE 0 ok\n"), 1);
+	assert_non_null(strstr(parsed, "flagged 0\n"));
+	assert_int_equal(count(parsed, " flag\n"), 0);
+	assert_int_equal(status, 0);
+	free(parsed);
+	checksum = scenario_finish_pub(&pub, 60000, 60000);
+	free(expect_sub_complete(&sub, 60000, checksum, 60000));
+	/* Both gone: their records with them. */
+	setenv("TICKBUS_COUNTERS_DIR", ctr, 1);
+	parsed = audit(&status);
+	unsetenv("TICKBUS_COUNTERS_DIR");
+	assert_int_equal(count(parsed, " ring_tx "), 0);
+	assert_int_equal(count(parsed, " recv "), 0);
+	free(parsed);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(lapped_while_in_the_ring_reads_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(ring_moved_on_falls_back_to_recoveryd, setup, teardown),
 		cmocka_unit_test_setup_teardown(the_audit_finds_each_key_where_its_role_needs_it, setup, teardown),
+		cmocka_unit_test_setup_teardown(the_audit_finds_a_ud_stream_s_registrations, setup, teardown),
 	};
 
 	/* TB_CMOCKA_FILTER=glob runs the matching tests alone. */
