@@ -106,7 +106,9 @@ typedef struct tb_ring {
 	uint64_t claim_tail;         /* tail after the open claim; 0 = none */
 	uint64_t claim_pos;          /* where the open claim's frame starts */
 	uint64_t claim_seq;          /* the open claim's sequence number */
-	uint64_t intent;             /* the writer's copy of lap->intent */
+	uint64_t intent;             /* the writer's copy of lap->intent
+					(a shared ring's; a private one
+					announces every claim, unread) */
 	uint64_t ahead;              /* announce this far past a claim's end:
 					a chunk (shared) or 0 (private) */
 	uint64_t reach;              /* bytes past a claim's end a commit
@@ -211,11 +213,11 @@ static inline uint64_t tb_ring_claim_span(const tb_ring_t *r, uint32_t payload_l
 }
 
 /* Announces that the writer may write below `upto` (see the essay); a
- * shared ring also marks where the open claim begins.  Out of line on a
+ * shared ring also marks where the open claim, of sequence `seq`, begins.  Out of line on a
  * shared ring, which announces once a chunk; a private ring's is two
  * stores. */
 static __attribute__((unused, noinline, cold)) void
-tb_ring_announce_shared_(tb_ring_t *r)
+tb_ring_announce_shared_(tb_ring_t *r, uint64_t seq)
 {
 	tb_ring_lap_t *l = r->lap;
 	/* Relaxed: the writer reads back its own last store. */
@@ -224,7 +226,7 @@ tb_ring_announce_shared_(tb_ring_t *r)
 	tb_atomic_store_relaxed(&l->gen, g + 1);
 	tb_atomic_fence_release(); /* W2: odd before the marks */
 	tb_atomic_store_relaxed(&l->mark_pos, r->tail);
-	tb_atomic_store_relaxed(&l->mark_seq, r->claim_seq);
+	tb_atomic_store_relaxed(&l->mark_seq, seq);
 	tb_atomic_store_relaxed(&l->intent, r->intent);
 	/* R2: the marks are whole; pairs with A2 (transport/shm.c). */
 	tb_atomic_store_release(&l->gen, g + 2);
@@ -232,13 +234,14 @@ tb_ring_announce_shared_(tb_ring_t *r)
 	tb_atomic_fence_release();
 }
 
-static inline void tb_ring_announce(tb_ring_t *r, uint64_t upto)
+static inline void tb_ring_announce(tb_ring_t *r, uint64_t upto,
+				    uint64_t seq)
 {
 	tb_ring_lap_t *l = r->lap;
 
 	r->intent = upto + r->ahead;
 	if (r->ahead) {
-		tb_ring_announce_shared_(r);
+		tb_ring_announce_shared_(r, seq);
 		return;
 	}
 	tb_atomic_store_relaxed(&l->intent, r->intent);
@@ -254,32 +257,43 @@ static inline void tb_ring_announce(tb_ring_t *r, uint64_t upto)
  * end of the ring first when the frame would straddle it.  The caller
  * fills the header but its sequence (tb_frame_init_body) and the payload,
  * then commits or aborts.  Hot path: no allocation, lock or system call.
+ * tb_ring_claim_ is the claim for a writer that commits at once and holds
+ * the claim itself: it returns where the frame starts (`at`, past a pad)
+ * and the tail after it (`end`), for tb_ring_commit_, and records nothing
+ * of the claim in the ring (no abort).
  */
 static inline __attribute__((always_inline)) tb_frame_hdr_t *
-tb_ring_claim(tb_ring_t *r, uint32_t payload_len, uint64_t seq)
+tb_ring_claim_(tb_ring_t *r, uint32_t payload_len, uint64_t seq,
+	       uint64_t *at, uint64_t *end_out)
 {
 	uint32_t space = tb_frame_space(payload_len + TB_FRAME_HDR_LEN);
 	uint64_t pos = r->tail;
 	uint64_t off = pos & r->mask;
-	uint64_t pad = 0;
+	uint64_t pad = 0, end;
 
 	if (tb_unlikely(payload_len > r->max_frame - TB_FRAME_HDR_LEN))
 		return NULL;
 	if (tb_unlikely(off + space > r->mask + 1))
 		pad = r->mask + 1 - off;
-	r->claim_pos = pos + pad;
-	r->claim_tail = pos + pad + space;
-	r->claim_seq = seq;
-	/* A private ring: every claim.  A shared one: once a chunk. */
-	if (r->claim_tail + r->reach > r->intent)
-		tb_ring_announce(r, r->claim_tail + r->reach);
-	/* A shared ring zeroes the next frame's sequence word now, away
-	 * from the stores to this frame's first line, which a reader polls
-	 * (an abort leaves the zero beyond the tail, where the next claim
-	 * writes anyway). */
-	if (r->reach)
-		tb_atomic_plain_store_relaxed(&tb_ring_at(r, r->claim_tail)->seq,
+	end = pos + pad + space;
+	*at = pos + pad;
+	*end_out = end;
+	if (r->ahead) {
+		/* A shared ring: announces once a chunk, and zeroes the
+		 * next frame's sequence word now, away from the stores to
+		 * this frame's first line, which a reader polls (an abort
+		 * leaves the zero beyond the tail, where the next claim
+		 * writes anyway). */
+		if (end + r->reach > r->intent)
+			tb_ring_announce(r, end + r->reach, seq);
+		tb_atomic_plain_store_relaxed(&tb_ring_at(r, end)->seq,
 					      (uint64_t)0);
+	} else {
+		/* A private ring: every claim, exactly its end (always
+		 * past the last announcement, which was the tail). */
+		tb_atomic_store_relaxed(r->intent_pub, end);
+		tb_atomic_fence_release(); /* R0, as in tb_ring_announce */
+	}
 	if (tb_unlikely(pad)) {
 		tb_frame_init_pad_body((tb_frame_hdr_t *)(r->base + off),
 				       (uint32_t)pad, r->stream_id);
@@ -288,21 +302,49 @@ tb_ring_claim(tb_ring_t *r, uint32_t payload_len, uint64_t seq)
 	return (tb_frame_hdr_t *)(r->base + off);
 }
 
+static inline __attribute__((always_inline)) tb_frame_hdr_t *
+tb_ring_claim(tb_ring_t *r, uint32_t payload_len, uint64_t seq)
+{
+	uint64_t at, end;
+	tb_frame_hdr_t *f = tb_ring_claim_(r, payload_len, seq, &at, &end);
+
+	if (tb_likely(f != NULL)) {
+		r->claim_pos = at;
+		r->claim_tail = end;
+		r->claim_seq = seq;
+	}
+	return f;
+}
+
+/*
+ * tb_ring_commit with the claim's state passed in: `f` the claimed frame,
+ * `seq` its sequence, `from` the tail before the claim, `at` where `f`
+ * starts (beyond `from` when the claim padded), `end` the tail after it.
+ * For a writer that read these before filling the frame through pointers
+ * the compiler cannot tell from the ring's own fields (a payload copy),
+ * so they stay in registers instead of being loaded again.  Hot path.
+ */
+static inline __attribute__((always_inline)) void
+tb_ring_commit_(tb_ring_t *r, tb_frame_hdr_t *f, uint64_t seq, uint64_t from,
+		uint64_t at, uint64_t end)
+{
+	/* R1: the frame (and the next one's zero) before its sequence;
+	 * pairs with A1 in tb_shm_reader_poll and the shm reader's walks
+	 * (transport/shm.h, shm.c). */
+	tb_atomic_plain_store_release(&f->seq, seq);
+	if (tb_unlikely(at != from))
+		tb_atomic_plain_store_release(&tb_ring_at(r, from)->seq,
+					      seq); /* R1, the pad */
+	r->tail = end;
+}
+
 /* Publishes the claimed frame: its sequence word last.  Hot path: one
  * release store (R1); the pad's word too when the claim padded (once a
  * lap). */
 static inline __attribute__((always_inline)) void tb_ring_commit(tb_ring_t *r)
 {
-	tb_frame_hdr_t *f = tb_ring_at(r, r->claim_pos);
-
-	/* R1: the frame (and the next one's zero) before its sequence;
-	 * pairs with A1 in tb_shm_reader_poll and the shm reader's walks
-	 * (transport/shm.h, shm.c). */
-	tb_atomic_plain_store_release(&f->seq, r->claim_seq);
-	if (tb_unlikely(r->claim_pos != r->tail))
-		tb_atomic_plain_store_release(&tb_ring_at(r, r->tail)->seq,
-					      r->claim_seq); /* R1, the pad */
-	r->tail = r->claim_tail;
+	tb_ring_commit_(r, tb_ring_at(r, r->claim_pos), r->claim_seq, r->tail,
+			r->claim_pos, r->claim_tail);
 	r->claim_tail = 0;
 }
 
@@ -314,7 +356,6 @@ static inline void tb_ring_abort(tb_ring_t *r)
 {
 	r->claim_tail = 0;
 	if (!r->ahead) {
-		r->intent = r->tail;
 		/* Relaxed, unpaired: taking intent back promises readers
 		 * nothing (they only test whether it passed what they
 		 * copied). */

@@ -45,6 +45,7 @@ struct tb_publisher {
 	int (*send)(tb_tx_t *tx, uint64_t from, uint64_t to);
 	uint64_t next_seq;
 	uint32_t stream_id;
+	int offer_slow;            /* claim_open, or `room` to ask */
 	int claim_open;
 	uint16_t claim_template;
 	tb_counter_slot_t *ctr;    /* in the counters file, or `own_ctr` */
@@ -203,6 +204,7 @@ static int open_in_epoch(tb_publisher_t **out, const tb_stream_cfg_t *cfg,
 	/* The transport may choose its ops per stream (rc: back-pressure). */
 	p->room = p->tx->ops->room;
 	p->send = p->tx->ops->send;
+	p->offer_slow = p->room != NULL;
 	rc = start_retention(p);
 	if (rc < 0) {
 		ops->close(p->tx, 0);
@@ -265,65 +267,111 @@ int tb_publisher_close(tb_publisher_t *p)
 	return 0;
 }
 
+/* Asks the transport for room for a `len`-byte message (a back-pressure
+ * stream only).  0, or the condition to return. */
+static inline __attribute__((always_inline)) int room(tb_publisher_t *p,
+						       uint32_t len)
+{
+	uint64_t span = tb_ring_claim_span(p->ring, len);
+	int rc;
+
+	if (tb_unlikely(span == 0))
+		return TB_EMSGSIZE;
+	rc = p->room(p->tx, p->ring->tail + span);
+	if (tb_unlikely(rc == TB_BACK_PRESSURED))
+		tb_counter_inc(p->ctr, TB_CTR_BACK_PRESSURED);
+	return rc < 0 ? rc : 0;
+}
+
 /* Reserves the next frame, after asking the transport for room.  Always
  * inlined: a call costs more than the whole shm claim. */
 static inline __attribute__((always_inline)) tb_frame_hdr_t *claim(tb_publisher_t *p, uint32_t len, int *rc)
 {
-	if (p->room) {
-		uint64_t span = tb_ring_claim_span(p->ring, len);
-
-		if (tb_unlikely(span == 0)) {
-			*rc = TB_EMSGSIZE;
-			return NULL;
-		}
-		*rc = p->room(p->tx, p->ring->tail + span);
-		if (tb_unlikely(*rc < 0)) {
-			if (*rc == TB_BACK_PRESSURED)
-				tb_counter_inc(p->ctr, TB_CTR_BACK_PRESSURED);
-			return NULL;
-		}
-	}
+	if (p->room && (*rc = room(p, len)) < 0)
+		return NULL;
 	*rc = TB_EMSGSIZE;
 	return tb_ring_claim(p->ring, len, p->next_seq);
 }
 
-/* Commits the claimed frame, hands it to the transport, counts it.  Always
- * inlined, as claim. */
+/* After the commit of frame `seq` at ring position `at` (the claim began
+ * at `from`, before any pad, and ended at `end`): retention, the
+ * transport's send, the count.  Always inlined, as claim. */
+static inline __attribute__((always_inline)) int64_t
+published(tb_publisher_t *p, uint64_t seq, uint64_t from, uint64_t at,
+	  uint64_t end)
+{
+	if (p->ret)
+		tb_retention_record(p->ret, seq, at);
+	p->next_seq = seq + 1;
+	tb_counter_inc(p->ctr, TB_CTR_PUBLISHED);
+	if (p->send && tb_unlikely(p->send(p->tx, from, end) < 0))
+		tb_counter_inc(p->ctr, TB_CTR_ERRORS);
+	return (int64_t)seq;
+}
+
+/* Commits the claimed frame, hands it to the transport, counts it. */
 static inline __attribute__((always_inline)) int64_t publish(tb_publisher_t *p)
 {
-	uint64_t from = p->ring->tail;
-	uint64_t at = p->ring->claim_pos;
+	tb_ring_t *r = p->ring;
+	uint64_t seq = p->next_seq, from = r->tail, at = r->claim_pos;
+	uint64_t end = r->claim_tail;
 
-	tb_ring_commit(p->ring);
-	if (p->ret)
-		tb_retention_record(p->ret, p->next_seq, at);
-	if (p->send) {
-		int rc = p->send(p->tx, from, p->ring->tail);
-
-		if (tb_unlikely(rc < 0))
-			tb_counter_inc(p->ctr, TB_CTR_ERRORS);
-	}
-	tb_counter_inc(p->ctr, TB_CTR_PUBLISHED);
-	return (int64_t)p->next_seq++;
+	tb_ring_commit(r);
+	return published(p, seq, from, at, end);
 }
+
+/* tb_pub_offer when a claim is open, the transport is to be asked for
+ * room first (a back-pressure stream) or the message is over 64 bytes:
+ * out of line, so the common offer tests them at once. */
+static __attribute__((noinline)) int64_t
+offer_checked(tb_publisher_t *p, uint16_t template_id, const void *buf,
+	   uint32_t len);
 
 int64_t tb_pub_offer(tb_publisher_t *p, uint16_t template_id, const void *buf,
 		     uint32_t len)
+{
+	tb_ring_t *r = p->ring;
+	uint64_t seq = p->next_seq, from = r->tail, at, end;
+	tb_frame_hdr_t *f;
+	uint64_t now_ns;
+
+	/* Hot path: no allocation, lock or system call.  A message over 64
+	 * bytes goes the longer way too: its copy is a call to memcpy, and
+	 * with none here but the transport's send, little must live in
+	 * callee-saved registers. */
+	if (tb_unlikely(p->offer_slow | (len > 64)))
+		return offer_checked(p, template_id, buf, len);
+	now_ns = tb_clock_now_ns_inline(); /* first: its latency overlaps */
+	/* The claim's own check, here, where the compiler sees that the
+	 * claim cannot fail after it. */
+	if (tb_unlikely(len > r->max_frame - TB_FRAME_HDR_LEN))
+		return TB_EMSGSIZE;
+	/* at and end in registers: the copy's stores below are ones the
+	 * compiler cannot tell from the ring's fields. */
+	f = tb_ring_claim_(r, len, seq, &at, &end);
+	/* The payload first, the header last, next to the commit that
+	 * stores its sequence word: a reader polls that word's cache line,
+	 * so every store to it goes together, in one transfer (ring.h). */
+	tb_frame_copy_payload(tb_frame_payload(f), buf, len);
+	tb_frame_init_body(f, len, template_id, p->stream_id, now_ns);
+	tb_ring_commit_(r, f, seq, from, at, end);
+	return published(p, seq, from, at, end);
+}
+
+static __attribute__((noinline)) int64_t
+offer_checked(tb_publisher_t *p, uint16_t template_id, const void *buf,
+	   uint32_t len)
 {
 	tb_frame_hdr_t *f;
 	uint64_t now_ns;
 	int rc;
 
-	/* Hot path: no allocation, lock or system call. */
-	if (tb_unlikely(p->claim_open))
+	if (p->claim_open)
 		return TB_ESTATE;
-	now_ns = tb_clock_now_ns_inline(); /* first: its latency overlaps */
+	now_ns = tb_clock_now_ns_inline();
 	f = claim(p, len, &rc);
 	if (tb_unlikely(!f))
 		return rc;
-	/* The payload first, the header last, next to the commit that
-	 * stores its sequence word: a reader polls that word's cache line,
-	 * so every store to it goes together, in one transfer (ring.h). */
 	tb_frame_copy_payload(tb_frame_payload(f), buf, len);
 	tb_frame_init_body(f, len, template_id, p->stream_id, now_ns);
 	return publish(p);
@@ -342,6 +390,7 @@ int tb_pub_claim(tb_publisher_t *p, uint16_t template_id, uint32_t len,
 	if (tb_unlikely(!f))
 		return rc;
 	p->claim_open = 1;
+	p->offer_slow = 1;
 	p->claim_template = template_id;
 	claimed->data = tb_frame_payload(f);
 	claimed->len = len;
@@ -360,6 +409,7 @@ int64_t tb_pub_commit(tb_publisher_t *p, tb_claim_t *claimed)
 	tb_frame_init_body(claimed->frame_, claimed->len, p->claim_template,
 			   p->stream_id, tb_clock_now_ns_inline());
 	p->claim_open = 0;
+	p->offer_slow = p->room != NULL;
 	claimed->frame_ = NULL;
 	return publish(p);
 }
@@ -370,6 +420,7 @@ int tb_pub_abort(tb_publisher_t *p, tb_claim_t *claimed)
 		return TB_ESTATE;
 	tb_ring_abort(p->ring);
 	p->claim_open = 0;
+	p->offer_slow = p->room != NULL;
 	claimed->frame_ = NULL;
 	return 0;
 }

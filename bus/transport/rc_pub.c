@@ -230,8 +230,8 @@ typedef struct rc_tx {
 	tb_tx_t base;
 	/* Hot. */
 	rc_table_t *_Atomic table; /* read under `reading` */
-	_Atomic uint64_t reading;  /* R4: odd while a send reads the table */
-	uint64_t reads;            /* the publishing thread's own count */
+	_Atomic uint64_t reading;  /* R4: odd while a send reads the table;
+				    * only the publishing thread stores it */
 	int fenced;                /* no membarrier: the fenced ops, and no
 				    * membarrier() in readers_wait */
 	_Atomic uint32_t inline_max; /* frames up to this go inline: the least
@@ -290,23 +290,31 @@ static int membarrier_register(void)
 }
 
 /* `fenced` is a constant at each call site: rc_tx_send and rc_tx_room
- * come in a membarrier and a fenced build, and open picks the ops. */
-static inline rc_table_t *reader_enter(rc_tx_t *t, int fenced)
+ * come in a membarrier and a fenced build, and open picks the ops.
+ * Returns the table and, in *mark, the odd value `reading` now holds,
+ * for reader_leave. */
+static inline __attribute__((always_inline)) rc_table_t *
+reader_enter(rc_tx_t *t, int fenced, uint64_t *mark)
 {
+	/* Relaxed: `reading` is this thread's own; only it stores there. */
+	uint64_t odd = tb_atomic_load_relaxed(&t->reading) + 1;
+
 	/* R4: odd first; the load of the table may not rise above it (the
 	 * writer's membarrier is the other half of the fence). */
-	tb_atomic_store_relaxed(&t->reading, ++t->reads);
+	tb_atomic_store_relaxed(&t->reading, odd);
 	if (fenced)
 		tb_atomic_fence_full();
 	else
 		tb_atomic_fence_compiler();
+	*mark = odd;
 	return tb_atomic_load_acquire(&t->table);
 }
 
-static inline void reader_leave(rc_tx_t *t)
+static inline __attribute__((always_inline)) void
+reader_leave(rc_tx_t *t, uint64_t mark)
 {
 	/* R4 pairs with A4 in table_change: done with the table. */
-	tb_atomic_store_release(&t->reading, ++t->reads);
+	tb_atomic_store_release(&t->reading, mark + 1);
 }
 
 /* After the table pointer changed: returns once no send can still be
@@ -472,10 +480,17 @@ static void sub_skip(rc_tx_t *t, rc_sub_t *s, uint64_t pos, uint64_t seq)
  * signalled request, the end of a skip, and a skip.  Warm: once in
  * TB_RC_SIGNAL_EVERY frames, at a wrap, when credit runs out.
  */
-static void sub_write_slow(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
-			   uint32_t space, uint32_t seq_bits, unsigned inl,
-			   uint64_t pos, uint64_t pub_tail)
+static __attribute__((noinline)) void
+sub_write_slow(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f, uint64_t pos,
+	       uint64_t pub_tail)
 {
+	uint32_t space = tb_frame_space(f->length);
+	uint32_t seq_bits = (uint32_t)(f->seq & TB_RC_IMM_SEQ_MASK)
+			    << TB_RC_IMM_OFF_BITS;
+	/* Relaxed, as in tx_frame: at most lower than the send saw (it
+	 * only falls), which is as safe. */
+	unsigned inl = f->length <= tb_atomic_load_relaxed(&t->inline_max)
+		       ? IBV_SEND_INLINE : 0;
 	uint64_t sq_limit = s->completed + TB_RC_SQ_DEPTH - SQ_SLACK;
 	int in_flight = s->posted != s->completed;
 	struct ibv_send_wr *w = &s->wr, *bad;
@@ -569,8 +584,10 @@ skip:
  * Writes frame `f` (`len` bytes, taking `space` in a ring, `seq_bits` its
  * sequence's part of the immediate, `inl` its inline flag; at our ring
  * position `pos`, our ring's tail `tail` after this send) into `s`'s ring
- * with one WRITE_WITH_IMM, or leaves it to sub_write_slow.  What is the
- * same for every subscriber comes in by value, worked out once per frame.
+ * with one WRITE_WITH_IMM, or leaves it to sub_write_slow (which works
+ * out the rest from `f` again: fewer values kept across the loop's posts).
+ * What is the same for every subscriber comes in by value, worked out
+ * once per frame.
  * Hot path: no allocation, lock or system call beyond the provider's post.
  */
 static inline void sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
@@ -582,7 +599,7 @@ static inline void sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
 
 	if (tb_unlikely(s->posted >= s->next_check || tail > s->pin_limit ||
 			s->wpos + space > s->limit_pos)) {
-		sub_write_slow(t, s, f, space, seq_bits, inl, pos, tail);
+		sub_write_slow(t, s, f, pos, tail);
 		return;
 	}
 	s->sge.addr = (uintptr_t)f;
@@ -598,36 +615,57 @@ static inline void sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
 	s->wpos += space;
 }
 
-static inline int tx_send(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
+/* Writes data frame `f`, at our ring position `pos`, to every subscriber
+ * in `tab`; `tail`: our ring's tail after this send.  What is the same
+ * for every subscriber is worked out once.  A dead subscriber's limits
+ * send it to the slow path, which leaves it alone.  Hot path. */
+static inline __attribute__((always_inline)) void
+tx_frame(rc_tx_t *t, const rc_table_t *tab, const tb_frame_hdr_t *f,
+	 uint64_t pos, uint64_t tail)
 {
-	rc_tx_t *t = (rc_tx_t *)tx;
-	const rc_table_t *tab = reader_enter(t, fenced);
-	rc_sub_t *const *first = tab->sub, *const *end = tab->sub + tab->n;
+	rc_sub_t *const *sp = tab->sub, *const *end = tab->sub + tab->n;
+	uint32_t len = f->length, space = tb_frame_space(len);
+	uint32_t seq_bits = (uint32_t)(f->seq & TB_RC_IMM_SEQ_MASK)
+			    << TB_RC_IMM_OFF_BITS;
 	/* Relaxed: ordered before the table change this send's load of the
 	 * table saw (see rc_tx_t). */
-	uint32_t inline_max = tb_atomic_load_relaxed(&t->inline_max);
-	uint64_t pos = from;
+	unsigned inl = len <= tb_atomic_load_relaxed(&t->inline_max)
+		       ? IBV_SEND_INLINE : 0;
 
-	/* Hot path: one post per subscriber per frame; what is the same for
-	 * every subscriber is worked out once per frame.  A dead
-	 * subscriber's limits send it to the slow path, which leaves it
-	 * alone.  [from, to) holds at least one frame. */
-	do {
+	for (; sp != end; sp++)
+		sub_write(t, *sp, f, len, space, seq_bits, inl, pos, tail);
+}
+
+/* Every frame of [from, to): what a send is when it is not one data frame
+ * (a pad before it, or a caller that committed several). */
+static __attribute__((noinline)) void
+tx_frames(rc_tx_t *t, const rc_table_t *tab, uint64_t from, uint64_t to)
+{
+	for (uint64_t pos = from; pos != to;) {
 		const tb_frame_hdr_t *f = tb_ring_at(&t->base.ring, pos);
-		uint32_t len = f->length, space = tb_frame_space(len);
 
-		if (tb_likely(f->type == TB_FRAME_DATA)) {
-			uint32_t seq_bits = (uint32_t)(f->seq & TB_RC_IMM_SEQ_MASK)
-					    << TB_RC_IMM_OFF_BITS;
-			unsigned inl = len <= inline_max ? IBV_SEND_INLINE : 0;
+		if (f->type == TB_FRAME_DATA)
+			tx_frame(t, tab, f, pos, to);
+		pos += tb_frame_space(f->length);
+	}
+}
 
-			for (rc_sub_t *const *sp = first; sp != end; sp++)
-				sub_write(t, *sp, f, len, space, seq_bits, inl,
-					  pos, to);
-		}
-		pos += space;
-	} while (pos != to);
-	reader_leave(t);
+/* Hot path: one post per subscriber per frame.  [from, to) holds at least
+ * one frame; the common send is one data frame. */
+static inline __attribute__((always_inline)) int
+tx_send(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
+{
+	rc_tx_t *t = (rc_tx_t *)tx;
+	const tb_frame_hdr_t *f = tb_ring_at(&t->base.ring, from);
+	uint64_t mark;
+	const rc_table_t *tab = reader_enter(t, fenced, &mark);
+
+	if (tb_likely(f->type == TB_FRAME_DATA &&
+		      from + tb_frame_space(f->length) == to))
+		tx_frame(t, tab, f, from, to);
+	else
+		tx_frames(t, tab, from, to);
+	reader_leave(t, mark);
 	return 0;
 }
 
@@ -644,11 +682,12 @@ static int rc_tx_send_fenced(tb_tx_t *tx, uint64_t from, uint64_t to)
 
 /* Back-pressure: every live subscriber must have room for the frame (with
  * a padding frame's worth to spare, since its ring wraps on its own). */
-static inline int tx_room(tb_tx_t *tx, uint64_t new_tail, int fenced)
+static inline __attribute__((always_inline)) int
+tx_room(tb_tx_t *tx, uint64_t new_tail, int fenced)
 {
 	rc_tx_t *t = (rc_tx_t *)tx;
-	uint64_t span = new_tail - t->base.ring.tail;
-	rc_table_t *tab = reader_enter(t, fenced);
+	uint64_t span = new_tail - t->base.ring.tail, mark;
+	rc_table_t *tab = reader_enter(t, fenced, &mark);
 	int rc = 0;
 
 	for (int i = 0; i < tab->n && rc == 0; i++) {
@@ -660,7 +699,7 @@ static inline int tx_room(tb_tx_t *tx, uint64_t new_tail, int fenced)
 						     ? TB_RC_ANCHOR_LEN : 0))))
 			rc = TB_BACK_PRESSURED;
 	}
-	reader_leave(t);
+	reader_leave(t, mark);
 	return rc;
 }
 
