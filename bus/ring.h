@@ -40,8 +40,9 @@
  * odd while they change; W2 / R2), so a reader takes both or neither.
  *
  * Memory ordering, in one place:
- *   R0  tb_ring_announce: intent (and marks) before any byte it covers
- *       (release fence); pairs with A0 after a reader's copy.
+ *   R0  tb_ring_claim_ (a private ring) and tb_ring_announce (a shared
+ *       one): intent (and marks) before any byte it covers (release
+ *       fence); pairs with A0 after a reader's copy.
  *   R1  tb_ring_commit: the sequence word, after the frame's bytes and the
  *       next frame's zeroed word (release store); pairs with a reader's
  *       acquire load of that word (A1).
@@ -212,17 +213,18 @@ static inline uint64_t tb_ring_claim_span(const tb_ring_t *r, uint32_t payload_l
 	return space;
 }
 
-/* Announces that the writer may write below `upto` (see the essay); a
- * shared ring also marks where the open claim, of sequence `seq`, begins.  Out of line on a
- * shared ring, which announces once a chunk; a private ring's is two
- * stores. */
+/* A shared ring announces that the writer may write below `upto` (see the
+ * essay), and marks where the open claim, of sequence `seq`, begins: once
+ * a chunk, out of line.  (A private ring announces in tb_ring_claim_
+ * itself, two stores a claim.) */
 static __attribute__((unused, noinline, cold)) void
-tb_ring_announce_shared_(tb_ring_t *r, uint64_t seq)
+tb_ring_announce(tb_ring_t *r, uint64_t upto, uint64_t seq)
 {
 	tb_ring_lap_t *l = r->lap;
 	/* Relaxed: the writer reads back its own last store. */
 	uint64_t g = tb_atomic_load_relaxed(&l->gen);
 
+	r->intent = upto + r->ahead;
 	tb_atomic_store_relaxed(&l->gen, g + 1);
 	tb_atomic_fence_release(); /* W2: odd before the marks */
 	tb_atomic_store_relaxed(&l->mark_pos, r->tail);
@@ -230,24 +232,8 @@ tb_ring_announce_shared_(tb_ring_t *r, uint64_t seq)
 	tb_atomic_store_relaxed(&l->intent, r->intent);
 	/* R2: the marks are whole; pairs with A2 (transport/shm.c). */
 	tb_atomic_store_release(&l->gen, g + 2);
-	/* R0, as below. */
-	tb_atomic_fence_release();
-}
-
-static inline void tb_ring_announce(tb_ring_t *r, uint64_t upto,
-				    uint64_t seq)
-{
-	tb_ring_lap_t *l = r->lap;
-
-	r->intent = upto + r->ahead;
-	if (r->ahead) {
-		tb_ring_announce_shared_(r, seq);
-		return;
-	}
-	tb_atomic_store_relaxed(&l->intent, r->intent);
 	/* R0: intent visible before any byte it covers is written; pairs
-	 * with A0 in tb_shm_reader_poll (shm.h) and in copy_frame/held
-	 * (retention.c). */
+	 * with A0 in tb_shm_reader_poll (shm.h). */
 	tb_atomic_fence_release();
 }
 
@@ -292,7 +278,10 @@ tb_ring_claim_(tb_ring_t *r, uint32_t payload_len, uint64_t seq,
 		/* A private ring: every claim, exactly its end (always
 		 * past the last announcement, which was the tail). */
 		tb_atomic_store_relaxed(r->intent_pub, end);
-		tb_atomic_fence_release(); /* R0, as in tb_ring_announce */
+		/* R0: intent visible before any byte it covers is written;
+		 * pairs with A0 in copy_frame/held (retention.c) and an rc
+		 * subscriber's read-back (transport/rc.h). */
+		tb_atomic_fence_release();
 	}
 	if (tb_unlikely(pad)) {
 		tb_frame_init_pad_body((tb_frame_hdr_t *)(r->base + off),
