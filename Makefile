@@ -101,9 +101,9 @@ OPT ?= -O2
 VERSION := 0.1.0
 SOVERSION := 0
 
-PKGS := libibverbs numa liburcu-qsbr cmocka inih zlib nettle
+PKGS := libibverbs numa cmocka inih zlib nettle
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS := $(shell pkg-config --libs libibverbs numa liburcu-qsbr inih zlib nettle 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs libibverbs numa inih zlib nettle 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 
 # Every include carries its folder from the top of the tree ("bus/frame.h",

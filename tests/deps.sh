@@ -13,7 +13,7 @@ set -eu
 # perftest (ib_write_lat, ib_send_lat) runs on softrdma in `make test`
 # (test_softrdma_perftest) and is the floor of the rc latency in `make bench`.
 PKGS="build-essential pkg-config libibverbs-dev ibverbs-utils libnuma-dev \
-liburcu-dev libcmocka-dev libinih-dev libxml2-dev zlib1g-dev nettle-dev valgrind \
+libcmocka-dev libinih-dev libxml2-dev zlib1g-dev nettle-dev valgrind \
 iproute2 procps clang python3-prometheus-client mandoc tshark systemd perftest"
 
 missing=""

@@ -30,9 +30,12 @@ static int setup(void **state)
 	f = fopen(conf, "w");
 	if (!f)
 		return -1;
-	/* Dropped 200 ms after its last liveness report. */
+	/* Dropped 200 ms after its last liveness report; a ring of 64 KiB
+	 * (about 500 messages) so that the second it is frozen for (5,000
+	 * messages) is gone from it when it comes back: it cannot read them
+	 * back, and has a loss to tell. */
 	fprintf(f, "[stream feed]\nid = 7\ntransport = rc\n"
-		"control = 127.0.0.1:%u\ntoken = evict-me\nring_size = 1M\n"
+		"control = 127.0.0.1:%u\ntoken = evict-me\nring_size = 64K\n"
 		"idle = spin-then-yield\nheartbeat_ms = 20\n"
 		"liveness_timeout_ms = 200\n", proc_free_port());
 	fclose(f);

@@ -966,6 +966,16 @@ static int idle_for(struct pair *p, int ms)
 	return poll_quiet(p->rx, &p->seq, &p->loss, p->got, ms);
 }
 
+/* Polls the subscriber in 10 ms steps until `cond` holds, for at most 5 s:
+ * an asynchronous event reaches the transport when the machine lets its
+ * thread run, which under the sanitizers on a loaded host is not within
+ * any fixed few milliseconds. */
+#define IDLE_UNTIL(p, cond)                                                  \
+	do {                                                                 \
+		for (int ms_ = 0; ms_ < 5000 && !(cond); ms_ += 10)          \
+			idle_for((p), 10);                                   \
+	} while (0)
+
 static void fatal_qp_on_the_publisher_is_repaired(void **state)
 {
 	struct pair p;
@@ -1002,7 +1012,7 @@ static void fatal_qp_on_the_subscriber_is_rebuilt(void **state)
 		assert_int_equal(publish(p.tx, 200), 0);
 	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 3), 3);
 	assert_int_equal(ctl("qp-fatal %u", r->qp->qp_num), 0);
-	idle_for(&p, 50);
+	IDLE_UNTIL(&p, r->rebuilds >= 1);
 	assert_true(r->rebuilds >= 1);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(publish(p.tx, 200), 0);
@@ -1027,7 +1037,7 @@ static void port_down_then_up_is_told_and_joined_again(void **state)
 		assert_int_equal(publish(p.tx, 200), 0);
 	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 3), 3);
 	assert_int_equal(ctl("port %d down", (int)getpid()), 0);
-	idle_for(&p, 50);
+	IDLE_UNTIL(&p, r->port_down == 1);
 	assert_int_equal(r->port_down, 1);
 	p.tx->ops->beat(p.tx, tb_clock_now_ns(), next_seq - 1);
 	assert_int_equal(u->port_down, 1);
@@ -1035,7 +1045,7 @@ static void port_down_then_up_is_told_and_joined_again(void **state)
 	for (int i = 0; i < 2; i++)
 		publish(p.tx, 200);
 	assert_int_equal(ctl("port %d up", (int)getpid()), 0);
-	idle_for(&p, 50);
+	IDLE_UNTIL(&p, r->port_down == 0 && r->rebuilds >= 1);
 	assert_int_equal(r->port_down, 0);
 	assert_true(r->rebuilds >= 1);
 	p.tx->ops->beat(p.tx, tb_clock_now_ns(), next_seq - 1);
