@@ -498,6 +498,16 @@ sub_write_slow(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f, uint64_t pos,
 
 	if (tb_atomic_load_relaxed(&s->dead)) /* R1 is this thread's own */
 		return;
+	/* Nearly always the one reason: the request to signal is due, and
+	 * every other limit holds (no wrap, room, credit, the SQ's room, no
+	 * anchor, no skip), so there is nothing to work out but that. */
+	if (s->posted + 1 == s->next_signal && s->posted <= sq_limit &&
+	    s->posted - s->extra < s->room_frames && pub_tail <= s->pin_limit &&
+	    s->wpos + space <= s->limit_pos) {
+		off = s->wpos & s->rmask;
+		pad = anc = 0;
+		goto post;
+	}
 	if (s->posted > sq_limit || (in_flight && pub_tail - s->pin > t->half)) {
 		if (sub_reap(t, s) < 0)
 			return;
@@ -543,6 +553,7 @@ sub_write_slow(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f, uint64_t pos,
 		w = &s->pad_wr;
 		nwr++;
 	}
+post:
 	s->sge.addr = (uintptr_t)f;
 	s->sge.length = f->length;
 	s->wr.imm_data = htobe32((uint32_t)(off / TB_FRAME_ALIGN) | seq_bits);
