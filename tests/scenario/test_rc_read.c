@@ -18,8 +18,9 @@
  *    and its two subscribers is there, with its one peer, and nothing is
  *    broader than its role (the publisher's ring and its position word
  *    REMOTE_READ, as recovery reads them); and the same of a ud stream
- *    (its ring and send slabs with no remote access, its receive
- *    buffers LOCAL_WRITE), its records gone when its processes close.
+ *    opened in this process (its ring and send slabs with no remote
+ *    access, its receive buffers LOCAL_WRITE), its records gone when it
+ *    closes.
  *
  * The subscriber of the first two runs in this process, so that its
  * counters (bus/counters.h) are read directly; tb-publish, tb-recoveryd
@@ -392,50 +393,45 @@ static void write_ud_ini(unsigned port)
 	fclose(f);
 }
 
-/* The audit of a ud stream: the publisher's ring and its two send slabs
- * (datagram headers, the heartbeat's) with no remote access and no peer,
- * the subscriber's receive buffers LOCAL_WRITE; and every record gone
- * once the processes have closed their streams. */
+/* The audit of a ud stream, opened in this process so that what goes at
+ * close is seen while the process lives: the publisher's ring and its two
+ * send slabs (datagram headers, the heartbeat's) with no remote access
+ * and no peer, the subscriber's receive buffers LOCAL_WRITE, nothing
+ * flagged; and none of the four once both are closed. */
 static void the_audit_finds_a_ud_stream_s_registrations(void **state)
 {
-	char ctr[160], *argv_sub[] = {"-c", ini, "-s", "feed", NULL};
-	static proc_t pub, sub;
-	char *parsed = NULL;
-	uint64_t checksum;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	char ctr[160], *parsed;
 	int status = -1;
 
 	(void)state;
 	snprintf(ctr, sizeof(ctr), "%s/ctr", dir);
 	assert_int_equal(mkdir(ctr, 0755), 0);
+	/* This process's counters file anew, in ctr. */
+	assert_int_equal(tb_counters_close(), 0);
 	setenv("TICKBUS_COUNTERS_DIR", ctr, 1);
 	write_ud_ini(proc_free_port());
-	scenario_start_sub(&sub, dir, "s1", argv_sub, "60000", "120000", NULL);
-	/* A second for the subscriber to join before the first frame. */
-	start_pub(&pub, "60000", "1000");
-	for (int tries = 0; tries < 40; tries++) {
-		free(parsed);
-		parsed = audit(&status);
-		if (count(parsed, " ring_tx ") == 1 && count(parsed, " recv ") == 1)
-			break;
-		usleep(250000);
-	}
-	unsetenv("TICKBUS_COUNTERS_DIR");
-	assert_int_equal(count(parsed, "tb-publish ring_tx none 0 ok\n"), 1);
-	assert_int_equal(count(parsed, "tb-publish send none 0 ok\n"), 2);
-	assert_int_equal(count(parsed, "tb-subscribe recv LOCAL_WRITE 0 ok\n"), 1);
+	assert_int_equal(tb_subscriber_open_file(&sub, ini, "feed"), 0);
+	assert_int_equal(tb_publisher_open_file(&pub, ini, "feed"), 0);
+	parsed = audit(&status);
+	assert_int_equal(count(parsed, " ring_tx none 0 ok\n"), 1);
+	assert_int_equal(count(parsed, " send none 0 ok\n"), 2);
+	assert_int_equal(count(parsed, " recv LOCAL_WRITE 0 ok\n"), 1);
 	assert_non_null(strstr(parsed, "flagged 0\n"));
 	assert_int_equal(count(parsed, " flag\n"), 0);
 	assert_int_equal(status, 0);
 	free(parsed);
-	checksum = scenario_finish_pub(&pub, 60000, 60000);
-	free(expect_sub_complete(&sub, 60000, checksum, 60000));
-	/* Both gone: their records with them. */
-	setenv("TICKBUS_COUNTERS_DIR", ctr, 1);
+	/* Each record goes before its registration does. */
+	tb_subscriber_close(sub);
+	tb_publisher_close(pub);
 	parsed = audit(&status);
-	unsetenv("TICKBUS_COUNTERS_DIR");
 	assert_int_equal(count(parsed, " ring_tx "), 0);
+	assert_int_equal(count(parsed, " send "), 0);
 	assert_int_equal(count(parsed, " recv "), 0);
 	free(parsed);
+	assert_int_equal(tb_counters_close(), 0);
+	unsetenv("TICKBUS_COUNTERS_DIR");
 }
 
 int main(void)
