@@ -312,7 +312,7 @@ static void test_ab_line_silent(void **state)
 	char *sargs[] = { "-n", "60000", "-r", "60000", "--group-b", GROUP_B,
 			  "--drop", "0.01", "--b-silent-from", "20000",
 			  "--b-silent-to", "45000", "-s", "17", NULL };
-	char *cargs[] = { "--group-b", GROUP_B, "--line-timeout-ms", "100", NULL };
+	char *cargs[] = { "--group-b", GROUP_B, "--line-timeout-ms", "300", NULL };
 	run_t r;
 
 	(void)state;
@@ -356,13 +356,16 @@ static void test_handler_lines(void **state)
 {
 	char conf[256], cdir[256], fh_out[256], sim_out[256], stat_out[256];
 	char *fh, *sim, *stat = NULL;
+	/* Line B silent for 1.2 s (messages 40,000 to 100,000 at 50,000/s),
+	 * judged silent after 300 ms: far enough apart that a loaded host
+	 * pausing the simulator does not pass for a silent line. */
 	char *fhv[] = { "tb-feedhandler", "-c", conf, "-s", "md", "--session",
-			SESSION, "--group-b", GROUP_B, "--line-timeout-ms", "100",
+			SESSION, "--group-b", GROUP_B, "--line-timeout-ms", "300",
 			"--timeout-ms", "120000", "--linger-ms", "100", NULL };
 	char *simv[] = { "tb-feedsim", "--iface", "127.0.0.1", "--session",
 			 SESSION, "-N", "6", "-n", "150000", "-r", "50000",
 			 "--group-b", GROUP_B, "--drop", "0.02", "--drop-b", "0.02",
-			 "--b-silent-from", "60000", "--b-silent-to", "90000",
+			 "--b-silent-from", "40000", "--b-silent-to", "100000",
 			 "--end-ms", "150000", "-s", "18", NULL };
 	char *statv[] = { "tb-stat", "--once", "--json", "-i", "300", "-d", cdir,
 			  NULL };

@@ -73,6 +73,16 @@ static void on_msg(void *cd, const tb_msg_t *m)
 	g->n++;
 }
 
+/* One poll that must not report a condition; names it if it does. */
+static void poll_ok(tb_subscriber_t *sub, struct got *g)
+{
+	int n = tb_sub_poll(sub, on_msg, g, 64);
+
+	if (n < 0)
+		fail_msg("poll: %s at %llu", tb_strerror(n),
+			 (unsigned long long)g->next);
+}
+
 static void offer(tb_publisher_t *pub, uint64_t seq)
 {
 	uint8_t payload[24];
@@ -102,7 +112,7 @@ static void test_late_join_small_buffer(void **state)
 	/* The first poll finds the gap and starts the replay; a burst of
 	 * 1,500 live frames (190 KiB of entries) then overflows the 64 KiB
 	 * live buffer while it runs. */
-	assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
+	poll_ok(sub, &g);
 	for (; seq <= 6500; seq++)
 		offer(pub, seq);
 	while (g.next <= 25000 && tb_clock_mono_ms() < until) {
@@ -202,7 +212,7 @@ static void test_late_join_quiet_stream(void **state)
 	assert_int_equal(tb_sub_start_at(sub, 1), 0);
 	until = tb_clock_mono_ms() + 20000;
 	while (g.next <= 3000 && tb_clock_mono_ms() < until)
-		assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
+		poll_ok(sub, &g);
 	assert_int_equal(g.n, 3000);
 	assert_int_equal(g.replayed, 3000);
 	assert_int_equal(g.bad, 0);
@@ -211,7 +221,7 @@ static void test_late_join_quiet_stream(void **state)
 	until = tb_clock_mono_ms() + 20000;
 	while ((g.next <= 3100 || tb_sub_recovering(sub)) &&
 	       tb_clock_mono_ms() < until)
-		assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
+		poll_ok(sub, &g);
 	assert_int_equal(g.n, 3100);
 	assert_int_equal(g.next, 3101);
 	assert_int_equal(g.bad, 0);
@@ -264,7 +274,7 @@ static uint64_t queued_gaps(uint64_t held)
 	for (; seq <= 110; seq++)
 		offer(pub, seq);
 	/* Gap 1..100: the first job, whose answer is slow. */
-	assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
+	poll_ok(sub, &g);
 	assert_int_equal(tb_sub_recovering(sub), 1);
 	/* Meanwhile the ring laps the reader twice: two more gaps queue in
 	 * the live buffer behind the first, each followed by ten live
@@ -276,12 +286,12 @@ static uint64_t queued_gaps(uint64_t held)
 		gap3_first = seq;
 		for (; seq < end; seq++)
 			offer(pub, seq);
-		assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
+		poll_ok(sub, &g);
 		gap3_last = seq - 1;
 		for (end = seq + 10; seq < end; seq++)
 			offer(pub, seq);
-		assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
-		assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
+		poll_ok(sub, &g);
+		poll_ok(sub, &g);
 	}
 	for (; seq <= last; seq++)
 		offer(pub, seq);
@@ -422,7 +432,7 @@ static void test_connection_made_at_open_and_kept(void **state)
 		offer(pub, seq);
 	until = tb_clock_mono_ms() + 20000;
 	while (g.next <= 60 && tb_clock_mono_ms() < until)
-		assert_true(tb_sub_poll(sub, on_msg, &g, 64) >= 0);
+		poll_ok(sub, &g);
 	assert_int_equal(g.n, 60);
 	assert_int_equal(g.bad, 0);
 	tb_recovery_server_stats(srv, &st);
