@@ -1403,6 +1403,10 @@ static int rc_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 				goto out;         /* read back, or report, on its own */
 			return rx_gap(r, seq, loss, f);
 		}
+		/* The poll's clock read, again only if a frame written after
+		 * it was reached: no receive time precedes its publish time. */
+		if (tb_unlikely(f->publish_ns > now_ns))
+			now_ns = tb_clock_now_ns_inline();
 		tb_frame_to_msg(f, &msg);
 		msg.receive_ns = now_ns;
 		handler(clientd, &msg);

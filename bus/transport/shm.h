@@ -358,7 +358,11 @@ tb_shm_reader_read(tb_shm_reader_t *r, tb_seq_t *seq, tb_seq_range_t *loss,
 		r->pos += space;
 		r->next = s + 1;
 		__builtin_prefetch(r->ring + (r->pos & r->mask));
-		if (!now_ns)
+		/* One clock read per poll, and another only when the poll
+		 * has overtaken it (a frame published after the read, in a
+		 * long batch): a receive time never precedes its publish
+		 * time.  The first frame reads it (now_ns is 0). */
+		if (h->publish_ns > now_ns)
 			now_ns = tb_clock_now_ns_inline();
 		tb_frame_to_msg(h, &msg);
 		msg.receive_ns = now_ns;

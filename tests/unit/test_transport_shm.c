@@ -731,6 +731,50 @@ static void pad_short_of_the_end_is_corruption(void **state)
 	tb_subscriber_close(sub);
 }
 
+/* A handler that publishes the next message itself, so that one poll
+ * reaches frames published after it first read the clock. */
+struct echo {
+	tb_publisher_t *pub;
+	uint64_t count, early; /* messages; received before published */
+};
+
+static void on_msg_publish_more(void *clientd, const tb_msg_t *m)
+{
+	struct echo *e = clientd;
+
+	e->count++;
+	if (m->receive_ns < m->publish_ns)
+		e->early++;
+	if (e->count < 8) {
+		uint64_t t0 = tb_clock_now_ns();
+
+		while (tb_clock_now_ns() - t0 < 20000)
+			; /* 20 us: the next one is clearly later */
+		assert_true(offer(e->pub, 40) > 0);
+	}
+}
+
+/* The reader reads the clock once per poll, yet no message is received
+ * before it was published: a poll that reaches a frame published after
+ * its clock read reads the clock again. */
+static void receive_time_never_precedes_publish_time(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_subscriber_t *sub;
+	struct echo e = {0};
+
+	(void)state;
+	cfg_for(&cfg, 64 << 10);
+	assert_int_equal(tb_publisher_open(&e.pub, &cfg), 0);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	assert_true(offer(e.pub, 40) > 0);
+	assert_int_equal(tb_sub_poll(sub, on_msg_publish_more, &e, 64), 8);
+	assert_int_equal(e.count, 8);
+	assert_int_equal(e.early, 0);
+	tb_publisher_close(e.pub);
+	tb_subscriber_close(sub);
+}
+
 /* ---------------------------------------------------- format versions */
 
 /* The first 64 bytes of a format 1 header: magic, version, sizes. */
@@ -860,6 +904,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(format_versions_refuse_each_other, setup, teardown),
 		cmocka_unit_test_setup_teardown(claim_commit_abort, setup, teardown),
 		cmocka_unit_test_setup_teardown(pad_short_of_the_end_is_corruption, setup, teardown),
+		cmocka_unit_test_setup_teardown(receive_time_never_precedes_publish_time, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("transport_shm", tests, NULL, NULL);
 }
