@@ -55,7 +55,10 @@
  *   ttl          (ud udp)  0..255                       1
  *   loopback     (ud udp)  yes | no | true | false | 1 | 0   yes
  *   mtu          (ud udp)  0 or 256..65507              0 = path MTU
- *   batch_us     (ud udp)  0..1000000                   0 = send at once
+ *   batch_us     (rc ud udp) 0..1000000                 0 = send at once
+ *                (rc: frames held per subscriber and posted as one chain,
+ *                 at most 16, at tb_pub_flush or at the first send once
+ *                 the oldest is this old)
  *   rcvbuf       (udp)     bytes, 0..1G                 0 = system's
  *   recv_depth   (ud)      receive buffers, 0 or 256..1048576
  *                                              0 = 4096, at most the device's
@@ -317,7 +320,7 @@ static const struct key_spec keys[N_KEYS] = {
 	[KEY_MTU] = {"mtu", K_U32, FIELD(mtu),
 		MTU_MIN, MTU_MAX, F_ZERO_OK, T_UD | T_UDP, 0, NULL},
 	[KEY_BATCH_US] = {"batch_us", K_U32, FIELD(batch_us),
-		0, 1000000, 0, T_UD | T_UDP, 0, NULL},
+		0, 1000000, 0, T_RC | T_UD | T_UDP, 0, NULL},
 	[KEY_RCVBUF] = {"rcvbuf", K_SIZE, FIELD(rcvbuf),
 		0, GIB, 0, T_UDP, 0, NULL},
 	[KEY_RECV_DEPTH] = {"recv_depth", K_U32, FIELD(recv_depth),

@@ -142,6 +142,10 @@
 #define TB_RC_ANCHOR_LEN 32u     /* an anchor: one frame header */
 #define TB_RC_READ_BUF (1u << 20) /* a subscriber reads back this much at
 				  * once, at most (and at most its ring) */
+#define TB_RC_CHAIN 16u          /* batching: frames held per subscriber
+				  * and posted together, at most; a burst of
+				  * 16 costs one doorbell, and 16 WQEs of 64
+				  * to 256 bytes stay well inside the SQ */
 #define TB_RC_RD_ATOMIC 4u       /* READs a publisher's QP answers at once:
 				  * a window in two pieces, the position */
 

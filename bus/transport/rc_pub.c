@@ -138,6 +138,8 @@ typedef struct rc_sub {
 				    * credit exhausted) */
 	uint64_t pin_limit;        /* our ring's tail past this: the slow path
 				    * (0: always, e.g. nothing in flight) */
+	uint32_t chained;          /* batching: requests held in chain[], not
+				    * yet posted (counted in posted, wpos) */
 	/* Warm: the slow path. */
 	uint64_t completed;        /* known complete (last signalled wr_id) */
 	uint64_t extra;            /* posted requests that carry no frame
@@ -182,6 +184,10 @@ typedef struct rc_sub {
 	 * reads below that.  One entry per SQ slot, so it cannot overflow
 	 * however many signalled requests a completion stall piles up. */
 	uint64_t pos_end[TB_RC_SQ_DEPTH];
+	/* Batching (batch_us): frames written but not yet posted, linked by
+	 * `next` since join, posted with one ibv_post_send (see "Batching"). */
+	struct ibv_send_wr chain[TB_RC_CHAIN];
+	struct ibv_sge chain_sge[TB_RC_CHAIN];
 } rc_sub_t;
 
 typedef struct rc_table {
@@ -241,6 +247,11 @@ typedef struct rc_tx {
 				    * subscriber sees this) */
 	uint64_t half;             /* our ring's size / 2 */
 	int backpressure;
+	/* Batching (batch_us > 0; publishing thread only). */
+	uint64_t batch_ns;
+	uint64_t held_ns;          /* publish_ns of the oldest held frame */
+	uint32_t held;             /* frames sent since the chains were posted */
+	tb_tx_ops_t batch_ops;     /* base.ops when batching: send, flush */
 	/* Cold. */
 	tb_verbs_dev_t dev;
 	tb_mem_t ring_mem;
@@ -366,6 +377,43 @@ static void sub_dead(rc_sub_t *s, const char *why)
 	tb_atomic_store_release(&s->dead, 1);
 	s->next_check = 0;
 	s->pin_limit = 0;
+	s->chained = 0;  /* what it held is dropped with it */
+}
+
+/* Posts the requests `s` holds chained with one ibv_post_send (one
+ * doorbell).  Hot path when batching: no allocation, lock or system call
+ * beyond the provider's post. */
+static inline void sub_chain_post(rc_sub_t *s)
+{
+	uint32_t n = s->chained;
+	struct ibv_send_wr *last, *bad;
+
+	if (!n)
+		return;
+	last = &s->chain[n - 1];
+	last->next = NULL;
+	s->chained = 0;
+	if (tb_unlikely(ibv_post_send(s->qp, s->chain, &bad) != 0))
+		sub_dead(s, "ibv_post_send failed");
+	if (n < TB_RC_CHAIN)
+		last->next = last + 1;
+}
+
+/* Adds a WRITE_WITH_IMM of frame `f` (`len` bytes) at offset `off` of
+ * `s`'s ring to its chain, with `flags` and `wr_id`; the caller counts it
+ * (posted, wpos) and posts the chain before it holds TB_RC_CHAIN. */
+static inline void sub_chain_add(rc_sub_t *s, const tb_frame_hdr_t *f,
+				 uint32_t len, uint64_t off, uint32_t imm,
+				 unsigned flags, uint64_t wr_id)
+{
+	uint32_t i = s->chained++;
+
+	s->chain_sge[i].addr = (uintptr_t)f;
+	s->chain_sge[i].length = len;
+	s->chain[i].imm_data = htobe32(imm);
+	s->chain[i].wr.rdma.remote_addr = s->raddr + off;
+	s->chain[i].send_flags = flags;
+	s->chain[i].wr_id = wr_id;
 }
 
 /* Reaps a subscriber's send completions; marks it dead on an error. */
@@ -482,7 +530,7 @@ static void sub_skip(rc_tx_t *t, rc_sub_t *s, uint64_t pos, uint64_t seq)
  */
 static __attribute__((noinline)) void
 sub_write_slow(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f, uint64_t pos,
-	       uint64_t pub_tail)
+	       uint64_t pub_tail, int chain)
 {
 	uint32_t space = tb_frame_space(f->length);
 	uint32_t seq_bits = (uint32_t)(f->seq & TB_RC_IMM_SEQ_MASK)
@@ -506,8 +554,26 @@ sub_write_slow(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f, uint64_t pos,
 	    s->wpos + space <= s->limit_pos) {
 		off = s->wpos & s->rmask;
 		pad = anc = 0;
-		goto post;
+		if (!chain)
+			goto post;
+		/* Chaining: the signalled request joins the chain; its
+		 * completion is reaped at a later slow step. */
+		sub_chain_add(s, f, f->length, off,
+			      (uint32_t)(off / TB_FRAME_ALIGN) | seq_bits,
+			      inl | IBV_SEND_SIGNALED, s->posted + 1);
+		sub_signalled(s, s->posted + 1, pos + space);
+		if (!in_flight)
+			s->pin = pos;
+		s->posted++;
+		s->wpos += space;
+		sub_limits(t, s);
+		return;
 	}
+	/* Everything else: what is chained goes first, then as unbatched
+	 * (a pad or an anchor is inline from one header, copied at post). */
+	sub_chain_post(s);
+	if (tb_atomic_load_relaxed(&s->dead)) /* R1 is this thread's own */
+		return;
 	if (s->posted > sq_limit || (in_flight && pub_tail - s->pin > t->half)) {
 		if (sub_reap(t, s) < 0)
 			return;
@@ -601,16 +667,25 @@ skip:
  * once per frame.
  * Hot path: no allocation, lock or system call beyond the provider's post.
  */
-static inline void sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
-			     uint32_t len, uint32_t space, uint32_t seq_bits,
-			     unsigned inl, uint64_t pos, uint64_t tail)
+static inline __attribute__((always_inline)) void
+sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f, uint32_t len,
+	  uint32_t space, uint32_t seq_bits, unsigned inl, uint64_t pos,
+	  uint64_t tail, int chain)
 {
 	uint64_t off = s->wpos & s->rmask;
 	struct ibv_send_wr *bad;
 
 	if (tb_unlikely(s->posted >= s->next_check || tail > s->pin_limit ||
 			s->wpos + space > s->limit_pos)) {
-		sub_write_slow(t, s, f, pos, tail);
+		sub_write_slow(t, s, f, pos, tail, chain);
+		return;
+	}
+	if (chain) {
+		/* Unsignalled: wr_id is not read. */
+		sub_chain_add(s, f, len, off,
+			      (uint32_t)(off / TB_FRAME_ALIGN) | seq_bits, inl, 0);
+		s->posted++;
+		s->wpos += space;
 		return;
 	}
 	s->sge.addr = (uintptr_t)f;
@@ -627,12 +702,13 @@ static inline void sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f,
 }
 
 /* Writes data frame `f`, at our ring position `pos`, to every subscriber
- * in `tab`; `tail`: our ring's tail after this send.  What is the same
- * for every subscriber is worked out once.  A dead subscriber's limits
- * send it to the slow path, which leaves it alone.  Hot path. */
+ * in `tab` (`chain`: onto its chain, for a later post); `tail`: our
+ * ring's tail after this send.  What is the same for every subscriber is
+ * worked out once.  A dead subscriber's limits send it to the slow path,
+ * which leaves it alone.  Hot path. */
 static inline __attribute__((always_inline)) void
 tx_frame(rc_tx_t *t, const rc_table_t *tab, const tb_frame_hdr_t *f,
-	 uint64_t pos, uint64_t tail)
+	 uint64_t pos, uint64_t tail, int chain)
 {
 	rc_sub_t *const *sp = tab->sub, *const *end = tab->sub + tab->n;
 	uint32_t len = f->length, space = tb_frame_space(len);
@@ -644,25 +720,49 @@ tx_frame(rc_tx_t *t, const rc_table_t *tab, const tb_frame_hdr_t *f,
 		       ? IBV_SEND_INLINE : 0;
 
 	for (; sp != end; sp++)
-		sub_write(t, *sp, f, len, space, seq_bits, inl, pos, tail);
+		sub_write(t, *sp, f, len, space, seq_bits, inl, pos, tail, chain);
 }
 
-/* Every frame of [from, to): what a send is when it is not one data frame
- * (a pad before it, or a caller that committed several). */
+/* Posts every subscriber's chain: one ibv_post_send each.  Hot path. */
+static void tx_post(rc_tx_t *t, const rc_table_t *tab)
+{
+	for (int i = 0; i < tab->n; i++)
+		sub_chain_post(tab->sub[i]);
+	t->held = 0;
+}
+
+/* Data frame `f` was chained to every subscriber: counts it, and posts
+ * the chains when they are full (each holds at most one request per
+ * frame counted here, so none passes TB_RC_CHAIN). */
+static inline __attribute__((always_inline)) void
+tx_held(rc_tx_t *t, const rc_table_t *tab, const tb_frame_hdr_t *f)
+{
+	if (t->held++ == 0)
+		t->held_ns = f->publish_ns;
+	if (t->held == TB_RC_CHAIN)
+		tx_post(t, tab);
+}
+
+/* Every frame of [from, to), chained (what a send is when it is not one
+ * data frame: a pad before it, or a caller that committed several); the
+ * caller posts what is left held, or keeps it for a batch. */
 static __attribute__((noinline)) void
 tx_frames(rc_tx_t *t, const rc_table_t *tab, uint64_t from, uint64_t to)
 {
 	for (uint64_t pos = from; pos != to;) {
 		const tb_frame_hdr_t *f = tb_ring_at(&t->base.ring, pos);
 
-		if (f->type == TB_FRAME_DATA)
-			tx_frame(t, tab, f, pos, to);
+		if (f->type == TB_FRAME_DATA) {
+			tx_frame(t, tab, f, pos, to, 1);
+			tx_held(t, tab, f);
+		}
 		pos += tb_frame_space(f->length);
 	}
 }
 
-/* Hot path: one post per subscriber per frame.  [from, to) holds at least
- * one frame; the common send is one data frame. */
+/* Hot path: one post per subscriber per frame; several frames in one
+ * send go as one chain per subscriber.  [from, to) holds at least one
+ * frame; the common send is one data frame. */
 static inline __attribute__((always_inline)) int
 tx_send(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
 {
@@ -672,12 +772,76 @@ tx_send(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
 	const rc_table_t *tab = reader_enter(t, fenced, &mark);
 
 	if (tb_likely(f->type == TB_FRAME_DATA &&
-		      from + tb_frame_space(f->length) == to))
-		tx_frame(t, tab, f, from, to);
-	else
+		      from + tb_frame_space(f->length) == to)) {
+		tx_frame(t, tab, f, from, to, 0);
+	} else {
 		tx_frames(t, tab, from, to);
+		tx_post(t, tab);
+	}
 	reader_leave(t, mark);
 	return 0;
+}
+
+/* Batching (batch_us > 0): every frame is chained; the chains are posted
+ * when full, when the oldest held frame is batch_us old at a send, and at
+ * flush (rc_pub.c's "Batching").  Hot path. */
+static inline __attribute__((always_inline)) int
+tx_send_batched(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
+{
+	rc_tx_t *t = (rc_tx_t *)tx;
+	const tb_frame_hdr_t *f = tb_ring_at(&t->base.ring, from);
+	uint64_t mark, now;
+	const rc_table_t *tab = reader_enter(t, fenced, &mark);
+
+	if (tb_likely(f->type == TB_FRAME_DATA &&
+		      from + tb_frame_space(f->length) == to)) {
+		tx_frame(t, tab, f, from, to, 1);
+		tx_held(t, tab, f);
+		now = f->publish_ns;  /* stamped a moment ago */
+	} else {
+		tx_frames(t, tab, from, to);
+		now = tb_clock_now_ns_inline();
+	}
+	if (t->held && now - t->held_ns >= t->batch_ns)
+		tx_post(t, tab);
+	reader_leave(t, mark);
+	return 0;
+}
+
+static int rc_tx_send_batched(tb_tx_t *tx, uint64_t from, uint64_t to)
+{
+	return tx_send_batched(tx, from, to, 0);
+}
+
+static int rc_tx_send_batched_fenced(tb_tx_t *tx, uint64_t from, uint64_t to)
+{
+	return tx_send_batched(tx, from, to, 1);
+}
+
+/* tb_pub_flush: posts what the chains hold.  Hot path. */
+static inline __attribute__((always_inline)) int
+tx_flush(tb_tx_t *tx, int fenced)
+{
+	rc_tx_t *t = (rc_tx_t *)tx;
+	uint64_t mark;
+	const rc_table_t *tab;
+
+	if (!t->held)
+		return 0;
+	tab = reader_enter(t, fenced, &mark);
+	tx_post(t, tab);
+	reader_leave(t, mark);
+	return 0;
+}
+
+static int rc_tx_flush(tb_tx_t *tx)
+{
+	return tx_flush(tx, 0);
+}
+
+static int rc_tx_flush_fenced(tb_tx_t *tx)
+{
+	return tx_flush(tx, 1);
 }
 
 static int rc_tx_send(tb_tx_t *tx, uint64_t from, uint64_t to)
@@ -1025,6 +1189,14 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 					    .opcode = IBV_WR_RDMA_WRITE,
 					    .send_flags = IBV_SEND_INLINE,
 					    .wr.rdma.rkey = m->rkey};
+	for (uint32_t i = 0; i < TB_RC_CHAIN; i++) {
+		s->chain_sge[i].lkey = s->ring_mr->lkey;
+		s->chain[i] = (struct ibv_send_wr){
+			.next = i + 1 < TB_RC_CHAIN ? &s->chain[i + 1] : NULL,
+			.sg_list = &s->chain_sge[i], .num_sge = 1,
+			.opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+			.wr.rdma.rkey = m->rkey};
+	}
 	s->reads = reads;
 	s->anchor_due = reads;  /* its first frame comes behind one */
 	s->rmask = m->ring_len - 1;
@@ -1609,6 +1781,15 @@ static int rc_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 	t->base.ops = t->fenced ? (t->backpressure ? &rc_bp_fenced_tx_ops
 						     : &rc_fenced_tx_ops)
 				: (t->backpressure ? &tb_rc_bp_tx_ops : &tb_rc_tx_ops);
+	if (cfg->batch_us) {
+		/* Its own ops: the unbatched send keeps its cost. */
+		t->batch_ns = (uint64_t)cfg->batch_us * 1000u;
+		t->batch_ops = *t->base.ops;
+		t->batch_ops.send = t->fenced ? rc_tx_send_batched_fenced
+					      : rc_tx_send_batched;
+		t->batch_ops.flush = t->fenced ? rc_tx_flush_fenced : rc_tx_flush;
+		t->base.ops = &t->batch_ops;
+	}
 	*out = &t->base;
 	tb_info("stream '%s': rc publisher on %s port %u (%s, gid index %d%s), "
 		"control %s:%u", cfg->name, t->dev.name, t->dev.port,
@@ -1632,6 +1813,9 @@ static void sub_drain(rc_tx_t *t, rc_sub_t *s)
 	uint64_t until = tb_clock_now_ns() + DRAIN_TIMEOUT_NS;
 
 	if (tb_atomic_load_acquire(&s->dead)) /* A1 pairs with R1 in sub_reap, ... */
+		return;
+	sub_chain_post(s);  /* the publisher flushed; in case it did not */
+	if (tb_atomic_load_relaxed(&s->dead))
 		return;
 	while (s->posted + 1 > s->completed + TB_RC_SQ_DEPTH &&
 	       tb_clock_now_ns() < until && sub_reap(t, s) == 0)

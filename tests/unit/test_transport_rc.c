@@ -65,18 +65,21 @@ typedef struct rec_wr {
 	uint32_t len;
 	uint32_t lkey;
 	uint64_t wr_id;
+	int post;              /* the ibv_post_send call it came in (n_posts) */
 	uint8_t data[64];      /* first bytes of the payload */
 } rec_wr_t;
 
 #define REC_MAX 4096
 static rec_wr_t rec[REC_MAX];
 static int n_rec;
+static int n_posts;    /* ibv_post_send calls: doorbells */
 static int (*real_post_send)(struct ibv_qp *, struct ibv_send_wr *,
 			     struct ibv_send_wr **);
 
 static int recording_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 			       struct ibv_send_wr **bad)
 {
+	n_posts++;
 	for (struct ibv_send_wr *w = wr; w && n_rec < REC_MAX; w = w->next) {
 		rec_wr_t *r = &rec[n_rec++];
 		uint32_t len = 0;
@@ -88,7 +91,7 @@ static int recording_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 				.raddr = w->wr.rdma.remote_addr,
 				.rkey = w->wr.rdma.rkey, .len = len,
 				.lkey = w->num_sge ? w->sg_list[0].lkey : 0,
-				.wr_id = w->wr_id};
+				.wr_id = w->wr_id, .post = n_posts};
 		if (w->num_sge)
 			memcpy(r->data, (void *)(uintptr_t)w->sg_list[0].addr,
 			       w->sg_list[0].length < 64 ? w->sg_list[0].length : 64);
@@ -380,9 +383,9 @@ static int test_port(int k)
 	 * a failed test's publisher, left open, takes no other test with
 	 * it): fixed ports in the ephemeral range collide with sockets other
 	 * tests left in TIME-WAIT. */
-	static int port[24];
+	static int port[32];
 
-	assert_true(k < 24);
+	assert_true(k < 32);
 
 	if (!port[k])
 		port[k] = (int)proc_free_port();
@@ -2124,6 +2127,197 @@ static void a_quiet_lap_is_read_back(void **state)
 	fp_close(&fp);
 }
 
+
+/* -------------------------------------------------- batching (batch_us) */
+
+/* The posts (ibv_post_send calls) among `n` records. */
+static int posts_in(const rec_wr_t *w, int n)
+{
+	int posts = 0;
+
+	for (int i = 0; i < n; i++)
+		posts += i == 0 || w[i].post != w[i - 1].post;
+	return posts;
+}
+
+/* Checks that w[0..n) are the data frames `seq0`.. of `len` bytes each
+ * (payload), one after another from ring offset `off0` of `p`'s ring. */
+static void expect_frames(const rec_wr_t *w, int n, const peer_t *p,
+			  uint64_t off0, uint64_t seq0, uint32_t len)
+{
+	uint32_t space = tb_frame_space(TB_FRAME_HDR_LEN + len);
+
+	for (int i = 0; i < n; i++) {
+		uint64_t off = off0 + (uint64_t)i * space;
+
+		assert_int_equal(w[i].opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
+		assert_true(w[i].raddr == (uintptr_t)p->buf + off);
+		assert_int_equal(w[i].rkey, p->mr->rkey);
+		assert_int_equal(w[i].imm, tb_rc_imm(off, seq0 + (uint64_t)i));
+		assert_int_equal(w[i].len, TB_FRAME_HDR_LEN + len);
+	}
+}
+
+static void batched_offers_go_in_one_post_per_subscriber(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p[2];
+	uint8_t payload[64];
+	struct ibv_wc wc[64];
+	const rec_wr_t *w;
+	uint32_t qpn[2];
+	int n, first, posts;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(12), 256 << 10);
+	cfg.batch_us = 1000000;  /* no deadline within the test */
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	for (int k = 0; k < 2; k++) {
+		peer_open(&p[k], 64 << 10, 256);
+		post_recvs(&p[k], 256);
+		subscribe(&p[k], test_port(12), "right-token", 256);
+		assert_int_equal(p[k].reply.type, TB_CONTROL_ACCEPT);
+		qpn[k] = p[k].reply.accept.qpn;
+		join(&p[k]);
+	}
+	memset(payload, 0x5a, sizeof(payload));
+
+	/* Ten offers: nothing posted; the flush posts ten chained
+	 * WRITE_WITH_IMMs per subscriber with one call, none signalled. */
+	first = n_rec;
+	posts = n_posts;
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(tb_pub_offer(pub, 7, payload, 64), i + 1);
+	assert_int_equal(n_rec, first);
+	assert_int_equal(n_posts, posts);
+	assert_int_equal(tb_pub_flush(pub), 0);
+	assert_int_equal(n_posts, posts + 2);
+	for (int k = 0; k < 2; k++) {
+		w = recs_for(qpn[k], first, &n);
+		assert_int_equal(n, 10);
+		assert_int_equal(posts_in(w, n), 1);
+		expect_frames(w, n, &p[k], 0, 1, 64);
+		for (int i = 0; i < n; i++) {
+			assert_true(w[i].flags & IBV_SEND_INLINE);
+			assert_false(w[i].flags & IBV_SEND_SIGNALED);
+		}
+		assert_int_equal(wait_recvs(&p[k], wc, 10), 10);
+		for (int i = 0; i < 10; i++) {
+			assert_int_equal(wc[i].status, IBV_WC_SUCCESS);
+			assert_int_equal(be32toh(wc[i].imm_data),
+					 tb_rc_imm((uint64_t)i * 96, (uint64_t)i + 1));
+		}
+		assert_int_equal(((tb_frame_hdr_t *)(p[k].buf + 9 * 96))->seq, 10);
+	}
+	/* A flush with nothing held posts nothing. */
+	posts = n_posts;
+	assert_int_equal(tb_pub_flush(pub), 0);
+	assert_int_equal(n_posts, posts);
+
+	/* Up to 60 in bursts of ten, then a burst of ten that holds the
+	 * 64th request: one post still, with that one (and it alone)
+	 * signalled, its wr_id the count of requests up to it. */
+	for (int b = 0; b < 5; b++) {
+		for (int i = 0; i < 10; i++)
+			assert_true(tb_pub_offer(pub, 7, payload, 64) > 0);
+		assert_int_equal(tb_pub_flush(pub), 0);
+		for (int k = 0; k < 2; k++)
+			assert_int_equal(wait_recvs(&p[k], wc, 10), 10);
+	}
+	first = n_rec;
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(tb_pub_offer(pub, 7, payload, 64), 61 + i);
+	assert_int_equal(tb_pub_flush(pub), 0);
+	for (int k = 0; k < 2; k++) {
+		int sig = 0;
+
+		w = recs_for(qpn[k], first, &n);
+		assert_int_equal(n, 10);
+		assert_int_equal(posts_in(w, n), 1);
+		expect_frames(w, n, &p[k], 60 * 96, 61, 64);
+		for (int i = 0; i < n; i++)
+			sig += !!(w[i].flags & IBV_SEND_SIGNALED);
+		assert_int_equal(sig, 1);
+		assert_true(w[3].flags & IBV_SEND_SIGNALED);
+		assert_int_equal(w[3].wr_id, 64);
+		assert_int_equal(wait_recvs(&p[k], wc, 10), 10);
+	}
+
+	/* Forty offers without a flush: a full chain (16) is posted at
+	 * once, twice; the flush posts the other eight. */
+	first = n_rec;
+	for (int i = 0; i < 40; i++)
+		assert_true(tb_pub_offer(pub, 7, payload, 64) > 0);
+	for (int k = 0; k < 2; k++) {
+		w = recs_for(qpn[k], first, &n);
+		assert_int_equal(n, 2 * TB_RC_CHAIN);
+		assert_int_equal(posts_in(w, n), 2);
+		assert_int_equal(posts_in(w, TB_RC_CHAIN), 1);
+		expect_frames(w, n, &p[k], 70 * 96, 71, 64);
+	}
+	assert_int_equal(tb_pub_flush(pub), 0);
+	for (int k = 0; k < 2; k++) {
+		w = recs_for(qpn[k], first, &n);
+		assert_int_equal(n, 40);
+		assert_int_equal(posts_in(w, n), 3);
+		expect_frames(w, n, &p[k], 70 * 96, 71, 64);
+		assert_int_equal(wait_recvs(&p[k], wc, 40), 40);
+	}
+	for (int k = 0; k < 2; k++)
+		peer_close(&p[k]);
+	tb_publisher_close(pub);
+}
+
+/* A held frame leaves at the first send once it is batch_us old (the
+ * publishing thread posts; nothing else may), and at close. */
+static void a_held_frame_leaves_by_its_deadline(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint8_t payload[64] = {0};
+	struct ibv_wc wc[4];
+	const rec_wr_t *w;
+	uint32_t qpn;
+	int n, first;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(23), 256 << 10);
+	cfg.batch_us = 2000;
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 64 << 10, 256);
+	post_recvs(&p, 256);
+	subscribe(&p, test_port(23), "right-token", 256);
+	qpn = p.reply.accept.qpn;
+	join(&p);
+
+	first = n_rec;
+	assert_int_equal(tb_pub_offer(pub, 7, payload, 64), 1);
+	recs_for(qpn, first, &n);
+	assert_int_equal(n, 0);
+	usleep(10000);  /* well past 2 ms */
+	assert_int_equal(tb_pub_offer(pub, 7, payload, 64), 2);
+	w = recs_for(qpn, first, &n);
+	assert_int_equal(n, 2);
+	assert_int_equal(posts_in(w, n), 1);
+	expect_frames(w, n, &p, 0, 1, 64);
+	assert_int_equal(wait_recvs(&p, wc, 2), 2);
+
+	/* Within the deadline: held, then sent by close. */
+	first = n_rec;
+	assert_int_equal(tb_pub_offer(pub, 7, payload, 64), 3);
+	recs_for(qpn, first, &n);
+	assert_int_equal(n, 0);
+	tb_publisher_close(pub);
+	w = recs_for(qpn, first, &n);
+	assert_true(n >= 1);
+	expect_frames(w, 1, &p, 2 * 96, 3, 64);
+	assert_int_equal(wait_recvs(&p, wc, 1), 1);
+	assert_int_equal(be32toh(wc[0].imm_data), tb_rc_imm(2 * 96, 3));
+	peer_close(&p);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -2150,6 +2344,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(an_untrustworthy_read_back_is_a_lap),
 		cmocka_unit_test(a_refused_read_is_a_lap_and_a_new_session),
 		cmocka_unit_test(a_quiet_lap_is_read_back),
+		cmocka_unit_test(batched_offers_go_in_one_post_per_subscriber),
+		cmocka_unit_test(a_held_frame_leaves_by_its_deadline),
 	};
 
 	(void)argc;
