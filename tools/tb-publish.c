@@ -33,9 +33,12 @@ static void usage(FILE *out)
 "      --shm PATH        publish an shm stream at PATH without a file\n"
 "      --ring BYTES      ring size with --shm (default 4194304)\n"
 "  -n, --count N         messages to publish (default 1000000)\n"
-"  -r, --rate R          messages per second; 0 = as fast as possible\n"
+"  -r, --rate R          messages (bursts, with --burst) per second;\n"
+"                        0 = as fast as possible\n"
 "                        (default 0)\n"
 "  -z, --size BYTES      payload size, 48..65536 (default 64)\n"
+"  -b, --burst N         offer N messages back to back (one rate slot),\n"
+"                        then tb_pub_flush(); 0 = no flushes (default 0)\n"
 "      --linger-ms MS    wait this long before closing (default 0)\n"
 "      --start-delay-ms MS  wait this long after opening (default 0)\n"
 "      --report          print a line per second\n"
@@ -52,6 +55,7 @@ int main(int argc, char **argv)
 		{"count", required_argument, 0, 'n'},
 		{"rate", required_argument, 0, 'r'},
 		{"size", required_argument, 0, 'z'},
+		{"burst", required_argument, 0, 'b'},
 		{"linger-ms", required_argument, 0, 'L'},
 		{"start-delay-ms", required_argument, 0, 'D'},
 		{"report", no_argument, 0, 'P'},
@@ -61,13 +65,14 @@ int main(int argc, char **argv)
 	const char *config = NULL, *stream = NULL, *shm = NULL;
 	uint64_t count = 1000000, rate = 0, size = 64, linger = 0, delay = 0;
 	uint64_t ring = 4 << 20, seq, sum = 0, start, next_due, interval = 0;
+	uint64_t burst = 0, in_burst = 0;
 	uint64_t last_report, last_count = 0;
 	uint8_t *buf;
 	int report = 0, c, rc;
 	tb_publisher_t *pub;
 	tb_idle_t idle;
 
-	while ((c = getopt_long(argc, argv, "c:s:n:r:z:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "c:s:n:r:z:b:h", opts, NULL)) != -1) {
 		const char *bad = NULL;
 
 		switch (c) {
@@ -82,6 +87,7 @@ int main(int argc, char **argv)
 			    size > 65536)
 				bad = "--size";
 			break;
+		case 'b': if (tb_cli_u64(optarg, &burst)) bad = "--burst"; break;
 		case 'L': if (tb_cli_u64(optarg, &linger)) bad = "--linger-ms"; break;
 		case 'D': if (tb_cli_u64(optarg, &delay)) bad = "--start-delay-ms"; break;
 		case 'P': report = 1; break;
@@ -127,7 +133,7 @@ int main(int argc, char **argv)
 	for (seq = 1; seq <= count && !stop; seq++) {
 		int64_t r;
 
-		if (interval) {
+		if (interval && in_burst == 0) {
 			while (tb_clock_mono_ns() < next_due)
 				tb_idle_step(&idle, 0);
 			next_due += interval;
@@ -145,6 +151,12 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		sum = tb_demo_sum(sum, buf, (uint32_t)size, seq);
+		if (burst && ++in_burst == burst) {
+			/* The end of a burst: what a batching stream holds
+			 * leaves now, not at its deadline. */
+			tb_pub_flush(pub);
+			in_burst = 0;
+		}
 		if (report && (seq & 1023) == 0 && tb_clock_mono_ns() - last_report >= 1000000000ull) {
 			uint64_t t = tb_clock_mono_ns();
 
@@ -157,6 +169,7 @@ int main(int argc, char **argv)
 		}
 	}
 	seq--;
+	tb_pub_flush(pub);
 	{
 		double secs = (tb_clock_mono_ns() - start) / 1e9;
 

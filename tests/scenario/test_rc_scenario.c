@@ -22,7 +22,9 @@
  *    device that grants less inline data than asked; the subscriber's
  *    GID changing mid-stream (softrdma-ctl): it reads the asynchronous
  *    event, connects again at its new address and goes on, every loss
- *    told.
+ *    told;
+ *  - batch_us: bursts posted as one chain per subscriber reach two
+ *    subscribers whole.
  *
  * run-tests.sh points LD_LIBRARY_PATH at softrdma and gives this test its
  * own SOFTRDMA_FABRIC; `make test-rdma` runs it on a real device instead
@@ -47,6 +49,8 @@ static int port;
 
 /* Subscribers' liveness timeout in the next write_conf (then 3 s again). */
 static int liveness_ms = 3000;
+/* Lines added to the stream in the next write_conf (then none again). */
+static const char *conf_extra = "";
 
 static void write_conf(const char *policy, const char *ring)
 {
@@ -57,7 +61,9 @@ static void write_conf(const char *policy, const char *ring)
 		"token = good-token\nring_size = %s\nslow_consumer = %s\n"
 		"idle = spin-then-yield\nheartbeat_ms = 50\nliveness_timeout_ms = %d\n",
 		port, ring, policy, liveness_ms);
+	fputs(conf_extra, f);
 	liveness_ms = 3000;
+	conf_extra = "";
 	/* make test-rdma: the real device it found. */
 	if (getenv("TICKBUS_RDMA_DEVICE") && getenv("TICKBUS_RDMA_DEVICE")[0])
 		fprintf(f, "rdma_device = %s\n", getenv("TICKBUS_RDMA_DEVICE"));
@@ -156,6 +162,32 @@ static void start_sub_env(proc_t *p, const char *name, const char *count,
 	env_apply(env, 1);
 	scenario_start_sub(p, dir, name, where, count, "120000", NULL);
 	env_apply(env, 0);
+}
+
+/* batch_us on rc: frames held per subscriber and posted as chains, in
+ * bursts of 20 (a full chain of 16 posted at once, the other 4 at the
+ * flush that ends the burst), through wraps of both rings, signalled
+ * requests and back-pressure; the last 3 frames leave at the final
+ * flush.  Two subscribers each get exactly 1..N with the checksum. */
+static void batched_bursts_reach_two_subscribers_whole(void **state)
+{
+	proc_t pub, sub[2];
+	char out[256];
+	char *argv[] = {"tb-publish", "-c", conf, "-s", "feed", "--count",
+			"100003", "--burst", "20", "--rate", "2000",
+			"--start-delay-ms", "1500", "--linger-ms", "200", NULL};
+	uint64_t checksum;
+
+	(void)state;
+	conf_extra = "batch_us = 50\n";
+	write_conf("backpressure", "1M");
+	start_sub(&sub[0], "batch0", "feed", "100003", NULL);
+	start_sub(&sub[1], "batch1", "feed", "100003", NULL);
+	snprintf(out, sizeof(out), "%s/pub.out", dir);
+	assert_int_equal(proc_start(&pub, out, argv), 0);
+	checksum = scenario_finish_pub(&pub, 100003, 120000);
+	for (int i = 0; i < 2; i++)
+		free(expect_sub_complete(&sub[i], 100003, checksum, 60000));
 }
 
 /* Both ends on InfiniBand ports: addressed by LID (no GRH), at the
@@ -506,6 +538,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(ports_with_different_mtus_agree_on_one, setup, teardown),
 		cmocka_unit_test_setup_teardown(a_device_granting_less_inline, setup, teardown),
 		cmocka_unit_test_setup_teardown(a_new_gid_means_a_new_connection, setup, teardown),
+		cmocka_unit_test_setup_teardown(batched_bursts_reach_two_subscribers_whole, setup, teardown),
 	};
 	/* TB_CMOCKA_FILTER=glob runs the matching tests alone. */
 	if (getenv("TB_CMOCKA_FILTER"))
