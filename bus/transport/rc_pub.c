@@ -400,11 +400,12 @@ static inline void sub_chain_post(rc_sub_t *s)
 }
 
 /* Adds a WRITE_WITH_IMM of frame `f` (`len` bytes) at offset `off` of
- * `s`'s ring to its chain, with `flags` and `wr_id`; the caller counts it
- * (posted, wpos) and posts the chain before it holds TB_RC_CHAIN. */
-static inline void sub_chain_add(rc_sub_t *s, const tb_frame_hdr_t *f,
-				 uint32_t len, uint64_t off, uint32_t imm,
-				 unsigned flags, uint64_t wr_id)
+ * `s`'s ring to its chain, with `flags`; returns it (a signalled one gets
+ * its wr_id from the caller).  The caller counts it (posted, wpos) and
+ * posts the chain before it holds TB_RC_CHAIN. */
+static inline struct ibv_send_wr *
+sub_chain_add(rc_sub_t *s, const tb_frame_hdr_t *f, uint32_t len, uint64_t off,
+	      uint32_t imm, unsigned flags)
 {
 	uint32_t i = s->chained++;
 
@@ -413,7 +414,7 @@ static inline void sub_chain_add(rc_sub_t *s, const tb_frame_hdr_t *f,
 	s->chain[i].imm_data = htobe32(imm);
 	s->chain[i].wr.rdma.remote_addr = s->raddr + off;
 	s->chain[i].send_flags = flags;
-	s->chain[i].wr_id = wr_id;
+	return &s->chain[i];
 }
 
 /* Reaps a subscriber's send completions; marks it dead on an error. */
@@ -560,7 +561,7 @@ sub_write_slow(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f, uint64_t pos,
 		 * completion is reaped at a later slow step. */
 		sub_chain_add(s, f, f->length, off,
 			      (uint32_t)(off / TB_FRAME_ALIGN) | seq_bits,
-			      inl | IBV_SEND_SIGNALED, s->posted + 1);
+			      inl | IBV_SEND_SIGNALED)->wr_id = s->posted + 1;
 		sub_signalled(s, s->posted + 1, pos + space);
 		if (!in_flight)
 			s->pin = pos;
@@ -681,9 +682,10 @@ sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f, uint32_t len,
 		return;
 	}
 	if (chain) {
-		/* Unsignalled: wr_id is not read. */
+		/* Unsignalled: its wr_id is never read (an error completion
+		 * fails the subscriber whatever it says). */
 		sub_chain_add(s, f, len, off,
-			      (uint32_t)(off / TB_FRAME_ALIGN) | seq_bits, inl, 0);
+			      (uint32_t)(off / TB_FRAME_ALIGN) | seq_bits, inl);
 		s->posted++;
 		s->wpos += space;
 		return;

@@ -14,7 +14,8 @@
  *
  * Modes:
  *   bench_rc                       the fan-out table (median of RUNS runs)
- *   bench_rc --callgrind N COUNT [ud]
+ *   bench_rc --batching            the batching rows alone
+ *   bench_rc --callgrind N COUNT [ud|rcb]
  *                                  N subscribers, COUNT offers, no timing:
  *                                  run under callgrind with
  *                                  --toggle-collect=tb_pub_offer (the bench
@@ -22,7 +23,15 @@
  *                                  instructions to get tickbus's own);
  *                                  with "ud", the same over ud multicast, so
  *                                  the two fan-outs sit side by side: rc
- *                                  posts once per subscriber, ud once
+ *                                  posts once per subscriber, ud once;
+ *                                  with "rcb", rc with batch_us set and
+ *                                  tb_pub_flush() after every 16 offers
+ *                                  (collected in tb_pub_flush too)
+ *
+ * Batching: posts (ibv_post_send calls, doorbells) per message per
+ * subscriber, counted on the publisher's device context, and instructions
+ * per offer, with batch_us set and bursts of 16 flushed, beside the same
+ * figures unbatched, in the same run.
  *
  * The instruction counts are split: the whole offer above the provider
  * (the figure the goals are about: <= 100 for one subscriber, <= 40 per
@@ -37,6 +46,7 @@
 
 #include "bus/clock.h"
 
+#include <dlfcn.h>
 #include <endian.h>
 #include <infiniband/verbs.h>
 #include <inttypes.h>
@@ -50,6 +60,43 @@
 #define MSGS 50000
 #define BURST 32
 #define MAX_SUBS 8
+#define BATCH_BURST 16    /* offers, then tb_pub_flush, when batching */
+
+/* Counting posts: the first device context opened once `count_arm` is
+ * set (the publisher's: the rig opens it first) has its post_send
+ * counted.  Never armed under callgrind, so the instruction counts hold
+ * no counting of their own. */
+static int count_arm;
+static struct ibv_context *counted_ctx;
+static uint64_t n_posts;
+static int (*real_post_send)(struct ibv_qp *, struct ibv_send_wr *,
+			     struct ibv_send_wr **);
+
+static int counting_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
+			      struct ibv_send_wr **bad)
+{
+	if (qp->context == counted_ctx)
+		n_posts++;
+	return real_post_send(qp, wr, bad);
+}
+
+struct ibv_context *ibv_open_device(struct ibv_device *dev)
+{
+	static struct ibv_context *(*real)(struct ibv_device *);
+	struct ibv_context *ctx;
+
+	if (!real)
+		real = (struct ibv_context * (*)(struct ibv_device *))
+			dlvsym(RTLD_NEXT, "ibv_open_device", "IBVERBS_1.1");
+	ctx = real(dev);
+	if (ctx && count_arm) {
+		count_arm = 0;
+		counted_ctx = ctx;
+		real_post_send = ctx->ops.post_send;
+		ctx->ops.post_send = counting_post_send;
+	}
+	return ctx;
+}
 
 static void on_msg(void *clientd, const tb_msg_t *m)
 {
@@ -58,6 +105,7 @@ static void on_msg(void *clientd, const tb_msg_t *m)
 }
 
 static int use_ud;
+static int use_batch;   /* rc with batch_us, flushed every BATCH_BURST */
 
 static void cfg_for(tb_stream_cfg_t *c, int port)
 {
@@ -74,6 +122,8 @@ static void cfg_for(tb_stream_cfg_t *c, int port)
 		return;
 	}
 	c->transport = TB_TRANSPORT_RC;
+	/* Long enough that only a full chain or the flush posts. */
+	c->batch_us = use_batch ? 1000 : 0;
 	snprintf(c->control.host, sizeof(c->control.host), "127.0.0.1");
 	c->control.port = (uint16_t)port;
 }
@@ -139,9 +189,12 @@ static double run_offers(rig_t *r, int count)
 	for (int done = 0; done < count; done += BURST) {
 		uint64_t t0 = tb_clock_now_ns();
 
-		for (int k = 0; k < BURST; k++)
+		for (int k = 0; k < BURST; k++) {
 			if (tb_pub_offer(r->pub, 1, msg, sizeof(msg)) < 0)
 				k--;    /* back-pressured: never, but never lose one */
+			else if (use_batch && (k + 1) % BATCH_BURST == 0)
+				tb_pub_flush(r->pub);
+		}
 		spent += tb_clock_now_ns() - t0;
 		drain(r);
 	}
@@ -273,9 +326,10 @@ static double callgrind_per_offer(int n, int count, double *verbs_per_offer,
 	snprintf(out, sizeof(out), "/tmp/bench_rc.%d.callgrind", (int)getpid());
 	snprintf(cmd, sizeof(cmd),
 		 "valgrind --tool=callgrind --callgrind-out-file=%s "
-		 "--separate-threads=yes --toggle-collect=tb_pub_offer "
+		 "--separate-threads=yes --toggle-collect=tb_pub_offer %s"
 		 "/proc/%d/exe --callgrind %d %d %s >/dev/null 2>&1",
-		 out, (int)getpid(), n, count, kind);
+		 out, strcmp(kind, "rcb") == 0 ? "--toggle-collect=tb_pub_flush " : "",
+		 (int)getpid(), n, count, kind);
 	if (system(cmd) != 0)
 		return -1;
 	snprintf(cmd, sizeof(cmd), "callgrind_annotate --inclusive=yes "
@@ -340,6 +394,58 @@ static double callgrind_per_offer(int n, int count, double *verbs_per_offer,
 	return (total - verbs) / count;
 }
 
+/* Posts per message per subscriber for n subscribers, batched or not:
+ * counted on the publisher's context over `count` offers. */
+static double posts_per_msg(int n, int port, int batch, int count)
+{
+	rig_t r;
+	uint64_t before;
+
+	use_batch = batch;
+	count_arm = 1;
+	if (rig_open(&r, n, port) < 0) {
+		use_batch = 0;
+		return -1;
+	}
+	before = n_posts;
+	run_offers(&r, count);
+	tb_pub_flush(r.pub);
+	rig_close(&r);
+	use_batch = 0;
+	return (double)(n_posts - before) / ((double)count * n);
+}
+
+/* The batching rows: posts per message and instructions per offer, with
+ * batch_us set and bursts of BATCH_BURST flushed, beside unbatched. */
+static void batching(int port)
+{
+	static const int fan[] = {1, 4};
+
+	printf("bench rc: batch_us set, bursts of %d then tb_pub_flush(), beside "
+	       "unbatched (same run)\n", BATCH_BURST);
+	printf("%-12s %14s %10s %12s %10s %14s %10s\n", "subscribers",
+	       "posts/msg/sub", "batched", "instr/offer", "batched",
+	       "+ provider", "batched");
+	for (size_t f = 0; f < sizeof(fan) / sizeof(fan[0]); f++) {
+		double p0 = posts_per_msg(fan[f], port + 2 * (int)f, 0, 20000);
+		double p1 = posts_per_msg(fan[f], port + 2 * (int)f + 1, 1, 20000);
+		double v0 = 0, v1 = 0, t, i0, i1;
+
+		if (p0 < 0 || p1 < 0) {
+			printf("bench rc: batching, %d subscribers: could not set up: "
+			       "%s\n", fan[f], tb_errmsg());
+			return;
+		}
+		i0 = callgrind_per_offer(fan[f], 20000, &v0, &t, "rc");
+		i1 = callgrind_per_offer(fan[f], 20000, &v1, &t, "rcb");
+		printf("%-12d %14.3f %10.3f %12.0f %10.0f %14.0f %10.0f\n", fan[f],
+		       p0, p1, i0, i1, i0 + v0, i1 + v1);
+	}
+	printf("bench rc: instructions per offer above the provider, then with "
+	       "the provider's post_send and poll_cq (this device's); batched "
+	       "ones include tb_pub_flush; -1: no valgrind\n");
+}
+
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -389,6 +495,7 @@ int main(int argc, char **argv)
 		int n = atoi(argv[2]), count = atoi(argv[3]);
 
 		use_ud = argc == 5 && strcmp(argv[4], "ud") == 0;
+		use_batch = argc == 5 && strcmp(argv[4], "rcb") == 0;
 
 		if (n < 1 || n > MAX_SUBS || count < BURST || rig_open(&r, n, port) < 0) {
 			fprintf(stderr, "bench rc: could not set up: %s\n", tb_errmsg());
@@ -396,6 +503,10 @@ int main(int argc, char **argv)
 		}
 		run_offers(&r, count);
 		rig_close(&r);
+		return 0;
+	}
+	if (argc == 2 && strcmp(argv[1], "--batching") == 0) {
+		batching(port);
 		return 0;
 	}
 	for (int i = 0; i < RUNS; i++)
@@ -463,5 +574,6 @@ int main(int argc, char **argv)
 	}
 	printf("bench rc: rc posts once per subscriber (linear); ud posts once "
 	       "(flat: the fabric copies)\n");
+	batching(port + 16);
 	return 0;
 }
