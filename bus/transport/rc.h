@@ -92,6 +92,9 @@
  * read back too; on a quiet stream the range a heartbeat names is read the
  * same way, up to its last sequence.
  *
+ * Batching (batch_us > 0): frames are held per subscriber, up to
+ * TB_RC_CHAIN, and written with one post (rc_pub.c, "Batching").
+ *
  * Loss is told within a heartbeat.  A subscriber the publisher skips (no
  * room) sees the gap with the next frame it gets; on a stream that then
  * goes quiet there is no next frame, so every heartbeat the publisher

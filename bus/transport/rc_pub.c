@@ -48,6 +48,40 @@
  *   V1        rc_tx_beat stores the last sequence, a value on its own that
  *             the control thread puts in heartbeats and ACCEPT.
  *
+ * Batching
+ * --------
+ * A doorbell (the MMIO write that tells the NIC a send queue has work) is
+ * the dearest part of a post, so with batch_us set a burst costs one post
+ * per subscriber: each subscriber has a chain of TB_RC_CHAIN work
+ * requests, linked by `next` and filled in once at join like its single
+ * one, and a frame is written into the next of them instead of posted.
+ * Everything else is done as if it had been posted (posted, wpos, the
+ * signal due every TB_RC_SIGNAL_EVERY, which simply rides in the chain),
+ * so the credit, the send queue's room and the pin -- which bounds what
+ * our ring may overwrite -- cover chained frames exactly as posted ones.
+ * The chains are posted, one ibv_post_send each:
+ *
+ *   - when TB_RC_CHAIN frames were sent since the last post (`held`;
+ *     every frame adds at most one request to a chain, so none overflows),
+ *   - at the first send once the oldest held frame is batch_us old (its
+ *     publish_ns against the new frame's: no clock read),
+ *   - at tb_pub_flush() and at close (tb_publisher_close flushes),
+ *   - for one subscriber, before anything of the slow path other than the
+ *     signal due: a pad or an anchor (inline from one header, copied at
+ *     post time), a skip, a fence, a reap that may find its pin lapped.
+ *
+ * Only the publishing thread posts, as everywhere in this file: neither
+ * the heartbeat thread nor the control thread may touch a subscriber's
+ * QP or its counters, so the deadline is checked when the publishing
+ * thread calls in, as ud's is (dgram.h).  A publisher that batches and
+ * then goes quiet calls tb_pub_flush(), or its held frames wait for its
+ * next offer.  A subscriber that dies drops what it held; one that leaves
+ * the table takes its chain with it (its QP is destroyed: nothing of it
+ * would arrive).  Without batch_us the ops are the unbatched ones and a
+ * lone frame costs what it did; a send that carries several frames (a
+ * caller that committed several) chains them all the same, batching or
+ * not, and posts them at its end.
+ *
  * Admission.  The control port is open to anyone who can reach it, so it
  * must not be possible to keep subscribers out without a token.  A new
  * connection is unauthenticated until its HELLO carries the token; such

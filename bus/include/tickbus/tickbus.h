@@ -115,7 +115,7 @@ typedef struct tb_stream_cfg {
 	int ttl;                       /* default 1 */
 	int loopback;                  /* deliver to this host too; default 1 */
 	uint32_t mtu;                  /* datagram payload bound; 0 = path MTU */
-	uint32_t batch_us;             /* max time a datagram waits; 0 = none */
+	uint32_t batch_us;             /* max time a message is held; 0 = none */
 	uint32_t rcvbuf;               /* SO_RCVBUF bytes; 0 = system default */
 	uint32_t recv_depth;           /* ud: receive buffers of the group's
 					  mtu; 0 = 4096 (at most the device's
@@ -230,9 +230,9 @@ int64_t tb_pub_commit(tb_publisher_t *pub, tb_claim_t *claim);
  * Errors: TB_ESTATE (no claim open, or not this one). */
 int tb_pub_abort(tb_publisher_t *pub, tb_claim_t *claim);
 
-/* Sends whatever a batching transport holds (ud and udp with batch_us > 0
- * keep a partly filled datagram for up to batch_us, checked at each
- * offer); call it when a burst ends.  Returns 0 or a negative code; a
+/* Sends whatever a batching transport holds (with batch_us > 0, ud and udp
+ * keep a partly filled datagram, rc up to 16 messages per subscriber, for
+ * up to batch_us, checked at each offer); call it when a burst ends.  Returns 0 or a negative code; a
  * no-op for shm.  Hot path. */
 int tb_pub_flush(tb_publisher_t *pub);
 
