@@ -66,6 +66,8 @@
  *   - at the first send once the oldest held frame is batch_us old (its
  *     publish_ns against the new frame's: no clock read),
  *   - at tb_pub_flush() and at close (tb_publisher_close flushes),
+ *   - when back-pressure refuses room (held frames count as used room,
+ *     which the subscriber cannot give back before it has them),
  *   - for one subscriber, before anything of the slow path other than the
  *     signal due: a pad or an anchor (inline from one header, copied at
  *     post time), a skip, a fence, a reap that may find its pin lapped.
@@ -910,6 +912,10 @@ tx_room(tb_tx_t *tx, uint64_t new_tail, int fenced)
 						     ? TB_RC_ANCHOR_LEN : 0))))
 			rc = TB_BACK_PRESSURED;
 	}
+	/* What is held counts as used room, and the subscriber can give
+	 * none of it back before it has it. */
+	if (tb_unlikely(rc == TB_BACK_PRESSURED && t->held))
+		tx_post(t, tab);
 	reader_leave(t, mark);
 	return rc;
 }

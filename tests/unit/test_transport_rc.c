@@ -2318,6 +2318,46 @@ static void a_held_frame_leaves_by_its_deadline(void **state)
 	peer_close(&p);
 }
 
+/* Back-pressure with frames held: they count as used room, which the
+ * subscriber cannot give back before it has them, so a refusal posts
+ * them (else the publisher would wait for credit that never comes). */
+static void back_pressure_posts_what_is_held(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	static uint8_t payload[4000];
+	struct ibv_wc wc[TB_RC_CHAIN];
+	const rec_wr_t *w;
+	int64_t r;
+	int n, first, sent = 0;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(24), 256 << 10);
+	cfg.slow_consumer = TB_SLOW_BACKPRESSURE;
+	cfg.batch_us = 1000000;
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 64 << 10, 256);
+	post_recvs(&p, 256);
+	subscribe(&p, test_port(24), "right-token", 256);
+	join(&p);
+	first = n_rec;
+	/* 4032 bytes a frame, room for two more asked each time: 15 fit. */
+	while ((r = tb_pub_offer(pub, 7, payload, sizeof(payload))) > 0)
+		assert_true(++sent < (int)TB_RC_CHAIN);
+	assert_int_equal(r, TB_BACK_PRESSURED);
+	assert_int_equal(sent, 15);
+	w = recs_for(p.reply.accept.qpn, first, &n);
+	assert_int_equal(n, sent);
+	assert_int_equal(posts_in(w, n), 1);
+	expect_frames(w, n, &p, 0, 1, sizeof(payload));
+	assert_int_equal(wait_recvs(&p, wc, sent), sent);
+	give_credit(&p, (uint64_t)sent * 4032, 0);
+	assert_int_equal(tb_pub_offer(pub, 7, payload, sizeof(payload)), sent + 1);
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -2346,6 +2386,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(a_quiet_lap_is_read_back),
 		cmocka_unit_test(batched_offers_go_in_one_post_per_subscriber),
 		cmocka_unit_test(a_held_frame_leaves_by_its_deadline),
+		cmocka_unit_test(back_pressure_posts_what_is_held),
 	};
 
 	(void)argc;
