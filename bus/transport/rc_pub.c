@@ -593,8 +593,9 @@ sub_write_slow(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f, uint64_t pos,
 		pad = anc = 0;
 		if (!chain)
 			goto post;
-		/* Chaining: the signalled request joins the chain; its
-		 * completion is reaped at a later slow step. */
+		/* Chaining: the signalled request joins the chain; the
+		 * reap takes the one before it (64 requests ago), so
+		 * completions and errors come back at the unbatched pace. */
 		sub_chain_add(s, f, f->length, off,
 			      (uint32_t)(off / TB_FRAME_ALIGN) | seq_bits,
 			      inl | IBV_SEND_SIGNALED)->wr_id = s->posted + 1;
@@ -603,7 +604,7 @@ sub_write_slow(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f, uint64_t pos,
 			s->pin = pos;
 		s->posted++;
 		s->wpos += space;
-		sub_limits(t, s);
+		sub_reap(t, s);
 		return;
 	}
 	/* Everything else: what is chained goes first, then as unbatched
