@@ -64,9 +64,10 @@ typedef struct rec_wr {
 	uint32_t rkey;
 	uint32_t len;
 	uint32_t lkey;
-	uint64_t wr_id;
 	int post;              /* the ibv_post_send call it came in (n_posts) */
-	uint8_t data[64];      /* first bytes of the payload */
+	uint64_t wr_id;
+	uint8_t data[64];      /* first bytes of the payload: 8-aligned, read
+				* as a frame header */
 } rec_wr_t;
 
 #define REC_MAX 4096
