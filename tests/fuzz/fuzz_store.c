@@ -226,11 +226,16 @@ static void replay_all(tb_store_t *s, uint64_t first, uint64_t last)
 {
 	uint64_t q = first, a, b;
 	uint64_t steps = 0;
+	/* Each step delivers or passes a lost range, so at most two steps a
+	 * sequence; a span of 2^62 or more (a lost range can be that wide)
+	 * would overflow the doubling, and bounds nothing anyway. */
+	uint64_t span = last - first + 1;
+	uint64_t bound = span >= UINT64_C(1) << 62 ? UINT64_MAX : 2 * span + 2;
 
 	while (q <= last) {
 		int r = read_check(s, q, 64);
 
-		if (++steps > 2 * (last - first + 1) + 2)
+		if (++steps > bound)
 			abort(); /* no progress */
 		if (r > 0) {
 			q += (uint64_t)r;
