@@ -159,25 +159,24 @@ static inline void tb_ring_setup_(tb_ring_t *r, void *base, uint64_t size,
 	tb_atomic_store_relaxed(&r->lap->mark_seq, 1);
 }
 
-/* Sets up a private ring over `size` bytes at `base` (a power of two):
- * the publisher's own memory, read by its own threads only. */
-static inline void tb_ring_init(tb_ring_t *r, void *base, uint64_t size,
-				uint32_t stream_id)
-{
-	tb_ring_setup_(r, base, size, stream_id, NULL);
-	r->ahead = 0;
-	r->reach = 0;
-}
-
 /* A private ring whose announcements go to `lap`, memory a reader
- * elsewhere reads: an rc subscriber reading back reads intent there
- * through the publisher's registered key (transport/rc.h). */
+ * elsewhere reads (an rc subscriber reading back reads intent there
+ * through the publisher's registered key, transport/rc.h), or to the
+ * ring's own line when `lap` is NULL. */
 static inline void tb_ring_init_at(tb_ring_t *r, void *base, uint64_t size,
 				   uint32_t stream_id, tb_ring_lap_t *lap)
 {
 	tb_ring_setup_(r, base, size, stream_id, lap);
 	r->ahead = 0;
 	r->reach = 0;
+}
+
+/* Sets up a private ring over `size` bytes at `base` (a power of two):
+ * the publisher's own memory, read by its own threads only. */
+static inline void tb_ring_init(tb_ring_t *r, void *base, uint64_t size,
+				uint32_t stream_id)
+{
+	tb_ring_init_at(r, base, size, stream_id, NULL);
 }
 
 /* Sets up a ring that readers in other processes poll (transport/shm.h):
