@@ -21,12 +21,17 @@
  * back by the polling thread itself, from the publisher's ring, before it
  * is reported: the frame that shows the gap stays where it is (in our ring
  * and in r->wc: the publisher cannot write over what we have not
- * credited), the READs go out, and later polls collect them (rd_wait,
+ * credited), the READs go out, and the same poll collects them (rd_wait,
  * keeping every completion that arrives meanwhile, in order, behind that
- * frame), check what landed (rd_parse), deliver it (rd_deliver) and go on
- * with the frame.  A poll never waits for a READ: it returns 0 while one
- * is out.  Whatever cannot be read back is reported as the lap it is
- * (rd_fail), exactly as without read-back.
+ * frame), checks what landed (rd_parse), delivers it in place from the
+ * buffer it landed in (rd_deliver) and goes on with the frame: the gap,
+ * then the frame after it, in the poll that found the gap, whatever the
+ * caller does between polls (spin-then-yield's yield, backoff's sleep).
+ * That poll waits for its READs RD_WAIT_NS at most, about three times a
+ * READ's round trip on a NIC; a READ slower than that (retried on the
+ * wire) is collected by later polls, which return 0 while it is out.
+ * Whatever cannot be read back is reported as the lap it is (rd_fail),
+ * exactly as without read-back.
  *
  * Edges between the two threads (barrier.h):
  *   R2 -> A2  session_open fills `sess` (and remakes `cq` if it broke),
@@ -89,6 +94,9 @@
 /* A read-back of a quiet stream's range, whose end is not known, reads
  * this many bytes a frame (and a page more) at first. */
 #define RD_GUESS 128u
+/* How long the poll that posts a read-back's READs waits for them (the top
+ * of this file). */
+#define RD_WAIT_NS 10000u
 
 #define SEND TB_RC_CTL_SEND
 
@@ -1106,17 +1114,31 @@ static int rd_fail(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss)
 	return TB_LAPPED;
 }
 
-/* A poll while a read-back is on: collect, check, deliver, read on.
- * Returns frames delivered, 0 (waiting), or TB_LAPPED. */
+/* rd_wait, again and again for up to RD_WAIT_NS while the READs are out:
+ * the poll that posted them.  Warm: once a gap. */
+static int rd_wait_spin(rc_rx_t *r)
+{
+	uint64_t until = tb_clock_now_ns_inline() + RD_WAIT_NS;
+	int rc;
+
+	while ((rc = rd_wait(r)) == 0 && tb_clock_now_ns_inline() < until)
+		tb_cpu_relax();
+	return rc;
+}
+
+/* A poll while a read-back is on: collect (waiting for the READs when
+ * `wait`: they were posted by this poll), check, deliver, read on.
+ * Returns frames delivered, 0 (waiting), or TB_LAPPED; the read-back is
+ * over when r->rd.state is RD_IDLE again. */
 static int rd_poll(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss,
-		   tb_handler_t handler, void *clientd, int limit)
+		   tb_handler_t handler, void *clientd, int limit, int wait)
 {
 	rc_read_t *d = &r->rd;
 	int rc, n;
 
 	switch (d->state) {
 	case RD_READING:
-		rc = rd_wait(r);
+		rc = wait ? rd_wait_spin(r) : rd_wait(r);
 		if (rc == 0)
 			return 0;
 		if (rc < 0 || rd_parse(r) < 0)
@@ -1144,18 +1166,20 @@ static int rd_poll(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss,
 	}
 }
 
-/* The frame `f` shows a gap: read it back (0: f waits for it) or report it
- * (TB_LAPPED).  The gap can be read back when an anchor came with f and
- * we knew where the frame before the gap ended. */
+/* The frame `f` shows a gap: read it back (rd_poll's result: what it
+ * delivered of the gap, f still waiting) or report it (TB_LAPPED).  The
+ * gap can be read back when an anchor came with f and we knew where the
+ * frame before the gap ended. */
 static int rx_gap(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss,
-		  const tb_frame_hdr_t *f)
+		  const tb_frame_hdr_t *f, tb_handler_t handler, void *clientd,
+		  int limit)
 {
 	rc_read_t *d = &r->rd;
 
 	if (d->ok && d->gap_start_ok && d->anchor_seq == f->seq &&
 	    rd_begin(r, seq->expected, f->seq - 1, d->gap_start, r->pmirror,
 		     tb_frame_space(f->length)) == 0)
-		return 0;
+		return rd_poll(r, seq, loss, handler, clientd, limit, 1);
 	if (d->ok && r->base.ctr)
 		tb_counter_inc(r->base.ctr, TB_CTR_READ_MISSED);
 	tb_seq_gap_to(seq, f->seq, loss);
@@ -1237,7 +1261,8 @@ static void rx_credit(rc_rx_t *r)
 }
 
 /* Nothing to deliver: the connection's conditions, checked now and then. */
-static int rx_idle(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss)
+static int rx_idle(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss,
+		   tb_handler_t handler, void *clientd, int limit)
 {
 	/* A4 pairs with S4 (CLOSED) in rx_ctl_main: the pub_last_seq of the
 	 * heartbeat before BYE is seen below. */
@@ -1260,7 +1285,7 @@ static int rx_idle(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss)
 	if (first && seq->expected >= first && seq->expected <= last) {
 		if (r->rd.mirror_ok &&
 		    rd_begin(r, seq->expected, last, r->pmirror, 0, 0) == 0)
-			return 0;
+			return rd_poll(r, seq, loss, handler, clientd, limit, 1);
 		if (r->rd.ok && r->base.ctr)
 			tb_counter_inc(r->base.ctr, TB_CTR_READ_MISSED);
 		r->rd.mirror_ok = 0;
@@ -1345,9 +1370,13 @@ static int rc_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 			return rc;
 	}
 	if (tb_unlikely(!r->qp))
-		return rx_idle(r, seq, loss);
-	if (tb_unlikely(r->rd.state != RD_IDLE))
-		return rd_poll(r, seq, loss, handler, clientd, limit);
+		return rx_idle(r, seq, loss, handler, clientd, limit);
+	if (tb_unlikely(r->rd.state != RD_IDLE)) {
+		n = rd_poll(r, seq, loss, handler, clientd, limit, 0);
+		if (n < 0 || r->rd.state != RD_IDLE || n >= limit)
+			return n;
+		/* Read back: the frame that showed the gap, in this poll. */
+	}
 	if (r->wc_i == r->wc_n) {
 		r->wc_i = 0;
 		r->wc_n = ibv_poll_cq(r->cq, CQ_BATCH, r->wc);
@@ -1360,7 +1389,7 @@ static int rc_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 				ctl_leave_live(r, CTL_LOST);               /* S4 */
 			}
 			r->wc_n = 0;
-			return rx_idle(r, seq, loss);
+			return n ? n : rx_idle(r, seq, loss, handler, clientd, limit);
 		}
 	}
 	r->idle_polls = 0;
@@ -1398,10 +1427,19 @@ static int rc_rx_poll(tb_rx_t *rx, tb_seq_t *seq, tb_seq_range_t *loss,
 			break;
 		case TB_SEQ_DUPLICATE:
 			goto consumed;
-		case TB_SEQ_GAP:
+		case TB_SEQ_GAP: {
+			int k;
+
 			if (n > 0)
 				goto out;         /* read back, or report, on its own */
-			return rx_gap(r, seq, loss, f);
+			k = rx_gap(r, seq, loss, f, handler, clientd, limit);
+			if (k < 0 || r->rd.state != RD_IDLE || k >= limit)
+				return k;
+			/* Read back in this poll: f is the next now (the
+			 * completions held meanwhile stay behind it). */
+			n = k;
+			continue;
+		}
 		}
 		/* The poll's clock read, again only if a frame written after
 		 * it was reached: no receive time precedes its publish time. */
