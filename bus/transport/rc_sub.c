@@ -137,6 +137,7 @@ typedef struct rc_read {
 	uint32_t rkey;             /* ... and read key */
 	uint64_t pos_addr;         /* its position word (intent) */
 	uint32_t pos_rkey;
+	uint64_t margin;           /* rd_margin of its size */
 	uint64_t ring_id;          /* the ring r->pmirror follows */
 	int mirror_ok;             /* r->pmirror follows it */
 	/* The last anchor. */
@@ -160,6 +161,7 @@ typedef struct rc_read {
 	/* Where windows land: `cap` bytes, then the position word. */
 	uint8_t *buf;
 	uint32_t cap;
+	uint32_t lkey;             /* mr's, here: no pointer to chase */
 	tb_mem_t mem;
 	struct ibv_mr *mr;
 	tb_counter_mr_t *rec;
@@ -716,6 +718,7 @@ static int rc_rx_open(tb_rx_t **out, const tb_stream_cfg_t *cfg)
 				  r->rd.cap + 64);
 		goto fail;
 	}
+	r->rd.lkey = r->rd.mr->lkey;
 	r->rd.rec = tb_counters_mr_add(cfg->id, TB_ROLE_SUBSCRIBER, TB_MR_RECV,
 				       "rc", r->rd.mr, IBV_ACCESS_LOCAL_WRITE);
 	r->cq = ibv_create_cq(r->dev.ctx, (int)SUB_CQE, NULL, NULL, 0);
@@ -806,6 +809,7 @@ static void rd_adopt(rc_rx_t *r, const tb_control_accept_t *a)
 	d->pos_addr = a->pos_addr;
 	d->pos_rkey = a->pos_rkey;
 	d->ring_id = a->ring_id;
+	d->margin = rd_margin(a->read_len);
 	r->pmask = a->read_len - 1;
 }
 
@@ -870,9 +874,8 @@ static int rd_post(rc_rx_t *r)
 	n1 = off + w > d->psize ? (uint32_t)(d->psize - off) : w;
 	if (r->cposted + 3 - r->ccompleted >= SUB_SQ_DEPTH)
 		return -1;
-	memset(wr, 0, sizeof(wr));
 	sge[k] = (struct ibv_sge){.addr = (uintptr_t)d->buf, .length = n1,
-				  .lkey = d->mr->lkey};
+				  .lkey = d->lkey};
 	wr[k] = (struct ibv_send_wr){.wr_id = RD_TAG | (r->cposted + 1),
 				     .sg_list = &sge[k], .num_sge = 1,
 				     .opcode = IBV_WR_RDMA_READ,
@@ -881,7 +884,7 @@ static int rd_post(rc_rx_t *r)
 	k++;
 	if (n1 < w) {
 		sge[k] = (struct ibv_sge){.addr = (uintptr_t)d->buf + n1,
-					  .length = w - n1, .lkey = d->mr->lkey};
+					  .length = w - n1, .lkey = d->lkey};
 		wr[k] = (struct ibv_send_wr){.wr_id = RD_TAG | (r->cposted + 2),
 					     .sg_list = &sge[k], .num_sge = 1,
 					     .opcode = IBV_WR_RDMA_READ,
@@ -892,7 +895,7 @@ static int rd_post(rc_rx_t *r)
 	}
 	/* After every byte above has come: the fence holds it behind them. */
 	sge[k] = (struct ibv_sge){.addr = (uintptr_t)d->buf + d->cap,
-				  .length = sizeof(uint64_t), .lkey = d->mr->lkey};
+				  .length = sizeof(uint64_t), .lkey = d->lkey};
 	wr[k] = (struct ibv_send_wr){.wr_id = RD_TAG | (r->cposted + (uint64_t)k + 1),
 				     .sg_list = &sge[k], .num_sge = 1,
 				     .opcode = IBV_WR_RDMA_READ,
@@ -927,7 +930,7 @@ static int rd_begin(rc_rx_t *r, uint64_t first, uint64_t last, uint64_t start,
 		return -1;
 	/* Writing the frame at `end` has claimed its way into the first
 	 * one already: gone, no READ needed to know it. */
-	if (end && (end <= start || end + next_space + rd_margin(d->psize) >
+	if (end && (end <= start || end + next_space + d->margin >
 						 start + d->psize))
 		return -1;
 	d->next = first;
@@ -1004,7 +1007,7 @@ static int rd_parse(rc_rx_t *r)
 	uint32_t dend = 0;
 
 	memcpy(&intent, d->buf + d->cap, sizeof(intent));
-	if (intent + rd_margin(d->psize) > d->wstart + d->psize ||
+	if (intent + d->margin > d->wstart + d->psize ||
 	    (d->end && intent < d->end))
 		return -1;
 	while (next <= d->last || (d->end && d->wstart + p < d->end)) {
