@@ -31,7 +31,13 @@
  * for the read-back's READ as for this one) and polled to its
  * completion; that READ followed by a fenced 8-byte READ (the two round
  * trips read-back is made of); and the READ back to back, the engine
- * awake.  Reported: the median of ROUNDS rounds beside the goals
+ * awake.  The floors' rounds and the read-back's alternate in blocks of
+ * BLOCK (each floor block after one READ left out, as the read-back's
+ * rounds come after their own set-up), so that both sample the same
+ * seconds of a shared machine: measured in one block before all of the
+ * read-back's, the floor met other seconds, and one run's ratio went
+ * from 0.6x to 3.8x of another's.  Reported: the median of ROUNDS rounds
+ * beside the goals
  * (DESIGN.md section 8, issue 15: a gap of 1 within 10 us and never more
  * than twice one raw READ of the same bytes), with the load average: the
  * machine is shared.
@@ -51,7 +57,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define ROUNDS 31
+#define ROUNDS 45
+#define BLOCK 5                  /* rounds of each kind in turn */
 #define PAYLOAD 64               /* 96 bytes a frame */
 #define RECV_DEPTH 2048          /* TB_RC_RECV_DEPTH: what fills the
 				  * subscriber when it does not poll */
@@ -176,20 +183,42 @@ static uint64_t floor_read(floor_rig_t *f, uint32_t len, int fenced)
 	return tb_clock_now_ns() - t0;
 }
 
-/* The median of `rounds` READs, each after `idle_us` of nothing (as the
- * read-back meets its READ: see one_gap). */
-static uint64_t floor_median(floor_rig_t *f, uint32_t len, int fenced,
-			     int rounds, unsigned idle_us)
+/* The median of `rounds` READs back to back. */
+static uint64_t floor_median_b2b(floor_rig_t *f, uint32_t len, int rounds)
 {
 	static uint64_t v[FLOOR_ROUNDS];
 
-	for (int i = 0; i < rounds; i++) {
-		if (idle_us)
-			usleep(idle_us);
-		if ((v[i] = floor_read(f, len, fenced)) == 0)
+	for (int i = 0; i < rounds; i++)
+		if ((v[i] = floor_read(f, len, 0)) == 0)
 			return 0;
-	}
 	return median(v, rounds);
+}
+
+/* One READ after 1 ms of nothing, as the read-back meets its READ (see
+ * one_gap). */
+static uint64_t floor_idle(floor_rig_t *f, uint32_t len, int fenced)
+{
+	usleep(1000);
+	return floor_read(f, len, fenced);
+}
+
+/* A block of the floors' rounds, after one left out: up to BLOCK more of
+ * each into fv and fv2, from *nf on.  0, or -1 when a READ failed. */
+static int floor_block(floor_rig_t *f, uint32_t len, uint64_t *fv,
+		       uint64_t *fv2, int *nf)
+{
+	int k = *nf + BLOCK < ROUNDS ? BLOCK : ROUNDS - *nf;
+
+	if (floor_idle(f, len, 0) == 0)
+		return -1;
+	for (int i = 0; i < k; i++)
+		if ((fv[*nf + i] = floor_idle(f, len, 0)) == 0)
+			return -1;
+	for (int i = 0; i < k; i++)
+		if ((fv2[*nf + i] = floor_idle(f, len, 1)) == 0)
+			return -1;
+	*nf += k;
+	return 0;
 }
 
 /* ----------------------------------------------------- the read-back */
@@ -358,7 +387,7 @@ int main(int argc, char **argv)
 	tb_subscriber_t *sub;
 	sub_state_t s = {0};
 	floor_rig_t fr;
-	uint64_t seq = 0, v[ROUNDS];
+	uint64_t seq = 0, v[ROUNDS], fv[ROUNDS], fv2[ROUNDS];
 	char la0[32], la1[32], device[96];
 	uint8_t msg[PAYLOAD] = {0};
 	int status = 0;
@@ -410,17 +439,27 @@ int main(int argc, char **argv)
 	       "per msg");
 	for (size_t g = 0; g < sizeof(gaps) / sizeof(gaps[0]); g++) {
 		uint32_t len = (uint32_t)gaps[g] * 96;
-		uint64_t fl = floor_median(&fr, len, 0, ROUNDS, 1000);
-		uint64_t fl2 = floor_median(&fr, len, 1, ROUNDS, 1000);
-		uint64_t flb = floor_median(&fr, len, 0, FLOOR_ROUNDS, 0);
-		uint64_t med;
-		int n = 0, tries = 0;
+		uint64_t flb = floor_median_b2b(&fr, len, FLOOR_ROUNDS);
+		uint64_t med, fl = 0, fl2 = 0;
+		int n = 0, nf = 0, tries = 0;
 
-		while (n < ROUNDS && tries++ < 3 * ROUNDS) {
-			uint64_t t = one_gap(pub, sub, &s, &seq, gaps[g]);
+		/* In turn: BLOCK of the floors', BLOCK of the read-back's. */
+		while (n < ROUNDS && tries < 3 * ROUNDS) {
+			if (nf < ROUNDS && floor_block(&fr, len, fv, fv2, &nf) < 0)
+				break;
+			for (int k = 0; k < BLOCK && n < ROUNDS &&
+			     tries++ < 3 * ROUNDS;) {
+				uint64_t t = one_gap(pub, sub, &s, &seq, gaps[g]);
 
-			if (t)
-				v[n++] = t;
+				if (t) {
+					v[n++] = t;
+					k++;
+				}
+			}
+		}
+		if (nf == ROUNDS) {
+			fl = median(fv, nf);
+			fl2 = median(fv2, nf);
 		}
 		if (n < ROUNDS / 2 + 1 || !fl || !fl2 || !flb || s.order_errors) {
 			printf("bench rc_read: gap %d: only %d of %d rounds made "
@@ -441,8 +480,9 @@ int main(int argc, char **argv)
 	}
 	printf("bench rc_read: raw READ: the same bytes (96 a frame), posted "
 	       "after 1 ms of nothing as the read-back's are, polled to "
-	       "completion; +fenced word: with the fenced 8-byte READ "
-	       "read-back adds; READ b2b: back to back\n");
+	       "completion, in blocks of %d between the read-back's; +fenced "
+	       "word: with the fenced 8-byte READ read-back adds; READ b2b: "
+	       "back to back\n", BLOCK);
 	loadavg(la1, sizeof(la1));
 	printf("bench rc_read: load average %s at start, %s at the end (2 "
 	       "cores, shared: times are only as quiet as the machine)\n", la0,
