@@ -1058,7 +1058,11 @@ static int rd_parse(rc_rx_t *r)
 }
 
 /* Delivers the checked frames, up to `limit`, with TB_MSG_F_REPLAY.
- * Returns how many. */
+ * Returns how many.  Each is the next sequence as rd_parse saw to it,
+ * unless `seq` moved on between the poll that posted the READs and the
+ * one that collects them: several copies of one stream (sources.c) share
+ * the tracker, and another may have delivered some of the gap meanwhile;
+ * those are not delivered twice. */
 static int rd_deliver(rc_rx_t *r, tb_seq_t *seq, tb_handler_t handler,
 		      void *clientd, int limit)
 {
@@ -1071,12 +1075,15 @@ static int rd_deliver(rc_rx_t *r, tb_seq_t *seq, tb_handler_t handler,
 		const tb_frame_hdr_t *h = (const tb_frame_hdr_t *)(d->buf + d->dpos);
 
 		if (h->type == TB_FRAME_DATA) {
-			tb_seq_admit(seq, h->seq);   /* the next: rd_parse saw to it */
-			tb_frame_to_msg(h, &msg);
-			msg.flags |= TB_MSG_F_REPLAY;
-			msg.receive_ns = now_ns;
-			handler(clientd, &msg);
-			n++;
+			/* NEXT, or a DUPLICATE (above); never a GAP: the
+			 * tracker only moves forward, in steps of frames. */
+			if (tb_seq_admit(seq, h->seq) == TB_SEQ_NEXT) {
+				tb_frame_to_msg(h, &msg);
+				msg.flags |= TB_MSG_F_REPLAY;
+				msg.receive_ns = now_ns;
+				handler(clientd, &msg);
+				n++;
+			}
 			d->dpos += tb_frame_space(h->length);
 		} else {
 			d->dpos += h->length;
