@@ -369,12 +369,15 @@ static void restart_is_a_new_epoch_from_one(void **state)
 	assert_true(tb_pub_epoch(pub2) != epoch1);
 	offer(pub2, 8);
 	offer(pub2, 8);
-	/* Old ring: closed (or replaced), then the new epoch from seq 1. */
+	/* Old ring: closed (or replaced), then the new epoch from seq 1.  An
+	 * idle reader looks for a replaced ring once in 256 polls; this one
+	 * sleeps 100 us between polls, which a loaded machine stretched past
+	 * a second (load 10): the bound is generous, not the wait. */
 	{
-		int rc = poll_until(sub, &s, 1000);
+		int rc = poll_until(sub, &s, 10000);
 
 		if (rc == TB_CLOSED)
-			rc = poll_until(sub, &s, 1000);
+			rc = poll_until(sub, &s, 10000);
 		assert_int_equal(rc, TB_NEW_EPOCH);
 	}
 	assert_int_equal(tb_sub_epoch(sub), tb_pub_epoch(pub2));
