@@ -990,7 +990,9 @@ static int quick_recv(struct rconn *k)
 
 	if (in->off == in->have) {
 		in->off = in->have = 0;
-	} else if (in->off > in->cap / 2) {
+	} else if (in->off > in->cap / 2 || in->have == in->cap) {
+		/* What is buffered is less than a whole frame, and a frame
+		 * fits in the buffer (quick_step): this makes room for it. */
 		memmove(in->buf, in->buf + in->off, in->have - in->off);
 		in->have -= in->off;
 		in->off = 0;

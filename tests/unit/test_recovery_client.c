@@ -1002,11 +1002,79 @@ static void test_quick_fetch_broken_or_silent(void **state)
 	}
 }
 
+/* Frames of up to 200,000 bytes, 650,000 in all (the connection's buffer
+ * holds 262,144), one of 200,000 starting 100,000 bytes into the buffer,
+ * where it does not fit behind: the buffer makes room for it rather than
+ * reading nothing into a full buffer. */
+struct big {
+	uint64_t n, next, bad;
+};
+
+static const uint32_t big_len[5] = {100000 - 32, 200000, 100000, 200000, 50000};
+
+static int on_big(void *cd, const tb_frame_hdr_t *f)
+{
+	struct big *b = cd;
+	const uint8_t *p = (const uint8_t *)f + TB_FRAME_HDR_LEN;
+
+	uint32_t plen = f->length - TB_FRAME_HDR_LEN;
+
+	if (f->seq != b->next || f->seq < 10 || f->seq > 14 ||
+	    f->length != big_len[f->seq - 10] ||
+	    p[0] != (uint8_t)f->seq || p[plen - 1] != (uint8_t)f->seq)
+		b->bad++;
+	b->next = f->seq + 1;
+	b->n++;
+	return 0;
+}
+
+static void test_quick_fetch_large_frames(void **state)
+{
+	static uint64_t buf[(650000 + 256) / 8];
+	tb_recovery_proto_begin_t bg = {STREAM, 5, EPOCH, 10};
+	tb_recovery_proto_end_t e = {TB_RECOVERY_PROTO_END_COMPLETE, 14};
+	uint8_t *p = (uint8_t *)buf;
+	size_t len;
+	struct script s;
+	tb_endpoint_t ep;
+	tb_recovery_client_t *c;
+	struct big b = {0, 10, 0};
+	uint64_t next;
+	int rc;
+
+	(void)state;
+	/* BEGIN is 32 bytes: the second frame starts at 100,000. */
+	len = (size_t)tb_recovery_proto_encode_begin(p, 64, &bg);
+	for (uint64_t seq = 10; seq < 15; seq++) {
+		tb_frame_hdr_t *f = (tb_frame_hdr_t *)(p + len);
+
+		uint32_t plen = big_len[seq - 10] - TB_FRAME_HDR_LEN;
+
+		tb_frame_init(f, plen, 3, STREAM, seq, 1);
+		memset(tb_frame_payload(f), (int)(seq & 0xff), plen);
+		len += f->length;
+	}
+	len += (size_t)tb_recovery_proto_encode_end(p + len, 64, &e);
+	script_start(&s, buf, len, 0);
+	ep = ep_of(s.port);
+	c = quick_client(&ep, 2000);
+	assert_int_equal(tb_recovery_client_quick_start(c, EPOCH, 10, 14), 0);
+	while ((rc = tb_recovery_client_quick_step(c, on_big, &b, 64, &next)) == 0)
+		;
+	assert_int_equal(rc, 1);
+	assert_int_equal(b.n, 5);
+	assert_int_equal(b.bad, 0);
+	assert_int_equal(next, 15);
+	tb_recovery_client_close(c);
+	script_stop(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_quick_fetch),
 		cmocka_unit_test(test_quick_fetch_broken_or_silent),
+		cmocka_unit_test(test_quick_fetch_large_frames),
 		cmocka_unit_test(test_kept_connection),
 		cmocka_unit_test(test_range_in_order),
 		cmocka_unit_test(test_every_reject_reason),
