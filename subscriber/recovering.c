@@ -147,6 +147,8 @@ struct tb_recovering {
 	uint64_t q_now;      /* the poll's stamp for replayed frames */
 	uint64_t q_delivered;
 	tb_recovering_stats_t stats;
+	_Atomic uint32_t up;     /* recovery thread: connections up, as of
+				    its last maintenance */
 	int live_paused;     /* a condition is queued: do not poll the
 				transport until it is delivered */
 	uint64_t dropped;    /* first frame the live buffer had no room
@@ -339,8 +341,11 @@ static void *rec_main(void *arg)
 		}
 		now = tb_clock_mono_ns();
 		if (now >= next_maintain && tb_recovery_client_claim(r->client)) {
-			tb_recovery_client_maintain(r->client);
+			int up = tb_recovery_client_maintain(r->client);
+
 			tb_recovery_client_unclaim(r->client);
+			/* Unpaired, for tb_recovering_stats: a figure. */
+			tb_atomic_store_relaxed(&r->up, (uint32_t)up);
 			now = tb_clock_mono_ns();
 			next_maintain = now + MAINTAIN_MS * 1000000ull;
 		} else if (now >= next_maintain) {
@@ -827,6 +832,7 @@ void tb_recovering_stats(const tb_recovering_t *r, tb_recovering_stats_t *st)
 {
 	*st = r->stats;
 	st->wake_kicks = tb_atomic_load_relaxed(&r->wake.kicks);
+	st->connections_up = tb_atomic_load_relaxed(&r->up);
 }
 
 int tb_recovering_active(const tb_recovering_t *r)

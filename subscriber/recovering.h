@@ -90,6 +90,9 @@ typedef struct tb_recovering_stats {
 	uint64_t thread_jobs;      /* jobs posted to the recovery thread */
 	uint64_t wake_kicks;       /* of those, the ones that woke it from
 				      its futex (a system call) */
+	uint64_t connections_up;   /* kept connections authenticated and
+				      open, as of the recovery thread's last
+				      check (every 100 ms while idle) */
 } tb_recovering_stats_t;
 
 void tb_recovering_stats(const tb_recovering_t *r, tb_recovering_stats_t *st);

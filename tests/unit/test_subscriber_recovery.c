@@ -314,8 +314,9 @@ static uint64_t queued_gaps(uint64_t held)
 			losses++;
 			assert_int_equal(tb_sub_loss(sub, &lost_first, &lost_last), 0);
 			g.next = lost_last + 1;
-		} else {
-			assert_true(n >= 0);
+		} else if (n < 0) {
+			fail_msg("poll: %s at %llu", tb_strerror(n),
+				 (unsigned long long)g.next);
 		}
 	}
 	assert_int_equal(laps, 0); /* recovered, never returned */
@@ -480,7 +481,7 @@ struct dying {
 	uint32_t stream_id;
 	uint64_t epoch;
 	int frames, hold_ms;
-	_Atomic int welcomed, requested;
+	_Atomic int requested;
 	pthread_t t;
 };
 
@@ -516,16 +517,19 @@ static void *dying_main(void *arg)
 	if (recv_exact(fd, in, sizeof(tb_recovery_proto_wire_hello_t)) < 0 ||
 	    send(fd, out, (size_t)n, MSG_NOSIGNAL) != n)
 		goto out;
-	d->welcomed = 1;
 	if (recv_exact(fd, in, sizeof(tb_recovery_proto_wire_request_t)) < 0 ||
 	    tb_recovery_proto_decode(in, sizeof(tb_recovery_proto_wire_request_t),
 				     &m) < 0)
 		goto out;
 	d->requested = 1;
 	len = (size_t)tb_recovery_proto_encode_begin(out, 64, &m.request);
-	for (int i = 0; i < d->frames && i < (int)m.request.count; i++)
-		len += frames_put((uint8_t *)out + len, d->stream_id,
-				  m.request.first + (uint64_t)i, 24, 1, 1, NULL);
+	/* On the byte stream each frame is exactly its length (56 bytes),
+	 * not the space it takes in a ring. */
+	for (int i = 0; i < d->frames && i < (int)m.request.count; i++) {
+		frames_put((uint8_t *)out + len, d->stream_id,
+			   m.request.first + (uint64_t)i, 24, 1, 1, NULL);
+		len += TB_FRAME_HDR_LEN + 24;
+	}
 	send(fd, out, len, MSG_NOSIGNAL);
 	if (d->hold_ms)
 		usleep((useconds_t)d->hold_ms * 1000);
@@ -554,7 +558,9 @@ static void dying_start(struct dying *d)
  * Gap 1..50 of a subscriber with the default idle, whose recovery thread
  * has been idle long enough to park.  `d` (may be NULL) is a failing
  * service listed before the good one.  Every message comes once, in
- * order; no poll waits (each returns within 50 ms).  Fills *rs.
+ * order; no poll waits for the service (each returns within 500 ms, half
+ * the I/O timeout, which a poll that waited for the answer would take;
+ * the bound leaves room for a loaded machine's preemptions).  Fills *rs.
  */
 static void parked_gap(struct dying *d, uint32_t timeout_ms,
 		       tb_recovering_stats_t *rs)
@@ -587,9 +593,15 @@ static void parked_gap(struct dying *d, uint32_t timeout_ms,
 		offer(pub, seq);
 	assert_int_equal(tb_subscriber_open(&sub, &c), 0);
 	wait_authenticated(srv, 1);
+	/* Both ends of each connection done with its HELLO: the recovery
+	 * thread says so after its next check. */
 	until = tb_clock_mono_ms() + 5000;
-	while (d && !d->welcomed && tb_clock_mono_ms() < until)
+	do {
 		usleep(1000);
+		tb_recovering_stats(tb_sub_recovering_of(sub), rs);
+	} while (rs->connections_up < (uint64_t)c.n_recovery &&
+		 tb_clock_mono_ms() < until);
+	assert_int_equal(rs->connections_up, c.n_recovery);
 	/* Well past the 200 us after which the idle recovery thread parks. */
 	usleep(30000);
 	assert_int_equal(tb_sub_start_at(sub, 1), 0);
@@ -601,14 +613,19 @@ static void parked_gap(struct dying *d, uint32_t timeout_ms,
 		uint64_t t0 = tb_clock_mono_ms();
 
 		poll_ok(sub, &g);
-		if (tb_clock_mono_ms() - t0 > worst)
+		if (tb_clock_mono_ms() - t0 > worst) {
 			worst = tb_clock_mono_ms() - t0;
+			if (getenv("DBG"))
+				print_message("poll of %llu ms at %llu\n",
+					      (unsigned long long)worst,
+					      (unsigned long long)g.next);
+		}
 	}
 	assert_int_equal(g.n, 60);
 	assert_int_equal(g.next, 61);
 	assert_int_equal(g.replayed, 50);
 	assert_int_equal(g.bad, 0);
-	assert_true(worst < 50);
+	assert_true(worst < 500);
 	tb_recovering_stats(tb_sub_recovering_of(sub), rs);
 	print_message("quick %llu, given back %llu, thread jobs %llu, futex "
 		      "wakes %llu, longest poll %llu ms\n",
@@ -660,11 +677,11 @@ static void test_service_dies_mid_answer(void **state)
  * recovery_timeout_ms) the rest comes from the next service. */
 static void test_silent_service_given_up(void **state)
 {
-	struct dying d = {.frames = 20, .hold_ms = 1500};
+	struct dying d = {.frames = 20, .hold_ms = 2500};
 	tb_recovering_stats_t rs;
 
 	(void)state;
-	parked_gap(&d, 600, &rs);
+	parked_gap(&d, 2000, &rs);
 	assert_true(d.requested);
 	assert_int_equal(rs.quick_fetches, 1);
 	assert_int_equal(rs.quick_given_back, 1);
