@@ -31,6 +31,31 @@
  *   idle long (PARK_AFTER_NS; never with cfg.idle = busy-spin, at once
  *   after the spin with backoff) does it park on a futex, and only then
  *   does posting a gap cost the poll thread a FUTEX_WAKE.
+ * - A small gap wakes nobody: when the job's range fits in one request on
+ *   a kept connection that is up and idle, the poll thread asks for it
+ *   itself (a quick fetch, recovery/client.h): one non-blocking send()
+ *   when it posts the job, then on each of its polls at most one
+ *   non-blocking recv(), the frames checked where they lie in the
+ *   connection's buffer and handed to the handler from there (no replay
+ *   queue, no copy).  It was waiting on the gap anyway; a parked recovery
+ *   thread's FUTEX_WAKE and scheduler wake-up were most of a small gap's
+ *   cost.  Whatever the quick fetch cannot settle (no connection up, a
+ *   range too large or open-ended, a REJECT, an answer cut short, a
+ *   service that closes, breaks, or sends nothing for the I/O timeout)
+ *   goes to the recovery thread as an ordinary job from the first
+ *   sequence not delivered, and its policy (failover, backoff, LOST and
+ *   TOO_OLD, data loss) does the rest.  So the poll thread never waits:
+ *   each poll costs one recv() while an answer is outstanding, and the
+ *   I/O timeout bounds how long it is tried.
+ * - The connections belong to one thread at a time, by the client's claim
+ *   (recovery/client.h: A6/R6).  The poll thread holds it from the quick
+ *   fetch's start until its step ends it, and gives it back before it
+ *   posts a job for the rest; the recovery thread takes it for each job
+ *   (always free then: the poll thread posts no job while it holds it)
+ *   and gives it back before DONE is queued, and takes it for its
+ *   periodic maintenance only if it is free (else tries again a
+ *   millisecond later).  A quick fetch tried while maintenance holds the
+ *   connections becomes a job for the thread.
  * - A job also covers the gaps already queued behind its own (up to
  *   COALESCE_MAX sequences on), so that heavy loss costs a round trip per
  *   round trip, not one per gap; what it fetches twice, deliver drops, and
@@ -52,11 +77,12 @@
  *   (nothing to attach to) still lets the first idle poll post its open
  *   job, with epoch 0: the services' newest epoch (their WELCOME) is asked.
  *
- * Between the two threads: the job goes over by job_gen (R4 in post_job,
- * A4 in rec_main), and the wake-up by `wake` (wake.h, after R4); frames and
- * markers come back through the replay fifo (its R1/A2, fifo.h); the stop
- * flag goes one way (R5 in tb_recovering_close, A5 in the thread).  The
- * poll side never blocks: it only peeks at the queues.
+ * Between the two threads: the connections go by the client's claim
+ * (A6/R6, above); the job by job_gen (R4 in post_thread, A4 in rec_main),
+ * and the wake-up by `wake` (wake.h, after R4); frames and markers come
+ * back through the replay fifo (its R1/A2, fifo.h); the stop flag goes one
+ * way (R5 in tb_recovering_close, A5 in the thread).  The poll side never
+ * blocks: it peeks at the queues and tries its socket without waiting.
  */
 #include "subscriber/recovering.h"
 
@@ -70,6 +96,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -93,6 +120,9 @@
 #define SPIN_NS 20000u
 #define PARK_AFTER_NS 200000u
 #define MAINTAIN_MS 100u
+/* While the poll thread holds the connections, maintain is tried again
+ * after this. */
+#define MAINTAIN_RETRY_MS 1u
 /* How long the recovery thread busy-polls its socket for an answer before
  * it sleeps in poll() (less with spin-then-yield, none with backoff): a
  * loopback or LAN answer comes within tens of microseconds. */
@@ -107,7 +137,18 @@ struct tb_recovering {
 	uint64_t deliver_next; /* while active: next sequence to hand out;
 				  anything below is a duplicate; 0: none */
 	tb_fifo_t live;
-	int job_active;      /* a job is posted and its DONE not yet seen */
+	int job_active;      /* a job is posted and its DONE not yet seen,
+				or a quick fetch is under way */
+	int job_quick;       /* the job is the poll thread's quick fetch: it
+				holds the client (see the essay) */
+	/* The quick fetch's delivery, for quick_frame: set by each poll. */
+	tb_handler_t q_handler;
+	void *q_clientd;
+	uint64_t q_now;      /* the poll's stamp for replayed frames */
+	uint64_t q_delivered;
+	tb_recovering_stats_t stats;
+	_Atomic uint32_t up;     /* recovery thread: connections up, as of
+				    its last maintenance */
 	int live_paused;     /* a condition is queued: do not poll the
 				transport until it is delivered */
 	uint64_t dropped;    /* first frame the live buffer had no room
@@ -235,6 +276,18 @@ static void rec_loss(void *arg, uint64_t first, uint64_t last)
 		r->job_cut = 1;
 }
 
+/* Takes the client for a job.  The poll thread gives it back before it
+ * posts one, so this waits only if a claim is on its way out. */
+static int rec_claim(tb_recovering_t *r)
+{
+	while (!tb_recovery_client_claim(r->client)) {
+		if (tb_atomic_load_seq_cst(&r->stop)) /* A5 pairs with R5 */
+			return 0;
+		sched_yield();
+	}
+	return 1;
+}
+
 /* Runs the job published by job_gen. */
 static void rec_job(tb_recovering_t *r)
 {
@@ -242,12 +295,17 @@ static void rec_job(tb_recovering_t *r)
 	uint64_t next;
 	int rc;
 
+	if (!rec_claim(r))
+		return;
 	tb_recovery_client_until_latest(r->client, r->job_open);
 	r->job_cut = 0;
 	r->job_lost = 0;
 	rc = tb_recovery_client_get(r->client, r->job_epoch, r->job_first,
 				    r->job_last, rec_frame, rec_loss, r, &st,
 				    &next);
+	/* Given back before DONE is queued: the poll thread, once it has
+	 * seen DONE, may take the client for a quick fetch. */
+	tb_recovery_client_unclaim(r->client);
 	if (rc == TB_ESTATE && tb_atomic_load_seq_cst(&r->stop)) /* A5 */
 		return;
 	/* A probe that finds no service says nothing about loss: the next
@@ -282,10 +340,17 @@ static void *rec_main(void *arg)
 			continue;
 		}
 		now = tb_clock_mono_ns();
-		if (now >= next_maintain) {
-			tb_recovery_client_maintain(r->client);
+		if (now >= next_maintain && tb_recovery_client_claim(r->client)) {
+			int up = tb_recovery_client_maintain(r->client);
+
+			tb_recovery_client_unclaim(r->client);
+			/* Unpaired, for tb_recovering_stats: a figure. */
+			tb_atomic_store_relaxed(&r->up, (uint32_t)up);
 			now = tb_clock_mono_ns();
 			next_maintain = now + MAINTAIN_MS * 1000000ull;
+		} else if (now >= next_maintain) {
+			/* A quick fetch holds the connections: after it. */
+			next_maintain = now + MAINTAIN_RETRY_MS * 1000000ull;
 		}
 		seen = tb_wake_wait(&r->wake, seen, idle_since, next_maintain);
 	}
@@ -473,6 +538,20 @@ static void poll_live(tb_recovering_t *r)
 	r->live_paused = 1;
 }
 
+/* Hands the job in job_* to the recovery thread. */
+static void post_thread(tb_recovering_t *r)
+{
+	/* R4: publishes the job fields; pairs with A4 in rec_main.  The
+	 * relaxed load reads back the poll thread's own last store. */
+	tb_atomic_store_release(&r->job_gen,
+				tb_atomic_load_relaxed(&r->job_gen) + 1);
+	/* A store while the recovery thread is awake; a FUTEX_WAKE only if
+	 * it has been idle long enough to park. */
+	tb_wake_signal(&r->wake);
+	r->stats.thread_jobs++;
+	r->job_active = 1;
+}
+
 static void post_job(tb_recovering_t *r, const tb_fifo_ent_t *gap)
 {
 	r->job_epoch = gap->aux;
@@ -486,14 +565,84 @@ static void post_job(tb_recovering_t *r, const tb_fifo_ent_t *gap)
 	    r->tail_gap_last > gap->last)
 		r->job_last = r->tail_gap_last - gap->last > COALESCE_MAX ?
 			      gap->last + COALESCE_MAX : r->tail_gap_last;
-	/* R4: publishes the job fields above; pairs with A4 in rec_main.
-	 * The relaxed load reads back the poll thread's own last store. */
-	tb_atomic_store_release(&r->job_gen,
-				tb_atomic_load_relaxed(&r->job_gen) + 1);
-	/* A store while the recovery thread is awake; a FUTEX_WAKE only if
-	 * it has been idle long enough to park. */
-	tb_wake_signal(&r->wake);
-	r->job_active = 1;
+	/* A known epoch and a closed range: asked by this thread itself if
+	 * a kept connection is up and idle and the range fits in one
+	 * request; no thread to wake. */
+	if (!r->job_open && tb_recovery_client_quick_start(r->client,
+							     r->job_epoch,
+							     r->job_first,
+							     r->job_last) == 0) {
+		tb_counter_inc(r->ctr, TB_CTR_RECOVERY_REQUESTS);
+		r->stats.quick_fetches++;
+		r->job_quick = 1;
+		r->job_active = 1;
+		return;
+	}
+	post_thread(r);
+}
+
+/* The quick fetch's frames, checked by the client where they lie in its
+ * buffer: handed out at once, as deliver does. */
+static int quick_frame(void *arg, const tb_frame_hdr_t *f)
+{
+	tb_recovering_t *r = arg;
+	tb_msg_t m;
+
+	if (r->deliver_next && f->seq < r->deliver_next) {
+		r->seq->duplicates++;
+		tb_counter_inc(r->ctr, TB_CTR_DUPLICATES);
+		return 0;
+	}
+	r->deliver_next = f->seq + 1;
+	if (!r->q_now)
+		r->q_now = tb_clock_now_ns_inline();
+	m.data = (const uint8_t *)f + TB_FRAME_HDR_LEN;
+	m.len = f->length - TB_FRAME_HDR_LEN;
+	m.template_id = f->template_id;
+	m.flags = TB_MSG_F_REPLAY;
+	m.stream_id = f->stream_id;
+	m.seq = f->seq;
+	m.publish_ns = f->publish_ns;
+	m.receive_ns = r->q_now;
+	r->q_delivered++;
+	r->q_handler(r->q_clientd, &m);
+	return 0;
+}
+
+/*
+ * One step of the quick fetch: up to `room` frames delivered (returns how
+ * many).  When it ends, the job is done, or what is left of the gap goes
+ * to the recovery thread, whose policy (failover, backoff, rejects, loss)
+ * takes it from the first sequence not delivered.
+ */
+static int poll_quick(tb_recovering_t *r, tb_handler_t handler,
+		      void *clientd, int room)
+{
+	uint64_t next;
+	int rc;
+
+	r->q_handler = handler;
+	r->q_clientd = clientd;
+	r->q_delivered = 0;
+	rc = tb_recovery_client_quick_step(r->client, quick_frame, r, room,
+					   &next);
+	if (rc == 0)
+		return (int)r->q_delivered;
+	r->job_quick = 0;
+	if (rc == 1 || next > r->job_gap_last) {
+		/* The gap is whole (what lies past it is the live buffer's
+		 * and the later gaps' jobs'). */
+		tb_counter_inc(r->ctr, TB_CTR_RECOVERY_OK);
+		r->job_active = 0;
+		return (int)r->q_delivered;
+	}
+	if (rc != TB_EBUSY)
+		tb_info("recovery: %s; the recovery thread takes over from %llu",
+			tb_errmsg(), (unsigned long long)next);
+	r->stats.quick_given_back++;
+	r->job_first = next;
+	post_thread(r);
+	return (int)r->q_delivered;
 }
 
 /* Hands out one frame unless it was handed out already (a probe and a
@@ -542,10 +691,20 @@ int tb_recovering_poll(tb_recovering_t *r, tb_handler_t handler, void *clientd,
 	uint64_t now = 0, replayed = 0;
 	int n = 0;
 
+	r->q_now = 0;
 	poll_live(r);
 	while (n < limit) {
 		tb_fifo_ent_t *e;
 
+		if (r->job_quick) {
+			int got = poll_quick(r, handler, clientd, limit - n);
+
+			n += got;
+			replayed += (uint64_t)got;
+			if (r->job_quick)
+				break; /* the answer is on its way */
+			continue;
+		}
 		if (r->job_active) {
 			e = tb_fifo_peek(&r->replay);
 			if (!e)
@@ -667,6 +826,13 @@ int tb_recovering_start_probe(tb_recovering_t *r, uint64_t epoch,
 		    1, epoch);
 	r->active = 1;
 	return tb_recovering_poll(r, handler, clientd, limit, loss);
+}
+
+void tb_recovering_stats(const tb_recovering_t *r, tb_recovering_stats_t *st)
+{
+	*st = r->stats;
+	st->wake_kicks = tb_atomic_load_relaxed(&r->wake.kicks);
+	st->connections_up = tb_atomic_load_relaxed(&r->up);
 }
 
 int tb_recovering_active(const tb_recovering_t *r)

@@ -18,7 +18,9 @@
  *
  * Threads: every call is made by the subscriber's poll thread (open and
  * close by whoever opens and closes the subscriber).  The machine runs a
- * thread of its own for the blocking TCP work, from open to close.
+ * thread of its own for the blocking TCP work, from open to close; a gap
+ * small enough for one request on an idle kept connection the poll
+ * thread asks for itself, without waiting (recovering.c).
  */
 #ifndef TB_RECOVERING_H
 #define TB_RECOVERING_H
@@ -80,6 +82,24 @@ int tb_recovering_start_probe(tb_recovering_t *r, uint64_t epoch,
  */
 int tb_recovering_poll(tb_recovering_t *r, tb_handler_t handler, void *clientd,
 		       int limit, tb_seq_range_t *loss);
+
+/* How the gaps were fetched (poll thread; tests and tools). */
+typedef struct tb_recovering_stats {
+	uint64_t quick_fetches;    /* asked by the poll thread itself */
+	uint64_t quick_given_back; /* of those, finished by the thread */
+	uint64_t thread_jobs;      /* jobs posted to the recovery thread */
+	uint64_t wake_kicks;       /* of those, the ones that woke it from
+				      its futex (a system call) */
+	uint64_t connections_up;   /* kept connections authenticated and
+				      open, as of the recovery thread's last
+				      check (every 100 ms while idle) */
+} tb_recovering_stats_t;
+
+void tb_recovering_stats(const tb_recovering_t *r, tb_recovering_stats_t *st);
+
+/* A subscriber's machine (subscriber.c), NULL without recovery endpoints:
+ * for tests and benchmarks, not in the public API. */
+tb_recovering_t *tb_sub_recovering_of(const tb_subscriber_t *s);
 
 /* 1 while recovering (started and not yet drained), 0 when live again. */
 int tb_recovering_active(const tb_recovering_t *r);

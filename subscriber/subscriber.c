@@ -276,3 +276,5 @@ uint64_t tb_sub_epoch(const tb_subscriber_t *s) { return s->rx->ops->epoch(s->rx
 uint64_t tb_sub_next_seq(const tb_subscriber_t *s) { return s->seq.expected; }
 
 int tb_sub_recovering(const tb_subscriber_t *s) { return s->recovering; }
+
+tb_recovering_t *tb_sub_recovering_of(const tb_subscriber_t *s) { return s->rec; }

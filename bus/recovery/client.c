@@ -19,6 +19,13 @@
  * per buffer and no copy; only a frame that is misaligned or larger than
  * the buffer is copied first.
  *
+ * The quick fetch (the header) reads the same buffer without waiting: one
+ * recv() a step at most, the frames checked where they lie by the same
+ * tests as read_answer's, and a deadline of io_timeout_ms from the last
+ * byte that came.  It takes the client by its claim (`owner`, A6) and
+ * gives it back (R6) whenever it ends, so that the thread that blocks
+ * never finds a connection mid-answer.
+ *
  * Versions (proto.h): a connection asks in the current version; a server
  * of version 2 refuses that HELLO as malformed, in version 2, and is then
  * dialled again and asked in version 2 (which has no LOST reject: such a
@@ -62,6 +69,16 @@ struct rconn {
 	uint32_t backoff_ms;
 };
 
+/* A quick fetch in progress (tb_recovery_client_quick_start). */
+struct quick {
+	int conn;               /* the endpoint asked */
+	int begun;              /* its RESPONSE_BEGIN is read */
+	tb_recovery_proto_request_t req;
+	tb_recovery_proto_begin_t begin;
+	uint64_t i;             /* frames delivered */
+	uint64_t until_ms;      /* no byte by then: the service is given up */
+};
+
 struct tb_recovery_client {
 	tb_recovery_client_cfg_t cfg;
 	tb_endpoint_t *eps;
@@ -69,6 +86,10 @@ struct tb_recovery_client {
 	struct rconn *conns;
 	uint8_t *scratch;       /* a frame that must be copied */
 	size_t scratch_cap;
+	/* Who holds the client, TB_RECOVERY_CLIENT_*: taken by A6 (a
+	 * compare-and-swap from FREE), given back by R6. */
+	_Atomic uint32_t owner;
+	struct quick q;         /* the QUICK holder's */
 };
 
 void tb_recovery_client_cfg_init(tb_recovery_client_cfg_t *cfg)
@@ -888,5 +909,290 @@ int tb_recovery_client_fetch_one(const tb_endpoint_t *ep, const char *token,
 	if (delivered)
 		*delivered = got;
 	tb_recovery_client_close(c);
+	return rc;
+}
+
+/* ------------------------------------------------------- the quick fetch */
+
+/* Takes the client for `who` if nobody holds it. */
+static int claim(tb_recovery_client_t *c, uint32_t who)
+{
+	uint32_t expected = TB_RECOVERY_CLIENT_FREE;
+
+	/* A6: pairs with R6 in unclaim; the new holder sees every write of
+	 * the last one (connections, buffers, the quick state). */
+	return tb_atomic_cas_acq_rel(&c->owner, &expected, who);
+}
+
+int tb_recovery_client_claim(tb_recovery_client_t *c)
+{
+	return claim(c, TB_RECOVERY_CLIENT_BACKGROUND);
+}
+
+void tb_recovery_client_unclaim(tb_recovery_client_t *c)
+{
+	/* R6: pairs with A6 in claim. */
+	tb_atomic_store_release(&c->owner, TB_RECOVERY_CLIENT_FREE);
+}
+
+int tb_recovery_client_quick_start(tb_recovery_client_t *c, uint64_t epoch,
+				   uint64_t first, uint64_t last)
+{
+	uint8_t out[sizeof(tb_recovery_proto_wire_request_t)];
+	struct rconn *k = NULL;
+	struct quick *q = &c->q;
+	ssize_t sent;
+	int i, n;
+
+	if (epoch == 0 || first == 0 || last < first ||
+	    !claim(c, TB_RECOVERY_CLIENT_QUICK))
+		return TB_EBUSY;
+	for (i = 0; i < c->cfg.n_endpoints && !k; i++)
+		if (c->conns[i].fd >= 0 && !c->conns[i].connecting)
+			k = &c->conns[i];
+	/* One request, on a connection with nothing left over from the last
+	 * answer. */
+	if (!k || last - first >= k->max_count || tb_net_reader_avail(&k->in))
+		goto busy;
+	memset(q, 0, sizeof(*q));
+	q->conn = (int)(k - c->conns);
+	q->req.stream_id = c->cfg.stream_id;
+	q->req.epoch = epoch;
+	q->req.first = first;
+	q->req.count = (uint32_t)(last - first + 1);
+	n = tb_recovery_proto_encode(out, sizeof(out), k->version,
+				     TB_RECOVERY_PROTO_REQUEST, &q->req);
+	if (n < 0)
+		goto busy;
+	sent = send(k->fd, out, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (sent != n) {
+		/* Half a request spoils the stream; a broken socket is
+		 * dialled again by maintain.  A full send buffer on an idle
+		 * connection is neither: left as it is. */
+		if (sent > 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+			conn_close(k);
+		goto busy;
+	}
+	q->until_ms = tb_clock_mono_ms() + c->cfg.io_timeout_ms;
+	return 0;
+busy:
+	tb_recovery_client_unclaim(c);
+	return TB_EBUSY;
+}
+
+/* One recv() that does not wait, into the reader's buffer (moving what is
+ * buffered to its start when the rest of the buffer is short): > 0 when
+ * bytes came, 0 when none yet, or an error. */
+static int quick_recv(struct rconn *k)
+{
+	tb_net_reader_t *in = &k->in;
+	ssize_t got;
+
+	if (in->off == in->have) {
+		in->off = in->have = 0;
+	} else if (in->off > in->cap / 2 || in->have == in->cap) {
+		/* What is buffered is less than a whole frame, and a frame
+		 * fits in the buffer (quick_step): this makes room for it. */
+		memmove(in->buf, in->buf + in->off, in->have - in->off);
+		in->have -= in->off;
+		in->off = 0;
+	}
+	got = recv(k->fd, in->buf + in->have, in->cap - in->have, MSG_DONTWAIT);
+	if (got > 0) {
+		in->have += (size_t)got;
+		return 1;
+	}
+	if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return 0;
+	if (got == 0)
+		return tb_error_set(TB_EIO, "the server closed the connection "
+				  "mid-answer");
+	return tb_error_sys(errno, "recv");
+}
+
+/* The quick fetch's protocol message at the head of the buffer: BEGIN or
+ * REJECT first, END after the frames.  1 when the fetch is over (*rc:
+ * 1 done, TB_EBUSY given back, or an error), 0 when it goes on. */
+static int quick_msg(tb_recovery_client_t *c, struct rconn *k, size_t len,
+		     int *rc)
+{
+	struct quick *q = &c->q;
+	tb_recovery_proto_msg_t m;
+	int n = tb_recovery_proto_decode(tb_net_reader_peek(&k->in), len, &m);
+
+	if (n < 0 || (n = version_check(k, &m)) < 0) {
+		*rc = n;
+		return 1;
+	}
+	tb_net_reader_take(&k->in, len);
+	if (!q->begun && m.type == TB_RECOVERY_PROTO_REJECT) {
+		*rc = TB_EBUSY; /* the policy's to judge */
+		return 1;
+	}
+	if (!q->begun) {
+		if (m.type != TB_RECOVERY_PROTO_RESPONSE_BEGIN ||
+		    m.begin.stream_id != q->req.stream_id ||
+		    m.begin.epoch != q->req.epoch ||
+		    m.begin.first != q->req.first ||
+		    m.begin.count > q->req.count) {
+			*rc = tb_error_set(TB_EPROTO, "a %s that is not the "
+					   "RESPONSE_BEGIN of %llu+%u",
+					   tb_recovery_proto_type_name(m.type),
+					   (unsigned long long)q->req.first,
+					   q->req.count);
+			return 1;
+		}
+		q->begin = m.begin;
+		q->begun = 1;
+		return 0;
+	}
+	if (m.type != TB_RECOVERY_PROTO_RESPONSE_END ||
+	    (m.end.status == TB_RECOVERY_PROTO_END_COMPLETE ?
+	     (q->i != q->begin.count || m.end.last_seq != q->begin.first + q->i - 1) :
+	     (q->i > 0 && m.end.last_seq != q->begin.first + q->i - 1))) {
+		*rc = tb_error_set(TB_EPROTO, "%s after %llu of %u frames",
+				   tb_recovery_proto_type_name(m.type),
+				   (unsigned long long)q->i, q->begin.count);
+		return 1;
+	}
+	/* Cut short (the service's latest, or TRUNCATED): the rest is the
+	 * policy's.  Bytes after the END were never asked for. */
+	*rc = q->i < q->req.count ? TB_EBUSY : 1;
+	if (tb_net_reader_avail(&k->in))
+		*rc = tb_error_set(TB_EPROTO, "%zu bytes after RESPONSE_END",
+				   tb_net_reader_avail(&k->in));
+	return 1;
+}
+
+int tb_recovery_client_quick_step(tb_recovery_client_t *c,
+				  tb_recovery_client_frame_fn fn, void *clientd,
+				  int limit, uint64_t *next)
+{
+	struct quick *q = &c->q;
+	struct rconn *k = &c->conns[q->conn];
+	int done = 0, read = 0, rc = 0;
+
+	for (;;) {
+		const uint8_t *p = tb_net_reader_peek(&k->in);
+		size_t avail = tb_net_reader_avail(&k->in);
+		const tb_frame_hdr_t *f;
+		uint32_t word;
+		int need;
+
+		/* The fast path, read_answer's: each whole, aligned frame
+		 * in the buffer is checked where it lies and handed over. */
+		while (q->begun && done < limit && avail >= TB_FRAME_HDR_LEN &&
+		       (uintptr_t)p % 8 == 0) {
+			f = (const tb_frame_hdr_t *)p;
+			if (tb_unlikely(f->length < TB_FRAME_HDR_LEN ||
+					f->length > avail ||
+					f->length > TB_FRAME_MAX_LEN ||
+					f->version != TB_FRAME_VERSION ||
+					f->type != TB_FRAME_DATA ||
+					f->stream_id != q->begin.stream_id ||
+					q->i >= q->begin.count ||
+					f->seq != q->begin.first + q->i))
+				break;
+			tb_net_reader_take(&k->in, f->length);
+			p += f->length;
+			avail -= f->length;
+			q->i++;
+			done++;
+			fn(clientd, f);
+		}
+		if (done >= limit)
+			return 0;
+		/* A protocol message (BEGIN, REJECT, END), or a frame the
+		 * fast path left (misaligned, or bad: named below).  A frame
+		 * starts with its length, at most TB_FRAME_MAX_LEN; a
+		 * message with the magic reads as more. */
+		if (avail >= sizeof(word)) {
+			memcpy(&word, p, sizeof(word));
+			word = le32toh(word);
+		}
+		if (avail < sizeof(word)) {
+			need = (int)(sizeof(word) - avail);
+		} else if (!q->begun || ((word & 0xffffu) == TB_RECOVERY_PROTO_MAGIC &&
+					 word > TB_FRAME_MAX_LEN)) {
+			if ((need = tb_recovery_proto_frame_need(p, avail)) < 0) {
+				rc = need;
+				goto broken;
+			}
+			if (need == 0) {
+				tb_wire_hdr_t h;
+
+				memcpy(&h, p, sizeof(h));
+				if (quick_msg(c, k, le32toh(h.length), &rc))
+					goto over;
+				continue;
+			}
+		} else {
+			int64_t len;
+
+			if ((need = tb_recovery_proto_replay_need(p, avail)) < 0) {
+				rc = tb_error_prepend(need, "frame %llu",
+						      (unsigned long long)q->i);
+				goto broken;
+			}
+			if (need == 0) {
+				memcpy(&word, p, sizeof(word));
+				len = le32toh(word);
+				if ((uintptr_t)p % 8) {
+					uint8_t *s = scratch(c, (size_t)len);
+
+					if (!s) {
+						rc = tb_error_set(TB_ENOMEM, "frame of "
+								  "%lld bytes",
+								  (long long)len);
+						goto broken;
+					}
+					memcpy(s, p, (size_t)len);
+					p = s;
+				}
+				if ((len = tb_recovery_proto_replay_check(p, (size_t)len,
+									  &q->begin,
+									  q->i)) < 0) {
+					rc = (int)len;
+					goto broken;
+				}
+				tb_net_reader_take(&k->in, (size_t)len);
+				q->i++;
+				done++;
+				fn(clientd, (const tb_frame_hdr_t *)p);
+				continue;
+			}
+			if (avail + (size_t)need > k->in.cap) {
+				rc = tb_error_set(TB_EPROTO, "frame %llu of %zu bytes: "
+						  "larger than the buffer",
+						  (unsigned long long)q->i,
+						  avail + (size_t)need);
+				goto broken;
+			}
+		}
+		/* More bytes are needed: one recv() a step. */
+		if (!read) {
+			read = 1;
+			if ((rc = quick_recv(k)) < 0)
+				goto broken;
+			if (rc > 0) {
+				q->until_ms = tb_clock_mono_ms() + c->cfg.io_timeout_ms;
+				continue;
+			}
+		}
+		if (tb_clock_mono_ms() < q->until_ms)
+			return 0;
+		rc = tb_error_set(TB_ETIMEDOUT, "no answer from %s:%u within %u ms",
+				  c->eps[q->conn].host, c->eps[q->conn].port,
+				  c->cfg.io_timeout_ms);
+		goto broken;
+	}
+broken:
+	if (rc == TB_EBUSY)
+		rc = TB_EIO;
+over:
+	if (rc < 0 && rc != TB_EBUSY)
+		conn_close(k);
+	*next = q->req.first + q->i;
+	tb_recovery_client_unclaim(c);
 	return rc;
 }

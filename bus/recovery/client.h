@@ -30,9 +30,24 @@
  * its own (a connection per call); tb_recovery_client_fetch_one() is one
  * request on a connection of its own, for tests and tools.
  *
- * Threads: blocking calls for a background thread (the subscriber's
- * recovery thread, tb-recoveryd); never on a hot path.  A client is used by
- * one thread at a time.  No global state.
+ * The quick fetch (tb_recovery_client_quick_start, _step) is the one
+ * non-blocking path: a range that fits in one request, asked on a kept
+ * connection that is up and idle, by a thread that cannot wait (the
+ * subscriber's poll thread, which is waiting on the gap anyway).  The
+ * request is one send(); the answer is read one recv() per step at most
+ * and its frames are checked and handed over where they lie in the
+ * connection's buffer.  Anything the quick path cannot settle (no idle
+ * connection, a REJECT, an answer cut short, a broken or silent service)
+ * is given back for tb_recovery_client_get and its policy, from the first
+ * sequence not yet delivered.
+ *
+ * Threads: the blocking calls are for a background thread (the
+ * subscriber's recovery thread, tb-recoveryd); never on a hot path.  A
+ * client is used by one thread at a time, and two threads that share one
+ * pass it by its claim: the one that holds it (tb_recovery_client_claim,
+ * or a quick fetch from its start until its step returns other than 0)
+ * is the only one to touch the client; a claim that fails means the other
+ * thread holds it.  No global state.
  */
 #ifndef TB_RECOVERY_CLIENT_H
 #define TB_RECOVERY_CLIENT_H
@@ -158,5 +173,45 @@ int tb_recovery_client_fetch_one(const tb_endpoint_t *ep, const char *token,
 			 uint32_t io_timeout_ms, tb_recovery_client_frame_fn fn,
 			 void *clientd, tb_recovery_proto_reject_t *reject,
 			 uint64_t *delivered);
+
+/* Who holds a shared client (see Threads above). */
+enum { TB_RECOVERY_CLIENT_FREE = 0, TB_RECOVERY_CLIENT_BACKGROUND = 1,
+       TB_RECOVERY_CLIENT_QUICK = 2 };
+
+/* The background thread's claim, around maintain and get: 1 when taken, 0
+ * when a quick fetch holds the client.  Never blocks. */
+int tb_recovery_client_claim(tb_recovery_client_t *c);
+/* Gives back a claim taken by tb_recovery_client_claim. */
+void tb_recovery_client_unclaim(tb_recovery_client_t *c);
+
+/*
+ * Starts a quick fetch of [first, last] of `epoch` (> 0): claims the client,
+ * and sends one REQUEST, without waiting, on the first endpoint whose kept
+ * connection is up, if the range fits in one request there.  Returns 0
+ * (the caller now holds the client until its step returns other than 0)
+ * or TB_EBUSY without a message when it cannot (client claimed, no
+ * connection up, range too large, the socket would block: ask with
+ * tb_recovery_client_get instead; a connection a partial send spoiled is
+ * closed).
+ */
+int tb_recovery_client_quick_start(tb_recovery_client_t *c, uint64_t epoch,
+				   uint64_t first, uint64_t last);
+
+/*
+ * One step of the quick fetch: at most one recv() (none while a whole
+ * frame is buffered), then up to `limit` frames, checked as
+ * tb_recovery_client_get checks them, to `fn` in order (its result is
+ * ignored: every frame of the answer is taken).  Returns 0 while the
+ * answer is still coming, 1 when all of [first, last] was delivered, or
+ * TB_EBUSY when the rest is the caller's to fetch with
+ * tb_recovery_client_get (a REJECT, an answer cut short: the connection
+ * is kept), or TB_EIO / TB_EPROTO / TB_EFORMAT / TB_ETIMEDOUT (no byte for
+ * io_timeout_ms) with a message (the connection is closed).  Whenever it
+ * returns other than 0 the claim is given back, and *next is the first
+ * sequence not delivered.
+ */
+int tb_recovery_client_quick_step(tb_recovery_client_t *c,
+				  tb_recovery_client_frame_fn fn, void *clientd,
+				  int limit, uint64_t *next);
 
 #endif

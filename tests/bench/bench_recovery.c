@@ -13,28 +13,35 @@
  * (tb_sub_start_at) and one more message is published.  The clock starts
  * before the first poll, which finds the gap, and stops when the handler
  * gets that live message, after the G replayed ones.  So the time covers
- * waking the recovery thread, one request on the kept connection, the
- * transfer, the hand-over queue and the delivery of G + 1 messages.
+ * one request on the kept connection (asked by the poll thread itself, a
+ * quick fetch, when it fits in one request: recovering.c), the service's
+ * answer, the transfer and the delivery of G + 1 messages.  Below each
+ * row: how its gaps were fetched (by the poll thread, or by the recovery
+ * thread, and the futex wakes that took).
  *
  * Two kinds of run: with idle = busy-spin the recovery thread never parks
  * (it spins, then yields the core), which is what a desk that spins its
- * subscriber runs; with the default spin-then-yield the run waits until
- * the recovery thread has parked on its futex (idle > 200 us), so the gap
- * also pays a FUTEX_WAKE on the poll thread and the scheduler's wake-up.
+ * subscriber runs; with the default spin-then-yield the run waits 20 ms,
+ * until the recovery thread has parked on its futex (idle > 200 us), and
+ * the service's thread is asleep too.
  *
- * Floor, in the same run: one request/response on a kept loopback TCP
+ * Floors, in the same run: one request/response on a kept loopback TCP
  * connection (32 bytes out, the 136 bytes of a one-frame answer back)
- * against a thread that answers at once, which is the least a request to
- * any recovery service costs.  Reported: median of RUNS runs, its ratio to
- * the floor's median, the goal (DESIGN.md section 8) and the figure before
- * the kept connection (issue 15: one connection per fetch, an eventfd
- * wake-up).  The machine is shared: the load average is printed beside.
+ * against a thread that answers at once, back to back, which is the least
+ * a request to any recovery service costs; and the same after 20 ms of
+ * silence, as the parked runs meet the service (its thread asleep in the
+ * kernel, its core perhaps halted).  Reported: median of RUNS runs, its
+ * ratio to the floor's median (the cold one's for parked runs), the goal
+ * (DESIGN.md section 8) and the figure before the kept connection (issue
+ * 15: one connection per fetch, an eventfd wake-up).  The machine is
+ * shared: the load average is printed beside.
  */
 #include <tickbus/tickbus.h>
 
 #include "bus/clock.h"
 #include "bus/recovery/server.h"
 #include "publisher/retention.h"
+#include "subscriber/recovering.h"
 #include "tests/common/proc.h"
 
 #include <arpa/inet.h>
@@ -52,6 +59,8 @@
 #define RUNS 9
 #define PAYLOAD 48
 #define FLOOR_ROUNDS 2000
+#define COLD_ROUNDS 15
+#define COLD_IDLE_US 20000
 #define TOKEN "bench"
 #define STREAM 3
 
@@ -115,12 +124,15 @@ static void *echo_main(void *arg)
 	return NULL;
 }
 
-/* Median of FLOOR_ROUNDS request/responses on one kept connection. */
-static uint64_t tcp_floor(void)
+/* Median of FLOOR_ROUNDS request/responses on one kept connection, back
+ * to back; and (*cold) the median of COLD_ROUNDS on the same connection,
+ * each after COLD_IDLE_US of silence, as a gap after a quiet spell meets
+ * the service: its thread asleep in the kernel, its core perhaps halted. */
+static uint64_t tcp_floor(uint64_t *cold)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET};
 	socklen_t sl = sizeof(sa);
-	static uint64_t t[FLOOR_ROUNDS];
+	static uint64_t t[FLOOR_ROUNDS], tc[COLD_ROUNDS];
 	uint8_t req[32] = {0}, ans[136];
 	pthread_t th;
 	int fd, one = 1;
@@ -145,6 +157,17 @@ static uint64_t tcp_floor(void)
 		if (i >= 100) /* the first hundred warm up */
 			t[i - 100] = tb_clock_mono_ns() - t0;
 	}
+	for (int i = 0; i < COLD_ROUNDS; i++) {
+		uint64_t t0;
+
+		usleep(COLD_IDLE_US);
+		t0 = tb_clock_mono_ns();
+		if (send(fd, req, sizeof(req), 0) != (ssize_t)sizeof(req) ||
+		    recv_n(fd, ans, sizeof(ans)) < 0)
+			return 0;
+		tc[i] = tb_clock_mono_ns() - t0;
+	}
+	*cold = median(tc, COLD_ROUNDS);
 	close(fd);
 	pthread_join(th, NULL);
 	close(echo_lfd);
@@ -213,6 +236,9 @@ static void on_msg(void *clientd, const tb_msg_t *m)
 		r->t_end = tb_clock_mono_ns();
 }
 
+/* How the runs' gaps were fetched, summed. */
+static tb_recovering_stats_t how;
+
 static int one_run(tb_publisher_t *pub, tb_recovery_server_t *srv,
 		   const tb_stream_cfg_t *cfg, uint64_t gap, uint64_t *ns)
 {
@@ -253,6 +279,15 @@ static int one_run(tb_publisher_t *pub, tb_recovery_server_t *srv,
 			break;
 		tb_idle_step(&idle, n > 0 ? n : 0);
 	}
+	{
+		tb_recovering_stats_t rs;
+
+		tb_recovering_stats(tb_sub_recovering_of(sub), &rs);
+		how.quick_fetches += rs.quick_fetches;
+		how.quick_given_back += rs.quick_given_back;
+		how.thread_jobs += rs.thread_jobs;
+		how.wake_kicks += rs.wake_kicks;
+	}
 	tb_subscriber_close(sub);
 	if (!r.t_end || r.out_of_order || r.replayed != gap ||
 	    r.delivered != gap + 1) {
@@ -291,12 +326,12 @@ int main(int argc, char **argv)
 	tb_recovery_server_t *srv = NULL;
 	tb_stream_cfg_t cfg;
 	tb_publisher_t *pub;
-	uint64_t floor_ns;
+	uint64_t floor_ns, cold_ns = 0;
 	int status = 0;
 
 	setenv("TICKBUS_QUIET", "1", 0);
 	load_average("at start");
-	floor_ns = tcp_floor();
+	floor_ns = tcp_floor(&cold_ns);
 	tb_stream_cfg_init(&cfg);
 	snprintf(cfg.name, sizeof(cfg.name), "bench_recovery");
 	cfg.id = STREAM;
@@ -332,6 +367,9 @@ int main(int argc, char **argv)
 	       "%d runs\n", PAYLOAD, RUNS);
 	printf("bench recovery:   floor: one request/response on a kept loopback "
 	       "TCP connection (32 B out, 136 B back) %8.1f us\n", floor_ns / 1e3);
+	printf("bench recovery:   floor, cold: the same after %u ms of silence "
+	       "(the answering thread asleep) %8.1f us\n", COLD_IDLE_US / 1000,
+	       cold_ns / 1e3);
 	if (argc == 3) {
 		/* bench_recovery GAP RUNS: that gap only, awake, for a
 		 * profiler. */
@@ -350,10 +388,13 @@ int main(int argc, char **argv)
 		cfg.idle = parked ? TB_IDLE_SPIN_YIELD : TB_IDLE_BUSY_SPIN;
 		printf("bench recovery: %s\n", parked ?
 		       "recovery thread parked (idle = spin-then-yield, the "
-		       "default; gap after 20 ms idle: a FUTEX_WAKE)" :
+		       "default; gap after 20 ms idle)" :
 		       "recovery thread awake (idle = busy-spin: it never parks)");
 		for (size_t g = 0; g < sizeof(gaps) / sizeof(gaps[0]); g++) {
-			uint64_t m = runs_of(pub, srv, &cfg, gaps[g].gap);
+			uint64_t m;
+
+			memset(&how, 0, sizeof(how));
+			m = runs_of(pub, srv, &cfg, gaps[g].gap);
 
 			if (m == 0) {
 				status = 1;
@@ -361,13 +402,21 @@ int main(int argc, char **argv)
 			}
 			printf("bench recovery:   gap %6" PRIu64 ": detection to "
 			       "in-order live delivery %8.1f us | %7.1f ns per "
-			       "missing message | %5.1fx floor | goal %5.0f us%s "
+			       "missing message | %5.1fx %sfloor | goal %5.0f us%s "
 			       "| before %5.0f us\n", gaps[g].gap, m / 1e3,
 			       (double)m / (double)gaps[g].gap,
-			       floor_ns ? (double)m / floor_ns : 0.0,
+			       parked ? (cold_ns ? (double)m / cold_ns : 0.0) :
+			       (floor_ns ? (double)m / floor_ns : 0.0),
+			       parked ? "cold " : "",
 			       gaps[g].goal_us,
 			       m / 1e3 <= gaps[g].goal_us ? " (met)" : " (missed)",
 			       gaps[g].before_us);
+			printf("bench recovery:     %" PRIu64 " gaps asked by the "
+			       "poll thread (%" PRIu64 " finished by the recovery "
+			       "thread), %" PRIu64 " by the recovery thread, %"
+			       PRIu64 " futex wakes\n", how.quick_fetches,
+			       how.quick_given_back, how.thread_jobs,
+			       how.wake_kicks);
 		}
 	}
 	load_average("at end");

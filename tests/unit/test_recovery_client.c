@@ -860,9 +860,221 @@ static void test_old_server_asked_in_its_version(void **state)
 	assert_int_equal(s.hellos_v3, 1);
 }
 
+/* ------------------------------------------------------ the quick fetch */
+
+/* A client of the one endpoint, its connection up (maintain). */
+static tb_recovery_client_t *quick_client(tb_endpoint_t *ep, uint32_t io_ms)
+{
+	tb_recovery_client_cfg_t cfg;
+	tb_recovery_client_t *c;
+	uint64_t until = tb_clock_mono_ms() + 5000;
+	int up;
+
+	tb_recovery_client_cfg_init(&cfg);
+	cfg.endpoints = ep;
+	cfg.n_endpoints = 1;
+	cfg.stream_id = STREAM;
+	cfg.token = TOKEN;
+	cfg.io_timeout_ms = io_ms;
+	assert_int_equal(tb_recovery_client_open(&c, &cfg), 0);
+	while ((up = tb_recovery_client_maintain(c)) == 0 &&
+	       tb_clock_mono_ms() < until)
+		usleep(1000);
+	assert_int_equal(up, 1);
+	return c;
+}
+
+/* Steps a quick fetch to its end, one frame a step at most (the caller's
+ * limit is honoured); returns its result, *steps how many it took, and
+ * the longest step in *worst_ms. */
+static int quick_run(tb_recovery_client_t *c, struct got *g, uint64_t *next,
+		     uint64_t *steps, uint64_t *worst_ms)
+{
+	int rc;
+
+	*steps = 0;
+	*worst_ms = 0;
+	do {
+		uint64_t t0 = tb_clock_mono_ms(), before = g->n;
+
+		rc = tb_recovery_client_quick_step(c, on_frame, g, 1, next);
+		assert_true(g->n - before <= 1);
+		if (tb_clock_mono_ms() - t0 > *worst_ms)
+			*worst_ms = tb_clock_mono_ms() - t0;
+		++*steps;
+		if (rc == 0)
+			assert_int_equal(tb_recovery_client_claim(c), 0);
+		else
+			usleep(0);
+	} while (rc == 0);
+	return rc;
+}
+
+/* A range in one request, asked without blocking, its frames in order;
+ * the client held by the quick fetch until it ends, then free again. */
+static void test_quick_fetch(void **state)
+{
+	recovery_src_t x = the_src;
+	tb_recovery_server_t *srv = start_server(&x, 100, 0);
+	tb_endpoint_t ep = ep_of(tb_recovery_server_port(srv));
+	tb_recovery_client_t *c = quick_client(&ep, 1000);
+	tb_recovery_server_stats_t ss;
+	struct got g = {0};
+	uint64_t next, steps, worst;
+
+	(void)state;
+	/* Not one request (max_count 100), no epoch: the policy's. */
+	assert_int_equal(tb_recovery_client_quick_start(c, EPOCH, 1, 101), TB_EBUSY);
+	assert_int_equal(tb_recovery_client_quick_start(c, 0, 1, 10), TB_EBUSY);
+	/* Held by the background: refused, and nothing sent. */
+	assert_int_equal(tb_recovery_client_claim(c), 1);
+	assert_int_equal(tb_recovery_client_quick_start(c, EPOCH, 1, 10), TB_EBUSY);
+	tb_recovery_client_unclaim(c);
+	for (int round = 0; round < 3; round++) {
+		memset(&g, 0, sizeof(g));
+		g.next = 201; /* on_frame checks the order from here */
+		assert_int_equal(tb_recovery_client_quick_start(c, EPOCH, 201, 300), 0);
+		assert_int_equal(tb_recovery_client_claim(c), 0);
+		assert_int_equal(quick_run(c, &g, &next, &steps, &worst), 1);
+		assert_int_equal(g.n, 100);
+		assert_int_equal(g.next, 301);
+		assert_int_equal(g.bad, 0);
+		assert_int_equal(next, 301);
+		assert_true(steps >= 100);
+		assert_int_equal(tb_recovery_client_claim(c), 1);
+		tb_recovery_client_unclaim(c);
+	}
+	tb_recovery_server_stats(srv, &ss);
+	assert_int_equal(ss.connections, 1);
+	assert_int_equal(ss.requests, 3);
+	/* What the service does not hold: REJECT, given back, the
+	 * connection kept for the policy's own request. */
+	assert_int_equal(tb_recovery_client_quick_start(c, EPOCH, NFRAMES + 1,
+							NFRAMES + 5), 0);
+	memset(&g, 0, sizeof(g));
+	assert_int_equal(quick_run(c, &g, &next, &steps, &worst), TB_EBUSY);
+	assert_int_equal(next, NFRAMES + 1);
+	assert_int_equal(tb_recovery_client_maintain(c), 1);
+	tb_recovery_server_stats(srv, &ss);
+	assert_int_equal(ss.connections, 1);
+	tb_recovery_client_close(c);
+	tb_recovery_server_close(srv);
+}
+
+/* A service that dies mid-answer, and one that stops answering: each step
+ * returns at once, the fetch ends (with the connection closed) at the
+ * first frame not delivered, and the client is free again. */
+static void test_quick_fetch_broken_or_silent(void **state)
+{
+	static uint8_t buf[8192];
+	size_t len = build_answer(buf, 10, 5, 10, 2, 0, 0, 0);
+	struct got g = {0};
+	uint64_t next, steps, worst, t0;
+
+	(void)state;
+	for (int silent = 0; silent < 2; silent++) {
+		struct script s;
+		tb_endpoint_t ep;
+		tb_recovery_client_t *c;
+
+		script_start(&s, buf, len, silent ? 1500 : 0);
+		ep = ep_of(s.port);
+		c = quick_client(&ep, 1000);
+		memset(&g, 0, sizeof(g));
+		assert_int_equal(tb_recovery_client_quick_start(c, EPOCH, 10, 14), 0);
+		t0 = tb_clock_mono_ms();
+		assert_int_equal(quick_run(c, &g, &next, &steps, &worst),
+				 silent ? TB_ETIMEDOUT : TB_EIO);
+		print_message("%s: %llu steps, the longest %llu ms, over after "
+			      "%llu ms\n", silent ? "silent" : "closed",
+			      (unsigned long long)steps, (unsigned long long)worst,
+			      (unsigned long long)(tb_clock_mono_ms() - t0));
+		assert_int_equal(g.n, 2);
+		assert_int_equal(g.bad, 0);
+		assert_int_equal(next, 12);
+		assert_true(worst < 500); /* never waits for the 1000 ms */
+		if (silent)
+			assert_true(tb_clock_mono_ms() - t0 >= 990);
+		assert_int_equal(tb_recovery_client_claim(c), 1);
+		tb_recovery_client_unclaim(c);
+		tb_recovery_client_close(c); /* the silent one's script returns */
+		script_stop(&s);
+	}
+}
+
+/* Frames of up to 200,000 bytes, 650,000 in all (the connection's buffer
+ * holds 262,144), one of 200,000 starting 100,000 bytes into the buffer,
+ * where it does not fit behind: the buffer makes room for it rather than
+ * reading nothing into a full buffer. */
+struct big {
+	uint64_t n, next, bad;
+};
+
+static const uint32_t big_len[5] = {100000 - 32, 200000, 100000, 200000, 50000};
+
+static int on_big(void *cd, const tb_frame_hdr_t *f)
+{
+	struct big *b = cd;
+	const uint8_t *p = (const uint8_t *)f + TB_FRAME_HDR_LEN;
+
+	uint32_t plen = f->length - TB_FRAME_HDR_LEN;
+
+	if (f->seq != b->next || f->seq < 10 || f->seq > 14 ||
+	    f->length != big_len[f->seq - 10] ||
+	    p[0] != (uint8_t)f->seq || p[plen - 1] != (uint8_t)f->seq)
+		b->bad++;
+	b->next = f->seq + 1;
+	b->n++;
+	return 0;
+}
+
+static void test_quick_fetch_large_frames(void **state)
+{
+	static uint64_t buf[(650000 + 256) / 8];
+	tb_recovery_proto_begin_t bg = {STREAM, 5, EPOCH, 10};
+	tb_recovery_proto_end_t e = {TB_RECOVERY_PROTO_END_COMPLETE, 14};
+	uint8_t *p = (uint8_t *)buf;
+	size_t len;
+	struct script s;
+	tb_endpoint_t ep;
+	tb_recovery_client_t *c;
+	struct big b = {0, 10, 0};
+	uint64_t next;
+	int rc;
+
+	(void)state;
+	/* BEGIN is 32 bytes: the second frame starts at 100,000. */
+	len = (size_t)tb_recovery_proto_encode_begin(p, 64, &bg);
+	for (uint64_t seq = 10; seq < 15; seq++) {
+		tb_frame_hdr_t *f = (tb_frame_hdr_t *)(p + len);
+
+		uint32_t plen = big_len[seq - 10] - TB_FRAME_HDR_LEN;
+
+		tb_frame_init(f, plen, 3, STREAM, seq, 1);
+		memset(tb_frame_payload(f), (int)(seq & 0xff), plen);
+		len += f->length;
+	}
+	len += (size_t)tb_recovery_proto_encode_end(p + len, 64, &e);
+	script_start(&s, buf, len, 0);
+	ep = ep_of(s.port);
+	c = quick_client(&ep, 2000);
+	assert_int_equal(tb_recovery_client_quick_start(c, EPOCH, 10, 14), 0);
+	while ((rc = tb_recovery_client_quick_step(c, on_big, &b, 64, &next)) == 0)
+		;
+	assert_int_equal(rc, 1);
+	assert_int_equal(b.n, 5);
+	assert_int_equal(b.bad, 0);
+	assert_int_equal(next, 15);
+	tb_recovery_client_close(c);
+	script_stop(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_quick_fetch),
+		cmocka_unit_test(test_quick_fetch_broken_or_silent),
+		cmocka_unit_test(test_quick_fetch_large_frames),
 		cmocka_unit_test(test_kept_connection),
 		cmocka_unit_test(test_range_in_order),
 		cmocka_unit_test(test_every_reject_reason),

@@ -22,11 +22,19 @@
 #include <tickbus/tickbus.h>
 
 #include "bus/frame.h"
+#include "bus/clock.h"
+#include "bus/recovery/proto.h"
 #include "bus/recovery/server.h"
+#include "subscriber/recovering.h"
+#include "tests/common/frames.h"
 #include "tests/common/proc.h"
 #include "tests/common/recovery_src.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -306,8 +314,9 @@ static uint64_t queued_gaps(uint64_t held)
 			losses++;
 			assert_int_equal(tb_sub_loss(sub, &lost_first, &lost_last), 0);
 			g.next = lost_last + 1;
-		} else {
-			assert_true(n >= 0);
+		} else if (n < 0) {
+			fail_msg("poll: %s at %llu", tb_strerror(n),
+				 (unsigned long long)g.next);
 		}
 	}
 	assert_int_equal(laps, 0); /* recovered, never returned */
@@ -445,9 +454,251 @@ static void test_connection_made_at_open_and_kept(void **state)
 	unlink(c.shm_path);
 }
 
+/* ------------------------------------------- gaps asked by the poll thread */
+
+/* Waits until the server has authenticated `n` connections. */
+static void wait_authenticated(tb_recovery_server_t *srv, uint64_t n)
+{
+	tb_recovery_server_stats_t st;
+	uint64_t until = tb_clock_mono_ms() + 5000;
+
+	do {
+		usleep(1000);
+		tb_recovery_server_stats(srv, &st);
+	} while (st.authenticated < n && tb_clock_mono_ms() < until);
+	assert_int_equal(st.authenticated, n);
+}
+
+/*
+ * A service that fails mid-answer: it takes one connection, answers its
+ * HELLO, sends the first `frames` frames of the answer to its first
+ * REQUEST, then stays silent for hold_ms and closes, its listener too (so
+ * that dialling it again is refused).
+ */
+struct dying {
+	int lfd;
+	uint16_t port;
+	uint32_t stream_id;
+	uint64_t epoch;
+	int frames, hold_ms;
+	_Atomic int requested;
+	pthread_t t;
+};
+
+static int recv_exact(int fd, void *buf, size_t n)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t k = recv(fd, (uint8_t *)buf + got, n - got, 0);
+
+		if (k <= 0)
+			return -1;
+		got += (size_t)k;
+	}
+	return 0;
+}
+
+static void *dying_main(void *arg)
+{
+	struct dying *d = arg;
+	tb_recovery_proto_welcome_t w = {.stream_id = d->stream_id,
+					 .max_count = 65536, .epoch = d->epoch,
+					 .first = 1, .last = 1000000};
+	static uint64_t out[4096];
+	uint8_t in[sizeof(tb_recovery_proto_wire_hello_t)];
+	tb_recovery_proto_msg_t m;
+	int fd = accept(d->lfd, NULL, NULL), n;
+	size_t len = 0;
+
+	if (fd < 0)
+		goto out;
+	n = tb_recovery_proto_encode_welcome(out, sizeof(out), &w);
+	if (recv_exact(fd, in, sizeof(tb_recovery_proto_wire_hello_t)) < 0 ||
+	    send(fd, out, (size_t)n, MSG_NOSIGNAL) != n)
+		goto out;
+	if (recv_exact(fd, in, sizeof(tb_recovery_proto_wire_request_t)) < 0 ||
+	    tb_recovery_proto_decode(in, sizeof(tb_recovery_proto_wire_request_t),
+				     &m) < 0)
+		goto out;
+	d->requested = 1;
+	len = (size_t)tb_recovery_proto_encode_begin(out, 64, &m.request);
+	/* On the byte stream each frame is exactly its length (56 bytes),
+	 * not the space it takes in a ring. */
+	for (int i = 0; i < d->frames && i < (int)m.request.count; i++) {
+		frames_put((uint8_t *)out + len, d->stream_id,
+			   m.request.first + (uint64_t)i, 24, 1, 1, NULL);
+		len += TB_FRAME_HDR_LEN + 24;
+	}
+	send(fd, out, len, MSG_NOSIGNAL);
+	if (d->hold_ms)
+		usleep((useconds_t)d->hold_ms * 1000);
+out:
+	if (fd >= 0)
+		close(fd);
+	close(d->lfd);
+	return NULL;
+}
+
+static void dying_start(struct dying *d)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+
+	d->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(d->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(d->lfd, 4), 0);
+	getsockname(d->lfd, (struct sockaddr *)&sa, &sl);
+	d->port = ntohs(sa.sin_port);
+	assert_int_equal(pthread_create(&d->t, NULL, dying_main, d), 0);
+}
+
+/*
+ * Gap 1..50 of a subscriber with the default idle, whose recovery thread
+ * has been idle long enough to park.  `d` (may be NULL) is a failing
+ * service listed before the good one.  Every message comes once, in
+ * order.  Fills *rs, and *waiting with the polls that returned while the
+ * poll thread's own fetch was outstanding (a poll that waited for the
+ * service would leave one or two).
+ */
+static void parked_gap(struct dying *d, uint32_t timeout_ms,
+		       tb_recovering_stats_t *rs, uint64_t *waiting)
+{
+	tb_stream_cfg_t c;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	tb_recovery_server_t *srv;
+	recovery_src_t x = {.first = 1, .last = 100000, .payload = 24};
+	struct got g = {1, 0, 0, 0};
+	uint64_t until, seq = 1, worst = 0;
+
+	*waiting = 0;
+	stream_cfg(&c, 0);
+	c.recovery_timeout_ms = timeout_ms;
+	assert_int_equal(c.idle, TB_IDLE_SPIN_YIELD); /* the default */
+	assert_int_equal(tb_publisher_open(&pub, &c), 0);
+	x.epoch = tb_pub_epoch(pub);
+	x.stream_id = c.id;
+	assert_int_equal(recovery_src_serve(&srv, &x, "tok", NULL), 0);
+	c.recovery[0].port = tb_recovery_server_port(srv);
+	if (d) {
+		d->stream_id = c.id;
+		d->epoch = x.epoch;
+		dying_start(d);
+		c.recovery[1] = c.recovery[0];
+		c.recovery[0].port = d->port;
+		c.n_recovery = 2;
+	}
+	for (; seq <= 50; seq++)
+		offer(pub, seq);
+	assert_int_equal(tb_subscriber_open(&sub, &c), 0);
+	wait_authenticated(srv, 1);
+	/* Both ends of each connection done with its HELLO: the recovery
+	 * thread says so after its next check. */
+	until = tb_clock_mono_ms() + 5000;
+	do {
+		usleep(1000);
+		tb_recovering_stats(tb_sub_recovering_of(sub), rs);
+	} while (rs->connections_up < (uint64_t)c.n_recovery &&
+		 tb_clock_mono_ms() < until);
+	assert_int_equal(rs->connections_up, c.n_recovery);
+	/* Well past the 200 us after which the idle recovery thread parks. */
+	usleep(30000);
+	assert_int_equal(tb_sub_start_at(sub, 1), 0);
+	for (; seq <= 60; seq++)
+		offer(pub, seq);
+	until = tb_clock_mono_ms() + 20000;
+	while ((g.next <= 60 || tb_sub_recovering(sub)) &&
+	       tb_clock_mono_ms() < until) {
+		uint64_t t0 = tb_clock_mono_ms();
+
+		poll_ok(sub, &g);
+		if (tb_clock_mono_ms() - t0 > worst)
+			worst = tb_clock_mono_ms() - t0;
+		tb_recovering_stats(tb_sub_recovering_of(sub), rs);
+		if (rs->quick_fetches == 1 && rs->quick_given_back == 0 &&
+		    g.next <= 50)
+			++*waiting;
+	}
+	assert_int_equal(g.n, 60);
+	assert_int_equal(g.next, 61);
+	assert_int_equal(g.replayed, 50);
+	assert_int_equal(g.bad, 0);
+	tb_recovering_stats(tb_sub_recovering_of(sub), rs);
+	print_message("quick %llu, given back %llu, thread jobs %llu, futex "
+		      "wakes %llu, %llu polls while it was outstanding, the "
+		      "longest %llu ms\n",
+		      (unsigned long long)rs->quick_fetches,
+		      (unsigned long long)rs->quick_given_back,
+		      (unsigned long long)rs->thread_jobs,
+		      (unsigned long long)rs->wake_kicks,
+		      (unsigned long long)*waiting, (unsigned long long)worst);
+	tb_subscriber_close(sub);
+	if (d)
+		pthread_join(d->t, NULL);
+	tb_recovery_server_close(srv);
+	tb_publisher_close(pub);
+	unlink(c.shm_path);
+}
+
+/* The recovery thread asleep: the poll thread asks itself, and nobody is
+ * woken. */
+static void test_gap_asked_by_poll_thread(void **state)
+{
+	tb_recovering_stats_t rs;
+	uint64_t waiting;
+
+	(void)state;
+	parked_gap(NULL, 5000, &rs, &waiting);
+	assert_int_equal(rs.quick_fetches, 1);
+	assert_int_equal(rs.quick_given_back, 0);
+	assert_int_equal(rs.thread_jobs, 0);
+	assert_int_equal(rs.wake_kicks, 0);
+}
+
+/* The first service dies after 20 frames of its answer: those are
+ * delivered, and the recovery thread (woken for it) fetches the rest from
+ * the next service. */
+static void test_service_dies_mid_answer(void **state)
+{
+	struct dying d = {.frames = 20};
+	tb_recovering_stats_t rs;
+	uint64_t waiting;
+
+	(void)state;
+	parked_gap(&d, 5000, &rs, &waiting);
+	assert_true(d.requested);
+	assert_int_equal(rs.quick_fetches, 1);
+	assert_int_equal(rs.quick_given_back, 1);
+	assert_int_equal(rs.thread_jobs, 1);
+}
+
+/* The first service sends 20 frames and then nothing, holding the
+ * connection: no poll waits for it (the application polls on through
+ * the silence), and after the I/O timeout (1 s: half of
+ * recovery_timeout_ms) the rest comes from the next service. */
+static void test_silent_service_given_up(void **state)
+{
+	struct dying d = {.frames = 20, .hold_ms = 2500};
+	tb_recovering_stats_t rs;
+	uint64_t waiting;
+
+	(void)state;
+	parked_gap(&d, 2000, &rs, &waiting);
+	assert_true(waiting >= 10);
+	assert_true(d.requested);
+	assert_int_equal(rs.quick_fetches, 1);
+	assert_int_equal(rs.quick_given_back, 1);
+	assert_int_equal(rs.thread_jobs, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_gap_asked_by_poll_thread),
+		cmocka_unit_test(test_service_dies_mid_answer),
+		cmocka_unit_test(test_silent_service_given_up),
 		cmocka_unit_test(test_late_join_after_publisher_exit),
 		cmocka_unit_test(test_connection_made_at_open_and_kept),
 		cmocka_unit_test(test_late_join_small_buffer),
