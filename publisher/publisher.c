@@ -45,11 +45,15 @@ struct tb_publisher {
 	int (*send)(tb_tx_t *tx, uint64_t from, uint64_t to);
 	uint64_t next_seq;
 	uint32_t stream_id;
-	int offer_slow;            /* claim_open, or `room` to ask */
+	int offer_slow;            /* claim_open, or `slow` */
+	int slow;                  /* offer_slow with no claim open: `room`
+				    * to ask, or no TSC clock (`clk` unset) */
 	int claim_open;
 	uint16_t claim_template;
 	tb_counter_slot_t *ctr;    /* in the counters file, or `own_ctr` */
 	tb_retention_t *ret;       /* &own_ret, or NULL: retention off */
+	tb_clock_fwd_t clk;        /* the process's TSC calibration, moved
+				    * forward (clock.h): the offer's clock */
 
 	/* Cold. */
 	tb_counter_slot_t own_ctr; /* when the counters file is unavailable */
@@ -170,6 +174,7 @@ static int open_in_epoch(tb_publisher_t **out, const tb_stream_cfg_t *cfg,
 			 uint64_t epoch)
 {
 	const tb_tx_ops_t *ops;
+	tb_clock_calib_t cal;
 	tb_publisher_t *p;
 	int rc;
 
@@ -204,7 +209,14 @@ static int open_in_epoch(tb_publisher_t **out, const tb_stream_cfg_t *cfg,
 	/* The transport may choose its ops per stream (rc: back-pressure). */
 	p->room = p->tx->ops->room;
 	p->send = p->tx->ops->send;
-	p->offer_slow = p->room != NULL;
+	/* The offer reads the TSC with the calibration every process of
+	 * the host shares (clock.h), so its stamps agree with the
+	 * subscribers' clock; without a TSC, offer_checked reads the clock
+	 * the slower way. */
+	if (tb_clock_get(&cal, NULL) == TB_CLOCK_MODE_TSC)
+		tb_clock_fwd_init(&p->clk, &cal);
+	p->slow = p->room != NULL || tb_clock_get(NULL, NULL) != TB_CLOCK_MODE_TSC;
+	p->offer_slow = p->slow;
 	rc = start_retention(p);
 	if (rc < 0) {
 		ops->close(p->tx, 0);
@@ -321,7 +333,8 @@ static inline __attribute__((always_inline)) int64_t publish(tb_publisher_t *p)
 }
 
 /* tb_pub_offer when a claim is open, the transport is to be asked for
- * room first (a back-pressure stream) or the message is over 64 bytes:
+ * room first (a back-pressure stream), the clock is not the TSC, or the
+ * message is over 64 bytes:
  * out of line, so the common offer tests them at once. */
 static __attribute__((noinline)) int64_t
 offer_checked(tb_publisher_t *p, uint16_t template_id, const void *buf,
@@ -341,7 +354,8 @@ int64_t tb_pub_offer(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	 * callee-saved registers. */
 	if (tb_unlikely(p->offer_slow | (len > 64)))
 		return offer_checked(p, template_id, buf, len);
-	now_ns = tb_clock_now_ns_inline(); /* first: its latency overlaps */
+	now_ns = tb_clock_fwd_to_ns(&p->clk, tb_clock_tsc()); /* first: its
+							       * latency overlaps */
 	/* The claim's own check, here, where the compiler sees that the
 	 * claim cannot fail after it. */
 	if (tb_unlikely(len > r->max_frame - TB_FRAME_HDR_LEN))
@@ -409,7 +423,7 @@ int64_t tb_pub_commit(tb_publisher_t *p, tb_claim_t *claimed)
 	tb_frame_init_body(claimed->frame_, claimed->len, p->claim_template,
 			   p->stream_id, tb_clock_now_ns_inline());
 	p->claim_open = 0;
-	p->offer_slow = p->room != NULL;
+	p->offer_slow = p->slow;
 	claimed->frame_ = NULL;
 	return publish(p);
 }
@@ -420,7 +434,7 @@ int tb_pub_abort(tb_publisher_t *p, tb_claim_t *claimed)
 		return TB_ESTATE;
 	tb_ring_abort(p->ring);
 	p->claim_open = 0;
-	p->offer_slow = p->room != NULL;
+	p->offer_slow = p->slow;
 	claimed->frame_ = NULL;
 	return 0;
 }
