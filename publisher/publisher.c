@@ -27,6 +27,7 @@
 #include "bus/error.h"
 #include "bus/frame.h"
 #include "bus/recovery/server.h"
+#include "bus/transport/rc_pub.h"
 #include "bus/transport/transport.h"
 #include "publisher/retention.h"
 
@@ -43,6 +44,8 @@ struct tb_publisher {
 	tb_ring_t *ring;           /* &tx->ring */
 	int (*room)(tb_tx_t *tx, uint64_t new_tail);
 	int (*send)(tb_tx_t *tx, uint64_t from, uint64_t to);
+	tb_rc_pub_t *rc;           /* an rc stream whose send the offer
+				    * inlines (rc_pub.h), or NULL */
 	uint64_t next_seq;
 	uint32_t stream_id;
 	int offer_slow;            /* claim_open, or `slow` */
@@ -209,6 +212,7 @@ static int open_in_epoch(tb_publisher_t **out, const tb_stream_cfg_t *cfg,
 	/* The transport may choose its ops per stream (rc: back-pressure). */
 	p->room = p->tx->ops->room;
 	p->send = p->tx->ops->send;
+	p->rc = tb_rc_pub_of(p->tx);
 	/* The offer reads the TSC with the calibration every process of
 	 * the host shares (clock.h), so its stamps agree with the
 	 * subscribers' clock; without a TSC, offer_checked reads the clock
@@ -340,36 +344,71 @@ static __attribute__((noinline)) int64_t
 offer_checked(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	   uint32_t len);
 
-int64_t tb_pub_offer(tb_publisher_t *p, uint16_t template_id, const void *buf,
-		     uint32_t len)
+/* An rc publisher's ring is private and at least TB_RING_MIN bytes, so
+ * its largest frame (an eighth of it) always holds a message of 64. */
+_Static_assert(TB_RING_MIN / 8 >= 64 + TB_FRAME_HDR_LEN &&
+	       TB_FRAME_MAX_LEN >= 64 + TB_FRAME_HDR_LEN,
+	       "an rc offer of 64 bytes always fits");
+
+/* tb_pub_offer of a message of at most 64 bytes with no claim open, no
+ * room to ask and the TSC for a clock.  `rc` (a constant): p->rc is set,
+ * so the ring is private, the message fits, and the send is rc's,
+ * inline.  Hot path: no allocation, lock or system call. */
+static inline __attribute__((always_inline)) int64_t
+offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
+	    uint32_t len, int rc)
 {
 	tb_ring_t *r = p->ring;
 	uint64_t seq = p->next_seq, from = r->tail, at, end;
 	tb_frame_hdr_t *f;
 	uint64_t now_ns;
 
-	/* Hot path: no allocation, lock or system call.  A message over 64
-	 * bytes goes the longer way too: its copy is a call to memcpy, and
-	 * with none here but the transport's send, little must live in
-	 * callee-saved registers. */
-	if (tb_unlikely(p->offer_slow | (len > 64)))
-		return offer_checked(p, template_id, buf, len);
 	now_ns = tb_clock_fwd_to_ns(&p->clk, tb_clock_tsc()); /* first: its
 							       * latency overlaps */
 	/* The claim's own check, here, where the compiler sees that the
 	 * claim cannot fail after it. */
-	if (tb_unlikely(len > r->max_frame - TB_FRAME_HDR_LEN))
+	if (!rc && tb_unlikely(len > r->max_frame - TB_FRAME_HDR_LEN))
 		return TB_EMSGSIZE;
 	/* at and end in registers: the copy's stores below are ones the
 	 * compiler cannot tell from the ring's fields. */
-	f = tb_ring_claim_(r, len, seq, &at, &end);
+	f = tb_ring_claim_in_(r, len, seq, &at, &end,
+			      rc ? TB_RING_PRIVATE : TB_RING_ANY);
 	/* The payload first, the header last, next to the commit that
 	 * stores its sequence word: a reader polls that word's cache line,
 	 * so every store to it goes together, in one transfer (ring.h). */
 	tb_frame_copy_payload(tb_frame_payload(f), buf, len);
 	tb_frame_init_body(f, len, template_id, p->stream_id, now_ns);
 	tb_ring_commit_(r, f, seq, from, at, end);
-	return published(p, seq, from, at, end);
+	if (p->ret)
+		tb_retention_record(p->ret, seq, at);
+	p->next_seq = seq + 1;
+	/* The count of frames published is the sequence just published
+	 * (every publish takes the next, from 1, and the slot is this
+	 * publisher's alone): one store, not a load and a store.  Relaxed,
+	 * unpaired, as tb_counter_add. */
+	tb_atomic_store_relaxed(&p->ctr->c[TB_CTR_PUBLISHED], seq);
+	/* The transport's send: rc's inline, with the frame's fields in
+	 * hand, when it is one data frame (no pad before it). */
+	if (rc && tb_likely(at == from))
+		tb_rc_pub_send_data(p->rc, f, len + TB_FRAME_HDR_LEN, seq, at,
+				    end);
+	else if (p->send && tb_unlikely(p->send(p->tx, from, end) < 0))
+		tb_counter_inc(p->ctr, TB_CTR_ERRORS);
+	return (int64_t)seq;
+}
+
+int64_t tb_pub_offer(tb_publisher_t *p, uint16_t template_id, const void *buf,
+		     uint32_t len)
+{
+	/* Hot path: no allocation, lock or system call.  A message over 64
+	 * bytes goes the longer way too: its copy is a call to memcpy, and
+	 * with none here but the transport's send, little must live in
+	 * callee-saved registers. */
+	if (tb_unlikely(p->offer_slow | (len > 64)))
+		return offer_checked(p, template_id, buf, len);
+	if (p->rc)
+		return offer_small(p, template_id, buf, len, 1);
+	return offer_small(p, template_id, buf, len, 0);
 }
 
 static __attribute__((noinline)) int64_t
