@@ -38,6 +38,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The largest message tb_pub_offer copies inline (a larger one's copy is
+ * a call to memcpy, so it goes the checked way). */
+#define OFFER_SMALL 64u
+
 struct tb_publisher {
 	/* Hot: touched on every offer. */
 	tb_tx_t *tx;
@@ -48,9 +52,12 @@ struct tb_publisher {
 				    * inlines (rc_pub.h), or NULL */
 	uint64_t next_seq;
 	uint32_t stream_id;
-	int offer_slow;            /* claim_open, or `slow` */
-	int slow;                  /* offer_slow with no claim open: `room`
-				    * to ask, or no TSC clock (`clk` unset) */
+	uint32_t offer_lim;        /* an offer of this many bytes or more
+				    * goes the checked way: OFFER_SMALL + 1,
+				    * or 0 while a claim is open or when
+				    * `slow` */
+	int slow;                  /* `room` to ask, or no TSC clock (`clk`
+				    * unset): every offer checked */
 	int claim_open;
 	uint16_t claim_template;
 	tb_counter_slot_t *ctr;    /* in the counters file, or `own_ctr` */
@@ -220,7 +227,7 @@ static int open_in_epoch(tb_publisher_t **out, const tb_stream_cfg_t *cfg,
 	if (tb_clock_get(&cal, NULL) == TB_CLOCK_MODE_TSC)
 		tb_clock_fwd_init(&p->clk, &cal);
 	p->slow = p->room != NULL || tb_clock_get(NULL, NULL) != TB_CLOCK_MODE_TSC;
-	p->offer_slow = p->slow;
+	p->offer_lim = p->slow ? 0 : OFFER_SMALL + 1;
 	rc = start_retention(p);
 	if (rc < 0) {
 		ops->close(p->tx, 0);
@@ -345,15 +352,19 @@ offer_checked(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	   uint32_t len);
 
 /* An rc publisher's ring is private and at least TB_RING_MIN bytes, so
- * its largest frame (an eighth of it) always holds a message of 64. */
-_Static_assert(TB_RING_MIN / 8 >= 64 + TB_FRAME_HDR_LEN &&
-	       TB_FRAME_MAX_LEN >= 64 + TB_FRAME_HDR_LEN,
-	       "an rc offer of 64 bytes always fits");
+ * its largest frame (an eighth of it) always holds a small message, and
+ * rc_pub.h's small-frame send takes it. */
+_Static_assert(TB_RING_MIN / 8 >= OFFER_SMALL + TB_FRAME_HDR_LEN &&
+	       TB_FRAME_MAX_LEN >= OFFER_SMALL + TB_FRAME_HDR_LEN &&
+	       OFFER_SMALL + TB_FRAME_HDR_LEN <= TB_RC_SMALL_FRAME,
+	       "an rc offer of a small message always fits");
 
-/* tb_pub_offer of a message of at most 64 bytes with no claim open, no
- * room to ask and the TSC for a clock.  `rc` (a constant): p->rc is set,
- * so the ring is private, the message fits, and the send is rc's,
- * inline.  Hot path: no allocation, lock or system call. */
+/* tb_pub_offer of a message of at most OFFER_SMALL bytes with no claim
+ * open, no room to ask and the TSC for a clock.  `rc` (a constant): p->rc
+ * is set, so the ring is private, the message fits, and the send is
+ * rc's, inline; a frame that would pad the ring's end (once a lap) goes
+ * the checked way, so this one never pads.  Hot path: no allocation,
+ * lock or system call. */
 static inline __attribute__((always_inline)) int64_t
 offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	    uint32_t len, int rc)
@@ -363,6 +374,14 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	tb_frame_hdr_t *f;
 	uint64_t now_ns;
 
+	/* tb_pub_offer's test, told to the compiler: the copy needs no
+	 * branch for larger messages. */
+	if (len > OFFER_SMALL)
+		__builtin_unreachable();
+	if (rc && tb_unlikely((from & r->mask) +
+			      tb_frame_space(len + TB_FRAME_HDR_LEN) >
+			      r->mask + 1))
+		return offer_checked(p, template_id, buf, len);
 	now_ns = tb_clock_fwd_to_ns(&p->clk, tb_clock_tsc()); /* first: its
 							       * latency overlaps */
 	/* The claim's own check, here, where the compiler sees that the
@@ -388,10 +407,10 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	 * unpaired, as tb_counter_add. */
 	tb_atomic_store_relaxed(&p->ctr->c[TB_CTR_PUBLISHED], seq);
 	/* The transport's send: rc's inline, with the frame's fields in
-	 * hand, when it is one data frame (no pad before it). */
-	if (rc && tb_likely(at == from))
-		tb_rc_pub_send_data(p->rc, f, len + TB_FRAME_HDR_LEN, seq, at,
-				    end);
+	 * hand. */
+	if (rc)
+		tb_rc_pub_send_small(p->rc, f, len + TB_FRAME_HDR_LEN, seq, at,
+				     end);
 	else if (p->send && tb_unlikely(p->send(p->tx, from, end) < 0))
 		tb_counter_inc(p->ctr, TB_CTR_ERRORS);
 	return (int64_t)seq;
@@ -404,7 +423,7 @@ int64_t tb_pub_offer(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	 * bytes goes the longer way too: its copy is a call to memcpy, and
 	 * with none here but the transport's send, little must live in
 	 * callee-saved registers. */
-	if (tb_unlikely(p->offer_slow | (len > 64)))
+	if (tb_unlikely(len >= p->offer_lim))
 		return offer_checked(p, template_id, buf, len);
 	if (p->rc)
 		return offer_small(p, template_id, buf, len, 1);
@@ -443,7 +462,7 @@ int tb_pub_claim(tb_publisher_t *p, uint16_t template_id, uint32_t len,
 	if (tb_unlikely(!f))
 		return rc;
 	p->claim_open = 1;
-	p->offer_slow = 1;
+	p->offer_lim = 0;
 	p->claim_template = template_id;
 	claimed->data = tb_frame_payload(f);
 	claimed->len = len;
@@ -462,7 +481,7 @@ int64_t tb_pub_commit(tb_publisher_t *p, tb_claim_t *claimed)
 	tb_frame_init_body(claimed->frame_, claimed->len, p->claim_template,
 			   p->stream_id, tb_clock_now_ns_inline());
 	p->claim_open = 0;
-	p->offer_slow = p->slow;
+	p->offer_lim = p->slow ? 0 : OFFER_SMALL + 1;
 	claimed->frame_ = NULL;
 	return publish(p);
 }
@@ -473,7 +492,7 @@ int tb_pub_abort(tb_publisher_t *p, tb_claim_t *claimed)
 		return TB_ESTATE;
 	tb_ring_abort(p->ring);
 	p->claim_open = 0;
-	p->offer_slow = p->slow;
+	p->offer_lim = p->slow ? 0 : OFFER_SMALL + 1;
 	claimed->frame_ = NULL;
 	return 0;
 }

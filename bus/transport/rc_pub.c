@@ -593,7 +593,7 @@ tx_frames(rc_tx_t *t, const tb_rc_pub_table_t *tab, uint64_t from, uint64_t to)
 		const tb_frame_hdr_t *f = tb_ring_at(&t->h.base.ring, pos);
 
 		if (f->type == TB_FRAME_DATA) {
-			tb_rc_pub_frame(&t->h, tab, f, f->length, f->seq, pos, to, 1);
+			tb_rc_pub_frame(&t->h, tab, f, f->length, f->seq, pos, to, 1, 0);
 			tx_held(t, tab, f);
 		}
 		pos += tb_frame_space(f->length);
@@ -613,7 +613,7 @@ tx_send(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
 
 	if (tb_likely(f->type == TB_FRAME_DATA &&
 		      from + tb_frame_space(f->length) == to)) {
-		tb_rc_pub_frame(&t->h, tab, f, f->length, f->seq, from, to, 0);
+		tb_rc_pub_frame(&t->h, tab, f, f->length, f->seq, from, to, 0, 0);
 	} else {
 		tx_frames(t, tab, from, to);
 		tx_post(t, tab);
@@ -635,7 +635,7 @@ tx_send_batched(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
 
 	if (tb_likely(f->type == TB_FRAME_DATA &&
 		      from + tb_frame_space(f->length) == to)) {
-		tb_rc_pub_frame(&t->h, tab, f, f->length, f->seq, from, to, 1);
+		tb_rc_pub_frame(&t->h, tab, f, f->length, f->seq, from, to, 1, 0);
 		tx_held(t, tab, f);
 		now = f->publish_ns;  /* stamped a moment ago */
 	} else {
@@ -1003,8 +1003,11 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 	/* A provider may grant less inline than asked: frames above what
 	 * this QP takes go by reference, to every subscriber (it is lowered
 	 * before READY adds this one). */
-	if (s->qp && inline_got < tb_atomic_load_relaxed(&t->h.inline_max))
+	if (s->qp && inline_got < tb_atomic_load_relaxed(&t->h.inline_max)) {
 		tb_atomic_store_relaxed(&t->h.inline_max, inline_got);
+		if (inline_got < TB_RC_SMALL_FRAME)
+			tb_atomic_store_relaxed(&t->h.inline_small, 0u);
+	}
 	memcpy(peer.gid, m->gid, sizeof(peer.gid));
 	/* Its READs of our ring come two at a time at most (rc.h). */
 	if (reads)
@@ -1015,6 +1018,7 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 		goto internal;
 	s->raddr = m->ring_addr;
 	s->rkey = m->rkey;
+	s->post_send = s->qp->context->ops.post_send;
 	s->sge.lkey = s->ring_mr->lkey;
 	s->wr = (struct ibv_send_wr){.sg_list = &s->sge, .num_sge = 1,
 				     .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
@@ -1585,6 +1589,9 @@ static int rc_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 	t->h.backpressure = cfg->slow_consumer == TB_SLOW_BACKPRESSURE;
 	t->h.fenced = !membarrier_register();
 	tb_atomic_store_relaxed(&t->h.inline_max, TB_RC_INLINE);
+	tb_atomic_store_relaxed(&t->h.inline_small,
+				TB_RC_INLINE >= TB_RC_SMALL_FRAME
+				? (uint32_t)IBV_SEND_INLINE : 0u);
 	tb_atomic_store_relaxed(&t->h.table, calloc(1, sizeof(tb_rc_pub_table_t)));
 	if (!tb_atomic_load_relaxed(&t->h.table)) {
 		free(t);

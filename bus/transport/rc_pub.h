@@ -47,6 +47,11 @@ typedef struct tb_rc_pub_sub {
 	struct ibv_send_wr wr;     /* the frame's WRITE_WITH_IMM */
 	struct ibv_sge sge;
 	struct ibv_qp *qp;
+	/* qp's provider post, read once at join: what verbs.h's
+	 * ibv_post_send calls (qp->context->ops.post_send), less two
+	 * loads a frame. */
+	int (*post_send)(struct ibv_qp *qp, struct ibv_send_wr *wr,
+			 struct ibv_send_wr **bad);
 	uint64_t raddr;
 	uint64_t rmask;            /* its ring's size - 1 */
 	uint64_t wpos;             /* where its next frame goes (free-running) */
@@ -115,6 +120,10 @@ typedef struct tb_rc_pub_table {
 	tb_rc_pub_sub_t *sub[TB_RC_MAX_SUBS];
 } tb_rc_pub_table_t;
 
+/* A small frame: header and a message of up to 64 bytes, the publisher's
+ * inline offer (tb_rc_pub_send_small). */
+#define TB_RC_SMALL_FRAME 96u
+
 /* The publisher's hot state: the first member of rc_pub.c's rc_tx_t. */
 typedef struct tb_rc_pub {
 	tb_tx_t base;              /* first: the ring */
@@ -128,6 +137,9 @@ typedef struct tb_rc_pub {
 				    * lowered, before the table change that
 				    * adds it, so a send that sees that
 				    * subscriber sees this) */
+	_Atomic uint32_t inline_small; /* IBV_SEND_INLINE when inline_max
+				    * takes TB_RC_SMALL_FRAME, else 0 (set
+				    * with it, ordered as it) */
 	uint64_t half;             /* our ring's size / 2 */
 	int backpressure;
 	/* Batching (batch_us > 0; publishing thread only). */
@@ -229,7 +241,7 @@ tb_rc_pub_write(tb_rc_pub_t *t, tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f,
 	s->wr.imm_data = htobe32((uint32_t)(off / TB_FRAME_ALIGN) | seq_bits);
 	s->wr.wr.rdma.remote_addr = s->raddr + off;
 	s->wr.send_flags = inl;
-	if (tb_unlikely(ibv_post_send(s->qp, &s->wr, &bad) != 0)) {
+	if (tb_unlikely(s->post_send(s->qp, &s->wr, &bad) != 0)) {
 		tb_rc_pub_post_failed(s);
 		return;
 	}
@@ -240,13 +252,14 @@ tb_rc_pub_write(tb_rc_pub_t *t, tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f,
 /* Writes data frame `f` (`len` bytes, header included, sequence `seq`:
  * its fields, which the caller has at hand), at our ring position `pos`,
  * to every subscriber in `tab` (`chain`: onto its chain, for a later
- * post); `tail`: our ring's tail after this send.  What is the same for every subscriber is
+ * post); `tail`: our ring's tail after this send; `small` (a constant):
+ * `len` is at most TB_RC_SMALL_FRAME, so its inline flag is known.  What is the same for every subscriber is
  * worked out once.  A dead subscriber's limits send it to the slow path,
  * which leaves it alone.  Hot path. */
 static inline __attribute__((always_inline)) void
 tb_rc_pub_frame(tb_rc_pub_t *t, const tb_rc_pub_table_t *tab,
 		const tb_frame_hdr_t *f, uint32_t len, uint64_t seq, uint64_t pos,
-		uint64_t tail, int chain)
+		uint64_t tail, int chain, int small)
 {
 	tb_rc_pub_sub_t *const *sp = tab->sub, *const *end = tab->sub + tab->n;
 	uint32_t space = tb_frame_space(len);
@@ -254,7 +267,8 @@ tb_rc_pub_frame(tb_rc_pub_t *t, const tb_rc_pub_table_t *tab,
 			    << TB_RC_IMM_OFF_BITS;
 	/* Relaxed: ordered before the table change this send's load of the
 	 * table saw (see tb_rc_pub_t). */
-	unsigned inl = len <= tb_atomic_load_relaxed(&t->inline_max)
+	unsigned inl = small ? tb_atomic_load_relaxed(&t->inline_small)
+		       : len <= tb_atomic_load_relaxed(&t->inline_max)
 		       ? IBV_SEND_INLINE : 0;
 
 	for (; sp != end; sp++)
@@ -272,19 +286,19 @@ static inline tb_rc_pub_t *tb_rc_pub_of(tb_tx_t *tx)
 
 /*
  * tb_rc_tx_ops's send of [pos, tail) when that is one data frame, `f`,
- * of `len` bytes (header included) and sequence `seq`, just committed:
- * one WRITE_WITH_IMM to every subscriber.  For tb_rc_pub_of's publishers
- * only.  Hot path: no allocation, lock or system call beyond the
- * provider's post.
+ * of `len` bytes (header included, at most TB_RC_SMALL_FRAME) and
+ * sequence `seq`, just committed: one WRITE_WITH_IMM to every
+ * subscriber.  For tb_rc_pub_of's publishers only.  Hot path: no
+ * allocation, lock or system call beyond the provider's post.
  */
 static inline __attribute__((always_inline)) void
-tb_rc_pub_send_data(tb_rc_pub_t *t, const tb_frame_hdr_t *f, uint32_t len,
-		    uint64_t seq, uint64_t pos, uint64_t tail)
+tb_rc_pub_send_small(tb_rc_pub_t *t, const tb_frame_hdr_t *f, uint32_t len,
+		     uint64_t seq, uint64_t pos, uint64_t tail)
 {
 	uint64_t mark;
 	const tb_rc_pub_table_t *tab = tb_rc_pub_enter(t, 0, &mark);
 
-	tb_rc_pub_frame(t, tab, f, len, seq, pos, tail, 0);
+	tb_rc_pub_frame(t, tab, f, len, seq, pos, tail, 0, 1);
 	tb_rc_pub_leave(t, mark);
 }
 
