@@ -22,9 +22,9 @@
  * on the same fabric), collecting inside tb_pub_offer only, 64-byte
  * messages, one datagram each.  From callgrind's inclusive counts: the
  * verbs provider's entry points (post_send, poll_cq, post_recv) are the
- * provider's; from the self counts, nettle's (GMAC and its AES) and the
- * project's own GHASH's (tb_ghash_*) are the MAC's; the rest is
- * tickbus's own, split into the
+ * provider's, nettle's GMAC (or AES) entry points and the project's own
+ * GHASH (tb_ghash_*, self counts) are the MAC's (see mac_gcm_line); the
+ * rest is tickbus's own, split into the
  * publisher core (claim, frame, commit: tb_pub_offer outside the
  * transport) and the ud transport (its send op: packing, signing
  * set-up, the post).  Goal (DESIGN.md, issue 12): tickbus's own <= 100 and
@@ -303,23 +303,37 @@ static int cg_line_count(const char *line, double *v)
 	return k > 0;
 }
 
-/* A line of callgrind_annotate's self counts that is the MAC's: any
- * function of nettle (the process uses it for the MAC alone: GMAC and the
- * AES under it), or of the project's own GHASH, whose functions are
- * named tb_ghash_* (dgram_auth.c).  Self counts, so that nothing is
- * counted twice however these call one another (nettle's GCM calls its
- * AES; a GHASH may call its own helpers); the tickbus functions that
- * call them (dgram_auth's sign) stay tickbus's own, so the figure
- * compares across either implementation. */
-static int mac_line(const char *line)
+/*
+ * The MAC's share of the counts, so that it compares across its two
+ * implementations: nettle's GMAC, or the project's own GHASH (functions
+ * named tb_ghash_*, dgram_auth.c) with nettle's AES for the tag's mask.
+ * Nettle's entry points are taken inclusive (with the AES and the libc
+ * copies they call), its AES only when no GMAC entry point ran (nettle's
+ * GCM calls it: it would count twice), the GHASH's functions by their
+ * self counts (however they call one another, nothing counts twice).
+ * What calls them (dgram_auth's sign) stays tickbus's own.
+ */
+static int mac_gcm_line(const char *line)
 {
-	const char *fn = strchr(line, ':');
+	return strstr(line, "libnettle") &&
+	       (strstr(line, "nettle_gcm_set_iv ") ||
+		strstr(line, "nettle_gcm_update ") ||
+		strstr(line, "nettle_gcm_digest "));
+}
 
-	if (strstr(line, "libnettle"))
-		return 1;
-	/* "  123 (1%)  file:function [object]" */
-	while (fn && fn[1] == ' ')
-		fn = strchr(fn + 1, ':');
+static int mac_aes_line(const char *line)
+{
+	return strstr(line, "libnettle") &&
+	       (strstr(line, "nettle_aes128_encrypt ") ||
+		strstr(line, "nettle_aes_encrypt "));
+}
+
+/* "1,234 ( 1.00%)  file:tb_ghash_name [object]" */
+static int mac_ghash_line(const char *line)
+{
+	const char *fn = strstr(line, "%)");
+
+	fn = fn ? strchr(fn, ':') : NULL;
 	return fn && strncmp(fn + 1, "tb_ghash_", 9) == 0;
 }
 
@@ -328,6 +342,7 @@ static int mac_line(const char *line)
 static int callgrind_run(int subs, int count, struct cg_sums *s)
 {
 	char out[128], cmd[1024], line[512];
+	double gcm = 0, aes = 0;
 	pid_t pids[8];
 	FILE *f;
 	int rc;
@@ -361,9 +376,14 @@ static int callgrind_run(int subs, int count, struct cg_sums *s)
 			 (strstr(line, "post_send") || strstr(line, "post_recv") ||
 			  strstr(line, "poll_cq")))
 			s->verbs += v;
+		else if (mac_gcm_line(line))
+			gcm += v;
+		else if (mac_aes_line(line))
+			aes += v;
 		else if (strstr(line, "ud.c:ud_tx_send "))
 			s->send = v;
 	}
+	s->mac = gcm + (gcm > 0 ? 0 : aes);
 	pclose(f);
 	snprintf(cmd, sizeof(cmd), "callgrind_annotate --threshold=100 %s-01 "
 		 "2>/dev/null", out);
@@ -374,7 +394,7 @@ static int callgrind_run(int subs, int count, struct cg_sums *s)
 		double v;
 
 		if (cg_line_count(line, &v) && !strstr(line, "PROGRAM TOTALS") &&
-		    mac_line(line))
+		    mac_ghash_line(line))
 			s->mac += v;
 	}
 	pclose(f);
