@@ -29,6 +29,7 @@
 #include "bus/recovery/server.h"
 #include "bus/transport/rc_pub.h"
 #include "bus/transport/transport.h"
+#include "bus/transport/ud.h"
 #include "publisher/retention.h"
 
 #include <errno.h>
@@ -50,6 +51,7 @@ struct tb_publisher {
 	int (*send)(tb_tx_t *tx, uint64_t from, uint64_t to);
 	tb_rc_pub_t *rc;           /* an rc stream whose send the offer
 				    * inlines (rc_pub.h), or NULL */
+	tb_ud_tx_t *ud;            /* likewise a ud stream (ud.h) */
 	uint64_t next_seq;
 	uint32_t stream_id;
 	uint32_t offer_lim;        /* an offer of this many bytes or more
@@ -220,6 +222,7 @@ static int open_in_epoch(tb_publisher_t **out, const tb_stream_cfg_t *cfg,
 	p->room = p->tx->ops->room;
 	p->send = p->tx->ops->send;
 	p->rc = tb_rc_pub_of(p->tx);
+	p->ud = tb_ud_tx_of(p->tx);
 	/* The offer reads the TSC with the calibration every process of
 	 * the host shares (clock.h), so its stamps agree with the
 	 * subscribers' clock; without a TSC, offer_checked reads the clock
@@ -359,16 +362,23 @@ _Static_assert(TB_RING_MIN / 8 >= OFFER_SMALL + TB_FRAME_HDR_LEN &&
 	       OFFER_SMALL + TB_FRAME_HDR_LEN <= TB_RC_SMALL_FRAME,
 	       "an rc offer of a small message always fits");
 
+/* Which transport's send an offer inlines: a constant in each copy of
+ * offer_small. */
+enum { SEND_OP, SEND_RC, SEND_UD };
+
 /* tb_pub_offer of a message of at most OFFER_SMALL bytes with no claim
- * open, no room to ask and the TSC for a clock.  `rc` (a constant): p->rc
- * is set, so the ring is private, the message fits, and the send is
- * rc's, inline; a frame that would pad the ring's end (once a lap) goes
- * the checked way, so this one never pads.  Hot path: no allocation,
- * lock or system call. */
+ * open, no room to ask and the TSC for a clock.  `kind` (a constant):
+ * SEND_RC, p->rc is set, so the ring is private, the message fits, and
+ * the send is rc's, inline; a frame that would pad the ring's end (once a
+ * lap) goes the checked way, so this one never pads.  SEND_UD: p->ud is
+ * set, the ring is private and the send is ud's, inline.  SEND_OP: the
+ * transport's send op, if any.  Hot path: no allocation, lock or system
+ * call. */
 static inline __attribute__((always_inline)) int64_t
 offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
-	    uint32_t len, int rc)
+	    uint32_t len, int kind)
 {
+	const int rc = kind == SEND_RC;
 	tb_ring_t *r = p->ring;
 	uint64_t seq = p->next_seq, from = r->tail, at, end;
 	tb_frame_hdr_t *f;
@@ -391,7 +401,7 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	/* at and end in registers: the copy's stores below are ones the
 	 * compiler cannot tell from the ring's fields. */
 	f = tb_ring_claim_in_(r, len, seq, &at, &end,
-			      rc ? TB_RING_PRIVATE : TB_RING_ANY);
+			      kind == SEND_OP ? TB_RING_ANY : TB_RING_PRIVATE);
 	/* The payload first, the header last, next to the commit that
 	 * stores its sequence word: a reader polls that word's cache line,
 	 * so every store to it goes together, in one transfer (ring.h). */
@@ -411,7 +421,10 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	if (rc)
 		tb_rc_pub_send_small(p->rc, f, len + TB_FRAME_HDR_LEN, seq, at,
 				     end);
-	else if (p->send && tb_unlikely(p->send(p->tx, from, end) < 0))
+	else if (kind == SEND_UD) {
+		if (tb_unlikely(tb_ud_send(p->ud, end) < 0))
+			tb_counter_inc(p->ctr, TB_CTR_ERRORS);
+	} else if (p->send && tb_unlikely(p->send(p->tx, from, end) < 0))
 		tb_counter_inc(p->ctr, TB_CTR_ERRORS);
 	return (int64_t)seq;
 }
@@ -426,8 +439,10 @@ int64_t tb_pub_offer(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	if (tb_unlikely(len >= p->offer_lim))
 		return offer_checked(p, template_id, buf, len);
 	if (p->rc)
-		return offer_small(p, template_id, buf, len, 1);
-	return offer_small(p, template_id, buf, len, 0);
+		return offer_small(p, template_id, buf, len, SEND_RC);
+	if (p->ud)
+		return offer_small(p, template_id, buf, len, SEND_UD);
+	return offer_small(p, template_id, buf, len, SEND_OP);
 }
 
 static __attribute__((noinline)) int64_t
