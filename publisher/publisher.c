@@ -369,10 +369,10 @@ enum { SEND_OP, SEND_RC, SEND_UD };
 /* tb_pub_offer of a message of at most OFFER_SMALL bytes with no claim
  * open, no room to ask and the TSC for a clock.  `kind` (a constant):
  * SEND_RC, p->rc is set, so the ring is private, the message fits, and
- * the send is rc's, inline; a frame that would pad the ring's end (once a
- * lap) goes the checked way, so this one never pads.  SEND_UD: p->ud is
- * set, the ring is private and the send is ud's, inline.  SEND_OP: the
- * transport's send op, if any.  Hot path: no allocation, lock or system
+ * the send is rc's, inline.  SEND_UD: p->ud is set, the ring is private
+ * and the send is ud's, inline.  With either, a frame that would pad the
+ * ring's end (once a lap) goes the checked way, so this one never pads.
+ * SEND_OP: the transport's send op, if any.  Hot path: no allocation, lock or system
  * call. */
 static inline __attribute__((always_inline)) int64_t
 offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
@@ -388,7 +388,7 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	 * branch for larger messages. */
 	if (len > OFFER_SMALL)
 		__builtin_unreachable();
-	if (rc && tb_unlikely((from & r->mask) +
+	if (kind != SEND_OP && tb_unlikely((from & r->mask) +
 			      tb_frame_space(len + TB_FRAME_HDR_LEN) >
 			      r->mask + 1))
 		return offer_checked(p, template_id, buf, len);
