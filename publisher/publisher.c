@@ -10,6 +10,17 @@
  * transport send what was committed.  They do not allocate, lock or make
  * system calls.
  *
+ * The common offer, a message of up to 64 bytes (OFFER_SMALL), is one
+ * function with no call but the provider's (and ud's MAC): the clock is
+ * the publisher's own copy of the host's TSC calibration (clock.h,
+ * tb_clock_fwd_t), the count of frames published is the sequence just
+ * published (one store), and rc's and ud's sends are expanded into it
+ * from their transports' headers (rc_pub.h, ud.h) with the frame's
+ * fields still in registers.
+ * Anything else -- a claim open, back-pressure, no TSC, a larger message,
+ * a frame that pads the end of an rc or ud ring -- takes offer_checked,
+ * the same steps through the transport's ops.
+ *
  * A background thread beats the stream's heartbeat every heartbeat_ms, so
  * subscribers can tell a quiet publisher from a dead one.
  *

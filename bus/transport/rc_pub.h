@@ -10,9 +10,10 @@
  * send touches for every frame is declared here -- the subscriber table
  * and the mark of its one reader (tb_rc_pub_t), each subscriber's work
  * request prepared at join and the limits its common case compares with
- * (tb_rc_pub_sub_t) -- and the send of one data frame,
- * tb_rc_pub_send_data, is a static inline that tb_pub_offer expands with
- * what it holds in registers already.  Everything that is not the common
+ * (tb_rc_pub_sub_t) -- and the send of one small data frame,
+ * tb_rc_pub_send_small, is a static inline that tb_pub_offer expands
+ * with what it holds in registers already (the frame, its length and
+ * sequence, where it lies).  Everything that is not the common
  * case stays out of line in rc_pub.c: a subscriber's slow path
  * (tb_rc_pub_write_slow), a failed post (tb_rc_pub_post_failed), and
  * every stream whose send is not the plain one (batching, back-pressure,
@@ -48,8 +49,8 @@ typedef struct tb_rc_pub_sub {
 	struct ibv_sge sge;
 	struct ibv_qp *qp;
 	/* qp's provider post, read once at join: what verbs.h's
-	 * ibv_post_send calls (qp->context->ops.post_send), less two
-	 * loads a frame. */
+	 * ibv_post_send calls (qp->context->ops.post_send), a load less
+	 * a frame. */
 	int (*post_send)(struct ibv_qp *qp, struct ibv_send_wr *wr,
 			 struct ibv_send_wr **bad);
 	uint64_t raddr;
@@ -277,7 +278,7 @@ tb_rc_pub_frame(tb_rc_pub_t *t, const tb_rc_pub_table_t *tab,
 }
 
 /* The rc publisher behind `tx` when its send is the plain one (lapping,
- * unbatched, membarrier: tb_rc_tx_ops), which tb_rc_pub_send_data does
+ * unbatched, membarrier: tb_rc_tx_ops), which tb_rc_pub_send_small does
  * inline; NULL for any other transport or rc stream.  Set-up. */
 static inline tb_rc_pub_t *tb_rc_pub_of(tb_tx_t *tx)
 {
