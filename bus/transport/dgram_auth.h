@@ -61,12 +61,13 @@
 #ifndef TB_DGRAM_AUTH_H
 #define TB_DGRAM_AUTH_H
 
+#include "bus/transport/ghash.h"
 #include "bus/transport/packet.h"
 
 #include <nettle/aes.h>
-#include <nettle/gcm.h>
 #include <nettle/hmac.h>
 #include <nettle/memops.h>
+#include <nettle/memxor.h>
 
 #include <stddef.h>
 #include <stdint.h>
@@ -77,9 +78,10 @@ typedef struct tb_dgram_auth {
 	struct hmac_sha256_ctx stream;
 } tb_dgram_auth_t;
 
-/* One epoch's key: the GHASH table and the AES key schedule of K_e. */
+/* One epoch's key: GHASH's (H and its powers) and the AES key schedule of
+ * K_e, for E_K(J0). */
 typedef struct tb_dgram_key {
-	struct gcm_key h;
+	tb_ghash_key_t h;
 	struct aes128_ctx aes;
 	uint64_t epoch;
 } tb_dgram_key_t;
@@ -99,31 +101,25 @@ void tb_dgram_auth_key(const tb_dgram_auth_t *a, uint64_t epoch,
 void tb_dgram_auth_wipe(void *p, size_t len);
 
 /* The GMAC of a datagram whose header is `h` and whose frames (possibly
- * elsewhere in memory) are `frames_len` bytes at `frames`, into `tag`. */
+ * elsewhere in memory) are `frames_len` bytes at `frames`, into `tag`:
+ * GHASH over the header's first 48 bytes (whole blocks) and the frames,
+ * plus E_K(J0), J0 = nonce (LE64) | 0^32 | 1 (SP 800-38D, a 96-bit IV). */
 static inline void tb_dgram_auth_tag(const tb_dgram_key_t *k,
 				     const tb_packet_hdr_t *h,
 				     const void *frames, size_t frames_len,
 				     uint8_t tag[TB_PACKET_TAG_LEN])
 {
-	struct gcm_ctx c;
-	union {
-		uint8_t b[GCM_IV_SIZE];
-		struct {
-			uint64_t nonce; /* little-endian, as in the header */
-			uint32_t zero;
-		} __attribute__((packed)) f;
-	} iv;
+	uint8_t j0[16] = {[15] = 1}, ek[16], s[16];
+	const tb_ghash_piece_t pc[2] = {{h, TB_PACKET_AUTH_LEN},
+					{frames, frames_len}};
 
-	_Static_assert(sizeof(iv) == GCM_IV_SIZE, "IV: nonce and 4 zero bytes");
-	iv.f.nonce = h->nonce;
-	iv.f.zero = 0;
-	gcm_set_iv(&c, &k->h, sizeof(iv.b), iv.b);
-	/* Associated data in whole blocks but for the last piece: 48 is. */
-	gcm_update(&c, &k->h, TB_PACKET_AUTH_LEN, (const uint8_t *)h);
-	if (frames_len)
-		gcm_update(&c, &k->h, frames_len, (const uint8_t *)frames);
-	gcm_digest(&c, &k->h, &k->aes, (nettle_cipher_func *)aes128_encrypt,
-		   TB_PACKET_TAG_LEN, tag);
+	_Static_assert(TB_PACKET_AUTH_LEN % TB_GHASH_BLOCK == 0,
+		       "the header is whole GHASH blocks");
+	_Static_assert(TB_PACKET_TAG_LEN == 16, "the full GCM tag");
+	memcpy(j0, &h->nonce, sizeof(h->nonce)); /* little-endian, as sent */
+	tb_ghash_digest(&k->h, pc, 2, s);
+	aes128_encrypt(&k->aes, sizeof(j0), ek, j0);
+	memxor3(tag, s, ek, TB_PACKET_TAG_LEN);
 }
 
 /* Writes the tag of a datagram into its header.  Hot path. */
