@@ -190,16 +190,26 @@ static inline VCLMUL_TARGET __m128i reduce4(__m512i lo, __m512i mid,
 	return reduce(lanes_sum(lo), lanes_sum(hi));
 }
 
-/* Four blocks per multiply: lane l holds block j + l and its power.  A
- * group ends at a piece's end or a run's: it is loaded under a byte mask,
- * zero past the piece (the padding of a ragged block, and lanes that add
- * nothing). */
+/* Adds x times h, four blocks and their powers, to the unreduced sums. */
+static inline VCLMUL_TARGET void mul4(__m512i x, __m512i h, __m512i *lo,
+				      __m512i *mid, __m512i *hi)
+{
+	*lo = _mm512_xor_si512(*lo, _mm512_clmulepi64_epi128(x, h, 0x00));
+	*hi = _mm512_xor_si512(*hi, _mm512_clmulepi64_epi128(x, h, 0x11));
+	*mid = _mm512_ternarylogic_epi64(*mid, _mm512_clmulepi64_epi128(x, h, 0x01),
+					 _mm512_clmulepi64_epi128(x, h, 0x10), 0x96);
+}
+
+/* Four blocks per multiply: lane l holds block j + l and its power.  Whole
+ * groups of four go in a loop that checks nothing; a group ends early at
+ * a piece's end or a run's, and is loaded under a byte mask, zero past
+ * the piece (the padding of a ragged block, and lanes that add nothing). */
 static VCLMUL_TARGET void tb_ghash_vclmul_digest(const tb_ghash_key_t *k,
 						 const tb_ghash_piece_t *pc,
 						 int n, uint8_t s[16])
 {
 	const __m512i rm = _mm512_broadcast_i32x4(reflect_mask());
-	__m512i lo = _mm512_setzero_si512(), hi = lo, mid = lo, x, h;
+	__m512i lo = _mm512_setzero_si512(), hi = lo, mid = lo, x;
 	__m128i y = _mm_setzero_si128(), x1, h1;
 	uint64_t bits;
 	unsigned e = first_exponent(pc, n, &bits);
@@ -209,26 +219,40 @@ static VCLMUL_TARGET void tb_ghash_vclmul_digest(const tb_ghash_key_t *k,
 		size_t len = pc[i].len;
 
 		while (len) {
-			size_t g = (len + TB_GHASH_BLOCK - 1) / TB_GHASH_BLOCK;
-			size_t take;
+			size_t q = len / 64, g, take;
 
-			g = g < 4 ? g : 4;
-			g = g < e ? g : e;
-			take = g * TB_GHASH_BLOCK < len ? g * TB_GHASH_BLOCK : len;
-			x = _mm512_maskz_loadu_epi8(
-				take >= 64 ? ~0ull : (1ull << take) - 1, p);
-			x = _mm512_xor_si512(_mm512_shuffle_epi8(x, rm),
-					     _mm512_zextsi128_si512(y));
-			y = _mm_setzero_si128();
-			h = _mm512_loadu_si512(k->u.pow[TB_GHASH_POWERS - e]);
-			lo = _mm512_xor_si512(lo, _mm512_clmulepi64_epi128(x, h, 0x00));
-			hi = _mm512_xor_si512(hi, _mm512_clmulepi64_epi128(x, h, 0x11));
-			mid = _mm512_ternarylogic_epi64(
-				mid, _mm512_clmulepi64_epi128(x, h, 0x01),
-				_mm512_clmulepi64_epi128(x, h, 0x10), 0x96);
-			p += take;
-			len -= take;
-			e -= (unsigned)g;
+			q = q < e / 4 ? q : e / 4;
+			for (size_t j = 0; j < q; j++) {
+				x = _mm512_shuffle_epi8(
+					_mm512_loadu_si512(p + 64 * j), rm);
+				x = _mm512_xor_si512(x, _mm512_zextsi128_si512(y));
+				y = _mm_setzero_si128();
+				mul4(x, _mm512_loadu_si512(
+					     k->u.pow[TB_GHASH_POWERS - e + 4 * j]),
+				     &lo, &mid, &hi);
+			}
+			p += 64 * q;
+			len -= 64 * q;
+			e -= 4 * (unsigned)q;
+			if (len && e) {
+				/* What is left of the piece or the run: 1 to 4
+				 * blocks, the last one perhaps ragged. */
+				g = (len + TB_GHASH_BLOCK - 1) / TB_GHASH_BLOCK;
+				g = g < 4 ? g : 4;
+				g = g < e ? g : e;
+				take = g * TB_GHASH_BLOCK < len ? g * TB_GHASH_BLOCK : len;
+				x = _mm512_maskz_loadu_epi8(
+					take >= 64 ? ~0ull : (1ull << take) - 1, p);
+				x = _mm512_xor_si512(_mm512_shuffle_epi8(x, rm),
+						     _mm512_zextsi128_si512(y));
+				y = _mm_setzero_si128();
+				mul4(x, _mm512_loadu_si512(
+					     k->u.pow[TB_GHASH_POWERS - e]),
+				     &lo, &mid, &hi);
+				p += take;
+				len -= take;
+				e -= (unsigned)g;
+			}
 			if (e == 0) {
 				y = reduce4(lo, mid, hi);
 				lo = hi = mid = _mm512_setzero_si512();
