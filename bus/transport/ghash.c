@@ -190,6 +190,67 @@ static inline VCLMUL_TARGET __m128i reduce4(__m512i lo, __m512i mid,
 	return reduce(lanes_sum(lo), lanes_sum(hi));
 }
 
+/* Bytes from which the four-lane path is the faster. */
+#define VCLMUL_FROM 160
+
+/* shr128 in each lane. */
+static inline VCLMUL_TARGET __m512i shr128x4(__m512i v, int k)
+{
+	return _mm512_or_si512(_mm512_srli_epi64(v, k),
+			       _mm512_bsrli_epi128(_mm512_slli_epi64(v, 64 - k), 8));
+}
+
+/* mul in each lane: four products, four reductions (reduce's steps). */
+static inline VCLMUL_TARGET __m512i mul4x(__m512i a, __m512i b)
+{
+	__m512i lo = _mm512_clmulepi64_epi128(a, b, 0x00);
+	__m512i hi = _mm512_clmulepi64_epi128(a, b, 0x11);
+	__m512i mid = _mm512_xor_si512(_mm512_clmulepi64_epi128(a, b, 0x01),
+				       _mm512_clmulepi64_epi128(a, b, 0x10));
+	__m512i lc, hc, e, d, t;
+
+	lo = _mm512_xor_si512(lo, _mm512_bslli_epi128(mid, 8));
+	hi = _mm512_xor_si512(hi, _mm512_bsrli_epi128(mid, 8));
+	lc = _mm512_srli_epi64(lo, 63);
+	hc = _mm512_srli_epi64(hi, 63);
+	lo = _mm512_or_si512(_mm512_slli_epi64(lo, 1), _mm512_bslli_epi128(lc, 8));
+	hi = _mm512_or_si512(_mm512_slli_epi64(hi, 1), _mm512_bslli_epi128(hc, 8));
+	hi = _mm512_or_si512(hi, _mm512_bsrli_epi128(lc, 8));
+	e = _mm512_ternarylogic_epi64(_mm512_slli_epi64(lo, 63),
+				      _mm512_slli_epi64(lo, 62),
+				      _mm512_slli_epi64(lo, 57), 0x96);
+	d = _mm512_xor_si512(lo, _mm512_bslli_epi128(e, 8));
+	t = _mm512_ternarylogic_epi64(d, shr128x4(d, 1), shr128x4(d, 2), 0x96);
+	return _mm512_ternarylogic_epi64(hi, t, shr128x4(d, 7), 0x96);
+}
+
+/* The powers four at a time: P_j holds H^(4j+1) .. H^(4j+4) in its lanes,
+ * P_(j+4) = P_j H^16, four chains; stored lanes reversed (the table runs
+ * down). */
+static VCLMUL_TARGET void powers4(tb_ghash_key_t *k, const uint8_t h[16])
+{
+	__m128i h1 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)h),
+				      reflect_mask());
+	__m128i h2 = mul(h1, h1), h3 = mul(h2, h1), h4 = mul(h3, h1);
+	__m512i p[TB_GHASH_POWERS / 4], b;
+
+	p[0] = _mm512_inserti32x4(
+		_mm512_inserti32x4(
+			_mm512_inserti32x4(_mm512_castsi128_si512(h1), h2, 1),
+			h3, 2),
+		h4, 3);
+	b = _mm512_broadcast_i32x4(h4);
+	for (int j = 1; j < 4; j++)
+		p[j] = mul4x(p[j - 1], b);
+	b = _mm512_broadcast_i32x4(_mm512_extracti32x4_epi32(p[3], 3));
+	for (int j = 4; j < TB_GHASH_POWERS / 4; j++)
+		p[j] = mul4x(p[j - 4], b);
+	for (int j = 0; j < TB_GHASH_POWERS / 4; j++)
+		_mm512_storeu_si512(k->u.pow[TB_GHASH_POWERS - 4 * j - 4],
+				    _mm512_shuffle_i64x2(p[j], p[j], 0x1b));
+	memset(k->u.pow[TB_GHASH_POWERS], 0, 3 * TB_GHASH_BLOCK);
+}
+
 /* Adds x times h, four blocks and their powers, to the unreduced sums. */
 static inline VCLMUL_TARGET void mul4(__m512i x, __m512i h, __m512i *lo,
 				      __m512i *mid, __m512i *hi)
@@ -204,9 +265,9 @@ static inline VCLMUL_TARGET void mul4(__m512i x, __m512i h, __m512i *lo,
  * groups of four go in a loop that checks nothing; a group ends early at
  * a piece's end or a run's, and is loaded under a byte mask, zero past
  * the piece (the padding of a ragged block, and lanes that add nothing). */
-static VCLMUL_TARGET void tb_ghash_vclmul_digest(const tb_ghash_key_t *k,
-						 const tb_ghash_piece_t *pc,
-						 int n, uint8_t s[16])
+static VCLMUL_TARGET void tb_ghash_vclmul_wide(const tb_ghash_key_t *k,
+					       const tb_ghash_piece_t *pc,
+					       int n, uint8_t s[16])
 {
 	const __m512i rm = _mm512_broadcast_i32x4(reflect_mask());
 	__m512i lo = _mm512_setzero_si512(), hi = lo, mid = lo, x;
@@ -273,6 +334,23 @@ static VCLMUL_TARGET void tb_ghash_vclmul_digest(const tb_ghash_key_t *k,
 					   _mm_clmulepi64_si128(x1, h1, 0x10))));
 	y = reduce4(lo, mid, hi);
 	_mm_storeu_si128((__m128i *)s, _mm_shuffle_epi8(y, reflect_mask()));
+}
+
+/* Below ten blocks or so one block per step is as fast (measured: 144
+ * bytes 19.4 ns against 20.9, 176 bytes 21.5 against 20.6); chosen here,
+ * before any 512-bit register is touched. */
+static void tb_ghash_vclmul_digest(const tb_ghash_key_t *k,
+				   const tb_ghash_piece_t *pc, int n,
+				   uint8_t s[16])
+{
+	size_t bytes = 0;
+
+	for (int i = 0; i < n; i++)
+		bytes += pc[i].len;
+	if (bytes <= VCLMUL_FROM)
+		tb_ghash_clmul_digest(k, pc, n, s);
+	else
+		tb_ghash_vclmul_wide(k, pc, n, s);
 }
 
 #endif /* TB_GHASH_X86 */
@@ -363,9 +441,13 @@ int tb_ghash_key_init(tb_ghash_key_t *k, const uint8_t h[16], int path)
 		return 0;
 	}
 #if TB_GHASH_X86
-	powers(k, h);
-	k->digest = path == TB_GHASH_VCLMUL ? tb_ghash_vclmul_digest
-					    : tb_ghash_clmul_digest;
+	if (path == TB_GHASH_VCLMUL) {
+		powers4(k, h);
+		k->digest = tb_ghash_vclmul_digest;
+	} else {
+		powers(k, h);
+		k->digest = tb_ghash_clmul_digest;
+	}
 #endif
 	return 0;
 }

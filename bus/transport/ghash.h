@@ -34,12 +34,13 @@
  *
  * The aggregation.  Reduction is linear, so the products need not be
  * reduced one by one: S = X_1 H^n + ... + X_n H is summed unreduced and
- * reduced once.  The key keeps H^1 .. H^64 (TB_GHASH_POWERS), computed
- * when the key is set (per epoch), so a datagram of up to 63 blocks and
- * its length block (1008 bytes) is one pass of independent products and
- * one reduction; a longer one is Horner's rule over runs of 64 blocks,
- * Y' = (Y + X_1) H^64 + ... + X_64 H, whose products but the first do not
- * wait on the previous run.  A 1472-byte datagram: two reductions.
+ * reduced once.  The key keeps H^1 .. H^128 (TB_GHASH_POWERS), computed
+ * when the key is set (per epoch), so a datagram of up to 127 blocks and
+ * its length block (2032 bytes: a full udp datagram is 93) is one pass of
+ * independent products and one reduction; a longer one is Horner's rule
+ * over runs of 128 blocks, Y' = (Y + X_1) H^128 + ... + X_128 H, each run
+ * waiting on the previous one's reduction (measured: a second run costs
+ * as much as 20 more blocks, which is why the table is this long).
  *
  * The paths, chosen once at key set-up from what the CPU has:
  *   TB_GHASH_VCLMUL  VPCLMULQDQ on 512-bit registers (AVX-512): four
@@ -70,10 +71,11 @@
 #include <stdint.h>
 
 #define TB_GHASH_BLOCK 16
-/* Powers of H the key keeps: 64 is a datagram of up to 1008 bytes in one
- * reduction, 1072 bytes of key (inside nettle's 4 KiB table, which
- * shares its room), and 64 multiplies to set up. */
-#define TB_GHASH_POWERS 64
+/* Powers of H the key keeps: 128 is a datagram of up to 2032 bytes (a
+ * udp mtu of 1472 with room) in one reduction, 2096 bytes of key (inside
+ * nettle's 4 KiB table, which shares its room), and 128 multiplies to set
+ * up, four at a time on the VPCLMULQDQ path.  A multiple of 16. */
+#define TB_GHASH_POWERS 128
 
 enum tb_ghash_path {
 	TB_GHASH_AUTO = 0, /* the best this CPU has */
@@ -97,8 +99,8 @@ typedef void tb_ghash_digest_fn(const tb_ghash_key_t *k,
 
 struct tb_ghash_key {
 	union {
-		/* pow[i] = H^(64 - i), reflected; pow[64..66] zero, so that a
-		 * four-block load of the last powers stays inside. */
+		/* pow[i] = H^(128 - i), reflected; pow[128..130] zero, so
+		 * that a four-block load of the last powers stays inside. */
 		uint8_t pow[TB_GHASH_POWERS + 3][TB_GHASH_BLOCK];
 		struct gcm_key nettle;
 	} u;
@@ -108,7 +110,7 @@ struct tb_ghash_key {
 
 /* Sets *k up for H (the 16 bytes E_K(0^128)) on `path`; TB_GHASH_AUTO
  * takes the best the CPU has (or the one tb_ghash_force named).  -1 when
- * the CPU lacks what `path` needs, else 0.  Set-up (64 multiplies). */
+ * the CPU lacks what `path` needs, else 0.  Set-up (128 multiplies). */
 int tb_ghash_key_init(tb_ghash_key_t *k, const uint8_t h[16], int path);
 
 /* 1 when this CPU can run `path` (TB_GHASH_NETTLE always), else 0. */
