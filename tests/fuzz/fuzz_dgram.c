@@ -61,6 +61,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	tb_seq_t seq;
 	uint64_t now = 1000000000ull;
 
+	/* Each input gets a fresh receiver, which says its warnings (datagram
+	 * size, packet version) once each: without this, 10 M runs log
+	 * 175 MB of them. */
+	setenv("TICKBUS_QUIET", "1", 1);
 	tb_dgram_rx_init(&rx, STREAM, 100, TOKEN, 4096);
 	tb_dgram_auth_init(&auth, TOKEN, STREAM);
 	tb_seq_init(&seq, 0);
