@@ -114,6 +114,16 @@ static inline CLMUL_TARGET __m128i length_block(uint64_t bits)
 	return _mm_set_epi64x((long long)bits, 0);
 }
 
+/* Adds x times h to the unreduced sums. */
+static inline CLMUL_TARGET void mul1(__m128i x, __m128i h, __m128i *lo,
+				    __m128i *mid, __m128i *hi)
+{
+	*lo = _mm_xor_si128(*lo, _mm_clmulepi64_si128(x, h, 0x00));
+	*hi = _mm_xor_si128(*hi, _mm_clmulepi64_si128(x, h, 0x11));
+	*mid = _mm_xor_si128(*mid, _mm_xor_si128(_mm_clmulepi64_si128(x, h, 0x01),
+						 _mm_clmulepi64_si128(x, h, 0x10)));
+}
+
 /* One block per step: x times its power, summed unreduced; a run's end
  * reduced and carried into the next run's first block. */
 static CLMUL_TARGET void tb_ghash_clmul_digest(const tb_ghash_key_t *k,
@@ -130,25 +140,35 @@ static CLMUL_TARGET void tb_ghash_clmul_digest(const tb_ghash_key_t *k,
 		size_t len = pc[i].len;
 
 		while (len) {
-			if (len >= TB_GHASH_BLOCK) {
-				x = _mm_loadu_si128((const __m128i *)p);
-				p += TB_GHASH_BLOCK;
-				len -= TB_GHASH_BLOCK;
-			} else {
+			/* Whole blocks up to the piece's end or the run's,
+			 * then perhaps a ragged one. */
+			size_t q = len / TB_GHASH_BLOCK < e ? len / TB_GHASH_BLOCK : e;
+			const uint8_t *pw = k->u.pow[TB_GHASH_POWERS - e];
+
+			for (size_t j = 0; j < q; j++) {
+				x = _mm_loadu_si128((const __m128i *)(p + 16 * j));
+				x = _mm_xor_si128(_mm_shuffle_epi8(x, rm), y);
+				y = _mm_setzero_si128();
+				h = _mm_loadu_si128((const __m128i *)(pw + 16 * j));
+				mul1(x, h, &lo, &mid, &hi);
+			}
+			p += 16 * q;
+			len -= 16 * q;
+			e -= (unsigned)q;
+			if (len && len < TB_GHASH_BLOCK && e) {
 				uint8_t b[TB_GHASH_BLOCK] = {0};
 
 				memcpy(b, p, len);
 				x = _mm_loadu_si128((const __m128i *)b);
+				x = _mm_xor_si128(_mm_shuffle_epi8(x, rm), y);
+				y = _mm_setzero_si128();
+				h = _mm_loadu_si128((const __m128i *)
+							    k->u.pow[TB_GHASH_POWERS - e]);
+				mul1(x, h, &lo, &mid, &hi);
 				len = 0;
+				e--;
 			}
-			x = _mm_xor_si128(_mm_shuffle_epi8(x, rm), y);
-			y = _mm_setzero_si128();
-			h = _mm_loadu_si128((const __m128i *)k->u.pow[TB_GHASH_POWERS - e]);
-			lo = _mm_xor_si128(lo, _mm_clmulepi64_si128(x, h, 0x00));
-			hi = _mm_xor_si128(hi, _mm_clmulepi64_si128(x, h, 0x11));
-			mid = _mm_xor_si128(mid, _mm_clmulepi64_si128(x, h, 0x01));
-			mid = _mm_xor_si128(mid, _mm_clmulepi64_si128(x, h, 0x10));
-			if (--e == 0) {
+			if (e == 0) {
 				y = reduce(_mm_xor_si128(lo, _mm_slli_si128(mid, 8)),
 					   _mm_xor_si128(hi, _mm_srli_si128(mid, 8)));
 				lo = hi = mid = _mm_setzero_si128();
@@ -159,10 +179,7 @@ static CLMUL_TARGET void tb_ghash_clmul_digest(const tb_ghash_key_t *k,
 	/* The length block, the last of the last run: e is 1. */
 	x = _mm_xor_si128(length_block(bits), y);
 	h = _mm_loadu_si128((const __m128i *)k->u.pow[TB_GHASH_POWERS - 1]);
-	lo = _mm_xor_si128(lo, _mm_clmulepi64_si128(x, h, 0x00));
-	hi = _mm_xor_si128(hi, _mm_clmulepi64_si128(x, h, 0x11));
-	mid = _mm_xor_si128(mid, _mm_clmulepi64_si128(x, h, 0x01));
-	mid = _mm_xor_si128(mid, _mm_clmulepi64_si128(x, h, 0x10));
+	mul1(x, h, &lo, &mid, &hi);
 	y = reduce(_mm_xor_si128(lo, _mm_slli_si128(mid, 8)),
 		   _mm_xor_si128(hi, _mm_srli_si128(mid, 8)));
 	_mm_storeu_si128((__m128i *)s, _mm_shuffle_epi8(y, rm));
