@@ -36,7 +36,7 @@
  * reduced one by one: S = X_1 H^n + ... + X_n H is summed unreduced and
  * reduced once.  The key keeps H^1 .. H^128 (TB_GHASH_POWERS), computed
  * when the key is set (per epoch), so a datagram of up to 127 blocks and
- * its length block (2032 bytes: a full udp datagram is 93) is one pass of
+ * its length block (2032 bytes: a full udp datagram is 92) is one pass of
  * independent products and one reduction; a longer one is Horner's rule
  * over runs of 128 blocks, Y' = (Y + X_1) H^128 + ... + X_128 H, each run
  * waiting on the previous one's reduction (measured: a second run costs
@@ -47,6 +47,8 @@
  *                    blocks and their four powers per multiply; a group of
  *                    fewer (a piece's end, a ragged last block) is loaded
  *                    under a byte mask, which is also the zero padding;
+ *                    up to 160 bytes it takes the PCLMULQDQ steps, as
+ *                    fast there without the lanes to gather;
  *   TB_GHASH_CLMUL   PCLMULQDQ on 128-bit registers, one block per step;
  *   TB_GHASH_NETTLE  nettle's GHASH (gcm_update), anywhere else.
  * Every path gives the same value for the same input, bit for bit
