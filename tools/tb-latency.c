@@ -29,6 +29,11 @@
  * two ends run on machines of the same architecture):
  *   magic u32, kind u16, pad u16, size u32, pad u32, id u64,
  *   intended_ns u64, sent_ns u64
+ * A one-way SIZE_END carries in `id` how many measured (DATA) messages of
+ * the size were sent, so that the sub end's `lost` counts exactly the
+ * measured messages that did not arrive (a gap the bus reports may also
+ * cover warm-up messages), and a message that neither arrived nor was
+ * reported lost by the bus is caught: the sub end says so and fails.
  */
 #include <tickbus/tickbus.h>
 #include "tools/cli.h"
@@ -130,7 +135,10 @@ static void usage(FILE *out)
 "      --msg-timeout-ms MS  pingpong: a ping unanswered this long counts\n"
 "                        as lost and the next goes out (default 1000)\n"
 "  -h, --help            this text\n"
-"prints per size: mode= size= count= p50= p90= p99= p99.9= p99.99= max= (ns)\n"
+"prints per size: mode= size= count= lost= p50= p90= p99= p99.9= p99.99=\n"
+"max= (ns); lost: measured messages that did not arrive (pingpong: not\n"
+"answered in time; oneway: reported lost by the bus, and the sub end\n"
+"fails if any vanished without a report)\n"
 "exit status: 0 done, 1 error, 2 usage, 4 the other end did not answer\n",
 		SIZE_MIN, SIZE_MAX_BYTES);
 }
@@ -588,7 +596,7 @@ static int run_pub(const opts_t *o, ends_t *e, meter_t *mt)
 		return rc < 0 ? 1 : 4;
 	for (int s = 0; s < o->n_sizes && !stop; s++) {
 		uint32_t size = o->sizes[s];
-		uint64_t total = o->warmup + o->count, lost = 0, t0;
+		uint64_t total = o->warmup + o->count, lost = 0, sent = 0, t0;
 		lat_msg_t m = {LAT_MAGIC, 0, 0, size, 0, 0, 0, 0};
 
 		if (o->pingpong && meter_start(mt, size) < 0)
@@ -611,6 +619,7 @@ static int run_pub(const opts_t *o, ends_t *e, meter_t *mt)
 			if (send_msg_at(e, &m, size, m.intended_ns + o->timeout_ms *
 					1000000ull, interval ? 0 : m.intended_ns) < 0)
 				return 1;
+			sent += m.kind == K_DATA;
 			if (!o->pingpong)
 				continue;
 			w.kind = K_DATA;
@@ -642,6 +651,7 @@ static int run_pub(const opts_t *o, ends_t *e, meter_t *mt)
 			struct wait_for w = {K_ACK, 0, 0, 0};
 
 			m.kind = K_SIZE_END;
+			m.id = sent;
 			if (send_msg(e, &m, SIZE_MIN, now_ns() +
 					o->timeout_ms * 1000000ull) < 0)
 				return 1;
@@ -677,9 +687,29 @@ struct sub_state {
 	uint32_t cur_size; /* one-way: size being measured, 0 = none */
 	uint64_t seen;     /* messages seen, for the silence timeout */
 	uint64_t last_seen_ns;
-	uint64_t lost;
+	uint64_t told_lost; /* messages the bus reported lost, of any kind */
+	uint64_t data;      /* DATA messages of cur_size received */
 	lat_msg_t reply;
 };
+
+/* The end of a size whose pub end sent `sent` measured messages: reports
+ * the ones missing as lost; fails if the bus did not report them all. */
+static int size_done(struct sub_state *s, uint64_t sent)
+{
+	uint64_t missing = sent > s->data ? sent - s->data : 0;
+	int rc = report(s->mt, s->o, missing);
+
+	if (missing > s->told_lost) {
+		fprintf(stderr, "%s: size %u: %" PRIu64 " messages neither "
+			"arrived nor were reported lost (the bus reported %"
+			PRIu64 ")\n", prog, s->cur_size, missing, s->told_lost);
+		rc = -1;
+	}
+	s->cur_size = 0;
+	s->data = 0;
+	s->told_lost = 0;
+	return rc;
+}
 
 static void on_ping(void *clientd, const tb_msg_t *msg)
 {
@@ -729,6 +759,7 @@ static void on_ping(void *clientd, const tb_msg_t *msg)
 				s->failed = 1;
 		}
 		if (m.kind == K_DATA) {
+			s->data++;
 			tb_hist_recorder_record(s->mt->rec,
 						(int64_t)(t - m.intended_ns));
 			tb_hist_record(s->mt->raw, (int64_t)(t - m.sent_ns));
@@ -740,10 +771,8 @@ static void on_ping(void *clientd, const tb_msg_t *msg)
 		s->answer = 1;
 		if (s->cur_size) {
 			meter_stop(s->mt);
-			if (report(s->mt, s->o, s->lost) < 0)
+			if (size_done(s, m.kind == K_SIZE_END ? m.id : s->data) < 0)
 				s->failed = 1;
-			s->cur_size = 0;
-			s->lost = 0;
 		}
 		if (m.kind == K_END)
 			s->done = 1;
@@ -777,7 +806,7 @@ static int run_sub(const opts_t *o, ends_t *e, meter_t *mt)
 			uint64_t a, b;
 
 			if (tb_sub_loss(e->sub, &a, &b) == 0)
-				s.lost += b - a + 1;
+				s.told_lost += b - a + 1;
 		} else if (rc == TB_PUBLISHER_DEAD) {
 			fprintf(stderr, "%s: the pub end died\n", prog);
 			return 1;

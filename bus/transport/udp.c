@@ -11,6 +11,8 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -335,6 +337,7 @@ static int rx_socket(tb_udp_rx_t *r, const tb_stream_cfg_t *cfg)
 	struct udp_where w;
 	int one = 1, zero = 0, rc;
 	socklen_t len = sizeof(r->rcvbuf);
+	uint64_t granted;
 
 	rc = resolve(cfg, &w);
 	if (rc < 0)
@@ -347,24 +350,30 @@ static int rx_socket(tb_udp_rx_t *r, const tb_stream_cfg_t *cfg)
 	    (rc = sockopt(r->fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one),
 			  "SO_REUSEPORT")) < 0)
 		return rc;
+	/* With CAP_NET_ADMIN the size asked for is taken whatever
+	 * net.core.rmem_max says (SO_RCVBUFFORCE); without it, up to that
+	 * ceiling (the warning below says when it bit). */
 	if (cfg->rcvbuf) {
 		int want = (int)cfg->rcvbuf;
 
-		rc = sockopt(r->fd, SOL_SOCKET, SO_RCVBUF, &want, sizeof(want),
-			     "SO_RCVBUF");
-		if (rc < 0)
+		if (setsockopt(r->fd, SOL_SOCKET, SO_RCVBUFFORCE, &want,
+			       sizeof(want)) != 0 &&
+		    (rc = sockopt(r->fd, SOL_SOCKET, SO_RCVBUF, &want,
+				  sizeof(want), "SO_RCVBUF")) < 0)
 			return rc;
 	}
 	if (getsockopt(r->fd, SOL_SOCKET, SO_RCVBUF, &r->rcvbuf, &len) != 0)
 		return tb_error_sys(errno, "udp: getsockopt SO_RCVBUF");
-	/* Linux doubles the value asked for (bookkeeping overhead) and caps
-	 * the request at net.core.rmem_max first. */
-	if (cfg->rcvbuf && (uint64_t)r->rcvbuf < 2ull * cfg->rcvbuf)
+	/* Linux doubles the value asked for (bookkeeping overhead) after
+	 * capping it at net.core.rmem_max (SO_RCVBUF) or INT_MAX / 2 (either
+	 * option). */
+	granted = (uint64_t)r->rcvbuf / 2;
+	if (cfg->rcvbuf && granted < cfg->rcvbuf && granted < INT_MAX / 2)
 		tb_warn("udp: stream '%s': SO_RCVBUF of %u bytes capped by the "
-			"kernel at %d; raise net.core.rmem_max (sysctl -w "
-			"net.core.rmem_max=%u) or datagrams may be dropped in "
-			"bursts", cfg->name, cfg->rcvbuf, r->rcvbuf / 2,
-			cfg->rcvbuf);
+			"kernel at %" PRIu64 "; raise net.core.rmem_max (sysctl "
+			"-w net.core.rmem_max=%u) or run with CAP_NET_ADMIN, or "
+			"datagrams may be dropped in bursts", cfg->name,
+			cfg->rcvbuf, granted, cfg->rcvbuf);
 	/* Bound to the group address: only this group's datagrams, even when
 	 * another group shares the port. */
 	if (bind(r->fd, (struct sockaddr *)&w.group, sizeof(w.group)) != 0)

@@ -67,17 +67,29 @@ static int result_line(const char *text, unsigned size, char *line,
 	return 0;
 }
 
-static void check_result(const char *text, unsigned size, uint64_t count,
-			 const char *mode)
+/* The result line of `size`: `mode`, `count` messages measured and none
+ * lost (with `may_lose`, count + lost; a datagram transport without
+ * recovery loses what a descheduled subscriber's queue cannot hold, and
+ * tb-latency fails when a message is neither measured nor reported lost),
+ * percentiles in order. */
+static void check_result_lossy(const char *text, unsigned size,
+			       uint64_t count, const char *mode, int may_lose)
 {
 	char line[512], m[32];
 	uint64_t p50, p90, p99, p999, p9999, max;
 
 	assert_int_equal(result_line(text, size, line, sizeof(line)), 0);
+	print_message("result:%s\n", line);
 	assert_int_equal(proc_field(line, "mode", m, sizeof(m)), 0);
 	assert_string_equal(m, mode);
-	assert_int_equal(proc_field_u64(line, "count"), count);
-	assert_int_equal(proc_field_u64(line, "lost"), 0);
+	if (may_lose) {
+		assert_int_equal(proc_field_u64(line, "count") +
+				 proc_field_u64(line, "lost"), count);
+		assert_true(proc_field_u64(line, "count") > 0);
+	} else {
+		assert_int_equal(proc_field_u64(line, "count"), count);
+		assert_int_equal(proc_field_u64(line, "lost"), 0);
+	}
 	p50 = proc_field_u64(line, "p50");
 	p90 = proc_field_u64(line, "p90");
 	p99 = proc_field_u64(line, "p99");
@@ -88,6 +100,12 @@ static void check_result(const char *text, unsigned size, uint64_t count,
 	assert_true(p50 <= p90 && p90 <= p99 && p99 <= p999 && p999 <= p9999 &&
 		    p9999 <= max);
 	assert_true(max < UINT64_MAX);
+}
+
+static void check_result(const char *text, unsigned size, uint64_t count,
+			 const char *mode)
+{
+	check_result_lossy(text, size, count, mode, 0);
 }
 
 /* Decodes an interval log: the samples of each tag must add up to `count`,
@@ -188,7 +206,10 @@ static void test_oneway_fixed_rate(void **state)
 
 /* Ping-pong and one-way over rc and ud (on softrdma, as make test runs)
  * and udp on loopback: every message measured, none lost, the .hgrm
- * holding them all. */
+ * holding them all; one-way at a fixed rate over ud and udp, every
+ * message measured or reported lost (a loaded machine descheduling the
+ * subscriber longer than its queue lasts loses datagrams: that is the
+ * transport without recovery, and tb-latency counts it). */
 static void test_every_network_transport(void **state)
 {
 	static const char *const transports[] = {"rc", "ud", "udp"};
@@ -213,7 +234,8 @@ static void test_every_network_transport(void **state)
 				fprintf(f, "group = 239.192.%d.%d:%u\n", 40 + t,
 					(int)getpid() % 250 + k, port[k]);
 			if (t == 2)
-				fprintf(f, "interface = 127.0.0.1\nloopback = yes\n");
+				fprintf(f, "interface = 127.0.0.1\nloopback = yes\n"
+					"rcvbuf = 4M\n");
 		}
 		fclose(f);
 		snprintf(hgrm, sizeof(hgrm), "%s/%s.hgrm", dir, transports[t]);
@@ -235,7 +257,7 @@ static void test_every_network_transport(void **state)
 
 			assert_int_equal(run(&out, name, a), 0);
 		}
-		check_result(out, 200, 2000, "oneway");
+		check_result_lossy(out, 200, 2000, "oneway", t > 0);
 		free(out);
 	}
 }
