@@ -29,7 +29,11 @@
  * threads busy-poll (the server's spin_us = always, tb-recoveryd
  * --spin-us always, a service on cores of its own): the service's side
  * has no wake-up left, so those rows are also given against the warm
- * floor.
+ * floor.  They mean that only where the spinning thread has a core of its
+ * own: here it runs in the bench's process beside the subscriber's poll
+ * thread, and on a 2-core machine with anything else runnable the two
+ * share a core, the spinner holding it until the scheduler's tick (a
+ * flat 3.9 ms per gap on the 2-core VM, at load 1.2 as at 10).
  *
  * Floors, in the same run: one request/response on a kept loopback TCP
  * connection (32 bytes out, the 136 bytes of a one-frame answer back)
