@@ -33,7 +33,7 @@
  * own: here it runs in the bench's process beside the subscriber's poll
  * thread, and on a 2-core machine with anything else runnable the two
  * share a core, the spinner holding it until the scheduler's tick (a
- * flat 3.9 ms per gap on the 2-core VM, at load 1.2 as at 10).
+ * flat 3.9 ms per gap on the 2-core VM at load 1.2, 11 ms at load 10).
  *
  * Floors, in the same run: one request/response on a kept loopback TCP
  * connection (32 bytes out, the 136 bytes of a one-frame answer back)
