@@ -443,6 +443,31 @@ int tb_net_reader_read(tb_net_reader_t *r, void *dst, size_t len,
 	return 0;
 }
 
+int tb_net_reader_try(tb_net_reader_t *r)
+{
+	ssize_t k;
+
+	if (r->off == r->have) {
+		r->off = r->have = 0;
+	} else if (r->have == r->cap) {
+		memmove(r->buf, r->buf + r->off, r->have - r->off);
+		r->have -= r->off;
+		r->off = 0;
+	}
+	if (r->have == r->cap)
+		return 0;
+	k = recv(r->fd, r->buf + r->have, r->cap - r->have, MSG_DONTWAIT);
+	if (k > 0) {
+		r->have += (size_t)k;
+		return (int)k;
+	}
+	if (k == 0)
+		return TB_CLOSED;
+	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+		return 0;
+	return tb_error_sys(errno, "recv");
+}
+
 /* Busy-polls the reader's socket for up to r->spin_ns: the bytes it got
  * (added to the buffer), or 0 when none came; an end or an error is left
  * for the poll()ing read after it to find and report. */

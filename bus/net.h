@@ -178,6 +178,12 @@ static inline void tb_net_reader_spin(tb_net_reader_t *r, uint64_t spin_ns)
 	r->spin_ns = spin_ns;
 }
 
+/* One look at the socket without waiting, for an owner that busy-polls
+ * it (the recovery server's spin_us): what came is added to the buffer.
+ * Returns the bytes added (> 0), 0 when none are there yet (or the buffer
+ * is full), TB_CLOSED when the peer closed (no message), or TB_ESYS. */
+int tb_net_reader_try(tb_net_reader_t *r);
+
 /* tb_net_recv_all through the reader's buffer: the same results. */
 int tb_net_reader_read(tb_net_reader_t *r, void *dst, size_t len,
 		       uint32_t timeout_ms);

@@ -161,6 +161,12 @@ static void usage(FILE *out)
 "      --auth-delay-ms N  a wrong token is answered after N ms, twice as long\n"
 "                         for each further one from its address (default 200,\n"
 "                         up to 5000)\n"
+"      --spin-us N        a connection's thread busy-polls for its next\n"
+"                         request for N microseconds before it sleeps (0..\n"
+"                         1000000, or 'always'; default 0): a request is\n"
+"                         taken without a wake-up (tens of us), at the cost\n"
+"                         of a core per spinning connection; for a service\n"
+"                         on cores of its own\n"
 "      --log FILE         append log lines to FILE (created 0640) instead of\n"
 "                         stderr; SIGHUP opens FILE again, so logrotate can\n"
 "                         rename it and send SIGHUP (postrotate), or use\n"
@@ -689,6 +695,7 @@ int main(int argc, char **argv)
 		{"max-pending-per-addr", required_argument, 0, 'A'},
 		{"conn-rate", required_argument, 0, 'N'},
 		{"auth-delay-ms", required_argument, 0, 'D'},
+		{"spin-us", required_argument, 0, 'S'},
 		{"log", required_argument, 0, 'O'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
@@ -796,6 +803,15 @@ int main(int argc, char **argv)
 				bad = "--auth-delay-ms";
 			else
 				rcfg.auth_delay_ms = (uint32_t)v;
+			break;
+		case 'S':
+			if (!strcmp(optarg, "always"))
+				rcfg.spin_us = TB_RECOVERY_SERVER_SPIN_ALWAYS;
+			else if (tb_cli_u64(optarg, &v) ||
+				 v > TB_RECOVERY_SERVER_SPIN_MAX)
+				bad = "--spin-us (0..1000000 or 'always')";
+			else
+				rcfg.spin_us = (uint32_t)v;
 			break;
 		case 'O':
 			if (!*optarg)

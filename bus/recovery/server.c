@@ -34,6 +34,12 @@
  * is dropped, which is possible as long as nothing of the answer has been
  * written.
  *
+ * Spinning (cfg.spin_us): conn_read tries the socket without sleeping
+ * (tb_net_reader_try) before the timed read, within that read's deadline,
+ * and looks at `stop` between tries; close's shutdown() also ends a try
+ * (the peer "closed"), so a spinning thread is joined as soon as a
+ * sleeping one.
+ *
  * Versions: the HELLO's version (proto.h: 2 or 3) is the connection's;
  * every answer and refusal on it is encoded in it, and so is the refusal
  * of a HELLO (in the current version when the HELLO's is not one spoken
@@ -938,6 +944,41 @@ static int serve(struct conn *c, const tb_recovery_proto_request_t *q)
 	return out_flush(c);
 }
 
+/* tb_net_reader_read(&c->in, ...) with the same results and deadline,
+ * after trying the socket without sleeping for up to cfg.spin_us of
+ * timeout_ms when the bytes are not buffered yet. */
+static int conn_read(struct conn *c, void *dst, size_t len, uint32_t timeout_ms)
+{
+	tb_recovery_server_t *s = c->srv;
+	uint64_t t0, limit_ns, spin_ns, spent_ms;
+
+	if (!s->cfg.spin_us || tb_net_reader_avail(&c->in) >= len)
+		return tb_net_reader_read(&c->in, dst, len, timeout_ms);
+	t0 = tb_clock_mono_ns();
+	limit_ns = (uint64_t)timeout_ms * 1000000u;
+	spin_ns = s->cfg.spin_us == TB_RECOVERY_SERVER_SPIN_ALWAYS ? limit_ns :
+		  (uint64_t)s->cfg.spin_us * 1000u;
+	if (spin_ns > limit_ns)
+		spin_ns = limit_ns;
+	while (tb_net_reader_avail(&c->in) < len) {
+		int rc = tb_net_reader_try(&c->in);
+
+		if (rc < 0)
+			break;  /* closed or broken: the read below says so */
+		if (rc > 0)
+			continue;
+		if (tb_atomic_load_seq_cst(&s->stop) || /* S1 pairs with S1 in close */
+		    tb_clock_mono_ns() - t0 >= spin_ns)
+			break;
+		tb_cpu_relax();
+	}
+	/* What the spin took comes off the deadline, rounded up: it is
+	 * never extended. */
+	spent_ms = (tb_clock_mono_ns() - t0 + 999999u) / 1000000u;
+	return tb_net_reader_read(&c->in, dst, len, spent_ms < timeout_ms ?
+				  timeout_ms - (uint32_t)spent_ms : 0);
+}
+
 /* Reads one whole message: 0, or non-zero when the connection ends (the
  * client closed, went quiet, broke, or sent something malformed, which
  * has been answered). */
@@ -951,14 +992,14 @@ static int read_request(struct conn *c, tb_recovery_proto_msg_t *m)
 
 	/* Between requests the connection may idle (a kept connection);
 	 * once one has begun, its bytes are owed within the I/O timeout. */
-	if (tb_net_reader_read(&c->in, buf, 1, idle) != 0 ||
-	    tb_net_reader_read(&c->in, buf + 1, TB_WIRE_HDR_LEN - 1,
-			       s->cfg.io_timeout_ms) != 0)
+	if (conn_read(c, buf, 1, idle) != 0 ||
+	    conn_read(c, buf + 1, TB_WIRE_HDR_LEN - 1,
+		      s->cfg.io_timeout_ms) != 0)
 		return -1;
 	need = tb_recovery_proto_frame_need(buf, TB_WIRE_HDR_LEN);
 	if (need > 0 && TB_WIRE_HDR_LEN + (size_t)need <= sizeof(buf) &&
-	    tb_net_reader_read(&c->in, buf + TB_WIRE_HDR_LEN, (size_t)need,
-			       s->cfg.io_timeout_ms) != 0)
+	    conn_read(c, buf + TB_WIRE_HDR_LEN, (size_t)need,
+		      s->cfg.io_timeout_ms) != 0)
 		return -1;
 	count(s, &s->st.requests, 1);
 	rc = need < 0 ? need :
@@ -1056,6 +1097,11 @@ int tb_recovery_server_open(tb_recovery_server_t **out, const tb_recovery_server
 				  "max_pending_per_addr >= 1, max_count 1..%u, "
 				  "an I/O and a HELLO timeout",
 				  TB_RECOVERY_PROTO_COUNT_MAX);
+	if (cfg->spin_us > TB_RECOVERY_SERVER_SPIN_MAX &&
+	    cfg->spin_us != TB_RECOVERY_SERVER_SPIN_ALWAYS)
+		return tb_error_set(TB_EINVAL, "recovery server: spin_us %u: "
+				  "at most %u, or TB_RECOVERY_SERVER_SPIN_ALWAYS",
+				  cfg->spin_us, TB_RECOVERY_SERVER_SPIN_MAX);
 	for (int i = 0; i < n; i++)
 		if ((src[i].epoch_bounds == NULL) != (src[i].epoch_read == NULL))
 			return tb_error_set(TB_EINVAL, "recovery server: stream "

@@ -19,6 +19,12 @@
  *    (TRUNCATED), a request that starts in it is refused LOST with the
  *    range's end, and the frames after it are served; a connection of
  *    version 2 is answered in version 2 throughout, never with LOST.
+ *  - with spin_us (a connection's thread busy-polls for its next request):
+ *    requests are answered as without it, pipelined or one at a time, after
+ *    a spin that ran out or one that never does; close ends spinning
+ *    connections promptly; the idle and I/O timeouts still close them; a
+ *    spin_us over the maximum is refused, and so are tb-recoveryd's bad
+ *    --spin-us values, with a message naming the option.
  * Source addresses 127.0.0.2 and up stand for other hosts: the whole of
  * 127/8 is the loopback.
  */
@@ -697,6 +703,197 @@ static void damaged_range_is_lost_not_an_end(void **state)
 	tb_recovery_server_close(srv);
 }
 
+/* ------------------------------------------------------------- spinning */
+
+/* An authenticated connection: HELLO sent, WELCOME read. */
+static int authenticated(uint16_t port)
+{
+	tb_recovery_proto_msg_t m;
+	uint8_t out[TB_RECOVERY_PROTO_MSG_MAX];
+	int fd = dial_from("127.0.0.1", port);
+
+	send_bytes(fd, out, (size_t)hello(out, TOKEN, STREAM));
+	assert_int_equal(read_msg(fd, &m, 5000), 0);
+	assert_int_equal(m.type, TB_RECOVERY_PROTO_WELCOME);
+	return fd;
+}
+
+/* `n` requests of 5 frames from first, 100 apart, in one write. */
+static void send_requests(int fd, uint64_t first, int n)
+{
+	uint8_t out[8 * TB_RECOVERY_PROTO_MSG_MAX];
+	int len = 0;
+
+	assert_true(n <= 8);
+	for (int i = 0; i < n; i++) {
+		tb_recovery_proto_request_t q = {.stream_id = STREAM, .count = 5,
+						 .epoch = EPOCH,
+						 .first = first + 100 * (uint64_t)i};
+
+		len += tb_recovery_proto_encode_request(out + len,
+							sizeof(out) - (size_t)len, &q);
+	}
+	send_bytes(fd, out, (size_t)len);
+}
+
+static void spinning_answers_as_before(void **state)
+{
+	/* A spin that runs out before the next request (the thread then
+	 * sleeps as without it), and one that never does. */
+	const uint32_t spins[] = {50, TB_RECOVERY_SERVER_SPIN_ALWAYS};
+
+	(void)state;
+	for (size_t k = 0; k < sizeof(spins) / sizeof(spins[0]); k++) {
+		tb_recovery_server_cfg_t cfg;
+		tb_recovery_server_t *srv;
+		int fd;
+
+		cfg_init(&cfg);
+		cfg.spin_us = spins[k];
+		srv = serve(&cfg);
+		fd = authenticated(tb_recovery_server_port(srv));
+		/* Pipelined: three in one write. */
+		send_requests(fd, 10, 3);
+		for (int i = 0; i < 3; i++)
+			expect_answer(fd, 10 + 100 * (uint64_t)i, 5);
+		/* One at a time, each after the thread has waited a while. */
+		for (int i = 0; i < 4; i++) {
+			usleep(20000);
+			send_requests(fd, 1000 + (uint64_t)i, 1);
+			expect_answer(fd, 1000 + (uint64_t)i, 5);
+		}
+		/* A request in two pieces: the rest comes after a pause. */
+		{
+			tb_recovery_proto_request_t q = {.stream_id = STREAM,
+							 .count = 5, .epoch = EPOCH,
+							 .first = 2000};
+			uint8_t out[TB_RECOVERY_PROTO_MSG_MAX];
+			int n = tb_recovery_proto_encode_request(out, sizeof(out), &q);
+
+			send_bytes(fd, out, 3);
+			usleep(20000);
+			send_bytes(fd, out + 3, (size_t)n - 3);
+			expect_answer(fd, 2000, 5);
+		}
+		close(fd);
+		assert_int_equal(stats(srv).served, 8);
+		tb_recovery_server_close(srv);
+	}
+}
+
+static void spinning_connections_end_at_close(void **state)
+{
+	tb_recovery_server_cfg_t cfg;
+	tb_recovery_server_t *srv;
+	uint64_t t0;
+	int fd[2];
+
+	(void)state;
+	cfg_init(&cfg);
+	cfg.spin_us = TB_RECOVERY_SERVER_SPIN_ALWAYS;
+	srv = serve(&cfg);
+	for (int i = 0; i < 2; i++) {
+		fd[i] = authenticated(tb_recovery_server_port(srv));
+		send_requests(fd[i], 10, 1);
+		expect_answer(fd[i], 10, 5);
+	}
+	usleep(50000); /* both threads spinning for their next request */
+	t0 = tb_clock_mono_ms();
+	tb_recovery_server_close(srv);
+	/* As prompt as for sleeping threads: a bound only a spin that missed
+	 * the close would reach. */
+	assert_true(tb_clock_mono_ms() - t0 < 3000);
+	for (int i = 0; i < 2; i++) {
+		assert_true(closed_within(fd[i], 2000) >= 0);
+		close(fd[i]);
+	}
+}
+
+static void spinning_still_times_out(void **state)
+{
+	tb_recovery_server_cfg_t cfg;
+	tb_recovery_server_t *srv;
+	int64_t idle_ms, io_ms;
+	int idle, io;
+
+	(void)state;
+	cfg_init(&cfg);
+	cfg.spin_us = TB_RECOVERY_SERVER_SPIN_ALWAYS;
+	cfg.idle_timeout_ms = 300;
+	cfg.io_timeout_ms = 300;
+	srv = serve(&cfg);
+	idle = authenticated(tb_recovery_server_port(srv));
+	io = authenticated(tb_recovery_server_port(srv));
+	/* A request begun and never finished: the I/O timeout. */
+	{
+		tb_recovery_proto_request_t q = {.stream_id = STREAM, .count = 5,
+						 .epoch = EPOCH, .first = 10};
+		uint8_t out[TB_RECOVERY_PROTO_MSG_MAX];
+
+		assert_true(tb_recovery_proto_encode_request(out, sizeof(out), &q) > 3);
+		send_bytes(io, out, 3);
+	}
+	io_ms = closed_within(io, 5000);
+	idle_ms = closed_within(idle, 5000);
+	/* Closed, and not at once for some other reason (the server's
+	 * clock started before ours: a little under 300 ms is possible). */
+	assert_true(io_ms >= 150 && io_ms < 5000);
+	assert_true(idle_ms >= 0 && idle_ms < 5000);
+	close(io);
+	close(idle);
+	assert_int_equal(stats(srv).served, 0);
+	tb_recovery_server_close(srv);
+}
+
+static void spin_over_the_maximum_refused(void **state)
+{
+	tb_recovery_server_cfg_t cfg;
+	tb_recovery_server_t *srv = NULL;
+
+	(void)state;
+	cfg_init(&cfg);
+	cfg.spin_us = TB_RECOVERY_SERVER_SPIN_MAX + 1;
+	assert_int_equal(recovery_src_serve(&srv, &held, TOKEN, &cfg), TB_EINVAL);
+	assert_null(srv);
+	assert_non_null(strstr(tb_errmsg(), "spin_us"));
+	cfg.spin_us = TB_RECOVERY_SERVER_SPIN_MAX;
+	srv = serve(&cfg);
+	tb_recovery_server_close(srv);
+}
+
+/* tb-recoveryd --spin-us: bad values are usage errors naming the option;
+ * good ones pass the parser (and the run then stops at the missing
+ * configuration file, exit 1, not 2). */
+static void recoveryd_spin_option(void **state)
+{
+	const char *bad[] = {"-1", "1000001", "x", "", "10us", "ALWAYS"};
+	const char *good[] = {"0", "1000000", "always"};
+	char out[64];
+
+	(void)state;
+	snprintf(out, sizeof(out), "/tmp/tb-spin-opt.%d", (int)getpid());
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]) +
+			       sizeof(good) / sizeof(good[0]); i++) {
+		int is_bad = i < sizeof(bad) / sizeof(bad[0]);
+		const char *v = is_bad ? bad[i] : good[i - sizeof(bad) / sizeof(bad[0])];
+		char *argv[] = {"tb-recoveryd", "-c", "/nonexistent/tb.ini", "-s",
+				"x", "-d", "/tmp", "-l", "127.0.0.1:1",
+				"--spin-us", (char *)v, NULL};
+		proc_t p;
+		char *text;
+
+		assert_int_equal(proc_start(&p, out, argv), 0);
+		assert_int_equal(proc_wait(&p, 10000), is_bad ? 2 : 1);
+		text = proc_output(&p);
+		if (is_bad)
+			assert_non_null(strstr(text, "--spin-us"));
+		else
+			assert_null(strstr(text, "--spin-us"));
+		free(text);
+	}
+	unlink(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -710,6 +907,11 @@ int main(void)
 		cmocka_unit_test(authenticated_once_then_pipelined),
 		cmocka_unit_test(earlier_epoch_served),
 		cmocka_unit_test(damaged_range_is_lost_not_an_end),
+		cmocka_unit_test(spinning_answers_as_before),
+		cmocka_unit_test(spinning_connections_end_at_close),
+		cmocka_unit_test(spinning_still_times_out),
+		cmocka_unit_test(spin_over_the_maximum_refused),
+		cmocka_unit_test(recoveryd_spin_option),
 	};
 
 	return cmocka_run_group_tests_name("recovery_server", tests, NULL, NULL);
