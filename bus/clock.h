@@ -99,6 +99,39 @@ static inline uint64_t tb_clock_tsc_to_ns(uint64_t tsc)
 	return tb_clock_calib_to_ns(&tb_clock_state_.cal, tsc);
 }
 
+/*
+ * A calibration moved forward for a hot path that keeps its own copy (the
+ * publisher's offer): its base is 2^TB_CLOCK_SHIFT ticks earlier (about a
+ * second), so the difference from it is never negative for a TSC read
+ * after calibration, even on another core a few ticks behind, and the
+ * conversion needs no sign fix-up: one unsigned multiply, a shift, an add.
+ * Exactly tb_clock_calib_to_ns's result for every TSC from
+ * base_tsc - 2^TB_CLOCK_SHIFT on, because moving the base by
+ * 2^TB_CLOCK_SHIFT ticks moves the product by exactly mult ns.
+ */
+typedef struct tb_clock_fwd {
+	uint64_t base_tsc;
+	uint64_t base_ns;
+	uint64_t mult;
+} tb_clock_fwd_t;
+
+static inline void tb_clock_fwd_init(tb_clock_fwd_t *f,
+				     const tb_clock_calib_t *c)
+{
+	f->base_tsc = c->base_tsc - (UINT64_C(1) << TB_CLOCK_SHIFT);
+	f->base_ns = c->base_ns - c->mult;
+	f->mult = c->mult;
+}
+
+/* Hot path: tb_clock_calib_to_ns of the calibration `f` was made from. */
+static inline uint64_t tb_clock_fwd_to_ns(const tb_clock_fwd_t *f,
+					  uint64_t tsc)
+{
+	unsigned __int128 p = (unsigned __int128)(tsc - f->base_tsc) * f->mult;
+
+	return f->base_ns + (uint64_t)(p >> TB_CLOCK_SHIFT);
+}
+
 /* Out-of-line path: initialises on first use, or serves gettime mode. */
 uint64_t tb_clock_now_ns_slow(void);
 

@@ -236,34 +236,31 @@ tb_ring_announce(tb_ring_t *r, uint64_t upto, uint64_t seq)
 	tb_atomic_fence_release();
 }
 
+/* What a claim knows of its ring where it is written (tb_ring_claim_in_):
+ * a constant, so that the test of r->ahead folds away. */
+enum { TB_RING_ANY, TB_RING_PRIVATE, TB_RING_SHARED };
+
 /*
- * Reserves a frame for `payload_len` bytes, to carry sequence `seq`, and
- * returns its header, or NULL if the message exceeds max_frame.  Pads the
- * end of the ring first when the frame would straddle it.  The caller
- * fills the header but its sequence (tb_frame_init_body) and the payload,
- * then commits or aborts.  Hot path: no allocation, lock or system call.
- * tb_ring_claim_ is the claim for a writer that commits at once and holds
- * the claim itself: it returns where the frame starts (`at`, past a pad)
- * and the tail after it (`end`), for tb_ring_commit_, and records nothing
- * of the claim in the ring (no abort).
+ * tb_ring_claim_ for a message the caller knows fits (payload_len <=
+ * max_frame - TB_FRAME_HDR_LEN), on a ring of `kind` (a constant: a
+ * writer that knows its ring is private or shared names it, and the
+ * compiler drops the other branch).  Hot path.
  */
 static inline __attribute__((always_inline)) tb_frame_hdr_t *
-tb_ring_claim_(tb_ring_t *r, uint32_t payload_len, uint64_t seq,
-	       uint64_t *at, uint64_t *end_out)
+tb_ring_claim_in_(tb_ring_t *r, uint32_t payload_len, uint64_t seq,
+		  uint64_t *at, uint64_t *end_out, int kind)
 {
 	uint32_t space = tb_frame_space(payload_len + TB_FRAME_HDR_LEN);
 	uint64_t pos = r->tail;
 	uint64_t off = pos & r->mask;
 	uint64_t pad = 0, end;
 
-	if (tb_unlikely(payload_len > r->max_frame - TB_FRAME_HDR_LEN))
-		return NULL;
 	if (tb_unlikely(off + space > r->mask + 1))
 		pad = r->mask + 1 - off;
 	end = pos + pad + space;
 	*at = pos + pad;
 	*end_out = end;
-	if (r->ahead) {
+	if (kind == TB_RING_SHARED || (kind == TB_RING_ANY && r->ahead)) {
 		/* A shared ring: announces once a chunk, and zeroes the
 		 * next frame's sequence word now, away from the stores to
 		 * this frame's first line, which a reader polls (an abort
@@ -288,6 +285,26 @@ tb_ring_claim_(tb_ring_t *r, uint32_t payload_len, uint64_t seq,
 		off = 0;
 	}
 	return (tb_frame_hdr_t *)(r->base + off);
+}
+
+/*
+ * Reserves a frame for `payload_len` bytes, to carry sequence `seq`, and
+ * returns its header, or NULL if the message exceeds max_frame.  Pads the
+ * end of the ring first when the frame would straddle it.  The caller
+ * fills the header but its sequence (tb_frame_init_body) and the payload,
+ * then commits or aborts.  Hot path: no allocation, lock or system call.
+ * tb_ring_claim_ is the claim for a writer that commits at once and holds
+ * the claim itself: it returns where the frame starts (`at`, past a pad)
+ * and the tail after it (`end`), for tb_ring_commit_, and records nothing
+ * of the claim in the ring (no abort).
+ */
+static inline __attribute__((always_inline)) tb_frame_hdr_t *
+tb_ring_claim_(tb_ring_t *r, uint32_t payload_len, uint64_t seq,
+	       uint64_t *at, uint64_t *end_out)
+{
+	if (tb_unlikely(payload_len > r->max_frame - TB_FRAME_HDR_LEN))
+		return NULL;
+	return tb_ring_claim_in_(r, payload_len, seq, at, end_out, TB_RING_ANY);
 }
 
 static inline __attribute__((always_inline)) tb_frame_hdr_t *

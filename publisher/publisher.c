@@ -10,6 +10,17 @@
  * transport send what was committed.  They do not allocate, lock or make
  * system calls.
  *
+ * The common offer, a message of up to 64 bytes (OFFER_SMALL), is one
+ * function with no call but the provider's (and ud's MAC): the clock is
+ * the publisher's own copy of the host's TSC calibration (clock.h,
+ * tb_clock_fwd_t), the count of frames published is the sequence just
+ * published (one store), and rc's and ud's sends are expanded into it
+ * from their transports' headers (rc_pub.h, ud.h) with the frame's
+ * fields still in registers.
+ * Anything else -- a claim open, back-pressure, no TSC, a larger message,
+ * a frame that pads the end of an rc or ud ring -- takes offer_checked,
+ * the same steps through the transport's ops.
+ *
  * A background thread beats the stream's heartbeat every heartbeat_ms, so
  * subscribers can tell a quiet publisher from a dead one.
  *
@@ -27,7 +38,9 @@
 #include "bus/error.h"
 #include "bus/frame.h"
 #include "bus/recovery/server.h"
+#include "bus/transport/rc_pub.h"
 #include "bus/transport/transport.h"
+#include "bus/transport/ud.h"
 #include "publisher/retention.h"
 
 #include <errno.h>
@@ -37,19 +50,33 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The largest message tb_pub_offer copies inline (a larger one's copy is
+ * a call to memcpy, so it goes the checked way). */
+#define OFFER_SMALL 64u
+
 struct tb_publisher {
 	/* Hot: touched on every offer. */
 	tb_tx_t *tx;
 	tb_ring_t *ring;           /* &tx->ring */
 	int (*room)(tb_tx_t *tx, uint64_t new_tail);
 	int (*send)(tb_tx_t *tx, uint64_t from, uint64_t to);
+	tb_rc_pub_t *rc;           /* an rc stream whose send the offer
+				    * inlines (rc_pub.h), or NULL */
+	tb_ud_tx_t *ud;            /* likewise a ud stream (ud.h) */
 	uint64_t next_seq;
 	uint32_t stream_id;
-	int offer_slow;            /* claim_open, or `room` to ask */
+	uint32_t offer_lim;        /* an offer of this many bytes or more
+				    * goes the checked way: OFFER_SMALL + 1,
+				    * or 0 while a claim is open or when
+				    * `slow` */
+	int slow;                  /* `room` to ask, or no TSC clock (`clk`
+				    * unset): every offer checked */
 	int claim_open;
 	uint16_t claim_template;
 	tb_counter_slot_t *ctr;    /* in the counters file, or `own_ctr` */
 	tb_retention_t *ret;       /* &own_ret, or NULL: retention off */
+	tb_clock_fwd_t clk;        /* the process's TSC calibration, moved
+				    * forward (clock.h): the offer's clock */
 
 	/* Cold. */
 	tb_counter_slot_t own_ctr; /* when the counters file is unavailable */
@@ -170,6 +197,7 @@ static int open_in_epoch(tb_publisher_t **out, const tb_stream_cfg_t *cfg,
 			 uint64_t epoch)
 {
 	const tb_tx_ops_t *ops;
+	tb_clock_calib_t cal;
 	tb_publisher_t *p;
 	int rc;
 
@@ -204,7 +232,16 @@ static int open_in_epoch(tb_publisher_t **out, const tb_stream_cfg_t *cfg,
 	/* The transport may choose its ops per stream (rc: back-pressure). */
 	p->room = p->tx->ops->room;
 	p->send = p->tx->ops->send;
-	p->offer_slow = p->room != NULL;
+	p->rc = tb_rc_pub_of(p->tx);
+	p->ud = tb_ud_tx_of(p->tx);
+	/* The offer reads the TSC with the calibration every process of
+	 * the host shares (clock.h), so its stamps agree with the
+	 * subscribers' clock; without a TSC, offer_checked reads the clock
+	 * the slower way. */
+	if (tb_clock_get(&cal, NULL) == TB_CLOCK_MODE_TSC)
+		tb_clock_fwd_init(&p->clk, &cal);
+	p->slow = p->room != NULL || tb_clock_get(NULL, NULL) != TB_CLOCK_MODE_TSC;
+	p->offer_lim = p->slow ? 0 : OFFER_SMALL + 1;
 	rc = start_retention(p);
 	if (rc < 0) {
 		ops->close(p->tx, 0);
@@ -321,41 +358,102 @@ static inline __attribute__((always_inline)) int64_t publish(tb_publisher_t *p)
 }
 
 /* tb_pub_offer when a claim is open, the transport is to be asked for
- * room first (a back-pressure stream) or the message is over 64 bytes:
+ * room first (a back-pressure stream), the clock is not the TSC, or the
+ * message is over 64 bytes:
  * out of line, so the common offer tests them at once. */
 static __attribute__((noinline)) int64_t
 offer_checked(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	   uint32_t len);
 
-int64_t tb_pub_offer(tb_publisher_t *p, uint16_t template_id, const void *buf,
-		     uint32_t len)
+/* An rc publisher's ring is private and at least TB_RING_MIN bytes, so
+ * its largest frame (an eighth of it) always holds a small message, and
+ * rc_pub.h's small-frame send takes it. */
+_Static_assert(TB_RING_MIN / 8 >= OFFER_SMALL + TB_FRAME_HDR_LEN &&
+	       TB_FRAME_MAX_LEN >= OFFER_SMALL + TB_FRAME_HDR_LEN &&
+	       OFFER_SMALL + TB_FRAME_HDR_LEN <= TB_RC_SMALL_FRAME,
+	       "an rc offer of a small message always fits");
+
+/* Which transport's send an offer inlines: a constant in each copy of
+ * offer_small. */
+enum { SEND_OP, SEND_RC, SEND_UD };
+
+/* tb_pub_offer of a message of at most OFFER_SMALL bytes with no claim
+ * open, no room to ask and the TSC for a clock.  `kind` (a constant):
+ * SEND_RC, p->rc is set, so the ring is private, the message fits, and
+ * the send is rc's, inline.  SEND_UD: p->ud is set, the ring is private
+ * and the send is ud's, inline.  With either, a frame that would pad the
+ * ring's end (once a lap) goes the checked way, so this one never pads.
+ * SEND_OP: the transport's send op, if any.  Hot path: no allocation, lock or system
+ * call. */
+static inline __attribute__((always_inline)) int64_t
+offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
+	    uint32_t len, int kind)
 {
+	const int rc = kind == SEND_RC;
 	tb_ring_t *r = p->ring;
 	uint64_t seq = p->next_seq, from = r->tail, at, end;
 	tb_frame_hdr_t *f;
 	uint64_t now_ns;
 
-	/* Hot path: no allocation, lock or system call.  A message over 64
-	 * bytes goes the longer way too: its copy is a call to memcpy, and
-	 * with none here but the transport's send, little must live in
-	 * callee-saved registers. */
-	if (tb_unlikely(p->offer_slow | (len > 64)))
+	/* tb_pub_offer's test, told to the compiler: the copy needs no
+	 * branch for larger messages. */
+	if (len > OFFER_SMALL)
+		__builtin_unreachable();
+	if (kind != SEND_OP && tb_unlikely((from & r->mask) +
+			      tb_frame_space(len + TB_FRAME_HDR_LEN) >
+			      r->mask + 1))
 		return offer_checked(p, template_id, buf, len);
-	now_ns = tb_clock_now_ns_inline(); /* first: its latency overlaps */
+	now_ns = tb_clock_fwd_to_ns(&p->clk, tb_clock_tsc()); /* first: its
+							       * latency overlaps */
 	/* The claim's own check, here, where the compiler sees that the
 	 * claim cannot fail after it. */
-	if (tb_unlikely(len > r->max_frame - TB_FRAME_HDR_LEN))
+	if (!rc && tb_unlikely(len > r->max_frame - TB_FRAME_HDR_LEN))
 		return TB_EMSGSIZE;
 	/* at and end in registers: the copy's stores below are ones the
 	 * compiler cannot tell from the ring's fields. */
-	f = tb_ring_claim_(r, len, seq, &at, &end);
+	f = tb_ring_claim_in_(r, len, seq, &at, &end,
+			      kind == SEND_OP ? TB_RING_ANY : TB_RING_PRIVATE);
 	/* The payload first, the header last, next to the commit that
 	 * stores its sequence word: a reader polls that word's cache line,
 	 * so every store to it goes together, in one transfer (ring.h). */
 	tb_frame_copy_payload(tb_frame_payload(f), buf, len);
 	tb_frame_init_body(f, len, template_id, p->stream_id, now_ns);
 	tb_ring_commit_(r, f, seq, from, at, end);
-	return published(p, seq, from, at, end);
+	if (p->ret)
+		tb_retention_record(p->ret, seq, at);
+	p->next_seq = seq + 1;
+	/* The count of frames published is the sequence just published
+	 * (every publish takes the next, from 1, and the slot is this
+	 * publisher's alone): one store, not a load and a store.  Relaxed,
+	 * unpaired, as tb_counter_add. */
+	tb_atomic_store_relaxed(&p->ctr->c[TB_CTR_PUBLISHED], seq);
+	/* The transport's send: rc's inline, with the frame's fields in
+	 * hand. */
+	if (rc)
+		tb_rc_pub_send_small(p->rc, f, len + TB_FRAME_HDR_LEN, seq, at,
+				     end);
+	else if (kind == SEND_UD) {
+		if (tb_unlikely(tb_ud_send(p->ud, end) < 0))
+			tb_counter_inc(p->ctr, TB_CTR_ERRORS);
+	} else if (p->send && tb_unlikely(p->send(p->tx, from, end) < 0))
+		tb_counter_inc(p->ctr, TB_CTR_ERRORS);
+	return (int64_t)seq;
+}
+
+int64_t tb_pub_offer(tb_publisher_t *p, uint16_t template_id, const void *buf,
+		     uint32_t len)
+{
+	/* Hot path: no allocation, lock or system call.  A message over 64
+	 * bytes goes the longer way too: its copy is a call to memcpy, and
+	 * with none here but the transport's send, little must live in
+	 * callee-saved registers. */
+	if (tb_unlikely(len >= p->offer_lim))
+		return offer_checked(p, template_id, buf, len);
+	if (p->rc)
+		return offer_small(p, template_id, buf, len, SEND_RC);
+	if (p->ud)
+		return offer_small(p, template_id, buf, len, SEND_UD);
+	return offer_small(p, template_id, buf, len, SEND_OP);
 }
 
 static __attribute__((noinline)) int64_t
@@ -390,7 +488,7 @@ int tb_pub_claim(tb_publisher_t *p, uint16_t template_id, uint32_t len,
 	if (tb_unlikely(!f))
 		return rc;
 	p->claim_open = 1;
-	p->offer_slow = 1;
+	p->offer_lim = 0;
 	p->claim_template = template_id;
 	claimed->data = tb_frame_payload(f);
 	claimed->len = len;
@@ -409,7 +507,7 @@ int64_t tb_pub_commit(tb_publisher_t *p, tb_claim_t *claimed)
 	tb_frame_init_body(claimed->frame_, claimed->len, p->claim_template,
 			   p->stream_id, tb_clock_now_ns_inline());
 	p->claim_open = 0;
-	p->offer_slow = p->room != NULL;
+	p->offer_lim = p->slow ? 0 : OFFER_SMALL + 1;
 	claimed->frame_ = NULL;
 	return publish(p);
 }
@@ -420,7 +518,7 @@ int tb_pub_abort(tb_publisher_t *p, tb_claim_t *claimed)
 		return TB_ESTATE;
 	tb_ring_abort(p->ring);
 	p->claim_open = 0;
-	p->offer_slow = p->room != NULL;
+	p->offer_lim = p->slow ? 0 : OFFER_SMALL + 1;
 	claimed->frame_ = NULL;
 	return 0;
 }

@@ -102,7 +102,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "bus/transport/rc.h"
+#include "bus/transport/rc_pub.h"
 
 #include "bus/barrier.h"
 #include "bus/clock.h"
@@ -151,85 +151,7 @@
 #define TB_RC_ADDRS 64             /* addresses remembered */
 #define TB_RC_LOG_EVERY_MS 1000u   /* one line a second per kind, at most */
 
-typedef struct rc_sub {
-	/* Hot: read by the publishing thread for every frame.  The work
-	 * request is a template filled once at subscribe, so a frame costs
-	 * five stores and three comparisons, not a zeroed 128-byte struct:
-	 * every condition that is not the common case (a signalled request
-	 * due, the send queue or the receive credit running out, the ring
-	 * wrapping, our ring about to lap what is in flight, a skip to end,
-	 * a failed QP) is folded into one of next_check, pin_limit and
-	 * limit_pos, and handled in sub_write_slow. */
-	struct ibv_send_wr wr;     /* the frame's WRITE_WITH_IMM */
-	struct ibv_sge sge;
-	struct ibv_qp *qp;
-	uint64_t raddr;
-	uint64_t rmask;            /* its ring's size - 1 */
-	uint64_t wpos;             /* where its next frame goes (free-running) */
-	uint64_t limit_pos;        /* wpos + a frame's space may reach this:
-				    * min(credit, the end of its ring) */
-	uint64_t posted;           /* work requests posted */
-	uint64_t next_check;       /* posted reaching this: the slow path
-				    * (a signal due, the SQ or the receive
-				    * credit exhausted) */
-	uint64_t pin_limit;        /* our ring's tail past this: the slow path
-				    * (0: always, e.g. nothing in flight) */
-	uint32_t chained;          /* batching: requests held in chain[], not
-				    * yet posted (counted in posted, wpos) */
-	/* Warm: the slow path. */
-	uint64_t completed;        /* known complete (last signalled wr_id) */
-	uint64_t extra;            /* posted requests that carry no frame
-				    * (padding, fences): frames = posted - extra */
-	uint64_t next_signal;      /* `posted` at which to signal again */
-	uint64_t last_signal;      /* `posted` at the last signalled request */
-	uint64_t room_pos;         /* wpos may grow to this, and frames ... */
-	uint64_t room_frames;      /* ... to this, by the last credit read */
-	uint64_t pin;              /* our ring position its oldest may read */
-	int skipping;
-	int reads;                 /* it reads back what it misses (rc.h) */
-	int anchor_due;            /* its next frame goes behind an anchor */
-	_Atomic int dead;          /* its queue pair failed; control removes it
-				    * (R1 in the hot path, A1 in ctl_main) */
-	struct ibv_send_wr pad_wr; /* the padding WRITE before a wrap */
-	struct ibv_sge pad_sge;
-	tb_frame_hdr_t pad_hdr;
-	struct ibv_send_wr anchor_wr; /* the anchor WRITE before a frame */
-	struct ibv_sge anchor_sge;
-	tb_frame_hdr_t anchor_hdr;
-	struct ibv_cq *cq;
-	const _Atomic uint64_t *credit; /* its slot, written by it over RDMA */
-	uint32_t rkey;
-	uint32_t recv_depth;
-	uint64_t laps;             /* frames it was skipped for */
-	_Atomic uint64_t skip_first; /* K1: the skipped range; 0 = none */
-	_Atomic uint64_t skip_last;
-	const char *why_dead;      /* set before dead, read after it */
-	/* Cold: control thread. */
-	struct ibv_pd *pd;         /* its own: its rkeys reach nothing else */
-	struct ibv_mr *credit_mr;
-	struct ibv_mr *ring_mr;    /* our ring, registered in its PD (with
-				    * REMOTE_READ when it reads back) */
-	struct ibv_mr *pos_mr;     /* our ring's intent word, REMOTE_READ */
-	tb_counter_mr_t *credit_rec, *ring_rec, *pos_rec; /* the audit's */
-	int slot;
-	enum ibv_mtu mtu;          /* the path MTU both ends use */
-	char client[TB_CONTROL_CLIENT_ID_LEN];
-	/* Where the frame a signalled request (wr_id mod the SQ depth) read
-	 * ends in our ring: completions come in wr_id order, so when one
-	 * completes everything before it has, and nothing still in flight
-	 * reads below that.  One entry per SQ slot, so it cannot overflow
-	 * however many signalled requests a completion stall piles up. */
-	uint64_t pos_end[TB_RC_SQ_DEPTH];
-	/* Batching (batch_us): frames written but not yet posted, linked by
-	 * `next` since join, posted with one ibv_post_send (see "Batching"). */
-	struct ibv_send_wr chain[TB_RC_CHAIN];
-	struct ibv_sge chain_sge[TB_RC_CHAIN];
-} rc_sub_t;
 
-typedef struct rc_table {
-	int n;
-	rc_sub_t *sub[TB_RC_MAX_SUBS];
-} rc_table_t;
 
 enum {
 	CLIENT_PENDING,     /* no valid HELLO yet: unauthenticated */
@@ -246,7 +168,7 @@ typedef struct rc_client {
 	uint64_t opened_ms;
 	uint64_t deadline_ms;      /* before LIVE: the next step by then */
 	int addr;                  /* index in rc_tx_t.addrs */
-	rc_sub_t *sub;
+	tb_rc_pub_sub_t *sub;
 	char id[TB_CONTROL_CLIENT_ID_LEN];
 } rc_client_t;
 
@@ -269,25 +191,7 @@ typedef struct rc_log {
 #define MAX_CLIENTS (TB_RC_MAX_SUBS + TB_RC_PENDING_MAX)
 
 typedef struct rc_tx {
-	tb_tx_t base;
-	/* Hot. */
-	rc_table_t *_Atomic table; /* read under `reading` */
-	_Atomic uint64_t reading;  /* R4: odd while a send reads the table;
-				    * only the publishing thread stores it */
-	int fenced;                /* no membarrier: the fenced ops, and no
-				    * membarrier() in readers_wait */
-	_Atomic uint32_t inline_max; /* frames up to this go inline: the least
-				    * any subscriber's QP was granted (only
-				    * lowered, before the table change that
-				    * adds it, so a send that sees that
-				    * subscriber sees this) */
-	uint64_t half;             /* our ring's size / 2 */
-	int backpressure;
-	/* Batching (batch_us > 0; publishing thread only). */
-	uint64_t batch_ns;
-	uint64_t held_ns;          /* publish_ns of the oldest held frame */
-	uint32_t held;             /* frames sent since the chains were posted */
-	tb_tx_ops_t batch_ops;     /* base.ops when batching: send, flush */
+	tb_rc_pub_t h;             /* first: the hot path's (rc_pub.h) */
 	/* Cold. */
 	tb_verbs_dev_t dev;
 	tb_mem_t ring_mem;
@@ -336,33 +240,6 @@ static int membarrier_register(void)
 	return membarrier_ok;
 }
 
-/* `fenced` is a constant at each call site: rc_tx_send and rc_tx_room
- * come in a membarrier and a fenced build, and open picks the ops.
- * Returns the table and, in *mark, the odd value `reading` now holds,
- * for reader_leave. */
-static inline __attribute__((always_inline)) rc_table_t *
-reader_enter(rc_tx_t *t, int fenced, uint64_t *mark)
-{
-	/* Relaxed: `reading` is this thread's own; only it stores there. */
-	uint64_t odd = tb_atomic_load_relaxed(&t->reading) + 1;
-
-	/* R4: odd first; the load of the table may not rise above it (the
-	 * writer's membarrier is the other half of the fence). */
-	tb_atomic_store_relaxed(&t->reading, odd);
-	if (fenced)
-		tb_atomic_fence_full();
-	else
-		tb_atomic_fence_compiler();
-	*mark = odd;
-	return tb_atomic_load_acquire(&t->table);
-}
-
-static inline __attribute__((always_inline)) void
-reader_leave(rc_tx_t *t, uint64_t mark)
-{
-	/* R4 pairs with A4 in table_change: done with the table. */
-	tb_atomic_store_release(&t->reading, mark + 1);
-}
 
 /* After the table pointer changed: returns once no send can still be
  * reading the old one.  Control thread. */
@@ -370,10 +247,10 @@ static void readers_wait(rc_tx_t *t)
 {
 	uint64_t r;
 
-	if (!t->fenced)
+	if (!t->h.fenced)
 		syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
-	r = tb_atomic_load_acquire(&t->reading); /* A4 pairs with R4 */
-	while ((r & 1) && tb_atomic_load_acquire(&t->reading) == r) /* A4 */
+	r = tb_atomic_load_acquire(&t->h.reading); /* A4 pairs with R4 */
+	while ((r & 1) && tb_atomic_load_acquire(&t->h.reading) == r) /* A4 */
 		usleep(10);
 }
 
@@ -386,7 +263,7 @@ static inline uint64_t min64(uint64_t a, uint64_t b)
 
 /* Folds `s`'s state into the three limits the hot path compares with.
  * Warm: after every slow-path step. */
-static void sub_limits(rc_tx_t *t, rc_sub_t *s)
+static void sub_limits(rc_tx_t *t, tb_rc_pub_sub_t *s)
 {
 	uint64_t sq_limit = s->completed + TB_RC_SQ_DEPTH - SQ_SLACK;
 
@@ -401,12 +278,12 @@ static void sub_limits(rc_tx_t *t, rc_sub_t *s)
 	 * and sets pin afresh). */
 	s->pin_limit = s->skipping || s->anchor_due ||
 				       tb_atomic_load_relaxed(&s->dead) /* our R1 */
-			       ? 0 : s->pin + t->half;
+			       ? 0 : s->pin + t->h.half;
 }
 
 /* `s` failed: why, then R1; its limits send every frame to the slow
  * path, which sees it dead. */
-static void sub_dead(rc_sub_t *s, const char *why)
+static void sub_dead(tb_rc_pub_sub_t *s, const char *why)
 {
 	s->why_dead = why;
 	/* R1 pairs with A1 in ctl_main: why_dead is set */
@@ -416,10 +293,15 @@ static void sub_dead(rc_sub_t *s, const char *why)
 	s->chained = 0;  /* what it held is dropped with it */
 }
 
+__attribute__((noinline, cold)) void tb_rc_pub_post_failed(tb_rc_pub_sub_t *s)
+{
+	sub_dead(s, "ibv_post_send failed");
+}
+
 /* Posts the requests `s` holds chained with one ibv_post_send (one
  * doorbell).  Hot path when batching: no allocation, lock or system call
  * beyond the provider's post. */
-static inline void sub_chain_post(rc_sub_t *s)
+static inline void sub_chain_post(tb_rc_pub_sub_t *s)
 {
 	uint32_t n = s->chained;
 	struct ibv_send_wr *last, *bad;
@@ -435,26 +317,9 @@ static inline void sub_chain_post(rc_sub_t *s)
 		last->next = last + 1;
 }
 
-/* Adds a WRITE_WITH_IMM of frame `f` (`len` bytes) at offset `off` of
- * `s`'s ring to its chain, with `flags`; returns it (a signalled one gets
- * its wr_id from the caller).  The caller counts it (posted, wpos) and
- * posts the chain before it holds TB_RC_CHAIN. */
-static inline struct ibv_send_wr *
-sub_chain_add(rc_sub_t *s, const tb_frame_hdr_t *f, uint32_t len, uint64_t off,
-	      uint32_t imm, unsigned flags)
-{
-	uint32_t i = s->chained++;
-
-	s->chain_sge[i].addr = (uintptr_t)f;
-	s->chain_sge[i].length = len;
-	s->chain[i].imm_data = htobe32(imm);
-	s->chain[i].wr.rdma.remote_addr = s->raddr + off;
-	s->chain[i].send_flags = flags;
-	return &s->chain[i];
-}
 
 /* Reaps a subscriber's send completions; marks it dead on an error. */
-static int sub_reap(rc_tx_t *t, rc_sub_t *s)
+static int sub_reap(rc_tx_t *t, tb_rc_pub_sub_t *s)
 {
 	struct ibv_wc wc[16];
 	int n = ibv_poll_cq(s->cq, 16, wc);
@@ -477,7 +342,7 @@ static int sub_reap(rc_tx_t *t, rc_sub_t *s)
 
 /* Records a signalled request: its wr_id is `posted` after it, and the
  * frames before it end at `pos_end` in our ring. */
-static void sub_signalled(rc_sub_t *s, uint64_t wr_id, uint64_t pos_end)
+static void sub_signalled(tb_rc_pub_sub_t *s, uint64_t wr_id, uint64_t pos_end)
 {
 	s->pos_end[wr_id & (TB_RC_SQ_DEPTH - 1)] = pos_end;
 	s->last_signal = wr_id;
@@ -491,7 +356,7 @@ static void sub_signalled(rc_sub_t *s, uint64_t wr_id, uint64_t pos_end)
  * which consumes no receive, reports them all.  `pos`: where the writes
  * before it end in our ring.  Cold.
  */
-static void sub_fence(rc_sub_t *s, uint64_t pos)
+static void sub_fence(tb_rc_pub_sub_t *s, uint64_t pos)
 {
 	struct ibv_send_wr w = {.wr_id = s->posted + 1, .opcode = IBV_WR_RDMA_WRITE,
 				.send_flags = IBV_SEND_SIGNALED,
@@ -511,7 +376,7 @@ static void sub_fence(rc_sub_t *s, uint64_t pos)
 
 /* Reads the credit `s` wrote into its slot: how far wpos and the frames
  * may go.  Warm: when the room the last credit gave runs out. */
-static void sub_room_refresh(rc_tx_t *t, rc_sub_t *s)
+static void sub_room_refresh(rc_tx_t *t, tb_rc_pub_sub_t *s)
 {
 	/* Relaxed: the subscriber's RDMA WRITE stores it, not a thread of
 	 * ours; a stale value only under-states its room. */
@@ -527,7 +392,7 @@ static void sub_room_refresh(rc_tx_t *t, rc_sub_t *s)
 }
 
 /* Room for `need` bytes and one more frame in `s`'s ring. */
-static int sub_has_room(rc_tx_t *t, rc_sub_t *s, uint64_t need)
+static int sub_has_room(rc_tx_t *t, tb_rc_pub_sub_t *s, uint64_t need)
 {
 	if (s->wpos + need <= s->room_pos && s->posted - s->extra < s->room_frames)
 		return 1;
@@ -538,7 +403,7 @@ static int sub_has_room(rc_tx_t *t, rc_sub_t *s, uint64_t need)
 /* `s` gets no frame at `seq`: the first of a skip starts the range a
  * heartbeat tells it (K1), and, with unsignalled writes outstanding, a
  * fence.  Cold. */
-static void sub_skip(rc_tx_t *t, rc_sub_t *s, uint64_t pos, uint64_t seq)
+static void sub_skip(rc_tx_t *t, tb_rc_pub_sub_t *s, uint64_t pos, uint64_t seq)
 {
 	if (!s->skipping) {
 		if (s->posted != s->last_signal)
@@ -558,23 +423,24 @@ static void sub_skip(rc_tx_t *t, rc_sub_t *s, uint64_t pos, uint64_t seq)
 }
 
 /*
- * Everything sub_write leaves out: completions to take, a subscriber to
+ * Everything tb_rc_pub_write (rc_pub.h) leaves out: completions to take, a subscriber to
  * fail because what it still reads is about to be overwritten, a padding
  * WRITE at the end of its ring, an anchor before the first frame after
  * READY or a skip (rc.h, "Reading back"), credit to read again, a
  * signalled request, the end of a skip, and a skip.  Warm: once in
  * TB_RC_SIGNAL_EVERY frames, at a wrap, when credit runs out.
  */
-static __attribute__((noinline)) void
-sub_write_slow(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f, uint64_t pos,
-	       uint64_t pub_tail, int chain)
+__attribute__((noinline)) void
+tb_rc_pub_write_slow(tb_rc_pub_t *h, tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f,
+		     uint64_t pos, uint64_t pub_tail, int chain)
 {
+	rc_tx_t *t = (rc_tx_t *)h;
 	uint32_t space = tb_frame_space(f->length);
 	uint32_t seq_bits = (uint32_t)(f->seq & TB_RC_IMM_SEQ_MASK)
 			    << TB_RC_IMM_OFF_BITS;
-	/* Relaxed, as in tx_frame: at most lower than the send saw (it
+	/* Relaxed, as in tb_rc_pub_frame: at most lower than the send saw (it
 	 * only falls), which is as safe. */
-	unsigned inl = f->length <= tb_atomic_load_relaxed(&t->inline_max)
+	unsigned inl = f->length <= tb_atomic_load_relaxed(&t->h.inline_max)
 		       ? IBV_SEND_INLINE : 0;
 	uint64_t sq_limit = s->completed + TB_RC_SQ_DEPTH - SQ_SLACK;
 	int in_flight = s->posted != s->completed;
@@ -596,7 +462,7 @@ sub_write_slow(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f, uint64_t pos,
 		/* Chaining: the signalled request joins the chain; the
 		 * reap takes the one before it (64 requests ago), so
 		 * completions and errors come back at the unbatched pace. */
-		sub_chain_add(s, f, f->length, off,
+		tb_rc_pub_chain_add(s, f, f->length, off,
 			      (uint32_t)(off / TB_FRAME_ALIGN) | seq_bits,
 			      inl | IBV_SEND_SIGNALED)->wr_id = s->posted + 1;
 		sub_signalled(s, s->posted + 1, pos + space);
@@ -612,7 +478,7 @@ sub_write_slow(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f, uint64_t pos,
 	sub_chain_post(s);
 	if (tb_atomic_load_relaxed(&s->dead)) /* R1 is this thread's own */
 		return;
-	if (s->posted > sq_limit || (in_flight && pub_tail - s->pin > t->half)) {
+	if (s->posted > sq_limit || (in_flight && pub_tail - s->pin > t->h.half)) {
 		if (sub_reap(t, s) < 0)
 			return;
 		sq_limit = s->completed + TB_RC_SQ_DEPTH - SQ_SLACK;
@@ -620,7 +486,7 @@ sub_write_slow(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f, uint64_t pos,
 	}
 	if (s->posted > sq_limit)
 		goto skip;
-	if (in_flight && pub_tail - s->pin > t->half) {
+	if (in_flight && pub_tail - s->pin > t->h.half) {
 		/* It holds requests that read frames we are about to
 		 * overwrite: fail it rather than send it garbage. */
 		struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
@@ -695,90 +561,25 @@ skip:
 	sub_skip(t, s, pos, f->seq);
 }
 
-/*
- * Writes frame `f` (`len` bytes, taking `space` in a ring, `seq_bits` its
- * sequence's part of the immediate, `inl` its inline flag; at our ring
- * position `pos`, our ring's tail `tail` after this send) into `s`'s ring
- * with one WRITE_WITH_IMM, or leaves it to sub_write_slow (which works
- * out the rest from `f` again: fewer values kept across the loop's posts).
- * What is the same for every subscriber comes in by value, worked out
- * once per frame.
- * Hot path: no allocation, lock or system call beyond the provider's post.
- */
-static inline __attribute__((always_inline)) void
-sub_write(rc_tx_t *t, rc_sub_t *s, const tb_frame_hdr_t *f, uint32_t len,
-	  uint32_t space, uint32_t seq_bits, unsigned inl, uint64_t pos,
-	  uint64_t tail, int chain)
-{
-	uint64_t off = s->wpos & s->rmask;
-	struct ibv_send_wr *bad;
 
-	if (tb_unlikely(s->posted >= s->next_check || tail > s->pin_limit ||
-			s->wpos + space > s->limit_pos)) {
-		sub_write_slow(t, s, f, pos, tail, chain);
-		return;
-	}
-	if (chain) {
-		/* Unsignalled: its wr_id is never read (an error completion
-		 * fails the subscriber whatever it says). */
-		sub_chain_add(s, f, len, off,
-			      (uint32_t)(off / TB_FRAME_ALIGN) | seq_bits, inl);
-		s->posted++;
-		s->wpos += space;
-		return;
-	}
-	s->sge.addr = (uintptr_t)f;
-	s->sge.length = len;
-	s->wr.imm_data = htobe32((uint32_t)(off / TB_FRAME_ALIGN) | seq_bits);
-	s->wr.wr.rdma.remote_addr = s->raddr + off;
-	s->wr.send_flags = inl;
-	if (tb_unlikely(ibv_post_send(s->qp, &s->wr, &bad) != 0)) {
-		sub_dead(s, "ibv_post_send failed");
-		return;
-	}
-	s->posted++;
-	s->wpos += space;
-}
-
-/* Writes data frame `f`, at our ring position `pos`, to every subscriber
- * in `tab` (`chain`: onto its chain, for a later post); `tail`: our
- * ring's tail after this send.  What is the same for every subscriber is
- * worked out once.  A dead subscriber's limits send it to the slow path,
- * which leaves it alone.  Hot path. */
-static inline __attribute__((always_inline)) void
-tx_frame(rc_tx_t *t, const rc_table_t *tab, const tb_frame_hdr_t *f,
-	 uint64_t pos, uint64_t tail, int chain)
-{
-	rc_sub_t *const *sp = tab->sub, *const *end = tab->sub + tab->n;
-	uint32_t len = f->length, space = tb_frame_space(len);
-	uint32_t seq_bits = (uint32_t)(f->seq & TB_RC_IMM_SEQ_MASK)
-			    << TB_RC_IMM_OFF_BITS;
-	/* Relaxed: ordered before the table change this send's load of the
-	 * table saw (see rc_tx_t). */
-	unsigned inl = len <= tb_atomic_load_relaxed(&t->inline_max)
-		       ? IBV_SEND_INLINE : 0;
-
-	for (; sp != end; sp++)
-		sub_write(t, *sp, f, len, space, seq_bits, inl, pos, tail, chain);
-}
 
 /* Posts every subscriber's chain: one ibv_post_send each.  Hot path. */
-static void tx_post(rc_tx_t *t, const rc_table_t *tab)
+static void tx_post(rc_tx_t *t, const tb_rc_pub_table_t *tab)
 {
 	for (int i = 0; i < tab->n; i++)
 		sub_chain_post(tab->sub[i]);
-	t->held = 0;
+	t->h.held = 0;
 }
 
 /* Data frame `f` was chained to every subscriber: counts it, and posts
  * the chains when they are full (each holds at most one request per
  * frame counted here, so none passes TB_RC_CHAIN). */
 static inline __attribute__((always_inline)) void
-tx_held(rc_tx_t *t, const rc_table_t *tab, const tb_frame_hdr_t *f)
+tx_held(rc_tx_t *t, const tb_rc_pub_table_t *tab, const tb_frame_hdr_t *f)
 {
-	if (t->held++ == 0)
-		t->held_ns = f->publish_ns;
-	if (t->held == TB_RC_CHAIN)
+	if (t->h.held++ == 0)
+		t->h.held_ns = f->publish_ns;
+	if (t->h.held == TB_RC_CHAIN)
 		tx_post(t, tab);
 }
 
@@ -786,13 +587,13 @@ tx_held(rc_tx_t *t, const rc_table_t *tab, const tb_frame_hdr_t *f)
  * data frame: a pad before it, or a caller that committed several); the
  * caller posts what is left held, or keeps it for a batch. */
 static __attribute__((noinline)) void
-tx_frames(rc_tx_t *t, const rc_table_t *tab, uint64_t from, uint64_t to)
+tx_frames(rc_tx_t *t, const tb_rc_pub_table_t *tab, uint64_t from, uint64_t to)
 {
 	for (uint64_t pos = from; pos != to;) {
-		const tb_frame_hdr_t *f = tb_ring_at(&t->base.ring, pos);
+		const tb_frame_hdr_t *f = tb_ring_at(&t->h.base.ring, pos);
 
 		if (f->type == TB_FRAME_DATA) {
-			tx_frame(t, tab, f, pos, to, 1);
+			tb_rc_pub_frame(&t->h, tab, f, f->length, f->seq, pos, to, 1, 0);
 			tx_held(t, tab, f);
 		}
 		pos += tb_frame_space(f->length);
@@ -806,18 +607,18 @@ static inline __attribute__((always_inline)) int
 tx_send(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
 {
 	rc_tx_t *t = (rc_tx_t *)tx;
-	const tb_frame_hdr_t *f = tb_ring_at(&t->base.ring, from);
+	const tb_frame_hdr_t *f = tb_ring_at(&t->h.base.ring, from);
 	uint64_t mark;
-	const rc_table_t *tab = reader_enter(t, fenced, &mark);
+	const tb_rc_pub_table_t *tab = tb_rc_pub_enter(&t->h, fenced, &mark);
 
 	if (tb_likely(f->type == TB_FRAME_DATA &&
 		      from + tb_frame_space(f->length) == to)) {
-		tx_frame(t, tab, f, from, to, 0);
+		tb_rc_pub_frame(&t->h, tab, f, f->length, f->seq, from, to, 0, 0);
 	} else {
 		tx_frames(t, tab, from, to);
 		tx_post(t, tab);
 	}
-	reader_leave(t, mark);
+	tb_rc_pub_leave(&t->h, mark);
 	return 0;
 }
 
@@ -828,22 +629,22 @@ static inline __attribute__((always_inline)) int
 tx_send_batched(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
 {
 	rc_tx_t *t = (rc_tx_t *)tx;
-	const tb_frame_hdr_t *f = tb_ring_at(&t->base.ring, from);
+	const tb_frame_hdr_t *f = tb_ring_at(&t->h.base.ring, from);
 	uint64_t mark, now;
-	const rc_table_t *tab = reader_enter(t, fenced, &mark);
+	const tb_rc_pub_table_t *tab = tb_rc_pub_enter(&t->h, fenced, &mark);
 
 	if (tb_likely(f->type == TB_FRAME_DATA &&
 		      from + tb_frame_space(f->length) == to)) {
-		tx_frame(t, tab, f, from, to, 1);
+		tb_rc_pub_frame(&t->h, tab, f, f->length, f->seq, from, to, 1, 0);
 		tx_held(t, tab, f);
 		now = f->publish_ns;  /* stamped a moment ago */
 	} else {
 		tx_frames(t, tab, from, to);
 		now = tb_clock_now_ns_inline();
 	}
-	if (t->held && now - t->held_ns >= t->batch_ns)
+	if (t->h.held && now - t->h.held_ns >= t->h.batch_ns)
 		tx_post(t, tab);
-	reader_leave(t, mark);
+	tb_rc_pub_leave(&t->h, mark);
 	return 0;
 }
 
@@ -863,13 +664,13 @@ tx_flush(tb_tx_t *tx, int fenced)
 {
 	rc_tx_t *t = (rc_tx_t *)tx;
 	uint64_t mark;
-	const rc_table_t *tab;
+	const tb_rc_pub_table_t *tab;
 
-	if (!t->held)
+	if (!t->h.held)
 		return 0;
-	tab = reader_enter(t, fenced, &mark);
+	tab = tb_rc_pub_enter(&t->h, fenced, &mark);
 	tx_post(t, tab);
-	reader_leave(t, mark);
+	tb_rc_pub_leave(&t->h, mark);
 	return 0;
 }
 
@@ -900,12 +701,12 @@ static inline __attribute__((always_inline)) int
 tx_room(tb_tx_t *tx, uint64_t new_tail, int fenced)
 {
 	rc_tx_t *t = (rc_tx_t *)tx;
-	uint64_t span = new_tail - t->base.ring.tail, mark;
-	rc_table_t *tab = reader_enter(t, fenced, &mark);
+	uint64_t span = new_tail - t->h.base.ring.tail, mark;
+	tb_rc_pub_table_t *tab = tb_rc_pub_enter(&t->h, fenced, &mark);
 	int rc = 0;
 
 	for (int i = 0; i < tab->n && rc == 0; i++) {
-		rc_sub_t *s = tab->sub[i];
+		tb_rc_pub_sub_t *s = tab->sub[i];
 
 		/* Relaxed: R1 is this thread's own store. */
 		if (!tb_atomic_load_relaxed(&s->dead) &&
@@ -915,9 +716,9 @@ tx_room(tb_tx_t *tx, uint64_t new_tail, int fenced)
 	}
 	/* What is held counts as used room, and the subscriber can give
 	 * none of it back before it has it. */
-	if (tb_unlikely(rc == TB_BACK_PRESSURED && t->held))
+	if (tb_unlikely(rc == TB_BACK_PRESSURED && t->h.held))
 		tx_post(t, tab);
-	reader_leave(t, mark);
+	tb_rc_pub_leave(&t->h, mark);
 	return rc;
 }
 
@@ -969,7 +770,7 @@ static void log_limited(rc_tx_t *t, rc_log_t *l, const char *fmt, ...)
 	l->next_ms = now + TB_RC_LOG_EVERY_MS;
 }
 
-static void sub_free(rc_tx_t *t, rc_sub_t *s)
+static void sub_free(rc_tx_t *t, tb_rc_pub_sub_t *s)
 {
 	if (s->qp)
 		ibv_destroy_qp(s->qp);
@@ -998,10 +799,10 @@ static void sub_free(rc_tx_t *t, rc_sub_t *s)
 
 /* Publishes a copy of the table with `add` added or `del` removed; when it
  * returns, no send reads the old one (nor `del`). */
-static int table_change(rc_tx_t *t, rc_sub_t *add, rc_sub_t *del)
+static int table_change(rc_tx_t *t, tb_rc_pub_sub_t *add, tb_rc_pub_sub_t *del)
 {
-	rc_table_t *old = tb_atomic_load_relaxed(&t->table); /* our own */
-	rc_table_t *nt = calloc(1, sizeof(*nt));
+	tb_rc_pub_table_t *old = tb_atomic_load_relaxed(&t->h.table); /* our own */
+	tb_rc_pub_table_t *nt = calloc(1, sizeof(*nt));
 
 	if (!nt)
 		return tb_error_set(TB_ENOMEM, "out of memory");
@@ -1012,7 +813,7 @@ static int table_change(rc_tx_t *t, rc_sub_t *add, rc_sub_t *del)
 		nt->sub[nt->n++] = add;
 	/* Sequentially consistent: ordered before readers_wait's
 	 * membarrier and its read of `reading`. */
-	tb_atomic_store_seq_cst(&t->table, nt);
+	tb_atomic_store_seq_cst(&t->h.table, nt);
 	readers_wait(t);
 	free(old);
 	return 0;
@@ -1104,7 +905,7 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 	};
 	tb_verbs_peer_t peer = {.qpn = m->qpn, .psn = m->psn, .lid = m->lid};
 	_Atomic uint64_t *slot;
-	rc_sub_t *s = NULL;
+	tb_rc_pub_sub_t *s = NULL;
 	tb_memlock_state_t ml;
 	uint32_t inline_got = 0;
 	char why[TB_CONTROL_TEXT_LEN], what[96], peer_name[96];
@@ -1117,10 +918,10 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 		reject(t, c, TB_CONTROL_REJ_UNSUPPORTED_TRANSPORT, "this stream is rc");
 		return -1;
 	}
-	if (m->ring_len < 2ull * t->base.ring.max_frame) {
+	if (m->ring_len < 2ull * t->h.base.ring.max_frame) {
 		snprintf(why, sizeof(why), "ring of %llu bytes is under twice the "
 			 "largest frame (%u)", (unsigned long long)m->ring_len,
-			 t->base.ring.max_frame);
+			 t->h.base.ring.max_frame);
 		reject(t, c, TB_CONTROL_REJ_MALFORMED, why);
 		return -1;
 	}
@@ -1132,7 +933,7 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 		reject(t, c, TB_CONTROL_REJ_MALFORMED, why);
 		return -1;
 	}
-	if (tb_atomic_load_relaxed(&t->table)->n >= TB_RC_MAX_SUBS ||
+	if (tb_atomic_load_relaxed(&t->h.table)->n >= TB_RC_MAX_SUBS ||
 	    t->slot_used == ~0ull) {
 		reject(t, c, TB_CONTROL_REJ_FULL, "no room for another subscriber");
 		return -1;
@@ -1202,8 +1003,11 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 	/* A provider may grant less inline than asked: frames above what
 	 * this QP takes go by reference, to every subscriber (it is lowered
 	 * before READY adds this one). */
-	if (s->qp && inline_got < tb_atomic_load_relaxed(&t->inline_max))
-		tb_atomic_store_relaxed(&t->inline_max, inline_got);
+	if (s->qp && inline_got < tb_atomic_load_relaxed(&t->h.inline_max)) {
+		tb_atomic_store_relaxed(&t->h.inline_max, inline_got);
+		if (inline_got < TB_RC_SMALL_FRAME)
+			tb_atomic_store_relaxed(&t->h.inline_small, 0u);
+	}
 	memcpy(peer.gid, m->gid, sizeof(peer.gid));
 	/* Its READs of our ring come two at a time at most (rc.h). */
 	if (reads)
@@ -1214,6 +1018,7 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 		goto internal;
 	s->raddr = m->ring_addr;
 	s->rkey = m->rkey;
+	s->post_send = s->qp->context->ops.post_send;
 	s->sge.lkey = s->ring_mr->lkey;
 	s->wr = (struct ibv_send_wr){.sg_list = &s->sge, .num_sge = 1,
 				     .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
@@ -1508,7 +1313,7 @@ static void accept_clients(rc_tx_t *t)
 
 /* The range `s` is being skipped for, as one consistent pair: K2 pairs
  * with K1 in sub_skip.  0 and 0 when none. */
-static void skipped_range(rc_sub_t *s, uint64_t *first, uint64_t *last)
+static void skipped_range(tb_rc_pub_sub_t *s, uint64_t *first, uint64_t *last)
 {
 	for (int tries = 0; tries < 4; tries++) {
 		uint64_t f1 = tb_atomic_load_acquire(&s->skip_first);  /* K2 */
@@ -1554,7 +1359,7 @@ static void device_events(rc_tx_t *t)
 		case TB_VERBS_EV_QP_FATAL:
 		case TB_VERBS_EV_CQ_ERR:
 			for (int i = t->n_clients - 1; i >= 0; i--) {
-				rc_sub_t *s = t->clients[i].sub;
+				tb_rc_pub_sub_t *s = t->clients[i].sub;
 
 				if (s && ((ev.qp && ev.qp == s->qp) ||
 					  (ev.cq && ev.cq == s->cq))) {
@@ -1714,7 +1519,7 @@ static int listen_on(rc_tx_t *t)
 
 static void rc_tx_free(rc_tx_t *t)
 {
-	rc_table_t *tab = tb_atomic_load_relaxed(&t->table);
+	tb_rc_pub_table_t *tab = tb_atomic_load_relaxed(&t->h.table);
 
 	if (tab) {
 		for (int i = 0; i < tab->n; i++)
@@ -1780,12 +1585,15 @@ static int rc_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 	t->cfg = *cfg;
 	t->epoch = epoch;
 	t->psn = tb_verbs_psn_random();
-	t->half = cfg->ring_size / 2;
-	t->backpressure = cfg->slow_consumer == TB_SLOW_BACKPRESSURE;
-	t->fenced = !membarrier_register();
-	tb_atomic_store_relaxed(&t->inline_max, TB_RC_INLINE);
-	tb_atomic_store_relaxed(&t->table, calloc(1, sizeof(rc_table_t)));
-	if (!tb_atomic_load_relaxed(&t->table)) {
+	t->h.half = cfg->ring_size / 2;
+	t->h.backpressure = cfg->slow_consumer == TB_SLOW_BACKPRESSURE;
+	t->h.fenced = !membarrier_register();
+	tb_atomic_store_relaxed(&t->h.inline_max, TB_RC_INLINE);
+	tb_atomic_store_relaxed(&t->h.inline_small,
+				TB_RC_INLINE >= TB_RC_SMALL_FRAME
+				? (uint32_t)IBV_SEND_INLINE : 0u);
+	tb_atomic_store_relaxed(&t->h.table, calloc(1, sizeof(tb_rc_pub_table_t)));
+	if (!tb_atomic_load_relaxed(&t->h.table)) {
 		free(t);
 		return tb_error_set(TB_ENOMEM, "out of memory");
 	}
@@ -1806,7 +1614,7 @@ static int rc_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 	 * read intent (rc.h). */
 	t->pos = (_Atomic uint64_t *)((uint8_t *)t->slot_mem.addr +
 				      TB_RC_MAX_SUBS * TB_RC_SLOT_SIZE);
-	tb_ring_init_at(&t->base.ring, t->ring_mem.addr, cfg->ring_size,
+	tb_ring_init_at(&t->h.base.ring, t->ring_mem.addr, cfg->ring_size,
 			cfg->id, (tb_ring_lap_t *)(void *)t->pos);
 	t->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (t->wake_fd < 0) {
@@ -1821,23 +1629,23 @@ static int rc_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 		goto fail;
 	}
 	t->ctl_started = 1;
-	t->base.ops = t->fenced ? (t->backpressure ? &rc_bp_fenced_tx_ops
+	t->h.base.ops = t->h.fenced ? (t->h.backpressure ? &rc_bp_fenced_tx_ops
 						     : &rc_fenced_tx_ops)
-				: (t->backpressure ? &tb_rc_bp_tx_ops : &tb_rc_tx_ops);
+				: (t->h.backpressure ? &tb_rc_bp_tx_ops : &tb_rc_tx_ops);
 	if (cfg->batch_us) {
 		/* Its own ops: the unbatched send keeps its cost. */
-		t->batch_ns = (uint64_t)cfg->batch_us * 1000u;
-		t->batch_ops = *t->base.ops;
-		t->batch_ops.send = t->fenced ? rc_tx_send_batched_fenced
+		t->h.batch_ns = (uint64_t)cfg->batch_us * 1000u;
+		t->h.batch_ops = *t->h.base.ops;
+		t->h.batch_ops.send = t->h.fenced ? rc_tx_send_batched_fenced
 					      : rc_tx_send_batched;
-		t->batch_ops.flush = t->fenced ? rc_tx_flush_fenced : rc_tx_flush;
-		t->base.ops = &t->batch_ops;
+		t->h.batch_ops.flush = t->h.fenced ? rc_tx_flush_fenced : rc_tx_flush;
+		t->h.base.ops = &t->h.batch_ops;
 	}
-	*out = &t->base;
+	*out = &t->h.base;
 	tb_info("stream '%s': rc publisher on %s port %u (%s, gid index %d%s), "
 		"control %s:%u", cfg->name, t->dev.name, t->dev.port,
 		t->dev.global ? "RoCE" : "InfiniBand", t->dev.gid_index,
-		t->fenced ? "; no membarrier: a fence per send" : "",
+		t->h.fenced ? "; no membarrier: a fence per send" : "",
 		cfg->control.host, cfg->control.port);
 	return 0;
 fail:
@@ -1847,7 +1655,7 @@ fail:
 
 /* Waits until everything posted to `s` has completed, so the last frames
  * are in its ring before BYE tells it the stream ended. */
-static void sub_drain(rc_tx_t *t, rc_sub_t *s)
+static void sub_drain(rc_tx_t *t, tb_rc_pub_sub_t *s)
 {
 	struct ibv_send_wr wr = {.opcode = IBV_WR_RDMA_WRITE,
 				 .send_flags = IBV_SEND_SIGNALED,
@@ -1877,7 +1685,7 @@ static void sub_drain(rc_tx_t *t, rc_sub_t *s)
 static void rc_tx_close(tb_tx_t *tx, uint64_t final_seq)
 {
 	rc_tx_t *t = (rc_tx_t *)tx;
-	rc_table_t *tab;
+	tb_rc_pub_table_t *tab;
 	uint64_t one = 1;
 
 	tb_atomic_store_seq_cst(&t->stop, 1); /* S1 pairs with S1 in ctl_main */
@@ -1885,7 +1693,7 @@ static void rc_tx_close(tb_tx_t *tx, uint64_t final_seq)
 		(void)0;
 	if (t->ctl_started)
 		pthread_join(t->ctl, NULL);
-	tab = tb_atomic_load_relaxed(&t->table);  /* no other thread now */
+	tab = tb_atomic_load_relaxed(&t->h.table);  /* no other thread now */
 	for (int i = 0; i < tab->n; i++)
 		sub_drain(t, tab->sub[i]);
 	/* The end: the last sequence, then BYE, to everyone still here. */

@@ -225,7 +225,7 @@ static int gid_now(tb_ud_dev_t *d, union ibv_gid *gid, int *ifindex)
 /* Takes the completions the send CQ holds.  An error among them means the
  * data QP left RTS: flagged for tx_recover.  Returns what ibv_poll_cq
  * did (< 0: the CQ failed, flagged too). */
-static int reap(tb_ud_tx_t *u)
+int tb_ud_reap(tb_ud_tx_t *u)
 {
 	struct ibv_wc wc[8];
 	int n = ibv_poll_cq(u->cq, 8, wc);
@@ -250,14 +250,23 @@ static int reap(tb_ud_tx_t *u)
 	return n;
 }
 
+/* A post the provider refused: the QP is flagged for repair before the
+ * next post.  Cold. */
+__attribute__((noinline, cold)) int tb_ud_post_failed(tb_ud_tx_t *u)
+{
+	u->send_errors++;
+	tb_atomic_store_relaxed(&u->broken, 1);
+	return TB_EIO;
+}
+
 /* Makes room in the send queue: polls the CQ only when it is full.  Hot
  * path; the loop is bounded. */
-static int sq_room(tb_ud_tx_t *u)
+int tb_ud_sq_room(tb_ud_tx_t *u)
 {
 	uint32_t spins = 0;
 
 	while (u->posted - u->completed >= u->sq_depth) {
-		int n = reap(u);
+		int n = tb_ud_reap(u);
 
 		if (tb_unlikely(n < 0 || tb_atomic_load_relaxed(&u->broken)))
 			return TB_EIO;
@@ -331,7 +340,7 @@ static int tx_recover(tb_ud_tx_t *u)
 	} else {
 		int moved;
 
-		while (reap(u) > 0)
+		while (tb_ud_reap(u) > 0)
 			;
 		moved = qp_back_to_rts(&u->dev, u->qp, u->qkey);
 		if (moved < 0)
@@ -353,54 +362,6 @@ static int tx_recover(tb_ud_tx_t *u)
 	return rc;
 }
 
-/* Posts one datagram (header + frames) on the data QP, from the work
- * request prepared at open.  Hot path. */
-static inline __attribute__((always_inline)) int post_one(tb_ud_tx_t *u, const tb_packet_hdr_t *hdr,
-			   const void *frames, uint32_t frames_len, int signal)
-{
-	struct ibv_send_wr *wr = &u->wr, *bad;
-	unsigned flags = 0;
-
-	if (tb_unlikely(u->posted - u->completed >= u->sq_depth) &&
-	    sq_room(u) < 0)
-		return TB_EIO;
-	if (TB_PACKET_HDR_LEN + frames_len <= u->max_inline) {
-		/* Copied into the WQE by the post itself. */
-		u->sge[0].addr = (uintptr_t)hdr;
-		flags = IBV_SEND_INLINE;
-		u->inline_posts++;
-	} else {
-		/* The NIC reads it later: the slab slot is this WR's until it
-		 * completes. */
-		tb_packet_hdr_t *h = &u->slab[u->posted & (u->sq_depth - 1)];
-
-		*h = *hdr;
-		u->sge[0].addr = (uintptr_t)h;
-	}
-	u->sge[1].addr = (uintptr_t)frames;
-	u->sge[1].length = frames_len;
-	wr->num_sge = frames_len ? 2 : 1;
-	wr->wr_id = u->posted + 1;
-	wr->imm_data = htonl((uint32_t)hdr->first_seq);
-	if (--u->until_signal == 0 || signal) {
-		flags |= IBV_SEND_SIGNALED;
-		u->until_signal = u->signal_every;
-		u->signalled++;
-	}
-	wr->send_flags = flags;
-	if (tb_unlikely(ibv_post_send(u->qp, wr, &bad) != 0)) {
-		u->send_errors++;
-		tb_atomic_store_relaxed(&u->broken, 1);
-		return TB_EIO;
-	}
-	u->posted++;
-	/* A signalled WR went: take what completed before it, without
-	 * waiting, so that a failed send is seen within signal_every
-	 * posts. */
-	if (flags & IBV_SEND_SIGNALED)
-		reap(u);
-	return 0;
-}
 
 static int post_ready(void *ctx, int n)
 {
@@ -419,7 +380,7 @@ static int post_ready(void *ctx, int n)
 	for (int i = 0; i < n; i++) {
 		const tb_dgram_out_t *o = &u->dg.out[i];
 
-		if (tb_unlikely(post_one(u, o->hdr, o->frames, o->frames_len, 0) < 0))
+		if (tb_unlikely(tb_ud_post_one(u, o->hdr, o->frames, o->frames_len, 0) < 0))
 			rc = TB_EIO;
 		else
 			u->datagrams++;
@@ -429,26 +390,17 @@ static int post_ready(void *ctx, int n)
 	return rc;
 }
 
+/* tb_ud_send's way for everything but one frame without batching: the
+ * datagram core's drain.  Hot path, out of line. */
+int tb_ud_send_rest(tb_ud_tx_t *u, uint64_t to)
+{
+	return tb_dgram_tx_drain(&u->dg, to, 0, post_ready, u);
+}
+
 static int ud_tx_send(tb_tx_t *tx, uint64_t from, uint64_t to)
 {
-	tb_ud_tx_t *u = (tb_ud_tx_t *)tx;
-	const tb_packet_hdr_t *h;
-	const void *frames;
-	uint32_t len;
-	int rc;
-
-	/* Hot path: no allocation, lock or system call.  One frame and no
-	 * batching (the latency path): packed, signed and posted straight;
-	 * anything else through the datagram core's drain. */
 	(void)from;
-	if (tb_likely(!tb_atomic_load_relaxed(&u->broken)) &&
-	    (h = tb_dgram_tx_one(&u->dg, to, &frames, &len)) != NULL) {
-		rc = post_one(u, h, frames, len, 0);
-		u->datagrams += rc == 0;
-		tb_dgram_tx_sent_one(&u->dg); /* sent or not, it is gone */
-		return rc;
-	}
-	return tb_dgram_tx_drain(&u->dg, to, 0, post_ready, tx);
+	return tb_ud_send((tb_ud_tx_t *)tx, to);
 }
 
 static int ud_tx_flush(tb_tx_t *tx)
@@ -677,7 +629,7 @@ static void ud_tx_close(tb_tx_t *tx, uint64_t final_seq)
 		tx_recover(u);
 	for (int i = 0; i < TB_UD_END_COPIES && u->qp; i++) {
 		tb_dgram_tx_end(&u->dg, &end[i], final_seq);
-		if (post_one(u, &end[i], NULL, 0, i == TB_UD_END_COPIES - 1) < 0)
+		if (tb_ud_post_one(u, &end[i], NULL, 0, i == TB_UD_END_COPIES - 1) < 0)
 			break;
 	}
 	while (u->cq && u->completed < u->posted && tb_clock_mono_ns() < until) {
@@ -694,7 +646,7 @@ static void ud_tx_close(tb_tx_t *tx, uint64_t final_seq)
 }
 
 /* The work request every data post sends: what changes per datagram is
- * set by post_one. */
+ * set by tb_ud_post_one. */
 static void prepare_wr(tb_ud_tx_t *u)
 {
 	memset(&u->wr, 0, sizeof(u->wr));

@@ -127,6 +127,7 @@
 #include "bus/transport/verbs.h"
 #include "bus/transport/verbs_events.h"
 
+#include <endian.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -280,5 +281,96 @@ extern const tb_rx_ops_t tb_ud_rx_ops;
 /* The IPv4-mapped MGID of an IPv4 multicast address (dotted quad); 0, or
  * TB_ECONFIG when `group` is not one. */
 int tb_ud_mgid(const char *group, union ibv_gid *mgid);
+
+/* ------------------------------------------------------ the hot path
+ * The publisher's offer inlines ud's send (publisher.c), as it does rc's
+ * (rc_pub.h): one frame without batching is packed, signed and posted
+ * with what the offer holds in registers, no call to the op.  The rest
+ * stays out of line in ud.c. */
+
+/* Takes the completions the send CQ holds (an error among them flags the
+ * QP for repair); returns what ibv_poll_cq did.  Makes room in a full
+ * send queue (0, or TB_EIO).  A post the provider refused: counted,
+ * flagged, TB_EIO.  The drain of anything but one unbatched frame. */
+int tb_ud_reap(tb_ud_tx_t *u);
+int tb_ud_sq_room(tb_ud_tx_t *u);
+int tb_ud_post_failed(tb_ud_tx_t *u);
+int tb_ud_send_rest(tb_ud_tx_t *u, uint64_t to);
+
+/* Posts one datagram (header + frames) on the data QP, from the work
+ * request prepared at open.  Hot path. */
+static inline __attribute__((always_inline)) int
+tb_ud_post_one(tb_ud_tx_t *u, const tb_packet_hdr_t *hdr, const void *frames,
+	       uint32_t frames_len, int signal)
+{
+	struct ibv_send_wr *wr = &u->wr, *bad;
+	unsigned flags = 0;
+
+	if (tb_unlikely(u->posted - u->completed >= u->sq_depth) &&
+	    tb_ud_sq_room(u) < 0)
+		return TB_EIO;
+	if (TB_PACKET_HDR_LEN + frames_len <= u->max_inline) {
+		/* Copied into the WQE by the post itself. */
+		u->sge[0].addr = (uintptr_t)hdr;
+		flags = IBV_SEND_INLINE;
+		u->inline_posts++;
+	} else {
+		/* The NIC reads it later: the slab slot is this WR's until it
+		 * completes. */
+		tb_packet_hdr_t *h = &u->slab[u->posted & (u->sq_depth - 1)];
+
+		*h = *hdr;
+		u->sge[0].addr = (uintptr_t)h;
+	}
+	u->sge[1].addr = (uintptr_t)frames;
+	u->sge[1].length = frames_len;
+	wr->num_sge = frames_len ? 2 : 1;
+	wr->wr_id = u->posted + 1;
+	wr->imm_data = htobe32((uint32_t)hdr->first_seq);
+	if (--u->until_signal == 0 || signal) {
+		flags |= IBV_SEND_SIGNALED;
+		u->until_signal = u->signal_every;
+		u->signalled++;
+	}
+	wr->send_flags = flags;
+	if (tb_unlikely(ibv_post_send(u->qp, wr, &bad) != 0))
+		return tb_ud_post_failed(u);
+	u->posted++;
+	/* A signalled WR went: take what completed before it, without
+	 * waiting, so that a failed send is seen within signal_every
+	 * posts. */
+	if (flags & IBV_SEND_SIGNALED)
+		tb_ud_reap(u);
+	return 0;
+}
+
+/* ud's send of the frames committed up to `to` (transport.h).  Hot path:
+ * no allocation, lock or system call.  One frame and no batching (the
+ * latency path): packed, signed and posted straight; anything else
+ * through the datagram core's drain. */
+static inline __attribute__((always_inline)) int tb_ud_send(tb_ud_tx_t *u,
+							    uint64_t to)
+{
+	const tb_packet_hdr_t *h;
+	const void *frames;
+	uint32_t len;
+	int rc;
+
+	if (tb_likely(!tb_atomic_load_relaxed(&u->broken)) &&
+	    (h = tb_dgram_tx_one(&u->dg, to, &frames, &len)) != NULL) {
+		rc = tb_ud_post_one(u, h, frames, len, 0);
+		u->datagrams += rc == 0;
+		tb_dgram_tx_sent_one(&u->dg); /* sent or not, it is gone */
+		return rc;
+	}
+	return tb_ud_send_rest(u, to);
+}
+
+/* The ud publisher behind `tx`, whose send the offer may inline; NULL
+ * for another transport.  Set-up. */
+static inline tb_ud_tx_t *tb_ud_tx_of(tb_tx_t *tx)
+{
+	return tx->ops == &tb_ud_tx_ops ? (tb_ud_tx_t *)tx : NULL;
+}
 
 #endif

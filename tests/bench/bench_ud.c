@@ -22,11 +22,13 @@
  * on the same fabric), collecting inside tb_pub_offer only, 64-byte
  * messages, one datagram each.  From callgrind's inclusive counts: the
  * verbs provider's entry points (post_send, poll_cq, post_recv) are the
- * provider's, nettle's GMAC entry points (gcm_set_iv, gcm_update,
- * gcm_digest) are the MAC's, the rest is tickbus's own, split into the
- * publisher core (claim, frame, commit: tb_pub_offer outside the
- * transport) and the ud transport (its send op: packing, signing
- * set-up, the post).  Goal (DESIGN.md, issue 12): tickbus's own <= 100 and
+ * provider's, nettle's GMAC (or AES) entry points and the project's own
+ * GHASH (tb_ghash_*, self counts) are the MAC's (see mac_gcm_line); the
+ * rest is tickbus's own, split into the publisher core (claim, frame,
+ * commit: tb_pub_offer's own lines from the publisher and its ring,
+ * frame, clock and counter headers, see core_line) and the ud transport
+ * (the rest: its send, inlined into the offer from ud.h and dgram.h, and
+ * what that calls: packing, signing set-up, the post).  Goal (DESIGN.md, issue 12): tickbus's own <= 100 and
  * flat in the number of subscribers; the MAC is printed beside it.
  *
  * Runs on softrdma when there is no RDMA device: it re-executes itself with
@@ -283,7 +285,7 @@ static int callgrind_pub(int count)
 /* Sums callgrind_annotate's inclusive counts of the lines that contain
  * `obj` and one of `fns` (NULL-terminated). */
 struct cg_sums {
-	double total, verbs, mac, send;
+	double total, verbs, mac, core;
 };
 
 static int cg_line_count(const char *line, double *v)
@@ -302,11 +304,65 @@ static int cg_line_count(const char *line, double *v)
 	return k > 0;
 }
 
+/*
+ * The MAC's share of the counts, so that it compares across its two
+ * implementations: nettle's GMAC, or the project's own GHASH (functions
+ * named tb_ghash_*, dgram_auth.c) with nettle's AES for the tag's mask.
+ * Nettle's entry points are taken inclusive (with the AES and the libc
+ * copies they call), its AES only when no GMAC entry point ran (nettle's
+ * GCM calls it: it would count twice), the GHASH's functions by their
+ * self counts (however they call one another, nothing counts twice).
+ * What calls them (dgram_auth's sign) stays tickbus's own.
+ */
+static int mac_gcm_line(const char *line)
+{
+	return strstr(line, "libnettle") &&
+	       (strstr(line, "nettle_gcm_set_iv ") ||
+		strstr(line, "nettle_gcm_update ") ||
+		strstr(line, "nettle_gcm_digest "));
+}
+
+static int mac_aes_line(const char *line)
+{
+	return strstr(line, "libnettle") &&
+	       (strstr(line, "nettle_aes128_encrypt ") ||
+		strstr(line, "nettle_aes_encrypt "));
+}
+
+/* "1,234 ( 1.00%)  file:tb_ghash_name [object]" */
+static int mac_ghash_line(const char *line)
+{
+	const char *fn = strstr(line, "%)");
+
+	fn = fn ? strchr(fn, ':') : NULL;
+	return fn && strncmp(fn + 1, "tb_ghash_", 9) == 0;
+}
+
+/* A self-count line of the publisher core: tb_pub_offer's own lines from
+ * the publisher and the headers of its claim, frame, clock and count
+ * (ud's send is inlined into it too, from the transport's headers, and
+ * is not the core's). */
+static int core_line(const char *line)
+{
+	static const char *const core[] = {
+		"publisher/", "bus/ring.h:", "bus/frame.h:", "bus/clock.h:",
+		"bus/counters.h:", "bus/barrier.h:", "intrin.h:", NULL};
+	const char *fn = strstr(line, "%)");
+
+	if (!fn || !(strstr(fn, ":tb_pub_offer ") || strstr(fn, ":tb_pub_offer\n")))
+		return 0;
+	for (int i = 0; core[i]; i++)
+		if (strstr(fn, core[i]))
+			return 1;
+	return 0;
+}
+
 /* Runs the publisher under callgrind with `subs` subscribers polling
  * outside it; per offer, into *s.  -1 when valgrind is not there. */
 static int callgrind_run(int subs, int count, struct cg_sums *s)
 {
 	char out[128], cmd[1024], line[512];
+	double gcm = 0, aes = 0;
 	pid_t pids[8];
 	FILE *f;
 	int rc;
@@ -340,13 +396,27 @@ static int callgrind_run(int subs, int count, struct cg_sums *s)
 			 (strstr(line, "post_send") || strstr(line, "post_recv") ||
 			  strstr(line, "poll_cq")))
 			s->verbs += v;
-		else if (strstr(line, "libnettle") &&
-			 (strstr(line, "nettle_gcm_set_iv ") ||
-			  strstr(line, "nettle_gcm_update ") ||
-			  strstr(line, "nettle_gcm_digest ")))
+		else if (mac_gcm_line(line))
+			gcm += v;
+		else if (mac_aes_line(line))
+			aes += v;
+	}
+	s->mac = gcm + (gcm > 0 ? 0 : aes);
+	pclose(f);
+	snprintf(cmd, sizeof(cmd), "callgrind_annotate --threshold=100 %s-01 "
+		 "2>/dev/null", out);
+	f = popen(cmd, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		double v;
+
+		if (!cg_line_count(line, &v) || strstr(line, "PROGRAM TOTALS"))
+			continue;
+		if (mac_ghash_line(line))
 			s->mac += v;
-		else if (strstr(line, "ud.c:ud_tx_send "))
-			s->send = v;
+		else if (core_line(line))
+			s->core += v;
 	}
 	pclose(f);
 	snprintf(cmd, sizeof(cmd), "rm -f %s*", out);
@@ -357,7 +427,7 @@ static int callgrind_run(int subs, int count, struct cg_sums *s)
 	s->total /= count;
 	s->verbs /= count;
 	s->mac /= count;
-	s->send /= count;
+	s->core /= count;
 	return 0;
 }
 
@@ -382,14 +452,15 @@ static void print_instructions(void)
 			return;
 		}
 		own = s.total - s.verbs - s.mac;
-		send = s.send - s.verbs - s.mac;
-		core = s.total - s.send;
+		core = s.core;
+		send = own - core;
 		printf("bench ud: %-12d %9.0f %9.0f %10.0f %10.0f %10.0f   %s\n",
 		       subs[i], own, core, send, s.mac, s.verbs,
 		       own <= 100 ? "met" : "not met");
 	}
 	printf("bench ud: tickbus = pub core + ud send (own code, libc's copies "
-	       "included); MAC = nettle's GMAC of the datagram (authentication); "
+	       "included); MAC = the GMAC of the datagram (authentication: nettle, "
+	       "tb_ghash_*); "
 	       "provider = the verbs library\n");
 }
 

@@ -151,7 +151,7 @@ static void test_kill_primary_then_secondary(void **state)
 			"-g", "127.0.0.1:31010", "--timeout-ms", "120000", NULL };
 	char *gwv[] = { "tb-gateway", "-p", "31010", NULL };
 	char *simv[] = { "tb-feedsim", "--iface", "127.0.0.1", "--session",
-			 SESSION, "-N", "8", "-n", "150000", "-r", "50000",
+			 SESSION, "-N", "8", "-n", "150000", "-r", "25000",
 			 "--start-delay-ms", "300", "--end-ms", "60000", "-s",
 			 "23", NULL };
 	char *rdv[] = { "tb-recoveryd", "-c", conf, "-s", "md", "-s", "mdx",
@@ -175,12 +175,15 @@ static void test_kill_primary_then_secondary(void **state)
 	assert_int_equal(proc_wait_output(&ps2, "ready", 30000), 0);
 	start(&psim, "sim", simv);
 
-	sleep_ms(1300);                       /* a third of the way */
+	/* The session lasts 6 s (150,000 at 25,000/s): B is killed about
+	 * half way, with seconds to spare for a loaded machine's slow
+	 * restart of A (at 50,000/s B once finished before its kill). */
+	sleep_ms(1300);                       /* a fifth of the way */
 	kill(pa.pid, SIGKILL);
 	assert_int_equal(proc_wait(&pa, 10000), 128 + SIGKILL);
 	sleep_ms(500);
 	start_handler(&pa2, "fa2", "md_a", "md_c");
-	sleep_ms(1000);                       /* two thirds */
+	sleep_ms(1000);                       /* about half */
 	kill(pb.pid, SIGKILL);
 	assert_int_equal(proc_wait(&pb, 10000), 128 + SIGKILL);
 

@@ -2359,6 +2359,84 @@ static void back_pressure_posts_what_is_held(void **state)
 	tb_publisher_close(pub);
 }
 
+/* ------------------------------------------- the offer's inline send */
+
+/* A byte pattern of its own per sequence. */
+static void pattern(uint8_t *b, uint32_t len, uint64_t seq)
+{
+	for (uint32_t i = 0; i < len; i++)
+		b[i] = (uint8_t)(seq * 131u + i * 7u + 1u);
+}
+
+/*
+ * Small offers take tb_pub_offer's inline rc send (rc_pub.h); the one
+ * whose frame would straddle the end of the publisher's own ring goes the
+ * checked way (a pad in our ring, the frame at 0), and the subscriber's
+ * ring, of the same size, wraps at the same frame with a padding WRITE.
+ * Across two laps of both, every frame arrives once, at the offset its
+ * immediate names, whole, and the signalled requests come one in 64.
+ */
+static void small_offers_cross_the_publishers_ring_end(void **state)
+{
+	const uint64_t ring = 64 << 10, space = 96;
+	const uint64_t n = 2 * (ring / space) + 40;
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint8_t payload[64];
+	struct ibv_wc wc;
+	const rec_wr_t *w;
+	uint64_t wpos = 0, pads = 0, signalled = 0;
+	int first, nw;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(25), ring);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, ring, 256);
+	post_recvs(&p, 256);
+	subscribe(&p, test_port(25), "right-token", 256);
+	join(&p);
+	first = n_rec;
+	for (uint64_t seq = 1; seq <= n; seq++) {
+		const tb_frame_hdr_t *f;
+		uint64_t off = wpos & (ring - 1);
+
+		if (off + space > ring) {  /* its ring pads here */
+			wpos += ring - off;
+			off = 0;
+			pads++;
+		}
+		pattern(payload, sizeof(payload), seq);
+		assert_int_equal(tb_pub_offer(pub, 5, payload, sizeof(payload)),
+				 (int64_t)seq);
+		assert_int_equal(wait_recvs(&p, &wc, 1), 1);
+		assert_int_equal(wc.status, IBV_WC_SUCCESS);
+		assert_int_equal(be32toh(wc.imm_data), tb_rc_imm(off, seq));
+		f = (const tb_frame_hdr_t *)(p.buf + off);
+		assert_int_equal(f->seq, seq);
+		assert_int_equal(f->length, TB_FRAME_HDR_LEN + sizeof(payload));
+		assert_int_equal(f->type, TB_FRAME_DATA);
+		assert_int_equal(f->template_id, 5);
+		assert_memory_equal(p.buf + off + TB_FRAME_HDR_LEN, payload,
+				    sizeof(payload));
+		wpos += space;
+		post_recvs(&p, 1);
+		give_credit(&p, wpos, (uint32_t)seq);
+	}
+	/* One request per frame, one per pad, nothing else. */
+	w = recs_for(p.reply.accept.qpn, first, &nw);
+	assert_int_equal((uint64_t)nw, n + pads);
+	assert_int_equal(pads, 2);
+	for (int i = 0; i < nw; i++)
+		signalled += !!(w[i].flags & IBV_SEND_SIGNALED);
+	assert_int_equal(signalled, (n + pads) / TB_RC_SIGNAL_EVERY);
+	for (int i = 0; i < nw; i++)
+		if (w[i].opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+			assert_true(w[i].flags & IBV_SEND_INLINE);
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -2388,6 +2466,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(batched_offers_go_in_one_post_per_subscriber),
 		cmocka_unit_test(a_held_frame_leaves_by_its_deadline),
 		cmocka_unit_test(back_pressure_posts_what_is_held),
+		cmocka_unit_test(small_offers_cross_the_publishers_ring_end),
 	};
 
 	(void)argc;

@@ -1,0 +1,306 @@
+/*
+ * transport/rc_pub.h - the rc publisher's hot path, for the publisher's
+ * offer to inline (the design is in transport/rc.h, the rest of the
+ * publisher in rc_pub.c).
+ *
+ * An offer on an rc stream is the publisher's claim, copy and commit
+ * followed by one WRITE_WITH_IMM per subscriber.  Through the transport's
+ * send op that costs a call: its own register saves, its arguments, and
+ * the frame's length and sequence read back from the ring.  So what the
+ * send touches for every frame is declared here -- the subscriber table
+ * and the mark of its one reader (tb_rc_pub_t), each subscriber's work
+ * request prepared at join and the limits its common case compares with
+ * (tb_rc_pub_sub_t) -- and the send of one small data frame,
+ * tb_rc_pub_send_small, is a static inline that tb_pub_offer expands
+ * with what it holds in registers already (the frame, its length and
+ * sequence, where it lies).  Everything that is not the common
+ * case stays out of line in rc_pub.c: a subscriber's slow path
+ * (tb_rc_pub_write_slow), a failed post (tb_rc_pub_post_failed), and
+ * every stream whose send is not the plain one (batching, back-pressure,
+ * no membarrier: tb_rc_pub_of returns NULL for those, and the publisher
+ * calls the op).  rc_pub.c's own send uses the same inlines, so there is
+ * one copy of the hot path.
+ *
+ * Threads: the publishing thread only (transport.h's "hot" ops).
+ */
+#ifndef TB_TRANSPORT_RC_PUB_H
+#define TB_TRANSPORT_RC_PUB_H
+
+#include "bus/barrier.h"
+#include "bus/counters.h"
+#include "bus/frame.h"
+#include "bus/transport/control.h"
+#include "bus/transport/rc.h"
+
+#include <endian.h>
+#include <infiniband/verbs.h>
+#include <stdint.h>
+
+typedef struct tb_rc_pub_sub {
+	/* Hot: read by the publishing thread for every frame.  The work
+	 * request is a template filled once at subscribe, so a frame costs
+	 * five stores and three comparisons, not a zeroed 128-byte struct:
+	 * every condition that is not the common case (a signalled request
+	 * due, the send queue or the receive credit running out, the ring
+	 * wrapping, our ring about to lap what is in flight, a skip to end,
+	 * a failed QP) is folded into one of next_check, pin_limit and
+	 * limit_pos, and handled in tb_rc_pub_write_slow. */
+	struct ibv_send_wr wr;     /* the frame's WRITE_WITH_IMM */
+	struct ibv_sge sge;
+	struct ibv_qp *qp;
+	/* qp's provider post, read once at join: what verbs.h's
+	 * ibv_post_send calls (qp->context->ops.post_send), a load less
+	 * a frame. */
+	int (*post_send)(struct ibv_qp *qp, struct ibv_send_wr *wr,
+			 struct ibv_send_wr **bad);
+	uint64_t raddr;
+	uint64_t rmask;            /* its ring's size - 1 */
+	uint64_t wpos;             /* where its next frame goes (free-running) */
+	uint64_t limit_pos;        /* wpos + a frame's space may reach this:
+				    * min(credit, the end of its ring) */
+	uint64_t posted;           /* work requests posted */
+	uint64_t next_check;       /* posted reaching this: the slow path
+				    * (a signal due, the SQ or the receive
+				    * credit exhausted) */
+	uint64_t pin_limit;        /* our ring's tail past this: the slow path
+				    * (0: always, e.g. nothing in flight) */
+	uint32_t chained;          /* batching: requests held in chain[], not
+				    * yet posted (counted in posted, wpos) */
+	/* Warm: the slow path. */
+	uint64_t completed;        /* known complete (last signalled wr_id) */
+	uint64_t extra;            /* posted requests that carry no frame
+				    * (padding, fences): frames = posted - extra */
+	uint64_t next_signal;      /* `posted` at which to signal again */
+	uint64_t last_signal;      /* `posted` at the last signalled request */
+	uint64_t room_pos;         /* wpos may grow to this, and frames ... */
+	uint64_t room_frames;      /* ... to this, by the last credit read */
+	uint64_t pin;              /* our ring position its oldest may read */
+	int skipping;
+	int reads;                 /* it reads back what it misses (rc.h) */
+	int anchor_due;            /* its next frame goes behind an anchor */
+	_Atomic int dead;          /* its queue pair failed; control removes it
+				    * (R1 in the hot path, A1 in ctl_main) */
+	struct ibv_send_wr pad_wr; /* the padding WRITE before a wrap */
+	struct ibv_sge pad_sge;
+	tb_frame_hdr_t pad_hdr;
+	struct ibv_send_wr anchor_wr; /* the anchor WRITE before a frame */
+	struct ibv_sge anchor_sge;
+	tb_frame_hdr_t anchor_hdr;
+	struct ibv_cq *cq;
+	const _Atomic uint64_t *credit; /* its slot, written by it over RDMA */
+	uint32_t rkey;
+	uint32_t recv_depth;
+	uint64_t laps;             /* frames it was skipped for */
+	_Atomic uint64_t skip_first; /* K1: the skipped range; 0 = none */
+	_Atomic uint64_t skip_last;
+	const char *why_dead;      /* set before dead, read after it */
+	/* Cold: control thread. */
+	struct ibv_pd *pd;         /* its own: its rkeys reach nothing else */
+	struct ibv_mr *credit_mr;
+	struct ibv_mr *ring_mr;    /* our ring, registered in its PD (with
+				    * REMOTE_READ when it reads back) */
+	struct ibv_mr *pos_mr;     /* our ring's intent word, REMOTE_READ */
+	tb_counter_mr_t *credit_rec, *ring_rec, *pos_rec; /* the audit's */
+	int slot;
+	enum ibv_mtu mtu;          /* the path MTU both ends use */
+	char client[TB_CONTROL_CLIENT_ID_LEN];
+	/* Where the frame a signalled request (wr_id mod the SQ depth) read
+	 * ends in our ring: completions come in wr_id order, so when one
+	 * completes everything before it has, and nothing still in flight
+	 * reads below that.  One entry per SQ slot, so it cannot overflow
+	 * however many signalled requests a completion stall piles up. */
+	uint64_t pos_end[TB_RC_SQ_DEPTH];
+	/* Batching (batch_us): frames written but not yet posted, linked by
+	 * `next` since join, posted with one ibv_post_send (see "Batching"). */
+	struct ibv_send_wr chain[TB_RC_CHAIN];
+	struct ibv_sge chain_sge[TB_RC_CHAIN];
+} tb_rc_pub_sub_t;
+
+typedef struct tb_rc_pub_table {
+	int n;
+	tb_rc_pub_sub_t *sub[TB_RC_MAX_SUBS];
+} tb_rc_pub_table_t;
+
+/* A small frame: header and a message of up to 64 bytes, the publisher's
+ * inline offer (tb_rc_pub_send_small). */
+#define TB_RC_SMALL_FRAME 96u
+
+/* The publisher's hot state: the first member of rc_pub.c's rc_tx_t. */
+typedef struct tb_rc_pub {
+	tb_tx_t base;              /* first: the ring */
+	tb_rc_pub_table_t *_Atomic table; /* read under `reading` */
+	_Atomic uint64_t reading;  /* R4: odd while a send reads the table;
+				    * only the publishing thread stores it */
+	int fenced;                /* no membarrier: the fenced ops, and no
+				    * membarrier() in readers_wait */
+	_Atomic uint32_t inline_max; /* frames up to this go inline: the least
+				    * any subscriber's QP was granted (only
+				    * lowered, before the table change that
+				    * adds it, so a send that sees that
+				    * subscriber sees this) */
+	_Atomic uint32_t inline_small; /* IBV_SEND_INLINE when inline_max
+				    * takes TB_RC_SMALL_FRAME, else 0 (set
+				    * with it, ordered as it) */
+	uint64_t half;             /* our ring's size / 2 */
+	int backpressure;
+	/* Batching (batch_us > 0; publishing thread only). */
+	uint64_t batch_ns;
+	uint64_t held_ns;          /* publish_ns of the oldest held frame */
+	uint32_t held;             /* frames sent since the chains were posted */
+	tb_tx_ops_t batch_ops;     /* base.ops when batching: send, flush */
+} tb_rc_pub_t;
+
+/* Out of line, in rc_pub.c: everything tb_rc_pub_write leaves out (see
+ * there), and a post the provider refused (the subscriber is failed). */
+void tb_rc_pub_write_slow(tb_rc_pub_t *t, tb_rc_pub_sub_t *s,
+			  const tb_frame_hdr_t *f, uint64_t pos,
+			  uint64_t pub_tail, int chain);
+void tb_rc_pub_post_failed(tb_rc_pub_sub_t *s);
+
+/* The send enters the table (rc_pub.c, "The table's one reader").
+ * `fenced` is a constant at each call site: rc_tx_send and rc_tx_room
+ * come in a membarrier and a fenced build, and open picks the ops.
+ * Returns the table and, in *mark, the odd value `reading` now holds,
+ * for tb_rc_pub_leave.  Hot path. */
+static inline __attribute__((always_inline)) tb_rc_pub_table_t *
+tb_rc_pub_enter(tb_rc_pub_t *t, int fenced, uint64_t *mark)
+{
+	/* Relaxed: `reading` is this thread's own; only it stores there. */
+	uint64_t odd = tb_atomic_load_relaxed(&t->reading) + 1;
+
+	/* R4: odd first; the load of the table may not rise above it (the
+	 * writer's membarrier is the other half of the fence). */
+	tb_atomic_store_relaxed(&t->reading, odd);
+	if (fenced)
+		tb_atomic_fence_full();
+	else
+		tb_atomic_fence_compiler();
+	*mark = odd;
+	return tb_atomic_load_acquire(&t->table);
+}
+
+static inline __attribute__((always_inline)) void
+tb_rc_pub_leave(tb_rc_pub_t *t, uint64_t mark)
+{
+	/* R4 pairs with A4 in table_change (rc_pub.c): done with the table. */
+	tb_atomic_store_release(&t->reading, mark + 1);
+}
+
+/* Adds a WRITE_WITH_IMM of frame `f` (`len` bytes) at offset `off` of
+ * `s`'s ring to its chain, with `flags`; returns it (a signalled one gets
+ * its wr_id from the caller).  The caller counts it (posted, wpos) and
+ * posts the chain before it holds TB_RC_CHAIN. */
+static inline __attribute__((always_inline)) struct ibv_send_wr *
+tb_rc_pub_chain_add(tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f, uint32_t len, uint64_t off,
+	      uint32_t imm, unsigned flags)
+{
+	uint32_t i = s->chained++;
+
+	s->chain_sge[i].addr = (uintptr_t)f;
+	s->chain_sge[i].length = len;
+	s->chain[i].imm_data = htobe32(imm);
+	s->chain[i].wr.rdma.remote_addr = s->raddr + off;
+	s->chain[i].send_flags = flags;
+	return &s->chain[i];
+}
+
+/*
+ * Writes frame `f` (`len` bytes, taking `space` in a ring, `seq_bits` its
+ * sequence's part of the immediate, `inl` its inline flag; at our ring
+ * position `pos`, our ring's tail `tail` after this send) into `s`'s ring
+ * with one WRITE_WITH_IMM, or leaves it to tb_rc_pub_write_slow (which works
+ * out the rest from `f` again: fewer values kept across the loop's posts).
+ * What is the same for every subscriber comes in by value, worked out
+ * once per frame.
+ * Hot path: no allocation, lock or system call beyond the provider's post.
+ */
+static inline __attribute__((always_inline)) void
+tb_rc_pub_write(tb_rc_pub_t *t, tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f,
+		uint32_t len, uint32_t space, uint32_t seq_bits, unsigned inl, uint64_t pos,
+		uint64_t tail, int chain)
+{
+	uint64_t off = s->wpos & s->rmask;
+	struct ibv_send_wr *bad;
+
+	if (tb_unlikely(s->posted >= s->next_check || tail > s->pin_limit ||
+			s->wpos + space > s->limit_pos)) {
+		tb_rc_pub_write_slow(t, s, f, pos, tail, chain);
+		return;
+	}
+	if (chain) {
+		/* Unsignalled: its wr_id is never read (an error completion
+		 * fails the subscriber whatever it says). */
+		tb_rc_pub_chain_add(s, f, len, off,
+				    (uint32_t)(off / TB_FRAME_ALIGN) | seq_bits,
+				    inl);
+		s->posted++;
+		s->wpos += space;
+		return;
+	}
+	s->sge.addr = (uintptr_t)f;
+	s->sge.length = len;
+	s->wr.imm_data = htobe32((uint32_t)(off / TB_FRAME_ALIGN) | seq_bits);
+	s->wr.wr.rdma.remote_addr = s->raddr + off;
+	s->wr.send_flags = inl;
+	if (tb_unlikely(s->post_send(s->qp, &s->wr, &bad) != 0)) {
+		tb_rc_pub_post_failed(s);
+		return;
+	}
+	s->posted++;
+	s->wpos += space;
+}
+
+/* Writes data frame `f` (`len` bytes, header included, sequence `seq`:
+ * its fields, which the caller has at hand), at our ring position `pos`,
+ * to every subscriber in `tab` (`chain`: onto its chain, for a later
+ * post); `tail`: our ring's tail after this send; `small` (a constant):
+ * `len` is at most TB_RC_SMALL_FRAME, so its inline flag is known.  What is the same for every subscriber is
+ * worked out once.  A dead subscriber's limits send it to the slow path,
+ * which leaves it alone.  Hot path. */
+static inline __attribute__((always_inline)) void
+tb_rc_pub_frame(tb_rc_pub_t *t, const tb_rc_pub_table_t *tab,
+		const tb_frame_hdr_t *f, uint32_t len, uint64_t seq, uint64_t pos,
+		uint64_t tail, int chain, int small)
+{
+	tb_rc_pub_sub_t *const *sp = tab->sub, *const *end = tab->sub + tab->n;
+	uint32_t space = tb_frame_space(len);
+	uint32_t seq_bits = (uint32_t)(seq & TB_RC_IMM_SEQ_MASK)
+			    << TB_RC_IMM_OFF_BITS;
+	/* Relaxed: ordered before the table change this send's load of the
+	 * table saw (see tb_rc_pub_t). */
+	unsigned inl = small ? tb_atomic_load_relaxed(&t->inline_small)
+		       : len <= tb_atomic_load_relaxed(&t->inline_max)
+		       ? IBV_SEND_INLINE : 0;
+
+	for (; sp != end; sp++)
+		tb_rc_pub_write(t, *sp, f, len, space, seq_bits, inl, pos, tail,
+				chain);
+}
+
+/* The rc publisher behind `tx` when its send is the plain one (lapping,
+ * unbatched, membarrier: tb_rc_tx_ops), which tb_rc_pub_send_small does
+ * inline; NULL for any other transport or rc stream.  Set-up. */
+static inline tb_rc_pub_t *tb_rc_pub_of(tb_tx_t *tx)
+{
+	return tx->ops == &tb_rc_tx_ops ? (tb_rc_pub_t *)tx : NULL;
+}
+
+/*
+ * tb_rc_tx_ops's send of [pos, tail) when that is one data frame, `f`,
+ * of `len` bytes (header included, at most TB_RC_SMALL_FRAME) and
+ * sequence `seq`, just committed: one WRITE_WITH_IMM to every
+ * subscriber.  For tb_rc_pub_of's publishers only.  Hot path: no
+ * allocation, lock or system call beyond the provider's post.
+ */
+static inline __attribute__((always_inline)) void
+tb_rc_pub_send_small(tb_rc_pub_t *t, const tb_frame_hdr_t *f, uint32_t len,
+		     uint64_t seq, uint64_t pos, uint64_t tail)
+{
+	uint64_t mark;
+	const tb_rc_pub_table_t *tab = tb_rc_pub_enter(t, 0, &mark);
+
+	tb_rc_pub_frame(t, tab, f, len, seq, pos, tail, 0, 1);
+	tb_rc_pub_leave(t, mark);
+}
+
+#endif
