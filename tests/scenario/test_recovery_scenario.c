@@ -428,7 +428,11 @@ static void bad_requests_are_rejected_others_served(void **state)
 	out = proc_output(&intruder);
 	print_message("%s", out);
 	assert_int_equal(proc_field_u64(out, "replayed"), 0);
-	assert_int_equal(proc_field_u64(out, "data_losses"), 1);
+	/* At least its late start is a loss; it recovers nothing, so each
+	 * time a loaded machine lets the ring lap it is one more (seen at
+	 * load 10: 1-23751, then 24153-40000).  Every message is still
+	 * either delivered or reported lost. */
+	assert_true(proc_field_u64(out, "data_losses") >= 1);
 	assert_int_equal(proc_field_u64(out, "order_errors"), 0);
 	assert_int_equal(proc_field_u64(out, "last"), 40000);
 	assert_int_equal(proc_field_u64(out, "delivered") +
