@@ -2,8 +2,8 @@
  * Gap recovery with the real binaries: tb-publish, tb-subscribe and
  * tb-recoveryd, each scenario ending with proof of what was delivered.
  *
- *  - a subscriber lapped again and again (it stalls for a second every
- *    30,000 messages on a 1 MiB ring) and a late joiner from sequence 1
+ *  - a subscriber lapped (it stalls for four seconds every 30,000
+ *    messages on a 4 MiB ring) and a late joiner from sequence 1
  *    both deliver exactly 1..N with the publisher's checksum, while the
  *    first of their two recovery services is killed with SIGKILL and they
  *    fail over to the second; that one's store holds 1..N exactly once;
@@ -39,6 +39,7 @@
 #include "tests/common/scenario.h"
 #include "tests/common/udp_loss.h"
 
+#include "bus/counters.h"
 #include "bus/recovery/proto.h"
 
 #include <arpa/inet.h>
@@ -140,8 +141,11 @@ static void start_recoveryd(proc_t *p, const char *name, unsigned port)
 	run_recoveryd(p, name, name, port);
 }
 
-static void start_sub(proc_t *p, const char *name, const char *count,
-		      const char *start_at, const char *stall_every)
+/* A subscriber that stalls for `stall_ms` every `stall_every` messages
+ * (NULL: never). */
+static void start_sub_stalling(proc_t *p, const char *name, const char *count,
+			       const char *start_at, const char *stall_every,
+			       const char *stall_ms)
 {
 	char *where[] = {"-c", ini, "-s", "q", NULL};
 	char *extra[8];
@@ -155,10 +159,16 @@ static void start_sub(proc_t *p, const char *name, const char *count,
 		extra[i++] = "--stall-every";
 		extra[i++] = (char *)stall_every;
 		extra[i++] = "--stall-ms";
-		extra[i++] = "1000";
+		extra[i++] = (char *)stall_ms;
 	}
 	extra[i] = NULL;
 	scenario_start_sub(p, dir, name, where, count, "120000", extra);
+}
+
+static void start_sub(proc_t *p, const char *name, const char *count,
+		      const char *start_at, const char *stall_every)
+{
+	start_sub_stalling(p, name, count, start_at, stall_every, "1000");
 }
 
 static void start_pub_after(proc_t *p, const char *count, const char *rate,
@@ -202,6 +212,35 @@ static char *stop_recoveryd(proc_t *p)
 	return out;
 }
 
+/* Waits (up to `ms`) until the service `p` has stored `n` messages of
+ * stream q, by its counters file (delivered, role recovery): a store
+ * append survives a SIGKILL once it has returned (store.h). */
+static void wait_stored(const proc_t *p, uint64_t n, unsigned ms)
+{
+	const char *env = getenv("TICKBUS_COUNTERS_DIR");
+	tb_counters_proc_t *c = malloc(sizeof(*c));
+	char path[256];
+	uint64_t stored = 0;
+
+	assert_non_null(c);
+	snprintf(path, sizeof(path), "%s/tickbus-counters.%d",
+		 env && env[0] ? env : TB_COUNTERS_DIR_DEFAULT, (int)p->pid);
+	for (unsigned waited = 0; waited < ms; waited += 10) {
+		if (tb_counters_read_file(path, c) == 0)
+			for (int i = 0; i < c->n_streams; i++)
+				if (c->streams[i].stream_id == 7 &&
+				    c->streams[i].role == TB_ROLE_RECOVERY)
+					stored = c->streams[i].c[TB_CTR_DELIVERED];
+		if (stored >= n)
+			break;
+		usleep(10000);
+	}
+	free(c);
+	if (stored < n)
+		fail_msg("%s: %" PRIu64 " stored after %u ms, not %" PRIu64,
+			 p->out, stored, ms, n);
+}
+
 static uint64_t publish_and_wait(proc_t *pub)
 {
 	return scenario_finish_pub(pub, 0, 120000);
@@ -217,13 +256,20 @@ static void lapped_and_late_subscribers_fail_over(void **state)
 
 	(void)state;
 	snprintf(recovery, sizeof(recovery), "127.0.0.1:%u,127.0.0.1:%u", pa, pb);
-	write_ini(ini, "1M", proc_free_port(), recovery, TOKEN);
+	/* The services read the ring the lapped subscriber reads, and the
+	 * publisher's retention is that ring too (retention.h): a service
+	 * lapped has a hole no source holds any more.  So the ring gives
+	 * them room for the stalls of a loaded machine (4 MiB: two seconds
+	 * of the stream; 1 MiB, half a second, was not enough at a load of
+	 * 11, where the publisher, itself stalled, catches up in a burst). */
+	write_ini(ini, "4M", proc_free_port(), recovery, TOKEN);
 	start_recoveryd(&ra, "ra", pa);
 	start_recoveryd(&rb, "rb", pb);
 	/* The services subscribe before the first message: 1..N from the
-	 * ring.  The lapped subscriber stalls 1 s every 30,000 messages:
-	 * 20,000 published meanwhile, twice what a 1 MiB ring holds. */
-	start_sub(&lapped, "lapped", "100000", NULL, "30000");
+	 * ring.  The lapped subscriber stalls 4 s every 30,000 messages:
+	 * the rest of the stream, 70,000, is published during the first
+	 * stall, well over the some 43,000 a 4 MiB ring holds. */
+	start_sub_stalling(&lapped, "lapped", "100000", NULL, "30000", "4000");
 	start_pub(&pub, "100000", "20000");
 	usleep(1000000);
 	assert_int_equal(kill(ra.pid, SIGKILL), 0);
@@ -260,7 +306,11 @@ static void restarted_service_fills_from_retention(void **state)
 	write_ini(ini, "16M", proc_free_port(), recovery, TOKEN);
 	start_recoveryd(&ra, "ra", pa);
 	start_pub(&pub, "80000", "20000");
-	usleep(1300000);
+	/* Killed once it has stored some of the stream (a loaded machine
+	 * may not have let it store anything in a fixed second: it then
+	 * fills all of it from retention on restart, and the test would
+	 * not show a restart that resumes its store). */
+	wait_stored(&ra, 5000, 60000);
 	assert_int_equal(kill(ra.pid, SIGKILL), 0);
 	assert_int_equal(proc_wait(&ra, 5000), 128 + SIGKILL);
 	usleep(1000000); /* 20,000 messages published while it is down */
@@ -378,7 +428,11 @@ static void bad_requests_are_rejected_others_served(void **state)
 	out = proc_output(&intruder);
 	print_message("%s", out);
 	assert_int_equal(proc_field_u64(out, "replayed"), 0);
-	assert_int_equal(proc_field_u64(out, "data_losses"), 1);
+	/* At least its late start is a loss; it recovers nothing, so each
+	 * time a loaded machine lets the ring lap it is one more (seen at
+	 * load 10: 1-23751, then 24153-40000).  Every message is still
+	 * either delivered or reported lost. */
+	assert_true(proc_field_u64(out, "data_losses") >= 1);
 	assert_int_equal(proc_field_u64(out, "order_errors"), 0);
 	assert_int_equal(proc_field_u64(out, "last"), 40000);
 	assert_int_equal(proc_field_u64(out, "delivered") +
@@ -656,5 +710,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(udp_loss_recovered, setup, teardown),
 		cmocka_unit_test_setup_teardown(rc_lapped_subscriber_recovers, setup, teardown),
 	};
+	/* TB_CMOCKA_FILTER=glob runs the matching tests alone. */
+	if (getenv("TB_CMOCKA_FILTER"))
+		cmocka_set_test_filter(getenv("TB_CMOCKA_FILTER"));
 	return cmocka_run_group_tests_name("recovery_scenario", tests, NULL, NULL);
 }
