@@ -33,6 +33,7 @@
 #include <tickbus/tickbus.h>
 
 #include "bus/clock.h"
+#include "bus/error.h"
 #include "bus/transport/dgram_auth.h"
 #include "bus/transport/ghash.h"
 #include "bus/transport/udp.h"
@@ -42,6 +43,7 @@
 #include <arpa/inet.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +62,9 @@
 #define FULL_FRAME \
 	((FULL_MTU - TB_PACKET_HDR_LEN) & ~(uint32_t)(TB_FRAME_ALIGN - 1))
 #define MSG_MAX 2048
+/* A round with no answer for this long failed (the other side died or a
+ * datagram was lost): the run says so rather than spin for ever. */
+#define ROUND_LIMIT_NS 10000000000ull
 
 static int core_a = 0, core_b = 1;
 static uint64_t rounds = 50000;
@@ -81,6 +86,18 @@ static int udp_socket(unsigned port)
 	return fd;
 }
 
+/* A round unanswered for ROUND_LIMIT_NS: stops the echo side; -1 with a
+ * message. */
+static int round_failed(pid_t child, const char *what, uint64_t round)
+{
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	return tb_error_set(TB_ETIMEDOUT, "%s round trip %" PRIu64 " got no "
+			    "answer in %llu s (the echo side died, or a "
+			    "datagram was lost)", what, round,
+			    ROUND_LIMIT_NS / 1000000000ull);
+}
+
 static int floor_run(bench_result_t *r, size_t size)
 {
 	char msg[MSG_MAX];
@@ -97,8 +114,11 @@ static int floor_run(bench_result_t *r, size_t size)
 		if (b < 0)
 			_exit(1);
 		for (uint64_t i = 0; i < WARMUP + rounds; i++) {
+			uint64_t until = tb_clock_now_ns() + ROUND_LIMIT_NS;
+
 			while (recv(b, msg, size, MSG_DONTWAIT) < 0)
-				;
+				if (tb_clock_now_ns() > until)
+					_exit(1);
 			if (send(b, msg, size, 0) < 0)
 				_exit(1);
 		}
@@ -116,7 +136,8 @@ static int floor_run(bench_result_t *r, size_t size)
 		if (send(fd, msg, size, 0) < 0)
 			return -1;
 		while (recv(fd, msg, size, MSG_DONTWAIT) < 0)
-			;
+			if (tb_clock_now_ns() - t0 > ROUND_LIMIT_NS)
+				return round_failed(child, "plain UDP", i);
 		if (i >= WARMUP)
 			tb_hist_record(h, (int64_t)(tb_clock_now_ns() - t0) / 2);
 	}
@@ -143,6 +164,9 @@ static void cfg_for(tb_stream_cfg_t *cfg, const char *name, uint32_t id)
 	snprintf(cfg->interface, sizeof(cfg->interface), "127.0.0.1");
 	cfg->idle = TB_IDLE_BUSY_SPIN;
 	cfg->ring_size = 1 << 20;
+	/* The echo side stops at END; a pinger descheduled for a second on a
+	 * loaded machine is not dead. */
+	cfg->liveness_timeout_ms = 60000;
 	snprintf(cfg->token, sizeof(cfg->token), "bench-token");
 }
 
@@ -212,6 +236,9 @@ static int udp_pingpong_run(bench_result_t *r, size_t size)
 		while (got < want) {
 			tb_sub_poll(sub, bench_count, &got, 16);
 			if (++spins == 10000000) {
+				if (tb_clock_now_ns() - t0 > ROUND_LIMIT_NS)
+					return round_failed(child,
+							    "tickbus udp", i);
 				tb_pub_offer(pub, 1, msg, (uint32_t)size);
 				spins = 0;
 			}
