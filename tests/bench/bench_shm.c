@@ -162,6 +162,8 @@ static void cfg_for(tb_stream_cfg_t *cfg, const char *name, uint32_t id,
 	cfg->transport = TB_TRANSPORT_SHM;
 	cfg->ring_size = ring_size;
 	cfg->idle = TB_IDLE_BUSY_SPIN;
+	/* Neither side is dead for being descheduled a second. */
+	cfg->liveness_timeout_ms = 60000;
 	snprintf(cfg->shm_path, sizeof(cfg->shm_path), "/dev/shm/tb-bench-%s.%d",
 		 name, (int)getpid());
 }
@@ -218,11 +220,18 @@ static int tickbus_rtt(rtt_t *r)
 		if (tb_subscriber_open(&sub, &ping) < 0 ||
 		    tb_publisher_open(&e.pub, &pong) < 0)
 			_exit(1);
-		while (e.got < WARMUP + rounds) {
-			if (tb_sub_poll(sub, on_ping, &e, 16) <= 0)
+		/* Every ping until the pinger closes: a slow start gets it
+		 * more than WARMUP + rounds (it pings until answered), and
+		 * an echo that stopped at a count left its last pings
+		 * unanswered. */
+		for (;;) {
+			int n = tb_sub_poll(sub, on_ping, &e, 16);
+
+			if (n == TB_CLOSED || n == TB_PUBLISHER_DEAD)
+				break;
+			if (n <= 0)
 				tb_cpu_relax();
 		}
-		usleep(100000); /* let the last answer be read before close */
 		tb_publisher_close(e.pub);
 		tb_subscriber_close(sub);
 		_exit(0);
@@ -271,8 +280,8 @@ static int tickbus_rtt(rtt_t *r)
 out:
 	if (rc < 0)
 		kill(child, SIGKILL);
+	tb_publisher_close(pub);  /* the echo side stops at its close */
 	waitpid(child, NULL, 0);
-	tb_publisher_close(pub);
 	tb_subscriber_close(sub);
 	unlink(ping.shm_path);
 	unlink(pong.shm_path);
