@@ -2129,6 +2129,52 @@ static void a_quiet_lap_is_read_back(void **state)
 }
 
 
+/* The publisher announced 1..9, wrote 1..5, and fell silent: its death is
+ * not all the subscriber says.  6..9 go up first as a loss (it knows they
+ * were published; none of them will come), then TB_PUBLISHER_DEAD --
+ * never the death alone, which a caller with another copy gone too takes
+ * as the stream's end at 5, 6..9 silently missing. */
+static void a_silent_publisher_s_announced_frames_are_a_loss(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_subscriber_t *sub;
+	fake_pub_t fp;
+	rb_got_t g = {0};
+	uint64_t first = 0, last = 0;
+	int rc = 0;
+
+	(void)state;
+	fp_open(&fp, test_port(26));
+	rc_cfg(&cfg, test_port(26), 64 << 10);
+	cfg.liveness_timeout_ms = 200;
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	fp_accept(&fp, fp.ring_mr->rkey);
+	fp_publish_to(&fp, 9);
+	fp_send_range(&fp, 1, 5, 1);
+	fp_heartbeat(&fp, 0, 0);             /* last_seq = 9, nothing skipped */
+	assert_int_equal(rb_poll(sub, &g, 5), 0);
+	rb_expect(&g, 0, 1, 5, 0, 0);
+	/* No more heartbeats: past its liveness, the publisher is lost. */
+	for (uint64_t until = now_ms() + 5000; rc == 0 || rc == TB_NOT_CONNECTED;
+	     nap()) {
+		assert_true(now_ms() < until);
+		rc = tb_sub_poll(sub, rb_on_msg, &g, 64);
+	}
+	assert_int_equal(rc, TB_LAPPED);
+	assert_int_equal(tb_sub_loss(sub, &first, &last), 0);
+	assert_int_equal(first, 6);
+	assert_int_equal(last, 9);
+	for (uint64_t until = now_ms() + 5000; rc != TB_PUBLISHER_DEAD; nap()) {
+		assert_true(now_ms() < until);
+		rc = tb_sub_poll(sub, rb_on_msg, &g, 64);
+		assert_true(rc == 0 || rc == TB_NOT_CONNECTED ||
+			    rc == TB_PUBLISHER_DEAD);
+	}
+	assert_int_equal(g.n, 5);
+	tb_subscriber_close(sub);
+	fp_close(&fp);
+}
+
 /* -------------------------------------------------- batching (batch_us) */
 
 /* The posts (ibv_post_send calls) among `n` records. */
@@ -2463,6 +2509,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(an_untrustworthy_read_back_is_a_lap),
 		cmocka_unit_test(a_refused_read_is_a_lap_and_a_new_session),
 		cmocka_unit_test(a_quiet_lap_is_read_back),
+		cmocka_unit_test(a_silent_publisher_s_announced_frames_are_a_loss),
 		cmocka_unit_test(batched_offers_go_in_one_post_per_subscriber),
 		cmocka_unit_test(a_held_frame_leaves_by_its_deadline),
 		cmocka_unit_test(back_pressure_posts_what_is_held),
