@@ -43,6 +43,7 @@
 #include <linux/capability.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1140,6 +1141,58 @@ static void heartbeats_name_the_skipped_range(void **state)
 	}
 	peer_close(&p);
 	tb_publisher_close(pub);
+}
+
+static void *closer_main(void *arg)
+{
+	tb_publisher_close(arg);
+	return NULL;
+}
+
+/* Close waits for a subscriber's last writes to complete (here its
+ * completions stall: the whole DRAIN_TIMEOUT_NS, a second) with its
+ * control thread stopped; it keeps beating meanwhile (every 50 ms), or a
+ * subscriber with a liveness shorter than that drain judges it dead with
+ * the last frames on their way, and never reads the BYE. */
+static void close_beats_while_it_drains(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint8_t payload[64] = {0};
+	struct ibv_wc wc[1];
+	tb_control_msg_t m;
+	pthread_t closer;
+	uint64_t t0;
+	int beats = 0, rc;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(27), 1 << 20);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 1 << 20, 64);
+	post_recvs(&p, 8);
+	subscribe(&p, test_port(27), "right-token", 8);
+	join(&p);
+	stall_spare = p.cq;
+	stall = 1;
+	assert_int_equal(tb_pub_offer(pub, 1, payload, 64), 1);
+	assert_int_equal(wait_recvs(&p, wc, 1), 1);  /* here; not reaped */
+	assert_int_equal(pthread_create(&closer, NULL, closer_main, pub), 0);
+	t0 = now_ms();
+	while ((rc = read_ctl(p.fd, &m)) > 0 && m.type == TB_CONTROL_HEARTBEAT)
+		beats++;
+	t0 = now_ms() - t0;
+	assert_int_equal(pthread_join(closer, NULL), 0);
+	stall = 0;                 /* before any assertion: the next tests */
+	stall_spare = NULL;
+	peer_close(&p);
+	assert_true(rc > 0);
+	assert_int_equal(m.type, TB_CONTROL_BYE);
+	assert_int_equal(m.bye.reason, TB_CONTROL_BYE_CLOSED);
+	assert_true(t0 >= 900);                       /* it did drain */
+	/* A second at 50 ms: about 20; the ones the control thread sent
+	 * before it stopped are 2 at most. */
+	assert_true(beats >= 6);
 }
 
 /* Wrong tokens, one connection after another from one address: each
@@ -2497,6 +2550,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(the_path_mtu_is_the_publishers_choice),
 		cmocka_unit_test(a_fence_for_every_skip_while_completions_stall),
 		cmocka_unit_test(heartbeats_name_the_skipped_range),
+		cmocka_unit_test(close_beats_while_it_drains),
 		cmocka_unit_test(token_guessing_is_slowed),
 		cmocka_unit_test(memlock_budget_is_checked_at_open),
 		cmocka_unit_test(a_version_one_subscriber_is_refused),
