@@ -31,17 +31,19 @@ void tb_dgram_auth_key(const tb_dgram_auth_t *a, uint64_t epoch,
 		       tb_dgram_key_t *k)
 {
 	struct hmac_sha256_ctx h = a->stream;
-	uint8_t ke[SHA256_DIGEST_SIZE], e[8];
+	uint8_t ke[SHA256_DIGEST_SIZE], e[8], h0[16] = {0};
 
 	for (int i = 0; i < 8; i++)
 		e[i] = (uint8_t)(epoch >> (8 * i));
 	hmac_sha256_update(&h, sizeof(e), e);
 	hmac_sha256_digest(&h, sizeof(ke), ke);
 	aes128_set_encrypt_key(&k->aes, ke);
-	gcm_set_key(&k->h, &k->aes, (nettle_cipher_func *)aes128_encrypt);
+	aes128_encrypt(&k->aes, sizeof(h0), h0, h0); /* H = E_K(0^128) */
+	tb_ghash_key_init(&k->h, h0, TB_GHASH_AUTO); /* AUTO cannot fail */
 	k->epoch = epoch;
 	tb_dgram_auth_wipe(&h, sizeof(h));
 	tb_dgram_auth_wipe(ke, sizeof(ke));
+	tb_dgram_auth_wipe(h0, sizeof(h0));
 }
 
 void tb_dgram_auth_wipe(void *p, size_t len)

@@ -16,9 +16,11 @@
  *                                 "tickbus datagram v2" | stream_id LE32)
  *   epoch key   K_e = HMAC-SHA256(key = K_s, epoch LE64), first 16 bytes
  *
- * A subscriber derives K_e from the epoch in the header (HMAC and the AES
- * key schedule: a few hundred ns, no more than receiving the datagram cost,
- * so a flood of datagrams with made-up epochs buys an attacker nothing).
+ * A subscriber derives K_e from the epoch in the header (HMAC, the AES
+ * key schedule and the 128 powers of H that GHASH keeps: about 0.55 us
+ * with VPCLMULQDQ, 0.9 us with PCLMULQDQ alone, measured; no more than
+ * receiving the datagram cost, so a flood of datagrams with made-up epochs
+ * buys an attacker little).
  *
  * Tag.  GMAC, i.e. AES-128-GCM with no plaintext (NIST SP 800-38D), under
  * K_e: the associated data is header bytes 0..47 (everything but the tag)
@@ -42,16 +44,20 @@
  * can forge the stream: the key is shared, so a tag proves "someone with the
  * token", not "the publisher".
  *
- * Why GMAC, from nettle (nettle-dev): measured on this machine's class
- * (AES-NI, PCLMUL), one tag costs about 37 ns over a 128-byte datagram and
- * 320 ns over 1440 bytes; UMAC-64 (nettle) was 63 / 194 ns with an 8-byte
- * tag and a 1.6 us key schedule, OpenSSL's EVP GCM 183 / 272 ns (its
- * per-call overhead dominates small datagrams), libsodium's AES-GCM 55 /
- * 282 ns and Poly1305 90 / 425 ns.  Small datagrams (one message each,
- * batch_us = 0) are the latency path; a full datagram's cost is shared by
- * the ~14 messages in it, so the per-message cost is lowest with GMAC at
- * every size.  `make bench` (bench_udp) measures it against the udp round
- * trip in the same run.
+ * Why GMAC.  Measured on this machine's class (AES-NI, PCLMUL), nettle's
+ * GMAC cost about 37 ns over a 128-byte datagram and 320 ns over 1440
+ * bytes; UMAC-64 (nettle) 63 / 194 ns with an 8-byte tag and a 1.6 us key
+ * schedule, OpenSSL's EVP GCM 183 / 272 ns (its per-call overhead
+ * dominates small datagrams), libsodium's AES-GCM 55 / 282 ns and
+ * Poly1305 90 / 425 ns.  What made a full datagram dear was nettle's
+ * GHASH, one serial multiply per block (about 3.5 ns each); GHASH is now
+ * tickbus's own (ghash.h: carry-less multiplication over the powers of H
+ * kept in the key, one reduction per 128 blocks, VPCLMULQDQ where the CPU
+ * has it), the same tag bit for bit; E_K(J0) stays nettle's AES.  Small
+ * datagrams (one message each, batch_us = 0) are the latency path; a full
+ * datagram's cost is shared by the messages in it.  `make bench`
+ * (bench_udp) measures sign + verify against the udp round trip of small
+ * and of full datagrams in the same run.
  *
  * Threads: a key is written once (tb_dgram_auth_key) and then only read,
  * so the publishing and heartbeat threads share one; each tag is computed
@@ -61,12 +67,12 @@
 #ifndef TB_DGRAM_AUTH_H
 #define TB_DGRAM_AUTH_H
 
+#include "bus/transport/ghash.h"
 #include "bus/transport/packet.h"
 
 #include <nettle/aes.h>
-#include <nettle/gcm.h>
 #include <nettle/hmac.h>
-#include <nettle/memops.h>
+#include <nettle/memxor.h>
 
 #include <stddef.h>
 #include <stdint.h>
@@ -77,9 +83,10 @@ typedef struct tb_dgram_auth {
 	struct hmac_sha256_ctx stream;
 } tb_dgram_auth_t;
 
-/* One epoch's key: the GHASH table and the AES key schedule of K_e. */
+/* One epoch's key: GHASH's (H and its powers, ghash.h) and the AES key
+ * schedule of K_e, for E_K(J0). */
 typedef struct tb_dgram_key {
-	struct gcm_key h;
+	tb_ghash_key_t h;
 	struct aes128_ctx aes;
 	uint64_t epoch;
 } tb_dgram_key_t;
@@ -90,8 +97,8 @@ typedef struct tb_dgram_key {
 void tb_dgram_auth_init(tb_dgram_auth_t *a, const char *token,
 			uint32_t stream_id);
 
-/* Derives the key of `epoch` into *k.  A few hundred ns; not per datagram,
- * but may run on the receive path once per epoch seen. */
+/* Derives the key of `epoch` into *k.  About half a microsecond; not per
+ * datagram, but may run on the receive path once per epoch seen. */
 void tb_dgram_auth_key(const tb_dgram_auth_t *a, uint64_t epoch,
 		       tb_dgram_key_t *k);
 
@@ -99,31 +106,25 @@ void tb_dgram_auth_key(const tb_dgram_auth_t *a, uint64_t epoch,
 void tb_dgram_auth_wipe(void *p, size_t len);
 
 /* The GMAC of a datagram whose header is `h` and whose frames (possibly
- * elsewhere in memory) are `frames_len` bytes at `frames`, into `tag`. */
+ * elsewhere in memory) are `frames_len` bytes at `frames`, into `tag`:
+ * GHASH over the header's first 48 bytes (whole blocks) and the frames,
+ * plus E_K(J0), J0 = nonce (LE64) | 0^32 | 1 (SP 800-38D, a 96-bit IV). */
 static inline void tb_dgram_auth_tag(const tb_dgram_key_t *k,
 				     const tb_packet_hdr_t *h,
 				     const void *frames, size_t frames_len,
 				     uint8_t tag[TB_PACKET_TAG_LEN])
 {
-	struct gcm_ctx c;
-	union {
-		uint8_t b[GCM_IV_SIZE];
-		struct {
-			uint64_t nonce; /* little-endian, as in the header */
-			uint32_t zero;
-		} __attribute__((packed)) f;
-	} iv;
+	uint8_t j0[16] = {[15] = 1}, ek[16], s[16];
+	const tb_ghash_piece_t pc[2] = {{h, TB_PACKET_AUTH_LEN},
+					{frames, frames_len}};
 
-	_Static_assert(sizeof(iv) == GCM_IV_SIZE, "IV: nonce and 4 zero bytes");
-	iv.f.nonce = h->nonce;
-	iv.f.zero = 0;
-	gcm_set_iv(&c, &k->h, sizeof(iv.b), iv.b);
-	/* Associated data in whole blocks but for the last piece: 48 is. */
-	gcm_update(&c, &k->h, TB_PACKET_AUTH_LEN, (const uint8_t *)h);
-	if (frames_len)
-		gcm_update(&c, &k->h, frames_len, (const uint8_t *)frames);
-	gcm_digest(&c, &k->h, &k->aes, (nettle_cipher_func *)aes128_encrypt,
-		   TB_PACKET_TAG_LEN, tag);
+	_Static_assert(TB_PACKET_AUTH_LEN % TB_GHASH_BLOCK == 0,
+		       "the header is whole GHASH blocks");
+	_Static_assert(TB_PACKET_TAG_LEN == 16, "the full GCM tag");
+	memcpy(j0, &h->nonce, sizeof(h->nonce)); /* little-endian, as sent */
+	tb_ghash_digest(&k->h, pc, 2, s);
+	aes128_encrypt(&k->aes, sizeof(j0), ek, j0);
+	memxor3(tag, s, ek, TB_PACKET_TAG_LEN);
 }
 
 /* Writes the tag of a datagram into its header.  Hot path. */
@@ -141,10 +142,15 @@ static inline int tb_dgram_auth_verify(const tb_dgram_key_t *k,
 {
 	const tb_packet_hdr_t *h = (const tb_packet_hdr_t *)buf;
 	uint8_t tag[TB_PACKET_TAG_LEN];
+	uint64_t want[2], got[2];
 
 	tb_dgram_auth_tag(k, h, (const uint8_t *)buf + TB_PACKET_HDR_LEN,
 			  len - TB_PACKET_HDR_LEN, tag);
-	return memeql_sec(tag, h->tag, TB_PACKET_TAG_LEN) != 0;
+	/* Constant time: every bit of both tags is read, one test at the
+	 * end (in two words, not nettle's byte loop: it cost ~20 ns). */
+	memcpy(want, h->tag, sizeof(want));
+	memcpy(got, tag, sizeof(got));
+	return ((want[0] ^ got[0]) | (want[1] ^ got[1])) == 0;
 }
 
 #endif

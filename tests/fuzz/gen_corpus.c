@@ -1092,6 +1092,47 @@ static void gen_recovery_proto(void)
 	put("response-bad-seq", b, n);
 }
 
+/* ------------------------------------------------------------- ghash */
+
+/* fuzz_ghash's input: key, IV, a piece count and the cuts, then `len`
+ * bytes of data (a counting pattern). */
+static void ghash_case(const char *name, int pieces, const uint16_t *cuts,
+		       size_t len)
+{
+	static buf_t b;
+
+	b_reset(&b);
+	for (int i = 0; i < 16; i++)
+		b_u8(&b, (uint8_t)(0x10 + i)); /* key */
+	for (int i = 0; i < 12; i++)
+		b_u8(&b, (uint8_t)(0xa0 + i)); /* IV */
+	b_u8(&b, (uint8_t)(pieces - 1));
+	for (int i = 0; i < pieces - 1; i++)
+		b_u16(&b, cuts[i]);
+	for (size_t i = 0; i < len; i++)
+		b_u8(&b, (uint8_t)(i * 7 + 3));
+	put(name, b.b, b.n);
+}
+
+static void gen_ghash(void)
+{
+	static const uint16_t hdr[] = {48}, ragged[] = {5, 17, 33},
+			      blocks[] = {16, 32, 64, 128, 256, 512, 16};
+
+	target("ghash");
+	ghash_case("empty", 1, NULL, 0);
+	ghash_case("one-byte", 1, NULL, 1);
+	ghash_case("one-block", 1, NULL, 16);
+	ghash_case("dgram-one-message", 2, hdr, 160);
+	ghash_case("dgram-full", 2, hdr, 1472);
+	ghash_case("heartbeat", 2, hdr, 48);
+	ghash_case("63-blocks-one-run", 1, NULL, 63 * 16);
+	ghash_case("64-blocks-two-runs", 1, NULL, 64 * 16);
+	ghash_case("129-blocks-ragged", 1, NULL, 128 * 16 + 9);
+	ghash_case("ragged-pieces", 4, ragged, 300);
+	ghash_case("whole-block-pieces", 8, blocks, 2048);
+}
+
 /* ------------------------------------------------------------------ */
 
 static const struct {
@@ -1102,7 +1143,7 @@ static const struct {
 	{"config", gen_config}, {"schema", gen_schema}, {"store", gen_store},
 	{"hist_decode", gen_hist_decode}, {"hist_log", gen_hist_log},
 	{"hgrm", gen_hgrm}, {"gw", gen_gw}, {"control", gen_control},
-	{"recovery_proto", gen_recovery_proto},
+	{"recovery_proto", gen_recovery_proto}, {"ghash", gen_ghash},
 };
 
 int main(int argc, char **argv)
