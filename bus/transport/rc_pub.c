@@ -1653,9 +1653,24 @@ fail:
 	return rc;
 }
 
+/* Close's heartbeat, due every heartbeat_ms while it drains: the control
+ * thread that beats is stopped, and a drain may last DRAIN_TIMEOUT_NS per
+ * subscriber, far past a subscriber's liveness; silent that long, we
+ * would be judged dead with our last frames on their way. */
+static void close_beat(rc_tx_t *t, uint64_t final_seq, uint64_t *next_ns)
+{
+	uint64_t now = tb_clock_now_ns();
+
+	if (now < *next_ns)
+		return;
+	heartbeat_all(t, now, final_seq);
+	*next_ns = now + (uint64_t)t->cfg.heartbeat_ms * 1000000ull;
+}
+
 /* Waits until everything posted to `s` has completed, so the last frames
- * are in its ring before BYE tells it the stream ended. */
-static void sub_drain(rc_tx_t *t, tb_rc_pub_sub_t *s)
+ * are in its ring before BYE tells it the stream ended; beating. */
+static void sub_drain(rc_tx_t *t, tb_rc_pub_sub_t *s, uint64_t final_seq,
+		      uint64_t *next_beat)
 {
 	struct ibv_send_wr wr = {.opcode = IBV_WR_RDMA_WRITE,
 				 .send_flags = IBV_SEND_SIGNALED,
@@ -1669,8 +1684,10 @@ static void sub_drain(rc_tx_t *t, tb_rc_pub_sub_t *s)
 	if (tb_atomic_load_relaxed(&s->dead))
 		return;
 	while (s->posted + 1 > s->completed + TB_RC_SQ_DEPTH &&
-	       tb_clock_now_ns() < until && sub_reap(t, s) == 0)
+	       tb_clock_now_ns() < until && sub_reap(t, s) == 0) {
+		close_beat(t, final_seq, next_beat);
 		usleep(100);
+	}
 	wr.wr_id = s->posted + 1;
 	if (ibv_post_send(s->qp, &wr, &bad) != 0)
 		return;
@@ -1678,15 +1695,17 @@ static void sub_drain(rc_tx_t *t, tb_rc_pub_sub_t *s)
 	s->extra++;
 	sub_signalled(s, s->posted, s->pin);
 	while (s->completed != s->posted && tb_clock_now_ns() < until &&
-	       sub_reap(t, s) == 0)
+	       sub_reap(t, s) == 0) {
+		close_beat(t, final_seq, next_beat);
 		usleep(100);
+	}
 }
 
 static void rc_tx_close(tb_tx_t *tx, uint64_t final_seq)
 {
 	rc_tx_t *t = (rc_tx_t *)tx;
 	tb_rc_pub_table_t *tab;
-	uint64_t one = 1;
+	uint64_t one = 1, next_beat = 0;
 
 	tb_atomic_store_seq_cst(&t->stop, 1); /* S1 pairs with S1 in ctl_main */
 	if (write(t->wake_fd, &one, sizeof(one)) < 0)
@@ -1695,7 +1714,7 @@ static void rc_tx_close(tb_tx_t *tx, uint64_t final_seq)
 		pthread_join(t->ctl, NULL);
 	tab = tb_atomic_load_relaxed(&t->h.table);  /* no other thread now */
 	for (int i = 0; i < tab->n; i++)
-		sub_drain(t, tab->sub[i]);
+		sub_drain(t, tab->sub[i], final_seq, &next_beat);
 	/* The end: the last sequence, then BYE, to everyone still here. */
 	heartbeat_all(t, tb_clock_now_ns(), final_seq);
 	while (t->n_clients)

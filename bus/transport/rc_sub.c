@@ -40,7 +40,8 @@
  *             destroy them and connect again.
  *   S4        ctl_state, the connection's state, which both threads
  *             change (sequentially consistent).  rx_idle's acquire read
- *             (A4) also carries pub_last_seq, stored before BYE's CLOSED.
+ *             (A4) also carries pub_last_seq, stored before BYE's CLOSED
+ *             and before the LOST of a publisher gone silent.
  *   S5        rc_rx_close stops rx_ctl_main.
  *   S6        cq_broken: the poller found the CQ overrun; the control
  *             thread makes a new one before the next session.
@@ -429,6 +430,9 @@ static int session_open(rc_rx_t *r)
 				 .next_seq = m.accept.next_seq,
 				 .grant = m.accept};
 	skip_store(r, 0, 0);
+	/* V: what this publisher says it has, not what the last one said. */
+	tb_atomic_store_relaxed(&r->pub_last_seq,
+				m.accept.next_seq ? m.accept.next_seq - 1 : 0);
 	tb_atomic_store_relaxed(&r->last_beat_ns, tb_clock_now_ns()); /* by R2 */
 	tb_atomic_store_seq_cst(&r->ctl_state, CTL_LIVE);              /* S4 */
 	/* R2 pairs with A2 in rc_rx_poll and rx_adopt: sess is ready. */
@@ -1274,8 +1278,8 @@ static void rx_credit(rc_rx_t *r)
 static int rx_idle(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss,
 		   tb_handler_t handler, void *clientd, int limit)
 {
-	/* A4 pairs with S4 (CLOSED) in rx_ctl_main: the pub_last_seq of the
-	 * heartbeat before BYE is seen below. */
+	/* A4 pairs with S4 (CLOSED, LOST) in rx_ctl_main: the pub_last_seq
+	 * of the heartbeat before BYE, or before the silence, is seen below. */
 	int st = tb_atomic_load_acquire(&r->ctl_state);
 	uint64_t first, last;
 
@@ -1325,9 +1329,19 @@ static int rx_idle(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss,
 		/* What goes missing meanwhile shows with the next frame. */
 		rx_release(r);
 		return TB_NOT_CONNECTED;
-	case CTL_LOST:
+	case CTL_LOST: {
+		uint64_t final = tb_atomic_load_relaxed(&r->pub_last_seq); /* by A4 */
+
+		if (seq->expected && final >= seq->expected) {
+			/* It said it had published these and died (or went
+			 * silent) before they came: they are lost, and said
+			 * so, before its death is. */
+			tb_seq_gap_to(seq, final + 1, loss);
+			return TB_LAPPED;
+		}
 		rx_release(r);
 		return TB_PUBLISHER_DEAD;
+	}
 	default:
 		return 0;
 	}

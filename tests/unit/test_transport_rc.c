@@ -43,6 +43,7 @@
 #include <linux/capability.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1142,6 +1143,58 @@ static void heartbeats_name_the_skipped_range(void **state)
 	tb_publisher_close(pub);
 }
 
+static void *closer_main(void *arg)
+{
+	tb_publisher_close(arg);
+	return NULL;
+}
+
+/* Close waits for a subscriber's last writes to complete (here its
+ * completions stall: the whole DRAIN_TIMEOUT_NS, a second) with its
+ * control thread stopped; it keeps beating meanwhile (every 50 ms), or a
+ * subscriber with a liveness shorter than that drain judges it dead with
+ * the last frames on their way, and never reads the BYE. */
+static void close_beats_while_it_drains(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint8_t payload[64] = {0};
+	struct ibv_wc wc[1];
+	tb_control_msg_t m;
+	pthread_t closer;
+	uint64_t t0;
+	int beats = 0, rc;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(27), 1 << 20);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 1 << 20, 64);
+	post_recvs(&p, 8);
+	subscribe(&p, test_port(27), "right-token", 8);
+	join(&p);
+	stall_spare = p.cq;
+	stall = 1;
+	assert_int_equal(tb_pub_offer(pub, 1, payload, 64), 1);
+	assert_int_equal(wait_recvs(&p, wc, 1), 1);  /* here; not reaped */
+	assert_int_equal(pthread_create(&closer, NULL, closer_main, pub), 0);
+	t0 = now_ms();
+	while ((rc = read_ctl(p.fd, &m)) > 0 && m.type == TB_CONTROL_HEARTBEAT)
+		beats++;
+	t0 = now_ms() - t0;
+	assert_int_equal(pthread_join(closer, NULL), 0);
+	stall = 0;                 /* before any assertion: the next tests */
+	stall_spare = NULL;
+	peer_close(&p);
+	assert_true(rc > 0);
+	assert_int_equal(m.type, TB_CONTROL_BYE);
+	assert_int_equal(m.bye.reason, TB_CONTROL_BYE_CLOSED);
+	assert_true(t0 >= 900);                       /* it did drain */
+	/* A second at 50 ms: about 20; the ones the control thread sent
+	 * before it stopped are 2 at most. */
+	assert_true(beats >= 6);
+}
+
 /* Wrong tokens, one connection after another from one address: each
  * makes the next wait twice as long, so a second of guessing gets a
  * handful of answers, not thousands. */
@@ -2129,6 +2182,52 @@ static void a_quiet_lap_is_read_back(void **state)
 }
 
 
+/* The publisher announced 1..9, wrote 1..5, and fell silent: its death is
+ * not all the subscriber says.  6..9 go up first as a loss (it knows they
+ * were published; none of them will come), then TB_PUBLISHER_DEAD --
+ * never the death alone, which a caller with another copy gone too takes
+ * as the stream's end at 5, 6..9 silently missing. */
+static void a_silent_publisher_s_announced_frames_are_a_loss(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_subscriber_t *sub;
+	fake_pub_t fp;
+	rb_got_t g = {0};
+	uint64_t first = 0, last = 0;
+	int rc = 0;
+
+	(void)state;
+	fp_open(&fp, test_port(26));
+	rc_cfg(&cfg, test_port(26), 64 << 10);
+	cfg.liveness_timeout_ms = 200;
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	fp_accept(&fp, fp.ring_mr->rkey);
+	fp_publish_to(&fp, 9);
+	fp_send_range(&fp, 1, 5, 1);
+	fp_heartbeat(&fp, 0, 0);             /* last_seq = 9, nothing skipped */
+	assert_int_equal(rb_poll(sub, &g, 5), 0);
+	rb_expect(&g, 0, 1, 5, 0, 0);
+	/* No more heartbeats: past its liveness, the publisher is lost. */
+	for (uint64_t until = now_ms() + 5000; rc == 0 || rc == TB_NOT_CONNECTED;
+	     nap()) {
+		assert_true(now_ms() < until);
+		rc = tb_sub_poll(sub, rb_on_msg, &g, 64);
+	}
+	assert_int_equal(rc, TB_LAPPED);
+	assert_int_equal(tb_sub_loss(sub, &first, &last), 0);
+	assert_int_equal(first, 6);
+	assert_int_equal(last, 9);
+	for (uint64_t until = now_ms() + 5000; rc != TB_PUBLISHER_DEAD; nap()) {
+		assert_true(now_ms() < until);
+		rc = tb_sub_poll(sub, rb_on_msg, &g, 64);
+		assert_true(rc == 0 || rc == TB_NOT_CONNECTED ||
+			    rc == TB_PUBLISHER_DEAD);
+	}
+	assert_int_equal(g.n, 5);
+	tb_subscriber_close(sub);
+	fp_close(&fp);
+}
+
 /* -------------------------------------------------- batching (batch_us) */
 
 /* The posts (ibv_post_send calls) among `n` records. */
@@ -2451,6 +2550,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(the_path_mtu_is_the_publishers_choice),
 		cmocka_unit_test(a_fence_for_every_skip_while_completions_stall),
 		cmocka_unit_test(heartbeats_name_the_skipped_range),
+		cmocka_unit_test(close_beats_while_it_drains),
 		cmocka_unit_test(token_guessing_is_slowed),
 		cmocka_unit_test(memlock_budget_is_checked_at_open),
 		cmocka_unit_test(a_version_one_subscriber_is_refused),
@@ -2463,6 +2563,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(an_untrustworthy_read_back_is_a_lap),
 		cmocka_unit_test(a_refused_read_is_a_lap_and_a_new_session),
 		cmocka_unit_test(a_quiet_lap_is_read_back),
+		cmocka_unit_test(a_silent_publisher_s_announced_frames_are_a_loss),
 		cmocka_unit_test(batched_offers_go_in_one_post_per_subscriber),
 		cmocka_unit_test(a_held_frame_leaves_by_its_deadline),
 		cmocka_unit_test(back_pressure_posts_what_is_held),
