@@ -270,6 +270,21 @@ static int version_check(const struct rconn *k,
 			  m->version, k->version);
 }
 
+/* The fast paths' check of a frame where it lies in the buffer (`avail`
+ * bytes from it): whole, well formed, of the stream, and frame `i` of the
+ * answer `begin` announced (tb_recovery_proto_replay_check's tests, on
+ * the header in place; it also names what is wrong with a bad frame). */
+static inline int frame_is_next(const tb_frame_hdr_t *f, size_t avail,
+				const tb_recovery_proto_begin_t *begin,
+				uint64_t i)
+{
+	return f->length >= TB_FRAME_HDR_LEN && f->length <= avail &&
+	       f->length <= TB_FRAME_MAX_LEN &&
+	       f->version == TB_FRAME_VERSION && f->type == TB_FRAME_DATA &&
+	       f->stream_id == begin->stream_id && i < begin->count &&
+	       f->seq == begin->first + i;
+}
+
 /*
  * Reads the answer to `req` on `k`: its frames go to `fn` in order.
  * Returns the frames delivered (fewer than asked when the server served up
@@ -327,14 +342,7 @@ static int read_answer(tb_recovery_client_t *c, struct rconn *k,
 		 * wrong with a bad frame. */
 		while (avail >= TB_FRAME_HDR_LEN && (uintptr_t)p % 8 == 0) {
 			f = (const tb_frame_hdr_t *)p;
-			if (tb_unlikely(f->length < TB_FRAME_HDR_LEN ||
-					f->length > avail ||
-					f->length > TB_FRAME_MAX_LEN ||
-					f->version != TB_FRAME_VERSION ||
-					f->type != TB_FRAME_DATA ||
-					f->stream_id != begin.stream_id ||
-					i >= begin.count ||
-					f->seq != begin.first + i))
+			if (tb_unlikely(!frame_is_next(f, avail, &begin, i)))
 				break;
 			len = f->length;
 			tb_net_reader_take(&k->in, (size_t)len);
@@ -1084,14 +1092,8 @@ int tb_recovery_client_quick_step(tb_recovery_client_t *c,
 		while (q->begun && done < limit && avail >= TB_FRAME_HDR_LEN &&
 		       (uintptr_t)p % 8 == 0) {
 			f = (const tb_frame_hdr_t *)p;
-			if (tb_unlikely(f->length < TB_FRAME_HDR_LEN ||
-					f->length > avail ||
-					f->length > TB_FRAME_MAX_LEN ||
-					f->version != TB_FRAME_VERSION ||
-					f->type != TB_FRAME_DATA ||
-					f->stream_id != q->begin.stream_id ||
-					q->i >= q->begin.count ||
-					f->seq != q->begin.first + q->i))
+			if (tb_unlikely(!frame_is_next(f, avail, &q->begin,
+						       q->i)))
 				break;
 			tb_net_reader_take(&k->in, f->length);
 			p += f->length;
