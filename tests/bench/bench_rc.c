@@ -46,6 +46,7 @@
 #include <tickbus/tickbus.h>
 
 #include "bus/clock.h"
+#include "tests/common/bench.h"
 
 #include <dlfcn.h>
 #include <endian.h>
@@ -309,25 +310,6 @@ static double floor_post(int count)
 	return (double)spent / count;
 }
 
-/* A self-count line of the publisher core: tb_pub_offer's own lines from
- * the publisher and the headers of its claim, frame, clock and count
- * (rc's send is inlined into it too, from rc_pub.h and verbs.h, and is
- * the transport's). */
-static int core_line(const char *line)
-{
-	static const char *const core[] = {
-		"publisher/", "bus/ring.h:", "bus/frame.h:", "bus/clock.h:",
-		"bus/counters.h:", "bus/barrier.h:", "intrin.h:", NULL};
-	const char *fn = strstr(line, "%)");
-
-	if (!fn || !(strstr(fn, ":tb_pub_offer ") || strstr(fn, ":tb_pub_offer\n")))
-		return 0;
-	for (int i = 0; core[i]; i++)
-		if (strstr(fn, core[i]))
-			return 1;
-	return 0;
-}
-
 /*
  * Instructions per offer of tickbus's own code, for n subscribers: this
  * binary re-run under callgrind (main thread only, collecting inside
@@ -380,7 +362,7 @@ static double callgrind_per_offer(int n, int count, double *verbs_per_offer,
 	pclose(f);
 	/* The publisher core: the self cost of tb_pub_offer's lines from
 	 * the publisher and its own headers (ring.h, frame.h, clock.h, ...:
-	 * core_line).  The transport is the rest above the provider: its
+	 * bench_core_line).  The transport is the rest above the provider: its
 	 * send is inlined into the offer from rc_pub.h, and the provider's
 	 * calls come from inlined verbs.h lines, so no inclusive line of
 	 * its own counts it. */
@@ -400,7 +382,7 @@ static double callgrind_per_offer(int n, int count, double *verbs_per_offer,
 				break;
 		}
 		digits[k] = 0;
-		if (k && core_line(line))
+		if (k && bench_core_line(line))
 			core += atof(digits);
 	}
 	pclose(f);

@@ -26,7 +26,7 @@
  * GHASH (tb_ghash_*, self counts) are the MAC's (see mac_gcm_line); the
  * rest is tickbus's own, split into the publisher core (claim, frame,
  * commit: tb_pub_offer's own lines from the publisher and its ring,
- * frame, clock and counter headers, see core_line) and the ud transport
+ * frame, clock and counter headers, see bench_core_line) and the ud transport
  * (the rest: its send, inlined into the offer from ud.h and dgram.h, and
  * what that calls: packing, signing set-up, the post).  Goal (DESIGN.md, issue 12): tickbus's own <= 100 and
  * flat in the number of subscribers; the MAC is printed beside it.
@@ -39,6 +39,7 @@
 #include "bus/clock.h"
 #include "bus/error.h"
 #include "bus/transport/ud.h"
+#include "tests/common/bench.h"
 
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -341,25 +342,6 @@ static int mac_ghash_line(const char *line)
 	return fn && strncmp(fn + 1, "tb_ghash_", 9) == 0;
 }
 
-/* A self-count line of the publisher core: tb_pub_offer's own lines from
- * the publisher and the headers of its claim, frame, clock and count
- * (ud's send is inlined into it too, from the transport's headers, and
- * is not the core's). */
-static int core_line(const char *line)
-{
-	static const char *const core[] = {
-		"publisher/", "bus/ring.h:", "bus/frame.h:", "bus/clock.h:",
-		"bus/counters.h:", "bus/barrier.h:", "intrin.h:", NULL};
-	const char *fn = strstr(line, "%)");
-
-	if (!fn || !(strstr(fn, ":tb_pub_offer ") || strstr(fn, ":tb_pub_offer\n")))
-		return 0;
-	for (int i = 0; core[i]; i++)
-		if (strstr(fn, core[i]))
-			return 1;
-	return 0;
-}
-
 /* Runs the publisher under callgrind with `subs` subscribers polling
  * outside it; per offer, into *s.  -1 when valgrind is not there. */
 static int callgrind_run(int subs, int count, struct cg_sums *s)
@@ -418,7 +400,7 @@ static int callgrind_run(int subs, int count, struct cg_sums *s)
 			continue;
 		if (mac_ghash_line(line))
 			s->mac += v;
-		else if (core_line(line))
+		else if (bench_core_line(line))
 			s->core += v;
 	}
 	pclose(f);

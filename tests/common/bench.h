@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* One run's one-way latency, ns. */
 typedef struct bench_result {
@@ -64,6 +65,26 @@ static inline void bench_print_vs_floor(const char *tag, int width,
 	printf("%s: %-*s %8.2f %8.2f %8.2f %8.2f%s\n", tag, width, "ratio",
 	       (double)t.p50 / f.p50, (double)t.p99 / f.p99,
 	       (double)t.p999 / f.p999, (double)t.max / f.max, goal);
+}
+
+/* A self-count line of callgrind_annotate that belongs to the publisher
+ * core: tb_pub_offer's own lines from the publisher and the headers of its
+ * claim, frame, clock and count.  (rc's and ud's sends are inlined into
+ * tb_pub_offer too, from their transport's headers: the transport's.) */
+static inline int bench_core_line(const char *line)
+{
+	static const char *const core[] = {
+		"publisher/", "bus/ring.h:", "bus/frame.h:", "bus/clock.h:",
+		"bus/counters.h:", "bus/barrier.h:", "intrin.h:", NULL};
+	const char *fn = strstr(line, "%)");
+
+	if (!fn || !(strstr(fn, ":tb_pub_offer ") ||
+		     strstr(fn, ":tb_pub_offer\n")))
+		return 0;
+	for (int i = 0; core[i]; i++)
+		if (strstr(fn, core[i]))
+			return 1;
+	return 0;
 }
 
 #endif
