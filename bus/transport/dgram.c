@@ -250,8 +250,10 @@ static int admit(tb_dgram_rx_t *rx, const void *buf, size_t len, int *done)
 
 	if (tb_unlikely(fault != TB_PACKET_OK))
 		return malformed(rx, buf, fault, done);
-	if (tb_unlikely(p->epoch != rx->epoch &&
-			(p->epoch == 0 || epoch_left(rx, p->epoch))))
+	/* Epoch 0 is no publisher's, also before one is followed (when
+	 * rx->epoch is 0 too and no key is derived for it). */
+	if (tb_unlikely(p->epoch == 0 || (p->epoch != rx->epoch &&
+					  epoch_left(rx, p->epoch))))
 		return dropped(rx, &rx->stale_epoch, TB_CTR_STALE_EPOCH, done);
 	if (tb_unlikely(!tb_dgram_auth_verify(key_for(rx, p->epoch), buf, len)))
 		return dropped(rx, &rx->forged, TB_CTR_DGRAM_FORGED, done);
