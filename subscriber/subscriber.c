@@ -36,6 +36,14 @@
 
 #include <stdlib.h>
 
+/* Why the next idle poll asks the recovery services for everything from
+ * the next expected sequence up to the latest they hold (start_probe). */
+enum {
+	PROBE_NONE = 0,
+	PROBE_LATE_JOIN = 1, /* tb_sub_start_at, nothing delivered yet */
+	PROBE_DROPPED = 2,   /* TB_EVICTED: what followed is unknown here */
+};
+
 struct tb_subscriber {
 	tb_rx_t *rx;
 	tb_seq_t seq;
@@ -43,7 +51,7 @@ struct tb_subscriber {
 	int has_loss;
 	int recovering;            /* the hot path's one extra test: mirrors
 				      tb_recovering_active(rec) */
-	int probe;                 /* tb_sub_start_at asked; see start_probe */
+	int probe;                 /* PROBE_*: see start_probe */
 	tb_counter_slot_t *ctr;    /* in the counters file, or `own_ctr` */
 	tb_recovering_t *rec;      /* NULL: no recovery endpoints */
 	tb_counter_slot_t own_ctr;
@@ -191,7 +199,7 @@ int tb_sub_start_at(tb_subscriber_t *s, uint64_t seq)
 		return tb_error_set(TB_ESTATE, "tb_sub_start_at: the subscriber "
 				  "has already delivered messages");
 	tb_seq_init(&s->seq, seq);
-	s->probe = s->rec != NULL;
+	s->probe = s->rec ? PROBE_LATE_JOIN : PROBE_NONE;
 	return 0;
 }
 
@@ -207,16 +215,21 @@ static int recovered(tb_subscriber_t *s, int n)
 	return n;
 }
 
-/* A late joiner's first idle poll (see tb_recovering_start_probe): with
- * no epoch from the transport (no publisher, yet or any more), the
- * services' newest. */
+/* The first idle poll of a late joiner, or of a subscriber its publisher
+ * dropped (see tb_recovering_start_probe).  A dropped one knows where it
+ * stopped but not what the publisher sent after: that shows only with the
+ * publisher's next frame, which never comes if it has finished or died
+ * meanwhile, so it asks the services at once.  The epoch is the
+ * transport's (the one followed); with none (no publisher, yet or any
+ * more), the services' newest. */
 static int start_probe(tb_subscriber_t *s, tb_handler_t handler,
 		       void *clientd, int limit)
 {
 	uint64_t epoch = s->rx->ops->epoch(s->rx);
+	int why = s->probe;
 
-	s->probe = 0;
-	if (s->seq.delivered > 0)
+	s->probe = PROBE_NONE;
+	if (why == PROBE_LATE_JOIN && s->seq.delivered > 0)
 		return 0;
 	return recovered(s, tb_recovering_start_probe(s->rec, epoch, handler,
 						      clientd, limit, &s->loss));
@@ -248,11 +261,14 @@ int tb_sub_poll(tb_subscriber_t *s, tb_handler_t handler, void *clientd,
 	} else if (n == TB_NEW_EPOCH) {
 		if (s->rec)
 			tb_recovering_new_epoch(s->rec);
-		s->probe = 0;
+		s->probe = PROBE_NONE;
+	} else if (n == TB_EVICTED) {
+		if (s->rec && s->seq.expected)
+			s->probe = PROBE_DROPPED;
 	} else if (n == TB_LAPPED || n == TB_GAP) {
 		tb_counter_inc(s->ctr, n == TB_LAPPED ? TB_CTR_LAPPED : TB_CTR_GAPS);
 		if (s->rec) {
-			s->probe = 0;
+			s->probe = PROBE_NONE;
 			return recovered(s, tb_recovering_start_gap(
 					s->rec, s->loss.first, s->loss.last,
 					handler, clientd, limit, &s->loss));

@@ -319,7 +319,10 @@ int tb_subscriber_close(tb_subscriber_t *sub);
  * nothing, a condition: TB_NOT_CONNECTED, TB_LAPPED or TB_GAP (the missing
  * range is in tb_sub_loss), TB_NEW_EPOCH, TB_CLOSED, TB_PUBLISHER_DEAD,
  * TB_EVICTED (rc: the publisher, alive, dropped this subscriber; it
- * reconnects, and what it missed comes as TB_LAPPED).  A condition is
+ * reconnects, and what it missed comes as TB_LAPPED; with recovery
+ * endpoints it also asks them at once for everything after its last
+ * message, so that it misses nothing even if the publisher finishes or
+ * dies before it is back).  A condition is
  * returned once, at its place in the stream; polling again goes on.  A
  * subscriber lapped while the stream then goes quiet is told within one
  * heartbeat.  Never blocks.  Hot path.
