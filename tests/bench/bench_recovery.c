@@ -272,8 +272,20 @@ static int one_run(tb_publisher_t *pub, tb_recovery_server_t *srv,
 		usleep(200);
 		tb_recovery_server_stats(srv, &st);
 	} while (st.authenticated == authenticated && tb_clock_mono_ms() < deadline);
-	/* The WELCOME read; with spin-then-yield, well past the 200 us after
+	/* The WELCOME read: the connection is up and kept, as the recovery
+	 * thread's check (every 100 ms) says; asked before that, on a loaded
+	 * machine, the gap would go to the recovery thread, which is still
+	 * dialling (a first gap at start-up, not the kept connection this
+	 * measures).  Then, with spin-then-yield, well past the 200 us after
 	 * which the recovery thread parks. */
+	do {
+		tb_recovering_stats_t up;
+
+		tb_recovering_stats(tb_sub_recovering_of(sub), &up);
+		if (up.connections_up > 0)
+			break;
+		usleep(1000);
+	} while (tb_clock_mono_ms() < deadline);
 	usleep(cfg->idle == TB_IDLE_BUSY_SPIN ? 1000 : 20000);
 	if (tb_sub_start_at(sub, first) < 0)
 		return -1;
