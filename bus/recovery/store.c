@@ -70,8 +70,8 @@
  *
  * Appending.  The active segment and its index are mapped MAP_SHARED, and
  * an append is a CRC and a copy into the mapping: no system call.  The
- * files grow ahead of the copy in steps of STORE_GROW (1 MiB) written as
- * zeros with pwrite, which allocates the page cache in large folios, takes
+ * files grow ahead of the copy in steps of STORE_GROW (2 MiB) written as
+ * zeros with pwritev, which allocates the page cache in large folios, takes
  * the file system's space (a full disk is an error from append, never a
  * SIGBUS from a store into the mapping), and leaves the room readable as
  * "no record yet".  Sealing a segment (roll, close) unmaps it and cuts the
@@ -170,14 +170,16 @@
  * grows by 4096 entries (16 MiB of records) at a time.
  *
  * The room is written in pieces, each aligned to its own size: the page
- * cache allocates a folio as large as an aligned write (ext4 since 6.16,
- * xfs), and the piece size is a trade between two costs.  Every 4 KiB
+ * cache allocates a folio as large as an aligned write (xfs; ext4 on
+ * recent kernels, 6.18 here; elsewhere small folios, as before), and the
+ * piece size is a trade between two costs.  Every 4 KiB
  * page of a mapping costs a fault the first time a process touches it;
  * a folio of 2 MiB (STORE_HUGE) placed at a 2 MiB-aligned address is
  * mapped whole by one page-table entry instead, so appends of 64-byte
  * records stop paying a fault per 40 records (under a hypervisor that
  * shadows page tables, a first touch costs ~5 us even after
- * MADV_POPULATE_WRITE: 42 MB of appends went from 7 to >10 M rec/s).  But
+ * MADV_POPULATE_WRITE, which therefore is not used: with 2 MiB folios
+ * bench_store's single 64-byte appends went from 6.3 to 30 M rec/s).  But
  * dirtiness is tracked per folio, so each fdatasync writes back every
  * folio touched whole: with 1 MiB pieces a sync per batch of 64 small
  * records ran 4x slower than with 64 KiB ones (bench_store, durable).
