@@ -70,8 +70,8 @@
  *
  * Appending.  The active segment and its index are mapped MAP_SHARED, and
  * an append is a CRC and a copy into the mapping: no system call.  The
- * files grow ahead of the copy in steps of STORE_GROW (1 MiB) written as
- * zeros with pwrite, which allocates the page cache in large folios, takes
+ * files grow ahead of the copy in steps of STORE_GROW (2 MiB) written as
+ * zeros with pwritev, which allocates the page cache in large folios, takes
  * the file system's space (a full disk is an error from append, never a
  * SIGBUS from a store into the mapping), and leaves the room readable as
  * "no record yet".  Sealing a segment (roll, close) unmaps it and cuts the
@@ -148,6 +148,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -164,16 +165,28 @@
 /* Reads go to disk in chunks of this size; scans on open in larger ones. */
 #define STORE_READ_CHUNK (64u << 10)
 #define STORE_SCAN_CHUNK (1u << 20)
-/* The active segment grows by this much room at a time: once per ~10,000
+/* The active segment grows by this much room at a time: once per ~20,000
  * small records, and at most this much to cut after a crash.  The index
- * grows by 4096 entries (16 MiB of records) at a time.  The room is
- * written in pieces of STORE_GROW_PIECE: the page cache allocates a folio
- * as large as the write (ext4, 6.x), large folios make the copies into the
- * mapping cheap (fewer faults; 1 MiB pieces gain ~10% more), but dirtiness
- * is tracked per folio, so each fdatasync writes back every folio touched
- * whole: with 1 MiB pieces a sync per batch of 64 small records ran 4x
- * slower than with 64 KiB ones (bench_store, durable). */
-#define STORE_GROW (1u << 20)
+ * grows by 4096 entries (16 MiB of records) at a time.
+ *
+ * The room is written in pieces, each aligned to its own size: the page
+ * cache allocates a folio as large as an aligned write (xfs; ext4 on
+ * recent kernels, 6.18 here; elsewhere small folios, as before), and the
+ * piece size is a trade between two costs.  Every 4 KiB
+ * page of a mapping costs a fault the first time a process touches it;
+ * a folio of 2 MiB (STORE_HUGE) placed at a 2 MiB-aligned address is
+ * mapped whole by one page-table entry instead, so appends of 64-byte
+ * records stop paying a fault per 40 records (under a hypervisor that
+ * shadows page tables, a first touch costs ~5 us even after
+ * MADV_POPULATE_WRITE, which therefore is not used: with 2 MiB folios
+ * bench_store's single 64-byte appends went from 6.3 to 30 M rec/s).  But
+ * dirtiness is tracked per folio, so each fdatasync writes back every
+ * folio touched whole: with 1 MiB pieces a sync per batch of 64 small
+ * records ran 4x slower than with 64 KiB ones (bench_store, durable).
+ * Hence STORE_HUGE pieces unless every flush syncs (TB_STORE_SYNC_BATCH),
+ * STORE_GROW_PIECE then, and always for the index, which is small. */
+#define STORE_HUGE (2u << 20)
+#define STORE_GROW STORE_HUGE
 #define STORE_GROW_PIECE (64u << 10)
 #define STORE_IDX_GROW (64u << 10)
 /* Index entries a read tries, going back, before it starts from the
@@ -578,17 +591,30 @@ static int pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-/* Extends `fd` from *len to `to` with zeros (the room appends fill).  On
+/* Extends `fd` from *len to `to` with zeros (the room appends fill), in
+ * writes of at most `piece` bytes (a power of two, at most STORE_HUGE)
+ * that end on a multiple of it, so that each full one is one folio.  A
+ * write repeats one block of zeros as often as it needs: a process that
+ * reads 2 MiB of .bss the first time faults in 512 pages to do it.  On
  * failure *len says how far it got and errno why. */
-static int zero_extend(int fd, uint64_t *len, uint64_t to)
+static int zero_extend(int fd, uint64_t *len, uint64_t to, uint32_t piece)
 {
-	static uint8_t zeros[STORE_GROW_PIECE]; /* never written: .bss */
+	static const uint8_t zeros[STORE_GROW_PIECE]; /* .bss */
+	struct iovec v[STORE_HUGE / STORE_GROW_PIECE];
 
 	while (*len < to) {
-		size_t n = to - *len < sizeof(zeros) ? (size_t)(to - *len) :
-			   sizeof(zeros);
-		ssize_t w = pwrite(fd, zeros, n, (off_t)*len);
+		uint64_t n = piece - (*len & (piece - 1)), left;
+		ssize_t w;
+		int k = 0;
 
+		if (n > to - *len)
+			n = to - *len;
+		for (left = n; left; left -= v[k++].iov_len) {
+			v[k].iov_base = (void *)zeros;
+			v[k].iov_len = left < sizeof(zeros) ? (size_t)left :
+				       sizeof(zeros);
+		}
+		w = pwritev(fd, v, k, (off_t)*len);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0) {
@@ -1094,6 +1120,38 @@ static int do_sync(tb_store_t *s)
 	return 0;
 }
 
+/* Maps `len` bytes of `fd` shared and writable at an address that is a
+ * multiple of STORE_HUGE, so that the file's 2 MiB folios can be mapped
+ * whole (see STORE_GROW): a reservation of len + STORE_HUGE, the file
+ * mapped over its first aligned address, the ends given back. */
+static void *map_aligned(int fd, uint64_t len)
+{
+	size_t span = ((size_t)len + 4095) & ~(size_t)4095;
+	uint8_t *r, *a;
+	void *m;
+
+	r = mmap(NULL, span + STORE_HUGE, PROT_NONE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (r == MAP_FAILED)
+		return MAP_FAILED;
+	a = (uint8_t *)(((uintptr_t)r + STORE_HUGE - 1) &
+			~(uintptr_t)(STORE_HUGE - 1));
+	m = mmap(a, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+		 fd, 0);
+	if (m == MAP_FAILED) {
+		int e = errno;
+
+		munmap(r, span + STORE_HUGE);
+		errno = e;
+		return MAP_FAILED;
+	}
+	if (a > r)
+		munmap(r, (size_t)(a - r));
+	if (r + span + STORE_HUGE > a + span)
+		munmap(a + span, (size_t)(r + STORE_HUGE - a));
+	return m;
+}
+
 /*
  * Maps the active segment and its index for appends, room for a record of
  * `sp` bytes included (an empty segment takes a first record larger than
@@ -1117,7 +1175,7 @@ static int active_map(tb_store_t *s, uint32_t sp)
 	r = idx_reserve(&s->aidx, (size_t)idx_max_entries(len));
 	if (r < 0)
 		return r;
-	m = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED, s->afd, 0);
+	m = map_aligned(s->afd, len);
 	if (m == MAP_FAILED)
 		return tb_error_sys(errno, "store: map %s/%020" PRIu64 ".seg",
 				  s->path, sg->first_seq);
@@ -1164,7 +1222,9 @@ static int active_grow(tb_store_t *s, uint64_t need)
 
 	if (to > s->amap_len)
 		to = s->amap_len;
-	if (zero_extend(s->afd, &s->afile_len, to) < 0 && s->afile_len < need)
+	if (zero_extend(s->afd, &s->afile_len, to,
+			s->cfg.sync == TB_STORE_SYNC_BATCH ? STORE_GROW_PIECE :
+			STORE_HUGE) < 0 && s->afile_len < need)
 		return tb_error_sys(errno, "tb_store_append: make room in %s/%020"
 				  PRIu64 ".seg", s->path, s->amap_key);
 	return 0;
@@ -1188,7 +1248,8 @@ static int idx_add(tb_store_t *s, uint64_t seq, uint64_t off)
 
 		if (to > s->imap_len)
 			to = s->imap_len;
-		if (zero_extend(s->aifd, &s->ifile_len, to) < 0 &&
+		if (zero_extend(s->aifd, &s->ifile_len, to,
+				STORE_GROW_PIECE) < 0 &&
 		    s->ifile_len < need) {
 			tb_warn("store: %s: index write failed (%s); it is rebuilt "
 				"at the next open", s->path, strerror(errno));
