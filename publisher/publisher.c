@@ -64,6 +64,9 @@ struct tb_publisher {
 				    * inlines (rc_pub.h), or NULL */
 	tb_ud_tx_t *ud;            /* likewise a ud stream (ud.h) */
 	uint64_t next_seq;
+	uint64_t small_off_max;    /* rc, ud: a small offer at a ring offset
+				    * above this may pad the ring's end
+				    * (size - the largest small frame) */
 	uint32_t stream_id;
 	uint32_t offer_lim;        /* an offer of this many bytes or more
 				    * goes the checked way: OFFER_SMALL + 1,
@@ -229,6 +232,8 @@ static int open_in_epoch(tb_publisher_t **out, const tb_stream_cfg_t *cfg,
 	if (rc < 0)
 		goto fail;
 	p->ring = &p->tx->ring;
+	p->small_off_max = p->ring->mask + 1 -
+			   tb_frame_space(OFFER_SMALL + TB_FRAME_HDR_LEN);
 	/* The transport may choose its ops per stream (rc: back-pressure). */
 	p->room = p->tx->ops->room;
 	p->send = p->tx->ops->send;
@@ -399,10 +404,13 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	 * branch for larger messages. */
 	if (len > OFFER_SMALL)
 		__builtin_unreachable();
-	if (kind != SEND_OP && tb_unlikely((from & r->mask) +
-			      tb_frame_space(len + TB_FRAME_HDR_LEN) >
-			      r->mask + 1))
-		return offer_checked(p, template_id, buf, len);
+	/* One compare for any small message: the offset past which the
+	 * largest would pad (a smaller one there goes the checked way too,
+	 * and is claimed there without a pad if it fits: a few bytes a lap). */
+	if (kind != SEND_OP) {
+		if (tb_unlikely((from & r->mask) > p->small_off_max))
+			return offer_checked(p, template_id, buf, len);
+	}
 	now_ns = tb_clock_fwd_to_ns(&p->clk, tb_clock_tsc()); /* first: its
 							       * latency overlaps */
 	/* The claim's own check, here, where the compiler sees that the
@@ -412,7 +420,7 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	/* at and end in registers: the copy's stores below are ones the
 	 * compiler cannot tell from the ring's fields. */
 	f = tb_ring_claim_in_(r, len, seq, &at, &end,
-			      kind == SEND_OP ? TB_RING_ANY : TB_RING_PRIVATE);
+			      kind == SEND_OP ? TB_RING_ANY : TB_RING_PRIVATE_FITS);
 	/* The payload first, the header last, next to the commit that
 	 * stores its sequence word: a reader polls that word's cache line,
 	 * so every store to it goes together, in one transfer (ring.h). */

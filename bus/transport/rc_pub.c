@@ -293,8 +293,11 @@ static void sub_dead(tb_rc_pub_sub_t *s, const char *why)
 	s->chained = 0;  /* what it held is dropped with it */
 }
 
-__attribute__((noinline, cold)) void tb_rc_pub_post_failed(tb_rc_pub_sub_t *s)
+__attribute__((noinline, cold)) void tb_rc_pub_post_failed(tb_rc_pub_sub_t *s,
+							  uint32_t space)
 {
+	s->posted--;
+	s->wpos -= space;
 	sub_dead(s, "ibv_post_send failed");
 }
 
@@ -608,8 +611,7 @@ tx_send(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
 {
 	rc_tx_t *t = (rc_tx_t *)tx;
 	const tb_frame_hdr_t *f = tb_ring_at(&t->h.base.ring, from);
-	uint64_t mark;
-	const tb_rc_pub_table_t *tab = tb_rc_pub_enter(&t->h, fenced, &mark);
+	const tb_rc_pub_table_t *tab = tb_rc_pub_enter(&t->h, fenced);
 
 	if (tb_likely(f->type == TB_FRAME_DATA &&
 		      from + tb_frame_space(f->length) == to)) {
@@ -618,7 +620,7 @@ tx_send(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
 		tx_frames(t, tab, from, to);
 		tx_post(t, tab);
 	}
-	tb_rc_pub_leave(&t->h, mark);
+	tb_rc_pub_leave(&t->h);
 	return 0;
 }
 
@@ -630,8 +632,8 @@ tx_send_batched(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
 {
 	rc_tx_t *t = (rc_tx_t *)tx;
 	const tb_frame_hdr_t *f = tb_ring_at(&t->h.base.ring, from);
-	uint64_t mark, now;
-	const tb_rc_pub_table_t *tab = tb_rc_pub_enter(&t->h, fenced, &mark);
+	uint64_t now;
+	const tb_rc_pub_table_t *tab = tb_rc_pub_enter(&t->h, fenced);
 
 	if (tb_likely(f->type == TB_FRAME_DATA &&
 		      from + tb_frame_space(f->length) == to)) {
@@ -644,7 +646,7 @@ tx_send_batched(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
 	}
 	if (t->h.held && now - t->h.held_ns >= t->h.batch_ns)
 		tx_post(t, tab);
-	tb_rc_pub_leave(&t->h, mark);
+	tb_rc_pub_leave(&t->h);
 	return 0;
 }
 
@@ -663,14 +665,13 @@ static inline __attribute__((always_inline)) int
 tx_flush(tb_tx_t *tx, int fenced)
 {
 	rc_tx_t *t = (rc_tx_t *)tx;
-	uint64_t mark;
 	const tb_rc_pub_table_t *tab;
 
 	if (!t->h.held)
 		return 0;
-	tab = tb_rc_pub_enter(&t->h, fenced, &mark);
+	tab = tb_rc_pub_enter(&t->h, fenced);
 	tx_post(t, tab);
-	tb_rc_pub_leave(&t->h, mark);
+	tb_rc_pub_leave(&t->h);
 	return 0;
 }
 
@@ -701,8 +702,8 @@ static inline __attribute__((always_inline)) int
 tx_room(tb_tx_t *tx, uint64_t new_tail, int fenced)
 {
 	rc_tx_t *t = (rc_tx_t *)tx;
-	uint64_t span = new_tail - t->h.base.ring.tail, mark;
-	tb_rc_pub_table_t *tab = tb_rc_pub_enter(&t->h, fenced, &mark);
+	uint64_t span = new_tail - t->h.base.ring.tail;
+	tb_rc_pub_table_t *tab = tb_rc_pub_enter(&t->h, fenced);
 	int rc = 0;
 
 	for (int i = 0; i < tab->n && rc == 0; i++) {
@@ -718,7 +719,7 @@ tx_room(tb_tx_t *tx, uint64_t new_tail, int fenced)
 	 * none of it back before it has it. */
 	if (tb_unlikely(rc == TB_BACK_PRESSURED && t->h.held))
 		tx_post(t, tab);
-	tb_rc_pub_leave(&t->h, mark);
+	tb_rc_pub_leave(&t->h);
 	return rc;
 }
 
