@@ -301,6 +301,14 @@ __attribute__((noinline, cold)) void tb_rc_pub_post_failed(tb_rc_pub_sub_t *s,
 	sub_dead(s, "ibv_post_send failed");
 }
 
+__attribute__((noinline)) void
+tb_rc_pub_frame_by_ref(tb_rc_pub_t *t, const tb_rc_pub_table_t *tab,
+		       const tb_frame_hdr_t *f, uint32_t len, uint64_t seq,
+		       uint64_t pos, uint64_t tail)
+{
+	tb_rc_pub_frame(t, tab, f, len, seq, pos, tail, 0, 1);
+}
+
 /* Posts the requests `s` holds chained with one ibv_post_send (one
  * doorbell).  Hot path when batching: no allocation, lock or system call
  * beyond the provider's post. */
@@ -1024,6 +1032,11 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 	s->wr = (struct ibv_send_wr){.sg_list = &s->sge, .num_sge = 1,
 				     .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
 				     .wr.rdma.rkey = m->rkey};
+	s->small_wr = (struct ibv_send_wr){.sg_list = &t->h.small_sge,
+					   .num_sge = 1,
+					   .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+					   .send_flags = IBV_SEND_INLINE,
+					   .wr.rdma.rkey = m->rkey};
 	s->pad_sge = (struct ibv_sge){.addr = (uintptr_t)&s->pad_hdr,
 				      .length = TB_FRAME_HDR_LEN};
 	s->pad_wr = (struct ibv_send_wr){.next = &s->wr, .sg_list = &s->pad_sge,
