@@ -1,7 +1,7 @@
 /*
  * transport/rc_pub.h - the rc publisher's hot path, for the publisher's
- * offer to inline (the design is in transport/rc.h, the rest of the
- * publisher in rc_pub.c).
+ * offer (the design is in transport/rc.h, the rest of the publisher in
+ * rc_pub.c).
  *
  * An offer on an rc stream is the publisher's claim, copy and commit
  * followed by one WRITE_WITH_IMM per subscriber.  Through the transport's
@@ -11,9 +11,9 @@
  * and the mark of its one reader (tb_rc_pub_t), each subscriber's work
  * request prepared at join and the limits its common case compares with
  * (tb_rc_pub_sub_t) -- and the send of one small data frame,
- * tb_rc_pub_send_small, is a static inline that tb_pub_offer expands
- * with what it holds in registers already (the frame, its length and
- * sequence, where it lies).  Everything that is not the common
+ * tb_rc_pub_send_small, is a function tb_pub_offer jumps to with the
+ * frame, its length and sequence in argument registers, so that neither
+ * saves many registers (rc_pub.c).  Everything that is not the common
  * case stays out of line in rc_pub.c: a subscriber's slow path
  * (tb_rc_pub_write_slow), a failed post (tb_rc_pub_post_failed), and
  * every stream whose send is not the plain one (batching, back-pressure,
@@ -153,10 +153,15 @@ typedef struct tb_rc_pub {
 				    * takes TB_RC_SMALL_FRAME, else 0 (set
 				    * with it, ordered as it) */
 	uint64_t half;             /* our ring's size / 2 */
-	/* The small frame being sent, for every subscriber's small_wr:
-	 * written once a frame.  Its lkey is never read: an inline request's
-	 * data is copied at the post, without a key check (ibv_post_send(3)). */
+	/* The small frame being sent (tb_rc_pub_send_small), written once a
+	 * frame: every subscriber's small_wr gathers from small_sge, whose
+	 * lkey is never read (an inline request's data is copied at the post,
+	 * without a key check: ibv_post_send(3)); the frame's space and its
+	 * sequence's part of the immediate, read from here for each
+	 * subscriber rather than kept in registers across the posts. */
 	struct ibv_sge small_sge;
+	uint32_t small_space;
+	uint32_t small_seq_bits;
 	int backpressure;
 	/* Batching (batch_us > 0; publishing thread only). */
 	uint64_t batch_ns;
@@ -172,11 +177,7 @@ void tb_rc_pub_write_slow(tb_rc_pub_t *t, tb_rc_pub_sub_t *s,
 			  const tb_frame_hdr_t *f, uint64_t pos,
 			  uint64_t pub_tail, int chain);
 void tb_rc_pub_post_failed(tb_rc_pub_sub_t *s, uint32_t space);
-/* tb_rc_pub_send_small's send when some subscriber's QP does not take a
- * small frame inline: tb_rc_pub_frame, by reference, out of line. */
-void tb_rc_pub_frame_by_ref(tb_rc_pub_t *t, const tb_rc_pub_table_t *tab,
-			    const tb_frame_hdr_t *f, uint32_t len, uint64_t seq,
-			    uint64_t pos, uint64_t tail);
+
 
 /* The send enters the table (rc_pub.c, "The table's one reader").
  * `fenced` is a constant at each call site: rc_tx_send and rc_tx_room
@@ -308,64 +309,15 @@ static inline tb_rc_pub_t *tb_rc_pub_of(tb_tx_t *tx)
 }
 
 /*
- * tb_rc_tx_ops's send of [pos, tail) when that is one data frame, `f`,
- * of `len` bytes (header included, at most TB_RC_SMALL_FRAME) and
- * sequence `seq`, just committed: one WRITE_WITH_IMM to every
- * subscriber.  For tb_rc_pub_of's publishers only.
- *
- * Inline (every QP takes a small frame so), a frame fills the one
- * small_sge and then, per subscriber, what differs: its immediate and
- * remote address in its small_wr, its counts.  Across each post the loop
- * keeps only what the next subscriber needs (where it is in the table,
- * the frame's space, its sequence's part of the immediate, our tail), so
- * that all of it fits in callee-saved registers: the frame itself is
- * read back from small_sge by the slow path, which needs it, and the
- * frame starts at tail - space (a small offer never pads).
- *
- * Hot path: no allocation, lock or system call beyond the provider's post.
+ * tb_rc_tx_ops's send of one data frame, `f`, of `len` bytes (header
+ * included, at most TB_RC_SMALL_FRAME) and sequence `seq`, just committed
+ * at the end of our ring (its tail is just past `f`: a small offer never
+ * pads): one WRITE_WITH_IMM to every subscriber.  Returns `seq`, so the
+ * publisher's offer ends with a jump here.  For tb_rc_pub_of's publishers
+ * only; in rc_pub.c.  Hot path: no allocation, lock or system call
+ * beyond the provider's post.
  */
-static inline __attribute__((always_inline)) void
-tb_rc_pub_send_small(tb_rc_pub_t *t, const tb_frame_hdr_t *f, uint32_t len,
-		     uint64_t seq, uint64_t pos, uint64_t tail)
-{
-	const tb_rc_pub_table_t *tab = tb_rc_pub_enter(t, 0);
-	tb_rc_pub_sub_t *const *sp;
-	tb_rc_pub_sub_t *s;
-	uint32_t space = tb_frame_space(len);
-	uint32_t seq_bits = (uint32_t)(seq & TB_RC_IMM_SEQ_MASK)
-			    << TB_RC_IMM_OFF_BITS;
-
-	/* Relaxed: ordered before the table change this send's load of the
-	 * table saw (see tb_rc_pub_t); it only ever falls to 0. */
-	if (tb_unlikely(!tb_atomic_load_relaxed(&t->inline_small))) {
-		tb_rc_pub_frame_by_ref(t, tab, f, len, seq, pos, tail);
-		tb_rc_pub_leave(t);
-		return;
-	}
-	t->small_sge.addr = (uintptr_t)f;
-	t->small_sge.length = len;
-	for (sp = tab->sub; (s = *sp) != NULL; sp++) {
-		uint64_t off = s->wpos & s->rmask;
-
-		if (tb_unlikely(s->posted >= s->next_check ||
-				tail > s->pin_limit ||
-				s->wpos + space > s->limit_pos)) {
-			tb_rc_pub_write_slow(t, s,
-					     (const tb_frame_hdr_t *)(uintptr_t)
-					     t->small_sge.addr,
-					     tail - space, tail, 0);
-			continue;
-		}
-		s->small_wr.imm_data = htobe32((uint32_t)(off / TB_FRAME_ALIGN) |
-					       seq_bits);
-		s->small_wr.wr.rdma.remote_addr = s->raddr + off;
-		/* Counted before the post, as in tb_rc_pub_write. */
-		s->posted++;
-		s->wpos += space;
-		if (tb_unlikely(s->post_send(s->qp, &s->small_wr, &s->bad) != 0))
-			tb_rc_pub_post_failed(*sp, space); /* *sp: s is not kept */
-	}
-	tb_rc_pub_leave(t);
-}
+int64_t tb_rc_pub_send_small(tb_rc_pub_t *t, const tb_frame_hdr_t *f,
+			     uint32_t len, uint64_t seq);
 
 #endif
