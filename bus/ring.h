@@ -237,8 +237,11 @@ tb_ring_announce(tb_ring_t *r, uint64_t upto, uint64_t seq)
 }
 
 /* What a claim knows of its ring where it is written (tb_ring_claim_in_):
- * a constant, so that the test of r->ahead folds away. */
-enum { TB_RING_ANY, TB_RING_PRIVATE, TB_RING_SHARED };
+ * a constant, so that the test of r->ahead folds away.
+ * TB_RING_PRIVATE_FITS: a private ring, and the caller has checked that
+ * the frame ends at or before the ring's end (no pad), so the claim's own
+ * test folds away too. */
+enum { TB_RING_ANY, TB_RING_PRIVATE, TB_RING_SHARED, TB_RING_PRIVATE_FITS };
 
 /*
  * tb_ring_claim_ for a message the caller knows fits (payload_len <=
@@ -255,7 +258,7 @@ tb_ring_claim_in_(tb_ring_t *r, uint32_t payload_len, uint64_t seq,
 	uint64_t off = pos & r->mask;
 	uint64_t pad = 0, end;
 
-	if (tb_unlikely(off + space > r->mask + 1))
+	if (kind != TB_RING_PRIVATE_FITS && tb_unlikely(off + space > r->mask + 1))
 		pad = r->mask + 1 - off;
 	end = pos + pad + space;
 	*at = pos + pad;

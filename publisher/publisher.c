@@ -11,12 +11,15 @@
  * system calls.
  *
  * The common offer, a message of up to 64 bytes (OFFER_SMALL), is one
- * function with no call but the provider's (and ud's MAC): the clock is
- * the publisher's own copy of the host's TSC calibration (clock.h,
- * tb_clock_fwd_t), the count of frames published is the sequence just
- * published (one store), and rc's and ud's sends are expanded into it
- * from their transports' headers (rc_pub.h, ud.h) with the frame's
- * fields still in registers.
+ * straight line per transport with no call but the provider's (and ud's
+ * MAC): the clock is the publisher's own copy of the host's TSC
+ * calibration (clock.h, tb_clock_fwd_t), the count of frames published is
+ * the sequence just published (one store).  tb_pub_offer holds rc's copy
+ * and ends it with a jump to rc's send (rc_pub.c, tb_rc_pub_send_small),
+ * so it saves few registers; ud's (its send expanded from ud.h with the
+ * frame's fields in registers), shm's and the other transports' are each
+ * a function of its own that tb_pub_offer jumps to, so each saves only
+ * the registers its own path needs.
  * Anything else -- a claim open, back-pressure, no TSC, a larger message,
  * a frame that pads the end of an rc or ud ring -- takes offer_checked,
  * the same steps through the transport's ops.
@@ -64,13 +67,19 @@ struct tb_publisher {
 				    * inlines (rc_pub.h), or NULL */
 	tb_ud_tx_t *ud;            /* likewise a ud stream (ud.h) */
 	uint64_t next_seq;
+	uint64_t small_off_max;    /* rc, ud: a small offer at a ring offset
+				    * above this may pad the ring's end
+				    * (size - the largest small frame) */
 	uint32_t stream_id;
 	uint32_t offer_lim;        /* an offer of this many bytes or more
 				    * goes the checked way: OFFER_SMALL + 1,
 				    * or 0 while a claim is open or when
 				    * `slow` */
-	int slow;                  /* `room` to ask, or no TSC clock (`clk`
-				    * unset): every offer checked */
+	int slow;                  /* `room` to ask, no TSC clock (`clk`
+				    * unset) or frames too small for
+				    * OFFER_SMALL: every offer checked */
+	int shared_nosend;         /* a shared ring and no send op (shm):
+				    * offer_small's SEND_NONE copy */
 	int claim_open;
 	uint16_t claim_template;
 	tb_counter_slot_t *ctr;    /* in the counters file, or `own_ctr` */
@@ -229,18 +238,25 @@ static int open_in_epoch(tb_publisher_t **out, const tb_stream_cfg_t *cfg,
 	if (rc < 0)
 		goto fail;
 	p->ring = &p->tx->ring;
+	p->small_off_max = p->ring->mask + 1 -
+			   tb_frame_space(OFFER_SMALL + TB_FRAME_HDR_LEN);
 	/* The transport may choose its ops per stream (rc: back-pressure). */
 	p->room = p->tx->ops->room;
 	p->send = p->tx->ops->send;
 	p->rc = tb_rc_pub_of(p->tx);
 	p->ud = tb_ud_tx_of(p->tx);
+	p->shared_nosend = !p->send && p->ring->ahead != 0;
 	/* The offer reads the TSC with the calibration every process of
 	 * the host shares (clock.h), so its stamps agree with the
 	 * subscribers' clock; without a TSC, offer_checked reads the clock
 	 * the slower way. */
 	if (tb_clock_get(&cal, NULL) == TB_CLOCK_MODE_TSC)
 		tb_clock_fwd_init(&p->clk, &cal);
-	p->slow = p->room != NULL || tb_clock_get(NULL, NULL) != TB_CLOCK_MODE_TSC;
+	/* A ring whose largest frame (ud's and udp's: a datagram's) cannot
+	 * hold a small message: every offer checked, so offer_small need not
+	 * check its message against max_frame. */
+	p->slow = p->room != NULL || tb_clock_get(NULL, NULL) != TB_CLOCK_MODE_TSC ||
+		  p->ring->max_frame < OFFER_SMALL + TB_FRAME_HDR_LEN;
 	p->offer_lim = p->slow ? 0 : OFFER_SMALL + 1;
 	rc = start_retention(p);
 	if (rc < 0) {
@@ -365,26 +381,28 @@ static __attribute__((noinline)) int64_t
 offer_checked(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	   uint32_t len);
 
-/* An rc publisher's ring is private and at least TB_RING_MIN bytes, so
- * its largest frame (an eighth of it) always holds a small message, and
- * rc_pub.h's small-frame send takes it. */
+/* A ring is at least TB_RING_MIN bytes, so its largest frame (an eighth
+ * of it) holds a small message unless a transport caps it lower (ud's and
+ * udp's datagrams: open then makes every offer checked); rc_pub.h's
+ * small-frame send takes every small message. */
 _Static_assert(TB_RING_MIN / 8 >= OFFER_SMALL + TB_FRAME_HDR_LEN &&
 	       TB_FRAME_MAX_LEN >= OFFER_SMALL + TB_FRAME_HDR_LEN &&
 	       OFFER_SMALL + TB_FRAME_HDR_LEN <= TB_RC_SMALL_FRAME,
 	       "an rc offer of a small message always fits");
 
 /* Which transport's send an offer inlines: a constant in each copy of
- * offer_small. */
-enum { SEND_OP, SEND_RC, SEND_UD };
+ * offer_small.  SEND_NONE: a shared ring and no send op (shm). */
+enum { SEND_OP, SEND_RC, SEND_UD, SEND_NONE };
 
 /* tb_pub_offer of a message of at most OFFER_SMALL bytes with no claim
- * open, no room to ask and the TSC for a clock.  `kind` (a constant):
- * SEND_RC, p->rc is set, so the ring is private, the message fits, and
- * the send is rc's, inline.  SEND_UD: p->ud is set, the ring is private
- * and the send is ud's, inline.  With either, a frame that would pad the
- * ring's end (once a lap) goes the checked way, so this one never pads.
- * SEND_OP: the transport's send op, if any.  Hot path: no allocation, lock or system
- * call. */
+ * open, no room to ask, the TSC for a clock and frames that hold it (not
+ * p->slow).  `kind` (a constant): SEND_RC, p->rc is set, so the ring is
+ * private and the send is rc's, a jump to it.  SEND_UD: p->ud is set, the
+ * ring is private and the send is ud's, inline.  With either, a frame
+ * that would pad the ring's end (once a lap) goes the checked way, so
+ * this one never pads.  SEND_NONE: a shared ring (shm) and no send.
+ * SEND_OP: any ring, the transport's send op, if any.  Hot path: no
+ * allocation, lock or system call. */
 static inline __attribute__((always_inline)) int64_t
 offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	    uint32_t len, int kind)
@@ -399,20 +417,21 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	 * branch for larger messages. */
 	if (len > OFFER_SMALL)
 		__builtin_unreachable();
-	if (kind != SEND_OP && tb_unlikely((from & r->mask) +
-			      tb_frame_space(len + TB_FRAME_HDR_LEN) >
-			      r->mask + 1))
-		return offer_checked(p, template_id, buf, len);
+	/* One compare for any small message: the offset past which the
+	 * largest would pad (a smaller one there goes the checked way too,
+	 * and is claimed there without a pad if it fits: a few bytes a lap). */
+	if (kind == SEND_RC || kind == SEND_UD) {
+		if (tb_unlikely((from & r->mask) > p->small_off_max))
+			return offer_checked(p, template_id, buf, len);
+	}
 	now_ns = tb_clock_fwd_to_ns(&p->clk, tb_clock_tsc()); /* first: its
 							       * latency overlaps */
-	/* The claim's own check, here, where the compiler sees that the
-	 * claim cannot fail after it. */
-	if (!rc && tb_unlikely(len > r->max_frame - TB_FRAME_HDR_LEN))
-		return TB_EMSGSIZE;
 	/* at and end in registers: the copy's stores below are ones the
 	 * compiler cannot tell from the ring's fields. */
 	f = tb_ring_claim_in_(r, len, seq, &at, &end,
-			      kind == SEND_OP ? TB_RING_ANY : TB_RING_PRIVATE);
+			      kind == SEND_OP ? TB_RING_ANY :
+			      kind == SEND_NONE ? TB_RING_SHARED :
+			      TB_RING_PRIVATE_FITS);
 	/* The payload first, the header last, next to the commit that
 	 * stores its sequence word: a reader polls that word's cache line,
 	 * so every store to it goes together, in one transfer (ring.h). */
@@ -427,17 +446,43 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	 * publisher's alone): one store, not a load and a store.  Relaxed,
 	 * unpaired, as tb_counter_add. */
 	tb_atomic_store_relaxed(&p->ctr->c[TB_CTR_PUBLISHED], seq);
-	/* The transport's send: rc's inline, with the frame's fields in
+	/* The transport's send: rc's a jump to its own function, which
+	 * returns seq (with nothing of ours to keep across its posts, this
+	 * way saves no register); ud's inline, with the frame's fields in
 	 * hand. */
 	if (rc)
-		tb_rc_pub_send_small(p->rc, f, len + TB_FRAME_HDR_LEN, seq, at,
-				     end);
-	else if (kind == SEND_UD) {
+		return tb_rc_pub_send_small(p->rc, f, len + TB_FRAME_HDR_LEN, seq);
+	if (kind == SEND_UD) {
 		if (tb_unlikely(tb_ud_send(p->ud, end) < 0))
 			tb_counter_inc(p->ctr, TB_CTR_ERRORS);
-	} else if (p->send && tb_unlikely(p->send(p->tx, from, end) < 0))
+	} else if (kind == SEND_OP && p->send &&
+		   tb_unlikely(p->send(p->tx, from, end) < 0))
 		tb_counter_inc(p->ctr, TB_CTR_ERRORS);
 	return (int64_t)seq;
+}
+
+/* offer_small's ud and op copies, each a function of its own, so that
+ * the rc offer, which ends in a jump to rc's send, saves no register
+ * (tb_pub_offer jumps to these too: no call, no frame). */
+static __attribute__((noinline)) int64_t
+tb_pub_offer_ud(tb_publisher_t *p, uint16_t template_id, const void *buf,
+		uint32_t len)
+{
+	return offer_small(p, template_id, buf, len, SEND_UD);
+}
+
+static __attribute__((noinline)) int64_t
+tb_pub_offer_shm(tb_publisher_t *p, uint16_t template_id, const void *buf,
+		 uint32_t len)
+{
+	return offer_small(p, template_id, buf, len, SEND_NONE);
+}
+
+static __attribute__((noinline)) int64_t
+tb_pub_offer_op(tb_publisher_t *p, uint16_t template_id, const void *buf,
+		uint32_t len)
+{
+	return offer_small(p, template_id, buf, len, SEND_OP);
 }
 
 int64_t tb_pub_offer(tb_publisher_t *p, uint16_t template_id, const void *buf,
@@ -452,8 +497,10 @@ int64_t tb_pub_offer(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	if (p->rc)
 		return offer_small(p, template_id, buf, len, SEND_RC);
 	if (p->ud)
-		return offer_small(p, template_id, buf, len, SEND_UD);
-	return offer_small(p, template_id, buf, len, SEND_OP);
+		return tb_pub_offer_ud(p, template_id, buf, len);
+	if (p->shared_nosend)
+		return tb_pub_offer_shm(p, template_id, buf, len);
+	return tb_pub_offer_op(p, template_id, buf, len);
 }
 
 static __attribute__((noinline)) int64_t

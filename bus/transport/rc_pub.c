@@ -293,9 +293,82 @@ static void sub_dead(tb_rc_pub_sub_t *s, const char *why)
 	s->chained = 0;  /* what it held is dropped with it */
 }
 
-__attribute__((noinline, cold)) void tb_rc_pub_post_failed(tb_rc_pub_sub_t *s)
+__attribute__((noinline, cold)) void tb_rc_pub_post_failed(tb_rc_pub_sub_t *s,
+							  uint32_t space)
 {
+	s->posted--;
+	s->wpos -= space;
 	sub_dead(s, "ibv_post_send failed");
+}
+
+/* tb_rc_pub_send_small when some subscriber's QP does not take a small
+ * frame inline: each its own request, by reference.  Out of line, so that
+ * its registers are not saved in the common case. */
+static __attribute__((noinline, cold)) void
+send_small_by_ref(tb_rc_pub_t *t, const tb_rc_pub_table_t *tab,
+		  const tb_frame_hdr_t *f, uint32_t len, uint64_t seq)
+{
+	uint64_t tail = t->base.ring.tail;
+
+	tb_rc_pub_frame(t, tab, f, len, seq, tail - tb_frame_space(len), tail,
+			0, 1);
+}
+
+/*
+ * tb_rc_pub_send_small (rc_pub.h).  Inline (every QP takes a small frame
+ * so), a frame fills the publisher's small_sge, space and sequence bits
+ * once, and then, per subscriber, what differs: its immediate and remote
+ * address in its small_wr, its counts.  Across each post the loop keeps
+ * only the table position, the publisher and `seq` in registers; the rest
+ * it reads back from the publisher (the slow path too: the frame from
+ * small_sge, its position tail - space), so the function saves three
+ * registers and spills nothing.
+ */
+__attribute__((noinline)) int64_t
+tb_rc_pub_send_small(tb_rc_pub_t *t, const tb_frame_hdr_t *f, uint32_t len,
+		     uint64_t seq)
+{
+	const tb_rc_pub_table_t *tab = tb_rc_pub_enter(t, 0);
+	tb_rc_pub_sub_t *const *sp;
+	tb_rc_pub_sub_t *s;
+
+	/* Relaxed: ordered before the table change this send's load of the
+	 * table saw (see tb_rc_pub_t); it only ever falls to 0. */
+	if (tb_unlikely(!tb_atomic_load_relaxed(&t->inline_small))) {
+		send_small_by_ref(t, tab, f, len, seq);
+		tb_rc_pub_leave(t);
+		return (int64_t)seq;
+	}
+	t->small_sge.addr = (uintptr_t)f;
+	t->small_sge.length = len;
+	t->small_space = tb_frame_space(len);
+	t->small_seq_bits = (uint32_t)(seq & TB_RC_IMM_SEQ_MASK)
+			    << TB_RC_IMM_OFF_BITS;
+	for (sp = tab->sub; (s = *sp) != NULL; sp++) {
+		uint64_t tail = t->base.ring.tail;
+		uint32_t space = t->small_space;
+		uint64_t off = s->wpos & s->rmask;
+
+		if (tb_unlikely(s->posted >= s->next_check ||
+				tail > s->pin_limit ||
+				s->wpos + space > s->limit_pos)) {
+			tb_rc_pub_write_slow(t, s,
+					     (const tb_frame_hdr_t *)(uintptr_t)
+					     t->small_sge.addr,
+					     tail - space, tail, 0);
+			continue;
+		}
+		s->small_wr.imm_data = htobe32((uint32_t)(off / TB_FRAME_ALIGN) |
+					       t->small_seq_bits);
+		s->small_wr.wr.rdma.remote_addr = s->raddr + off;
+		/* Counted before the post, as in tb_rc_pub_write. */
+		s->posted++;
+		s->wpos += space;
+		if (tb_unlikely(s->post_send(s->qp, &s->small_wr, &s->bad) != 0))
+			tb_rc_pub_post_failed(*sp, t->small_space); /* s is not kept */
+	}
+	tb_rc_pub_leave(t);
+	return (int64_t)seq;
 }
 
 /* Posts the requests `s` holds chained with one ibv_post_send (one
@@ -608,8 +681,7 @@ tx_send(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
 {
 	rc_tx_t *t = (rc_tx_t *)tx;
 	const tb_frame_hdr_t *f = tb_ring_at(&t->h.base.ring, from);
-	uint64_t mark;
-	const tb_rc_pub_table_t *tab = tb_rc_pub_enter(&t->h, fenced, &mark);
+	const tb_rc_pub_table_t *tab = tb_rc_pub_enter(&t->h, fenced);
 
 	if (tb_likely(f->type == TB_FRAME_DATA &&
 		      from + tb_frame_space(f->length) == to)) {
@@ -618,7 +690,7 @@ tx_send(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
 		tx_frames(t, tab, from, to);
 		tx_post(t, tab);
 	}
-	tb_rc_pub_leave(&t->h, mark);
+	tb_rc_pub_leave(&t->h);
 	return 0;
 }
 
@@ -630,8 +702,8 @@ tx_send_batched(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
 {
 	rc_tx_t *t = (rc_tx_t *)tx;
 	const tb_frame_hdr_t *f = tb_ring_at(&t->h.base.ring, from);
-	uint64_t mark, now;
-	const tb_rc_pub_table_t *tab = tb_rc_pub_enter(&t->h, fenced, &mark);
+	uint64_t now;
+	const tb_rc_pub_table_t *tab = tb_rc_pub_enter(&t->h, fenced);
 
 	if (tb_likely(f->type == TB_FRAME_DATA &&
 		      from + tb_frame_space(f->length) == to)) {
@@ -644,7 +716,7 @@ tx_send_batched(tb_tx_t *tx, uint64_t from, uint64_t to, int fenced)
 	}
 	if (t->h.held && now - t->h.held_ns >= t->h.batch_ns)
 		tx_post(t, tab);
-	tb_rc_pub_leave(&t->h, mark);
+	tb_rc_pub_leave(&t->h);
 	return 0;
 }
 
@@ -663,14 +735,13 @@ static inline __attribute__((always_inline)) int
 tx_flush(tb_tx_t *tx, int fenced)
 {
 	rc_tx_t *t = (rc_tx_t *)tx;
-	uint64_t mark;
 	const tb_rc_pub_table_t *tab;
 
 	if (!t->h.held)
 		return 0;
-	tab = tb_rc_pub_enter(&t->h, fenced, &mark);
+	tab = tb_rc_pub_enter(&t->h, fenced);
 	tx_post(t, tab);
-	tb_rc_pub_leave(&t->h, mark);
+	tb_rc_pub_leave(&t->h);
 	return 0;
 }
 
@@ -701,8 +772,8 @@ static inline __attribute__((always_inline)) int
 tx_room(tb_tx_t *tx, uint64_t new_tail, int fenced)
 {
 	rc_tx_t *t = (rc_tx_t *)tx;
-	uint64_t span = new_tail - t->h.base.ring.tail, mark;
-	tb_rc_pub_table_t *tab = tb_rc_pub_enter(&t->h, fenced, &mark);
+	uint64_t span = new_tail - t->h.base.ring.tail;
+	tb_rc_pub_table_t *tab = tb_rc_pub_enter(&t->h, fenced);
 	int rc = 0;
 
 	for (int i = 0; i < tab->n && rc == 0; i++) {
@@ -718,7 +789,7 @@ tx_room(tb_tx_t *tx, uint64_t new_tail, int fenced)
 	 * none of it back before it has it. */
 	if (tb_unlikely(rc == TB_BACK_PRESSURED && t->h.held))
 		tx_post(t, tab);
-	tb_rc_pub_leave(&t->h, mark);
+	tb_rc_pub_leave(&t->h);
 	return rc;
 }
 
@@ -1023,6 +1094,11 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 	s->wr = (struct ibv_send_wr){.sg_list = &s->sge, .num_sge = 1,
 				     .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
 				     .wr.rdma.rkey = m->rkey};
+	s->small_wr = (struct ibv_send_wr){.sg_list = &t->h.small_sge,
+					   .num_sge = 1,
+					   .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+					   .send_flags = IBV_SEND_INLINE,
+					   .wr.rdma.rkey = m->rkey};
 	s->pad_sge = (struct ibv_sge){.addr = (uintptr_t)&s->pad_hdr,
 				      .length = TB_FRAME_HDR_LEN};
 	s->pad_wr = (struct ibv_send_wr){.next = &s->wr, .sg_list = &s->pad_sge,

@@ -1,7 +1,7 @@
 /*
  * transport/rc_pub.h - the rc publisher's hot path, for the publisher's
- * offer to inline (the design is in transport/rc.h, the rest of the
- * publisher in rc_pub.c).
+ * offer (the design is in transport/rc.h, the rest of the publisher in
+ * rc_pub.c).
  *
  * An offer on an rc stream is the publisher's claim, copy and commit
  * followed by one WRITE_WITH_IMM per subscriber.  Through the transport's
@@ -11,9 +11,9 @@
  * and the mark of its one reader (tb_rc_pub_t), each subscriber's work
  * request prepared at join and the limits its common case compares with
  * (tb_rc_pub_sub_t) -- and the send of one small data frame,
- * tb_rc_pub_send_small, is a static inline that tb_pub_offer expands
- * with what it holds in registers already (the frame, its length and
- * sequence, where it lies).  Everything that is not the common
+ * tb_rc_pub_send_small, is a function tb_pub_offer jumps to with the
+ * frame, its length and sequence in argument registers, so that neither
+ * saves many registers (rc_pub.c).  Everything that is not the common
  * case stays out of line in rc_pub.c: a subscriber's slow path
  * (tb_rc_pub_write_slow), a failed post (tb_rc_pub_post_failed), and
  * every stream whose send is not the plain one (batching, back-pressure,
@@ -47,6 +47,11 @@ typedef struct tb_rc_pub_sub {
 	 * limit_pos, and handled in tb_rc_pub_write_slow. */
 	struct ibv_send_wr wr;     /* the frame's WRITE_WITH_IMM */
 	struct ibv_sge sge;
+	/* A small frame's WRITE_WITH_IMM when every QP takes it inline
+	 * (tb_rc_pub_send_small): unsignalled, inline, its gather entry the
+	 * publisher's one small_sge, so a frame writes its immediate and
+	 * remote address here and nothing else. */
+	struct ibv_send_wr small_wr;
 	struct ibv_qp *qp;
 	/* qp's provider post, read once at join: what verbs.h's
 	 * ibv_post_send calls (qp->context->ops.post_send), a load less
@@ -66,6 +71,10 @@ typedef struct tb_rc_pub_sub {
 				    * (0: always, e.g. nothing in flight) */
 	uint32_t chained;          /* batching: requests held in chain[], not
 				    * yet posted (counted in posted, wpos) */
+	struct ibv_send_wr *bad;   /* the provider's answer to a refused
+				    * post: here, not on the stack, so the
+				    * send keeps no pointer to it across
+				    * its posts */
 	/* Warm: the slow path. */
 	uint64_t completed;        /* known complete (last signalled wr_id) */
 	uint64_t extra;            /* posted requests that carry no frame
@@ -118,7 +127,9 @@ typedef struct tb_rc_pub_sub {
 
 typedef struct tb_rc_pub_table {
 	int n;
-	tb_rc_pub_sub_t *sub[TB_RC_MAX_SUBS];
+	/* sub[n] is NULL (one more than the most): the send's loop stops
+	 * there, with no end to keep in a register across its posts. */
+	tb_rc_pub_sub_t *sub[TB_RC_MAX_SUBS + 1];
 } tb_rc_pub_table_t;
 
 /* A small frame: header and a message of up to 64 bytes, the publisher's
@@ -142,6 +153,15 @@ typedef struct tb_rc_pub {
 				    * takes TB_RC_SMALL_FRAME, else 0 (set
 				    * with it, ordered as it) */
 	uint64_t half;             /* our ring's size / 2 */
+	/* The small frame being sent (tb_rc_pub_send_small), written once a
+	 * frame: every subscriber's small_wr gathers from small_sge, whose
+	 * lkey is never read (an inline request's data is copied at the post,
+	 * without a key check: ibv_post_send(3)); the frame's space and its
+	 * sequence's part of the immediate, read from here for each
+	 * subscriber rather than kept in registers across the posts. */
+	struct ibv_sge small_sge;
+	uint32_t small_space;
+	uint32_t small_seq_bits;
 	int backpressure;
 	/* Batching (batch_us > 0; publishing thread only). */
 	uint64_t batch_ns;
@@ -151,19 +171,20 @@ typedef struct tb_rc_pub {
 } tb_rc_pub_t;
 
 /* Out of line, in rc_pub.c: everything tb_rc_pub_write leaves out (see
- * there), and a post the provider refused (the subscriber is failed). */
+ * there), and a post the provider refused (the subscriber is failed, and
+ * the request of `space` bytes it had counted taken back). */
 void tb_rc_pub_write_slow(tb_rc_pub_t *t, tb_rc_pub_sub_t *s,
 			  const tb_frame_hdr_t *f, uint64_t pos,
 			  uint64_t pub_tail, int chain);
-void tb_rc_pub_post_failed(tb_rc_pub_sub_t *s);
+void tb_rc_pub_post_failed(tb_rc_pub_sub_t *s, uint32_t space);
+
 
 /* The send enters the table (rc_pub.c, "The table's one reader").
  * `fenced` is a constant at each call site: rc_tx_send and rc_tx_room
  * come in a membarrier and a fenced build, and open picks the ops.
- * Returns the table and, in *mark, the odd value `reading` now holds,
- * for tb_rc_pub_leave.  Hot path. */
+ * Returns the table; `reading` is odd until tb_rc_pub_leave.  Hot path. */
 static inline __attribute__((always_inline)) tb_rc_pub_table_t *
-tb_rc_pub_enter(tb_rc_pub_t *t, int fenced, uint64_t *mark)
+tb_rc_pub_enter(tb_rc_pub_t *t, int fenced)
 {
 	/* Relaxed: `reading` is this thread's own; only it stores there. */
 	uint64_t odd = tb_atomic_load_relaxed(&t->reading) + 1;
@@ -175,15 +196,18 @@ tb_rc_pub_enter(tb_rc_pub_t *t, int fenced, uint64_t *mark)
 		tb_atomic_fence_full();
 	else
 		tb_atomic_fence_compiler();
-	*mark = odd;
 	return tb_atomic_load_acquire(&t->table);
 }
 
+/* Read back rather than kept from tb_rc_pub_enter: one load, where a
+ * value kept across the posts costs a register or a spill and a reload. */
 static inline __attribute__((always_inline)) void
-tb_rc_pub_leave(tb_rc_pub_t *t, uint64_t mark)
+tb_rc_pub_leave(tb_rc_pub_t *t)
 {
-	/* R4 pairs with A4 in table_change (rc_pub.c): done with the table. */
-	tb_atomic_store_release(&t->reading, mark + 1);
+	/* Relaxed: our own store; R4 pairs with A4 in table_change
+	 * (rc_pub.c): done with the table. */
+	tb_atomic_store_release(&t->reading,
+				tb_atomic_load_relaxed(&t->reading) + 1);
 }
 
 /* Adds a WRITE_WITH_IMM of frame `f` (`len` bytes) at offset `off` of
@@ -220,7 +244,6 @@ tb_rc_pub_write(tb_rc_pub_t *t, tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f,
 		uint64_t tail, int chain)
 {
 	uint64_t off = s->wpos & s->rmask;
-	struct ibv_send_wr *bad;
 
 	if (tb_unlikely(s->posted >= s->next_check || tail > s->pin_limit ||
 			s->wpos + space > s->limit_pos)) {
@@ -242,12 +265,12 @@ tb_rc_pub_write(tb_rc_pub_t *t, tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f,
 	s->wr.imm_data = htobe32((uint32_t)(off / TB_FRAME_ALIGN) | seq_bits);
 	s->wr.wr.rdma.remote_addr = s->raddr + off;
 	s->wr.send_flags = inl;
-	if (tb_unlikely(s->post_send(s->qp, &s->wr, &bad) != 0)) {
-		tb_rc_pub_post_failed(s);
-		return;
-	}
+	/* Counted before the post, so that nothing of `s` need outlive the
+	 * provider's call in a register; a refused post takes it back. */
 	s->posted++;
 	s->wpos += space;
+	if (tb_unlikely(s->post_send(s->qp, &s->wr, &s->bad) != 0))
+		tb_rc_pub_post_failed(s, space);
 }
 
 /* Writes data frame `f` (`len` bytes, header included, sequence `seq`:
@@ -262,7 +285,7 @@ tb_rc_pub_frame(tb_rc_pub_t *t, const tb_rc_pub_table_t *tab,
 		const tb_frame_hdr_t *f, uint32_t len, uint64_t seq, uint64_t pos,
 		uint64_t tail, int chain, int small)
 {
-	tb_rc_pub_sub_t *const *sp = tab->sub, *const *end = tab->sub + tab->n;
+	tb_rc_pub_sub_t *const *sp, *s;
 	uint32_t space = tb_frame_space(len);
 	uint32_t seq_bits = (uint32_t)(seq & TB_RC_IMM_SEQ_MASK)
 			    << TB_RC_IMM_OFF_BITS;
@@ -272,8 +295,8 @@ tb_rc_pub_frame(tb_rc_pub_t *t, const tb_rc_pub_table_t *tab,
 		       : len <= tb_atomic_load_relaxed(&t->inline_max)
 		       ? IBV_SEND_INLINE : 0;
 
-	for (; sp != end; sp++)
-		tb_rc_pub_write(t, *sp, f, len, space, seq_bits, inl, pos, tail,
+	for (sp = tab->sub; (s = *sp) != NULL; sp++)
+		tb_rc_pub_write(t, s, f, len, space, seq_bits, inl, pos, tail,
 				chain);
 }
 
@@ -286,21 +309,15 @@ static inline tb_rc_pub_t *tb_rc_pub_of(tb_tx_t *tx)
 }
 
 /*
- * tb_rc_tx_ops's send of [pos, tail) when that is one data frame, `f`,
- * of `len` bytes (header included, at most TB_RC_SMALL_FRAME) and
- * sequence `seq`, just committed: one WRITE_WITH_IMM to every
- * subscriber.  For tb_rc_pub_of's publishers only.  Hot path: no
- * allocation, lock or system call beyond the provider's post.
+ * tb_rc_tx_ops's send of one data frame, `f`, of `len` bytes (header
+ * included, at most TB_RC_SMALL_FRAME) and sequence `seq`, just committed
+ * at the end of our ring (its tail is just past `f`: a small offer never
+ * pads): one WRITE_WITH_IMM to every subscriber.  Returns `seq`, so the
+ * publisher's offer ends with a jump here.  For tb_rc_pub_of's publishers
+ * only; in rc_pub.c.  Hot path: no allocation, lock or system call
+ * beyond the provider's post.
  */
-static inline __attribute__((always_inline)) void
-tb_rc_pub_send_small(tb_rc_pub_t *t, const tb_frame_hdr_t *f, uint32_t len,
-		     uint64_t seq, uint64_t pos, uint64_t tail)
-{
-	uint64_t mark;
-	const tb_rc_pub_table_t *tab = tb_rc_pub_enter(t, 0, &mark);
-
-	tb_rc_pub_frame(t, tab, f, len, seq, pos, tail, 0, 1);
-	tb_rc_pub_leave(t, mark);
-}
+int64_t tb_rc_pub_send_small(tb_rc_pub_t *t, const tb_frame_hdr_t *f,
+			     uint32_t len, uint64_t seq);
 
 #endif

@@ -114,10 +114,42 @@ static int stalling_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	return real_poll_cq(cq, n, wc);
 }
 
+/* While `inline_cap` is set, a QP created is reported granted at most
+ * that much inline data (it can take more: nothing it is sent fails),
+ * whichever call creates it: a device that grants less. */
+static uint32_t inline_cap;
+static struct ibv_qp *(*real_create_qp_ex)(struct ibv_context *,
+					   struct ibv_qp_init_attr_ex *);
+
+static struct ibv_qp *capping_create_qp_ex(struct ibv_context *ctx,
+					   struct ibv_qp_init_attr_ex *ia)
+{
+	struct ibv_qp *qp = real_create_qp_ex(ctx, ia);
+
+	if (qp && inline_cap && ia->cap.max_inline_data > inline_cap)
+		ia->cap.max_inline_data = inline_cap;
+	return qp;
+}
+
+struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *ia)
+{
+	static struct ibv_qp *(*real)(struct ibv_pd *, struct ibv_qp_init_attr *);
+	struct ibv_qp *qp;
+
+	if (!real)
+		real = (struct ibv_qp * (*)(struct ibv_pd *, struct ibv_qp_init_attr *))
+			dlvsym(RTLD_NEXT, "ibv_create_qp", "IBVERBS_1.1");
+	qp = real(pd, ia);
+	if (qp && inline_cap && ia->cap.max_inline_data > inline_cap)
+		ia->cap.max_inline_data = inline_cap;
+	return qp;
+}
+
 struct ibv_context *ibv_open_device(struct ibv_device *dev)
 {
 	static struct ibv_context *(*real)(struct ibv_device *);
 	struct ibv_context *ctx;
+	struct verbs_context *vctx;
 
 	if (!real)
 		real = (struct ibv_context * (*)(struct ibv_device *))
@@ -128,6 +160,11 @@ struct ibv_context *ibv_open_device(struct ibv_device *dev)
 		ctx->ops.post_send = recording_post_send;
 		real_poll_cq = ctx->ops.poll_cq;
 		ctx->ops.poll_cq = stalling_poll_cq;
+		vctx = verbs_get_ctx(ctx);
+		if (vctx && vctx->create_qp_ex) {
+			real_create_qp_ex = vctx->create_qp_ex;
+			vctx->create_qp_ex = capping_create_qp_ex;
+		}
 	}
 	return ctx;
 }
@@ -2536,6 +2573,60 @@ static void small_offers_cross_the_publishers_ring_end(void **state)
 	tb_publisher_close(pub);
 }
 
+/*
+ * A subscriber whose QP is granted less inline data than a small frame
+ * (64 bytes where a 64-byte message's frame is 96): the small offers of a
+ * lapping stream go by reference, from the publisher's ring with its key
+ * for that subscriber, each to the place its immediate names, whole.
+ */
+static void small_offers_go_by_reference_below_the_inline_grant(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint8_t payload[64];
+	struct ibv_wc wc[4];
+	const rec_wr_t *w;
+	int first, n;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(28), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 64 << 10, 64);
+	post_recvs(&p, 64);
+	inline_cap = 64;
+	subscribe(&p, test_port(28), "right-token", 64);
+	join(&p);
+	inline_cap = 0;
+	first = n_rec;
+	for (uint64_t seq = 1; seq <= 3; seq++) {
+		pattern(payload, sizeof(payload), seq);
+		assert_int_equal(tb_pub_offer(pub, 7, payload, sizeof(payload)),
+				 (int64_t)seq);
+	}
+	assert_int_equal(wait_recvs(&p, wc, 3), 3);
+	w = recs_for(p.reply.accept.qpn, first, &n);
+	assert_int_equal(n, 3);
+	for (uint64_t i = 0; i < 3; i++) {
+		const tb_frame_hdr_t *f = (const tb_frame_hdr_t *)(p.buf + 96 * i);
+
+		assert_int_equal(wc[i].status, IBV_WC_SUCCESS);
+		assert_int_equal(w[i].opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
+		assert_false(w[i].flags & IBV_SEND_INLINE);
+		assert_true(w[i].lkey != 0);
+		assert_int_equal(w[i].len, 96);
+		assert_true(w[i].raddr == (uintptr_t)p.buf + 96 * i);
+		assert_int_equal(w[i].imm, tb_rc_imm(96 * i, i + 1));
+		assert_int_equal(f->seq, i + 1);
+		assert_int_equal(f->template_id, 7);
+		pattern(payload, sizeof(payload), i + 1);
+		assert_memory_equal(p.buf + 96 * i + TB_FRAME_HDR_LEN, payload,
+				    sizeof(payload));
+	}
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -2568,6 +2659,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(a_held_frame_leaves_by_its_deadline),
 		cmocka_unit_test(back_pressure_posts_what_is_held),
 		cmocka_unit_test(small_offers_cross_the_publishers_ring_end),
+		cmocka_unit_test(small_offers_go_by_reference_below_the_inline_grant),
 	};
 
 	(void)argc;
