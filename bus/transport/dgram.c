@@ -40,6 +40,11 @@ int tb_dgram_tx_init(tb_dgram_tx_t *tx, const tb_ring_t *ring, uint32_t mtu,
 	tx->tmpl.since = tb_clock_realtime_ns();
 	for (int i = 0; i < TB_DGRAM_READY_MAX; i++)
 		tx->hdr[i] = tx->tmpl;
+	tx->one = tx->tmpl;
+	tx->one.count = 1;
+	tx->one_pc[0].p = &tx->one;
+	tx->one_pc[0].len = TB_PACKET_AUTH_LEN;
+	tb_dgram_j0_init(&tx->next, 0);
 	tb_dgram_auth_init(&auth, token, stream_id);
 	tb_dgram_auth_key(&auth, epoch, &tx->key);
 	tb_dgram_auth_wipe(&auth, sizeof(auth));

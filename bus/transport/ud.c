@@ -259,6 +259,55 @@ __attribute__((noinline, cold)) int tb_ud_post_failed(tb_ud_tx_t *u)
 	return TB_EIO;
 }
 
+/*
+ * The post that ends a group of `left` (or one its caller wants signalled:
+ * the last END): makes room if the queue is full, posts it signalled, takes
+ * without waiting what completed, and sets the next group: signal_every
+ * posts, fewer when the queue has less room, so that the unsignalled ones
+ * never need to look (ud.h's bound on the queue), and at least one, which
+ * comes back here.  Hot path, one post in signal_every: out of line.
+ */
+int tb_ud_post_signalled(tb_ud_tx_t *u, const tb_packet_hdr_t *hdr,
+			 const void *frames, uint32_t frames_len)
+{
+	struct ibv_send_wr *bad;
+	uint64_t room;
+
+	u->left = 1; /* until the post below went: the next comes here */
+	if (tb_unlikely(u->posted - u->completed >= u->sq_depth) &&
+	    tb_ud_sq_room(u) < 0)
+		return TB_EIO;
+	u->wr.send_flags = tb_ud_wr_set_(u, hdr, frames, frames_len) |
+			   IBV_SEND_SIGNALED;
+	if (tb_unlikely(ibv_post_send(u->qp, &u->wr, &bad) != 0))
+		return tb_ud_post_failed(u);
+	u->posted++;
+	u->signalled++;
+	/* Take what completed before it, without waiting, so that a failed
+	 * send is seen within signal_every posts. */
+	tb_ud_reap(u);
+	room = u->sq_depth - (u->posted - u->completed);
+	u->left = room >= u->signal_every ? u->signal_every
+					  : room ? (uint32_t)room : 1;
+	return 0;
+}
+
+/* tb_ud_send's one frame when its post is not the fast one (it ends a
+ * group, or is too large to go inline): the same datagram, posted with
+ * the prepared WR.  Hot path, out of line. */
+int tb_ud_send_one_slow(tb_ud_tx_t *u, const tb_frame_hdr_t *f,
+			uint32_t space, uint64_t to)
+{
+	const tb_packet_hdr_t *h;
+	int rc;
+
+	u->left++; /* tb_ud_send counted this post; tb_ud_post_one counts it */
+	h = tb_dgram_tx_one_sign(&u->dg, f, space, to);
+	rc = tb_ud_post_one(u, h, f, space, 0);
+	tb_dgram_tx_sent_one(&u->dg); /* sent or not, it is gone */
+	return rc;
+}
+
 /* Makes room in the send queue: polls the CQ only when it is full.  Hot
  * path; the loop is bounded. */
 int tb_ud_sq_room(tb_ud_tx_t *u)
@@ -319,6 +368,7 @@ static int tx_recover(tb_ud_tx_t *u)
 			ibv_destroy_ah(u->ah);
 			u->ah = ah;
 			u->wr.wr.ud.ah = ah;
+			u->one_wr.wr.ud.ah = ah;
 			u->readdresses++;
 		} else {
 			rc = TB_ESYS;
@@ -355,7 +405,7 @@ static int tx_recover(tb_ud_tx_t *u)
 		u->recover_ns = 0;
 		u->recovered_at = u->posted;
 		u->completed = u->posted;
-		u->until_signal = u->signal_every;
+		u->left = u->signal_every;
 		tb_atomic_store_relaxed(&u->broken, 0);
 	}
 	pthread_mutex_unlock(&u->qp_lock);
@@ -382,8 +432,6 @@ static int post_ready(void *ctx, int n)
 
 		if (tb_unlikely(tb_ud_post_one(u, o->hdr, o->frames, o->frames_len, 0) < 0))
 			rc = TB_EIO;
-		else
-			u->datagrams++;
 	}
 	/* Posted or not, they are gone: a receiver sees a loss as a gap. */
 	tb_dgram_tx_sent(&u->dg);
@@ -631,6 +679,7 @@ static void ud_tx_close(tb_tx_t *tx, uint64_t final_seq)
 		tb_dgram_tx_end(&u->dg, &end[i], final_seq);
 		if (tb_ud_post_one(u, &end[i], NULL, 0, i == TB_UD_END_COPIES - 1) < 0)
 			break;
+		u->ends++;
 	}
 	while (u->cq && u->completed < u->posted && tb_clock_mono_ns() < until) {
 		struct ibv_wc wc;
@@ -645,8 +694,9 @@ static void ud_tx_close(tb_tx_t *tx, uint64_t final_seq)
 	ud_tx_free(u);
 }
 
-/* The work request every data post sends: what changes per datagram is
- * set by tb_ud_post_one. */
+/* The work requests the data posts send: what changes per datagram is
+ * set by tb_ud_post_one and tb_ud_send; the fast one's header is always
+ * dg.one, inline, unsignalled. */
 static void prepare_wr(tb_ud_tx_t *u)
 {
 	memset(&u->wr, 0, sizeof(u->wr));
@@ -658,7 +708,14 @@ static void prepare_wr(tb_ud_tx_t *u)
 	u->wr.wr.ud.ah = u->ah;
 	u->wr.wr.ud.remote_qpn = TB_UD_MCAST_QPN;
 	u->wr.wr.ud.remote_qkey = u->qkey;
-	u->until_signal = u->signal_every;
+	u->one_wr = u->wr;
+	u->one_sge[0] = u->sge[0];
+	u->one_sge[0].addr = (uintptr_t)&u->dg.one;
+	u->one_sge[1] = u->sge[1];
+	u->one_wr.sg_list = u->one_sge;
+	u->one_wr.num_sge = 2;
+	u->one_wr.send_flags = IBV_SEND_INLINE;
+	u->left = u->signal_every;
 }
 
 /* The data CQ and QP (at open, and anew after the CQ failed). */
@@ -671,6 +728,7 @@ static int tx_qp_open(tb_ud_tx_t *u)
 		return tb_error_sys(errno, "ud: %s: ibv_create_cq", d->v.name);
 	u->qp = ud_qp(d, u->cq, u->sq_depth, 1, TB_UD_INLINE, u->qkey,
 		      &u->max_inline);
+	u->inline_frames = (int64_t)u->max_inline - TB_PACKET_HDR_LEN;
 	return u->qp ? 0 : TB_ESYS;
 }
 

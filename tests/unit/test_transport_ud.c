@@ -242,7 +242,7 @@ static void in_order_one_datagram_per_send(void **state)
 			 TB_NOT_CONNECTED);
 	for (int i = 0; i < 100; i++)
 		assert_int_equal(publish(p.tx, 24 + (uint32_t)i), 0);
-	assert_int_equal(u->datagrams, 100);
+	assert_int_equal(tb_ud_tx_datagrams(u), 100);
 	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 100), 100);
 	for (int i = 0; i < 100; i++) {
 		assert_int_equal(p.got->seq[i], i + 1);
@@ -255,7 +255,7 @@ static void in_order_one_datagram_per_send(void **state)
 	 * its header, padded to 32); 24..64 are the first 41. */
 	assert_int_equal(u->max_inline, TB_UD_INLINE);
 	assert_int_equal(TB_UD_INLINE, 188);
-	assert_int_equal(u->inline_posts, 41);
+	assert_int_equal(tb_ud_tx_inline_posts(u), 41);
 	pair_close(&p);
 }
 
@@ -282,7 +282,7 @@ static void zero_copy_and_selective_signalling(void **state)
 	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, (int)n), (int)n);
 	assert_int_equal(p.got->bad, 0);
 	assert_int_equal(u->send_errors, 0);
-	assert_int_equal(u->inline_posts, 0);
+	assert_int_equal(tb_ud_tx_inline_posts(u), 0);
 	assert_int_equal(u->signalled, n / u->signal_every);
 	/* the queue filled, and was drained by polling, never overflowing */
 	assert_true(u->cq_polls > 0);
@@ -301,20 +301,20 @@ static void batching_by_size_and_flush(void **state)
 	u = (tb_ud_tx_t *)p.tx;
 	for (int i = 0; i < 10; i++)
 		assert_int_equal(publish(p.tx, 64), 0);
-	assert_int_equal(u->datagrams, 0);
+	assert_int_equal(tb_ud_tx_datagrams(u), 0);
 	assert_int_equal(poll_quiet(p.rx, &p.seq, &p.loss, p.got, 50), 0);
 	assert_int_equal(p.got->n, 0);
 	assert_int_equal(p.tx->ops->flush(p.tx), 0);
-	assert_int_equal(u->datagrams, 1);
+	assert_int_equal(tb_ud_tx_datagrams(u), 1);
 	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 10), 10);
 	/* a full datagram leaves by itself: 160-byte frames, 4032 bytes of
 	 * room, so 25 fit and the 26th does not */
 	per = (4096 - TB_PACKET_HDR_LEN) / 160;
 	for (uint32_t i = 0; i < per; i++)
 		assert_int_equal(publish(p.tx, 100), 0);
-	assert_int_equal(u->datagrams, 1);
+	assert_int_equal(tb_ud_tx_datagrams(u), 1);
 	assert_int_equal(publish(p.tx, 100), 0);
-	assert_int_equal(u->datagrams, 2);
+	assert_int_equal(tb_ud_tx_datagrams(u), 2);
 	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 10 + (int)per),
 			 10 + (int)per);
 	assert_int_equal(((tb_ud_rx_t *)p.rx)->dg.datagrams, 2);
@@ -335,11 +335,11 @@ static void batching_by_time(void **state)
 	pair_open(&p, 2000); /* 2 ms */
 	u = (tb_ud_tx_t *)p.tx;
 	assert_int_equal(publish(p.tx, 64), 0);
-	assert_int_equal(u->datagrams, 0);
+	assert_int_equal(tb_ud_tx_datagrams(u), 0);
 	nanosleep(&ts, NULL);
 	/* the next send finds the first frame older than batch_us */
 	assert_int_equal(publish(p.tx, 64), 0);
-	assert_true(u->datagrams >= 1);
+	assert_true(tb_ud_tx_datagrams(u) >= 1);
 	assert_int_equal(p.tx->ops->flush(p.tx), 0);
 	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 2), 2);
 	pair_close(&p);
