@@ -26,6 +26,8 @@ int tb_dgram_tx_init(tb_dgram_tx_t *tx, const tb_ring_t *ring, uint32_t mtu,
 		return tb_error_set(TB_EINVAL, "datagram size %u is above the "
 				  "largest a packet header names (65535)", mtu);
 	tx->ring = ring;
+	tx->ring_base = ring->base;
+	tx->ring_mask = ring->mask;
 	tx->epoch = epoch;
 	tx->batch_ns = (uint64_t)batch_us * 1000u;
 	/* Frames start and (but for the last) end on TB_FRAME_ALIGN, so the

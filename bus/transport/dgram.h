@@ -129,6 +129,10 @@ typedef struct tb_dgram_out {
 
 typedef struct tb_dgram_tx {
 	const tb_ring_t *ring;
+	/* The ring's memory and mask, copied at init: the fast path finds
+	 * its frame without going through `ring`. */
+	const uint8_t *ring_base;
+	uint64_t ring_mask;
 	uint64_t epoch;
 	uint64_t batch_ns;
 	uint32_t room;          /* bytes of frames one datagram may carry */
@@ -138,15 +142,22 @@ typedef struct tb_dgram_tx {
 	uint64_t open_from;
 	uint64_t open_seq;
 	uint64_t open_ns;       /* publish time of its oldest frame */
-	uint32_t open_count;
-	/* Datagrams ready to leave, headers beside them. */
-	int n_ready;
+	/* open_count, and the datagrams ready to leave (headers beside
+	 * them); `busy` is nonzero when either is, for tb_dgram_tx_one's
+	 * test in one load. */
+	union {
+		struct {
+			uint32_t open_count;
+			int n_ready;
+		};
+		uint64_t busy;
+	};
 	uint64_t ready_next;    /* the sequence after the last ready frame */
 	_Atomic uint64_t sent_next; /* sequence after the last one sent */
 	/* The next data datagram's (and END's) number, kept as the first
 	 * word of its GCM J0 (dgram_auth.h): the fast path's AES input. */
 	tb_dgram_j0_t next;
-	uint64_t datagrams;     /* made ready, ever */
+	uint64_t ends;          /* END copies made (tb_dgram_tx_datagrams) */
 	uint64_t frames;        /* packed, ever */
 	/* What every header of the epoch carries: magic, version, stream,
 	 * epoch, mtu, since; hdr[] starts as copies of it, and a datagram
@@ -208,7 +219,6 @@ static inline void tb_dgram_tx_close_open_(tb_dgram_tx_t *tx)
 	tx->out[i].count = (uint16_t)tx->open_count;
 	tx->n_ready = i + 1;
 	tx->ready_next = tx->open_seq + tx->open_count;
-	tx->datagrams++;
 	tx->open_count = 0;
 }
 
@@ -277,9 +287,9 @@ static inline const tb_frame_hdr_t *tb_dgram_tx_one_frame(const tb_dgram_tx_t *t
 {
 	const tb_frame_hdr_t *f;
 
-	if (tx->batch_ns | tx->open_count | (uint64_t)tx->n_ready)
+	if (tx->batch_ns | tx->busy)
 		return NULL;
-	f = (const tb_frame_hdr_t *)tb_ring_at(tx->ring, tx->pos);
+	f = (const tb_frame_hdr_t *)(tx->ring_base + (tx->pos & tx->ring_mask));
 	*space = tb_frame_space(f->length);
 	if (tb_unlikely(tx->pos + *space != to || f->type != TB_FRAME_DATA))
 		return NULL;
@@ -299,7 +309,6 @@ static inline tb_packet_hdr_t *tb_dgram_tx_one_sign(tb_dgram_tx_t *tx,
 
 	tx->pos = to;
 	tx->frames++;
-	tx->datagrams++;
 	h->first_seq = f->seq;
 	h->length = TB_PACKET_HDR_LEN + space;
 	h->nonce = tx->next.nonce;
@@ -402,6 +411,14 @@ static inline void tb_dgram_tx_end(tb_dgram_tx_t *tx, tb_packet_hdr_t *h,
 {
 	tb_dgram_tx_control_(tx, h, TB_PACKET_F_END, final_seq + 1,
 			     tx->next.nonce++);
+	tx->ends++;
+}
+
+/* Data datagrams made ready, ever: every number the publishing thread
+ * gave but the ENDs' (no count of its own on the hot path). */
+static inline uint64_t tb_dgram_tx_datagrams(const tb_dgram_tx_t *tx)
+{
+	return tx->next.nonce - tx->ends;
 }
 
 /* ----------------------------------------------------------- subscribing */

@@ -259,19 +259,32 @@ __attribute__((noinline, cold)) int tb_ud_post_failed(tb_ud_tx_t *u)
 	return TB_EIO;
 }
 
+/* After a signalled post: takes without waiting what completed before it,
+ * so that a failed send is seen within signal_every posts, and sets the
+ * next group: signal_every posts, fewer when the queue has less room, so
+ * that the unsignalled ones never need to look (ud.h's bound on the
+ * queue), and at least one, whose signalled post waits for room. */
+static void next_group(tb_ud_tx_t *u)
+{
+	uint64_t room;
+
+	u->signalled++;
+	tb_ud_reap(u);
+	room = u->sq_depth - (u->posted - u->completed);
+	u->left = room >= u->signal_every ? u->signal_every
+					  : room ? (uint32_t)room : 1;
+}
+
 /*
  * The post that ends a group of `left` (or one its caller wants signalled:
- * the last END): makes room if the queue is full, posts it signalled, takes
- * without waiting what completed, and sets the next group: signal_every
- * posts, fewer when the queue has less room, so that the unsignalled ones
- * never need to look (ud.h's bound on the queue), and at least one, which
- * comes back here.  Hot path, one post in signal_every: out of line.
+ * the last END): makes room if the queue is full, posts it signalled with
+ * its number, then next_group.  Hot path, one post in signal_every: out of
+ * line.
  */
 int tb_ud_post_signalled(tb_ud_tx_t *u, const tb_packet_hdr_t *hdr,
 			 const void *frames, uint32_t frames_len)
 {
 	struct ibv_send_wr *bad;
-	uint64_t room;
 
 	u->left = 1; /* until the post below went: the next comes here */
 	if (tb_unlikely(u->posted - u->completed >= u->sq_depth) &&
@@ -282,28 +295,42 @@ int tb_ud_post_signalled(tb_ud_tx_t *u, const tb_packet_hdr_t *hdr,
 	if (tb_unlikely(ibv_post_send(u->qp, &u->wr, &bad) != 0))
 		return tb_ud_post_failed(u);
 	u->posted++;
-	u->signalled++;
-	/* Take what completed before it, without waiting, so that a failed
-	 * send is seen within signal_every posts. */
-	tb_ud_reap(u);
-	room = u->sq_depth - (u->posted - u->completed);
-	u->left = room >= u->signal_every ? u->signal_every
-					  : room ? (uint32_t)room : 1;
+	next_group(u);
 	return 0;
 }
 
-/* tb_ud_send's one frame when its post is not the fast one (it ends a
- * group, or is too large to go inline): the same datagram, posted with
- * the prepared WR.  Hot path, out of line. */
+/* tb_ud_send's fast WR, set for its datagram, when it ends a group: the
+ * same, signalled and numbered for this one post. */
+int tb_ud_post_one_signalled(tb_ud_tx_t *u)
+{
+	struct ibv_send_wr *bad;
+	int rc;
+
+	u->left = 1;
+	if (tb_unlikely(u->posted - u->completed >= u->sq_depth) &&
+	    tb_ud_sq_room(u) < 0)
+		return TB_EIO;
+	u->one_wr.send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
+	u->one_wr.wr_id = u->posted + 1;
+	rc = ibv_post_send(u->qp, &u->one_wr, &bad);
+	u->one_wr.send_flags = IBV_SEND_INLINE;
+	u->one_wr.wr_id = 0;
+	if (tb_unlikely(rc != 0))
+		return tb_ud_post_failed(u);
+	u->posted++;
+	next_group(u);
+	return 0;
+}
+
+/* tb_ud_send's one frame when it is too large to go inline: the same
+ * datagram, its header copied to the slab, posted with the other WR.
+ * Hot path, out of line. */
 int tb_ud_send_one_slow(tb_ud_tx_t *u, const tb_frame_hdr_t *f,
 			uint32_t space, uint64_t to)
 {
-	const tb_packet_hdr_t *h;
-	int rc;
+	const tb_packet_hdr_t *h = tb_dgram_tx_one_sign(&u->dg, f, space, to);
+	int rc = tb_ud_post_one(u, h, f, space, 0);
 
-	u->left++; /* tb_ud_send counted this post; tb_ud_post_one counts it */
-	h = tb_dgram_tx_one_sign(&u->dg, f, space, to);
-	rc = tb_ud_post_one(u, h, f, space, 0);
 	tb_dgram_tx_sent_one(&u->dg); /* sent or not, it is gone */
 	return rc;
 }
