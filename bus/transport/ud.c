@@ -299,14 +299,20 @@ int tb_ud_post_signalled(tb_ud_tx_t *u, const tb_packet_hdr_t *hdr,
 	return 0;
 }
 
-/* tb_ud_send's fast WR, set for its datagram, when it ends a group: the
- * same, signalled and numbered for this one post. */
-int tb_ud_post_one_signalled(tb_ud_tx_t *u)
+/* tb_ud_send's fast post when it ends a group: the same datagram and WR,
+ * signalled and numbered for this one post, then next_group.  Hot path,
+ * one post in signal_every: out of line. */
+static int post_fast_signalled(tb_ud_tx_t *u, const tb_frame_hdr_t *f,
+			       uint32_t space, uint64_t seq, uint64_t to)
 {
 	struct ibv_send_wr *bad;
 	int rc;
 
-	u->left = 1;
+	u->one_sge[1].addr = (uintptr_t)f;
+	u->one_sge[1].length = space;
+	u->one_wr.imm_data = htobe32((uint32_t)seq);
+	tb_dgram_tx_one_sign(&u->dg, f, space, to);
+	u->left = 1; /* until the post below went: the next comes here */
 	if (tb_unlikely(u->posted - u->completed >= u->sq_depth) &&
 	    tb_ud_sq_room(u) < 0)
 		return TB_EIO;
@@ -320,6 +326,15 @@ int tb_ud_post_one_signalled(tb_ud_tx_t *u)
 	u->posted++;
 	next_group(u);
 	return 0;
+}
+
+int tb_ud_send_one_signalled(tb_ud_tx_t *u, const tb_frame_hdr_t *f,
+			     uint32_t space, uint64_t seq, uint64_t to)
+{
+	int rc = post_fast_signalled(u, f, space, seq, to);
+
+	tb_dgram_tx_sent_to(&u->dg, seq + 1); /* sent or not, it is gone */
+	return rc;
 }
 
 /* tb_ud_send's one frame when it is too large to go inline: the same

@@ -325,7 +325,8 @@ int tb_ud_post_failed(tb_ud_tx_t *u);
 int tb_ud_post_signalled(tb_ud_tx_t *u, const tb_packet_hdr_t *hdr,
 			 const void *frames, uint32_t frames_len);
 int tb_ud_send_rest(tb_ud_tx_t *u, uint64_t to);
-int tb_ud_post_one_signalled(tb_ud_tx_t *u);
+int tb_ud_send_one_signalled(tb_ud_tx_t *u, const tb_frame_hdr_t *f,
+			     uint32_t space, uint64_t seq, uint64_t to);
 int tb_ud_send_one_slow(tb_ud_tx_t *u, const tb_frame_hdr_t *f,
 			uint32_t space, uint64_t to);
 
@@ -380,41 +381,66 @@ tb_ud_post_one(tb_ud_tx_t *u, const tb_packet_hdr_t *hdr, const void *frames,
 	return 0;
 }
 
+/* The fast post of tb_ud_send and tb_ud_send_frame: frame `f` (sequence
+ * `seq`, `space` bytes, ending at `to`) is the only one to send, nothing
+ * open or held, and its datagram goes inline.  The fast WR's fields are
+ * set while the frame's are in registers, then the datagram numbered,
+ * signed and posted; the last of a group through
+ * tb_ud_send_one_signalled.  Hot path. */
+static inline __attribute__((always_inline)) int
+tb_ud_send_fast_(tb_ud_tx_t *u, const tb_frame_hdr_t *f, uint32_t space,
+		 uint64_t seq, uint64_t to)
+{
+	struct ibv_send_wr *bad;
+	int rc = 0;
+
+	if (tb_unlikely(--u->left == 0))
+		return tb_ud_send_one_signalled(u, f, space, seq, to);
+	u->one_sge[1].addr = (uintptr_t)f;
+	u->one_sge[1].length = space;
+	u->one_wr.imm_data = htobe32((uint32_t)seq);
+	tb_dgram_tx_one_sign(&u->dg, f, space, to);
+	if (tb_unlikely(ibv_post_send(u->qp, &u->one_wr, &bad) != 0))
+		rc = tb_ud_post_failed(u); /* room: `left` was */
+	else
+		u->posted++;
+	tb_dgram_tx_sent_to(&u->dg, seq + 1); /* sent or not, it is gone */
+	return rc;
+}
+
 /* ud's send of the frames committed up to `to` (transport.h).  Hot path:
  * no allocation, lock or system call.  One frame and no batching (the
- * latency path): the fast WR when it goes inline (its fields set while
- * the frame's are in registers, then the datagram numbered, signed and
- * posted; the last of a group through tb_ud_post_one_signalled); a larger
- * one through tb_ud_send_one_slow; anything else through the datagram
+ * latency path): the fast post when it goes inline, through
+ * tb_ud_send_one_slow when larger; anything else through the datagram
  * core's drain. */
 static inline __attribute__((always_inline)) int tb_ud_send(tb_ud_tx_t *u,
 							    uint64_t to)
 {
 	const tb_frame_hdr_t *f;
-	struct ibv_send_wr *bad;
 	uint32_t space;
-	int rc = 0;
 
 	if (tb_unlikely(tb_atomic_load_relaxed(&u->broken)) ||
 	    (f = tb_dgram_tx_one_frame(&u->dg, to, &space)) == NULL)
 		return tb_ud_send_rest(u, to);
 	if (tb_unlikely((int64_t)space > u->inline_frames))
 		return tb_ud_send_one_slow(u, f, space, to);
-	u->one_sge[1].addr = (uintptr_t)f;
-	u->one_sge[1].length = space;
-	u->one_wr.imm_data = htobe32((uint32_t)f->seq);
-	tb_dgram_tx_one_sign(&u->dg, f, space, to);
-	if (tb_likely(--u->left != 0)) {
-		/* Room: `left` was. */
-		if (tb_unlikely(ibv_post_send(u->qp, &u->one_wr, &bad) != 0))
-			rc = tb_ud_post_failed(u);
-		else
-			u->posted++;
-	} else {
-		rc = tb_ud_post_one_signalled(u);
-	}
-	tb_dgram_tx_sent_one(&u->dg); /* sent or not, it is gone */
-	return rc;
+	return tb_ud_send_fast_(u, f, space, f->seq, to);
+}
+
+/* tb_ud_send for a caller that has just committed data frame `f` (sequence
+ * `seq`, `space` bytes) at ring position `at`, up to `to`, and holds its
+ * fields in registers (the publisher's offer): the same sends, without
+ * finding the frame again.  Hot path. */
+static inline __attribute__((always_inline)) int
+tb_ud_send_frame(tb_ud_tx_t *u, const tb_frame_hdr_t *f, uint32_t space,
+		 uint64_t seq, uint64_t at, uint64_t to)
+{
+	if (tb_unlikely(tb_atomic_load_relaxed(&u->broken)) ||
+	    tb_unlikely(!tb_dgram_tx_one_at(&u->dg, at)))
+		return tb_ud_send_rest(u, to);
+	if (tb_unlikely((int64_t)space > u->inline_frames))
+		return tb_ud_send_one_slow(u, f, space, to);
+	return tb_ud_send_fast_(u, f, space, seq, to);
 }
 
 /* Data datagrams posted, and posts whose header went inline. */
