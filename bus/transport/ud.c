@@ -243,7 +243,8 @@ int tb_ud_reap(tb_ud_tx_t *u)
 			u->send_errors++;
 			tb_atomic_store_relaxed(&u->broken, 1);
 		}
-		/* Everything before it too; a flushed WR's id is no newer. */
+		/* Everything before it too; a flushed WR's id is no newer
+		 * (the fast WR's is at most its own number, ud.h). */
 		if (wc[i].wr_id > u->completed)
 			u->completed = wc[i].wr_id;
 	}
@@ -319,8 +320,7 @@ static int post_fast_signalled(tb_ud_tx_t *u, const tb_frame_hdr_t *f,
 	u->one_wr.send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
 	u->one_wr.wr_id = u->posted + 1;
 	rc = ibv_post_send(u->qp, &u->one_wr, &bad);
-	u->one_wr.send_flags = IBV_SEND_INLINE;
-	u->one_wr.wr_id = 0;
+	u->one_wr.send_flags = IBV_SEND_INLINE; /* wr_id stays (ud.h) */
 	if (tb_unlikely(rc != 0))
 		return tb_ud_post_failed(u);
 	u->posted++;
@@ -447,6 +447,7 @@ static int tx_recover(tb_ud_tx_t *u)
 		u->recover_ns = 0;
 		u->recovered_at = u->posted;
 		u->completed = u->posted;
+		u->one_wr.wr_id = u->posted + 1;
 		u->left = u->signal_every;
 		tb_atomic_store_relaxed(&u->broken, 0);
 	}
@@ -757,6 +758,7 @@ static void prepare_wr(tb_ud_tx_t *u)
 	u->one_wr.sg_list = u->one_sge;
 	u->one_wr.num_sge = 2;
 	u->one_wr.send_flags = IBV_SEND_INLINE;
+	u->one_wr.wr_id = u->posted + 1;
 	u->left = u->signal_every;
 }
 

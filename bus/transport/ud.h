@@ -223,10 +223,11 @@ typedef struct tb_ud_tx {
 	struct ibv_sge sge[2];
 	/* The fast post's (tb_ud_send): one unsignalled datagram of
 	 * tb_dgram_tx_one, inline, its header dg.one; a post sets only the
-	 * frame's address and length and the immediate.  Its wr_id is 0: an
-	 * unsignalled WR completes only in error (a flush), and the
-	 * signalled WR behind it, posted with `wr` and numbered, reports the
-	 * failure at the same reap. */
+	 * frame's address and length and the immediate.  Its wr_id is set
+	 * only when it goes signalled (its number) and at a repair (the
+	 * next number): an unsignalled one carries a number no larger than
+	 * its own, so `completed` never runs ahead, and larger than
+	 * recovered_at, so a failure of it is told from old news (reap). */
 	struct ibv_send_wr one_wr;
 	struct ibv_sge one_sge[2];
 	/* Set by the heartbeat thread (its look at the QP, the device's
