@@ -26,6 +26,8 @@ int tb_dgram_tx_init(tb_dgram_tx_t *tx, const tb_ring_t *ring, uint32_t mtu,
 		return tb_error_set(TB_EINVAL, "datagram size %u is above the "
 				  "largest a packet header names (65535)", mtu);
 	tx->ring = ring;
+	tx->ring_base = ring->base;
+	tx->ring_mask = ring->mask;
 	tx->epoch = epoch;
 	tx->batch_ns = (uint64_t)batch_us * 1000u;
 	/* Frames start and (but for the last) end on TB_FRAME_ALIGN, so the
@@ -40,6 +42,11 @@ int tb_dgram_tx_init(tb_dgram_tx_t *tx, const tb_ring_t *ring, uint32_t mtu,
 	tx->tmpl.since = tb_clock_realtime_ns();
 	for (int i = 0; i < TB_DGRAM_READY_MAX; i++)
 		tx->hdr[i] = tx->tmpl;
+	tx->one = tx->tmpl;
+	tx->one.count = 1;
+	tx->one_pc[0].p = &tx->one;
+	tx->one_pc[0].len = TB_PACKET_AUTH_LEN;
+	tb_dgram_j0_init(&tx->next, 0);
 	tb_dgram_auth_init(&auth, token, stream_id);
 	tb_dgram_auth_key(&auth, epoch, &tx->key);
 	tb_dgram_auth_wipe(&auth, sizeof(auth));

@@ -30,8 +30,8 @@
  *
  * A ready datagram's pieces must stay untouched until the wire has read
  * them: the header sits in tx->hdr[] until the pack after
- * tb_dgram_tx_sent(), the frames in the ring until the publisher writes
- * over them.  udp's sendmsg copies both before it returns; ud, whose NIC
+ * tb_dgram_tx_sent() (tb_dgram_tx_one's in tx->one until the next one),
+ * the frames in the ring until the publisher writes over them.  udp's sendmsg copies both before it returns; ud, whose NIC
  * reads them later, posts a header inline (copied by the post) or copies
  * it into a registered slot of its own, and bounds its send queue so that
  * the ring cannot lap a datagram the NIC has not read (ud.h).
@@ -129,6 +129,10 @@ typedef struct tb_dgram_out {
 
 typedef struct tb_dgram_tx {
 	const tb_ring_t *ring;
+	/* The ring's memory and mask, copied at init: the fast path finds
+	 * its frame without going through `ring`. */
+	const uint8_t *ring_base;
+	uint64_t ring_mask;
 	uint64_t epoch;
 	uint64_t batch_ns;
 	uint32_t room;          /* bytes of frames one datagram may carry */
@@ -138,19 +142,33 @@ typedef struct tb_dgram_tx {
 	uint64_t open_from;
 	uint64_t open_seq;
 	uint64_t open_ns;       /* publish time of its oldest frame */
-	uint32_t open_count;
-	/* Datagrams ready to leave, headers beside them. */
-	int n_ready;
+	/* open_count, and the datagrams ready to leave (headers beside
+	 * them); `busy` is nonzero when either is, for tb_dgram_tx_one's
+	 * test in one load. */
+	union {
+		struct {
+			uint32_t open_count;
+			int n_ready;
+		};
+		uint64_t busy;
+	};
 	uint64_t ready_next;    /* the sequence after the last ready frame */
 	_Atomic uint64_t sent_next; /* sequence after the last one sent */
-	uint64_t nonce;         /* the next data datagram's (and END's) number */
-	uint64_t datagrams;     /* made ready, ever */
+	/* The next data datagram's (and END's) number, kept as the first
+	 * word of its GCM J0 (dgram_auth.h): the fast path's AES input. */
+	tb_dgram_j0_t next;
+	uint64_t ends;          /* END copies made (tb_dgram_tx_datagrams) */
 	uint64_t frames;        /* packed, ever */
 	/* What every header of the epoch carries: magic, version, stream,
 	 * epoch, mtu, since; hdr[] starts as copies of it, and a datagram
 	 * sets only its own fields. */
 	tb_packet_hdr_t tmpl;
 	tb_dgram_key_t key;     /* the epoch's; read by both threads */
+	/* tb_dgram_tx_one's datagram: its header (the epoch's fields and a
+	 * count of 1 since init) and what its tag covers, the header's first
+	 * 48 bytes (since init) and the frame (set per datagram). */
+	tb_packet_hdr_t one;
+	tb_ghash_piece_t one_pc[2]; /* points into tx: not copied after init */
 	uint64_t beat_nonce;    /* heartbeat thread: the next beat's number */
 	tb_dgram_out_t out[TB_DGRAM_READY_MAX];
 	tb_packet_hdr_t hdr[TB_DGRAM_READY_MAX];
@@ -192,7 +210,7 @@ static inline void tb_dgram_tx_close_open_(tb_dgram_tx_t *tx)
 	h->first_seq = tx->open_seq;
 	h->count = (uint16_t)tx->open_count;
 	h->length = TB_PACKET_HDR_LEN + len;
-	h->nonce = tx->nonce++;
+	h->nonce = tx->next.nonce++;
 	tb_dgram_auth_sign(&tx->key, h, frames, len);
 	tx->out[i].hdr = h;
 	tx->out[i].frames = frames;
@@ -201,7 +219,6 @@ static inline void tb_dgram_tx_close_open_(tb_dgram_tx_t *tx)
 	tx->out[i].count = (uint16_t)tx->open_count;
 	tx->n_ready = i + 1;
 	tx->ready_next = tx->open_seq + tx->open_count;
-	tx->datagrams++;
 	tx->open_count = 0;
 }
 
@@ -258,47 +275,86 @@ static inline int tb_dgram_tx_pack(tb_dgram_tx_t *tx, uint64_t to,
 
 /*
  * The common send without batching: exactly one data frame committed since
- * the last send, nothing open or ready.  Numbers and signs its datagram's
- * header in hdr[0] and returns it, with the frame's bytes in *frames and
- * *len (the ring's own: zero copy); the transport sends it and calls
- * tb_dgram_tx_sent_one().  NULL when this is not that case: then
- * tb_dgram_tx_drain.  Hot path: no allocation, lock or system call.
+ * the last send, nothing open or ready.  Returns that frame (the ring's
+ * own bytes: zero copy) and its space in *space, or NULL when this is not
+ * that case: then tb_dgram_tx_drain.  Nothing changes until
+ * tb_dgram_tx_one_sign, so the transport can prepare its send in between
+ * with the frame's fields in registers.  Hot path.
  */
+static inline const tb_frame_hdr_t *tb_dgram_tx_one_frame(const tb_dgram_tx_t *tx,
+							   uint64_t to,
+							   uint32_t *space)
+{
+	const tb_frame_hdr_t *f;
+
+	if (tx->batch_ns | tx->busy)
+		return NULL;
+	f = (const tb_frame_hdr_t *)(tx->ring_base + (tx->pos & tx->ring_mask));
+	*space = tb_frame_space(f->length);
+	if (tb_unlikely(tx->pos + *space != to || f->type != TB_FRAME_DATA))
+		return NULL;
+	return f;
+}
+
+/* 1 when a data frame just committed at ring position `at` is the only one
+ * to send, nothing open or ready (tb_dgram_tx_one_frame's test, for a
+ * caller that has the frame in hand), else 0.  Hot path. */
+static inline int tb_dgram_tx_one_at(const tb_dgram_tx_t *tx, uint64_t at)
+{
+	return (tx->batch_ns | tx->busy | (tx->pos ^ at)) == 0;
+}
+
+/* Numbers and signs the datagram of frame `f` (from tb_dgram_tx_one_frame,
+ * `space` bytes, ending at `to`) in tx->one and returns that header; the
+ * transport sends it with the frame and calls tb_dgram_tx_sent_one().
+ * Only the per-datagram fields are written: the rest of the header, J0
+ * and the first piece the tag covers are ready since init.  Hot path. */
+static inline tb_packet_hdr_t *tb_dgram_tx_one_sign(tb_dgram_tx_t *tx,
+						    const tb_frame_hdr_t *f,
+						    uint32_t space, uint64_t to)
+{
+	tb_packet_hdr_t *h = &tx->one;
+
+	tx->pos = to;
+	tx->frames++;
+	h->first_seq = f->seq;
+	h->length = TB_PACKET_HDR_LEN + space;
+	h->nonce = tx->next.nonce;
+	tx->one_pc[1].p = f;
+	tx->one_pc[1].len = space;
+	tb_dgram_auth_tag_pieces(&tx->key, tx->one_pc, &tx->next, h->tag);
+	tx->next.nonce++;
+	return h;
+}
+
+/* Both of the above: the header of the one frame's datagram, signed, with
+ * its frame in *frames and *len, or NULL (then tb_dgram_tx_drain). */
 static inline const tb_packet_hdr_t *tb_dgram_tx_one(tb_dgram_tx_t *tx,
 						     uint64_t to,
 						     const void **frames,
 						     uint32_t *len)
 {
-	const tb_frame_hdr_t *f;
-	tb_packet_hdr_t *h;
-	uint32_t space;
+	const tb_frame_hdr_t *f = tb_dgram_tx_one_frame(tx, to, len);
 
-	if (tx->batch_ns | tx->open_count | (uint64_t)tx->n_ready)
+	if (!f)
 		return NULL;
-	f = (const tb_frame_hdr_t *)tb_ring_at(tx->ring, tx->pos);
-	space = tb_frame_space(f->length);
-	if (tb_unlikely(tx->pos + space != to || f->type != TB_FRAME_DATA))
-		return NULL;
-	h = &tx->hdr[0]; /* the epoch's fields are there since init */
-	h->first_seq = f->seq;
-	h->count = 1;
-	h->length = TB_PACKET_HDR_LEN + space;
-	h->nonce = tx->nonce++;
-	tb_dgram_auth_sign(&tx->key, h, f, space);
-	tx->pos = to;
-	tx->ready_next = f->seq + 1;
-	tx->frames++;
-	tx->datagrams++;
 	*frames = f;
-	*len = space;
-	return h;
+	return tb_dgram_tx_one_sign(tx, f, *len, to);
 }
 
 /* The datagram of tb_dgram_tx_one was sent (or is gone): publishes the new
- * sent_next for heartbeats (R1; the heartbeat thread's A1). */
+ * sent_next, the sequence after its frame, for heartbeats (R1; the
+ * heartbeat thread's A1). */
 static inline void tb_dgram_tx_sent_one(tb_dgram_tx_t *tx)
 {
-	tb_atomic_store_release(&tx->sent_next, tx->ready_next);
+	tb_atomic_store_release(&tx->sent_next, tx->one.first_seq + 1);
+}
+
+/* The same, told the sequence after the frame (`next`), which a caller
+ * that had the frame in hand keeps in a register across the send. */
+static inline void tb_dgram_tx_sent_to(tb_dgram_tx_t *tx, uint64_t next)
+{
+	tb_atomic_store_release(&tx->sent_next, next);
 }
 
 /*
@@ -368,7 +424,16 @@ static inline void tb_dgram_tx_beat(tb_dgram_tx_t *tx, tb_packet_hdr_t *h,
 static inline void tb_dgram_tx_end(tb_dgram_tx_t *tx, tb_packet_hdr_t *h,
 				   uint64_t final_seq)
 {
-	tb_dgram_tx_control_(tx, h, TB_PACKET_F_END, final_seq + 1, tx->nonce++);
+	tb_dgram_tx_control_(tx, h, TB_PACKET_F_END, final_seq + 1,
+			     tx->next.nonce++);
+	tx->ends++;
+}
+
+/* Data datagrams made ready, ever: every number the publishing thread
+ * gave but the ENDs' (no count of its own on the hot path). */
+static inline uint64_t tb_dgram_tx_datagrams(const tb_dgram_tx_t *tx)
+{
+	return tx->next.nonce - tx->ends;
 }
 
 /* ----------------------------------------------------------- subscribing */

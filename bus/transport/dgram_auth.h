@@ -72,8 +72,8 @@
 
 #include <nettle/aes.h>
 #include <nettle/hmac.h>
-#include <nettle/memxor.h>
 
+#include <endian.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -105,6 +105,57 @@ void tb_dgram_auth_key(const tb_dgram_auth_t *a, uint64_t epoch,
 /* Forgets a key or a root (overwrites it). */
 void tb_dgram_auth_wipe(void *p, size_t len);
 
+/* GCM's J0 for a 96-bit IV (SP 800-38D): the datagram's nonce (8 bytes
+ * little-endian, as the header carries it), 4 zero bytes, then the block
+ * counter 1 (big-endian).  A sender that signs one datagram after another
+ * keeps its next nonce here: only the first word changes per datagram, so
+ * the AES input is ready without being built. */
+typedef struct tb_dgram_j0 {
+	uint64_t nonce;
+	uint32_t zero;
+	uint32_t one;  /* 1, big-endian */
+} tb_dgram_j0_t;
+
+_Static_assert(sizeof(tb_dgram_j0_t) == 16, "one AES block");
+
+/* J0 of nonce `nonce`. */
+static inline void tb_dgram_j0_init(tb_dgram_j0_t *j, uint64_t nonce)
+{
+	j->nonce = nonce;
+	j->zero = 0;
+	j->one = htobe32(1);
+}
+
+/* The tag from its two halves: E_K(J0) (already at `tag`) xor S.  Two
+ * word operations: nettle's memxor3 is a call and a byte-length loop. */
+static inline void tb_dgram_auth_mask(uint8_t tag[TB_PACKET_TAG_LEN],
+				      const uint64_t s[2])
+{
+	uint64_t t[2];
+
+	memcpy(t, tag, sizeof(t));
+	t[0] ^= s[0];
+	t[1] ^= s[1];
+	memcpy(tag, t, sizeof(t));
+}
+
+/* The GMAC of the datagram whose authenticated bytes are the pieces at
+ * `pc` (the header's first 48 bytes, then its frames), under J0 `j0`, into
+ * `tag` (which no piece covers).  GHASH over the pieces, plus E_K(J0).
+ * The sender's fast path keeps `pc` and `j0` ready between datagrams. */
+static inline void tb_dgram_auth_tag_pieces(const tb_dgram_key_t *k,
+					    const tb_ghash_piece_t pc[2],
+					    const tb_dgram_j0_t *j0,
+					    uint8_t tag[TB_PACKET_TAG_LEN])
+{
+	uint64_t s[2];
+
+	_Static_assert(TB_PACKET_TAG_LEN == 16, "the full GCM tag");
+	tb_ghash_digest(&k->h, pc, 2, (uint8_t *)s);
+	aes128_encrypt(&k->aes, sizeof(*j0), tag, (const uint8_t *)j0);
+	tb_dgram_auth_mask(tag, s);
+}
+
 /* The GMAC of a datagram whose header is `h` and whose frames (possibly
  * elsewhere in memory) are `frames_len` bytes at `frames`, into `tag`:
  * GHASH over the header's first 48 bytes (whole blocks) and the frames,
@@ -114,17 +165,14 @@ static inline void tb_dgram_auth_tag(const tb_dgram_key_t *k,
 				     const void *frames, size_t frames_len,
 				     uint8_t tag[TB_PACKET_TAG_LEN])
 {
-	uint8_t j0[16] = {[15] = 1}, ek[16], s[16];
+	tb_dgram_j0_t j0;
 	const tb_ghash_piece_t pc[2] = {{h, TB_PACKET_AUTH_LEN},
 					{frames, frames_len}};
 
 	_Static_assert(TB_PACKET_AUTH_LEN % TB_GHASH_BLOCK == 0,
 		       "the header is whole GHASH blocks");
-	_Static_assert(TB_PACKET_TAG_LEN == 16, "the full GCM tag");
-	memcpy(j0, &h->nonce, sizeof(h->nonce)); /* little-endian, as sent */
-	tb_ghash_digest(&k->h, pc, 2, s);
-	aes128_encrypt(&k->aes, sizeof(j0), ek, j0);
-	memxor3(tag, s, ek, TB_PACKET_TAG_LEN);
+	tb_dgram_j0_init(&j0, h->nonce); /* little-endian, as sent */
+	tb_dgram_auth_tag_pieces(k, pc, &j0, tag);
 }
 
 /* Writes the tag of a datagram into its header.  Hot path. */

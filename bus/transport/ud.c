@@ -243,7 +243,8 @@ int tb_ud_reap(tb_ud_tx_t *u)
 			u->send_errors++;
 			tb_atomic_store_relaxed(&u->broken, 1);
 		}
-		/* Everything before it too; a flushed WR's id is no newer. */
+		/* Everything before it too; a flushed WR's id is no newer
+		 * (the fast WR's is at most its own number, ud.h). */
 		if (wc[i].wr_id > u->completed)
 			u->completed = wc[i].wr_id;
 	}
@@ -257,6 +258,96 @@ __attribute__((noinline, cold)) int tb_ud_post_failed(tb_ud_tx_t *u)
 	u->send_errors++;
 	tb_atomic_store_relaxed(&u->broken, 1);
 	return TB_EIO;
+}
+
+/* After a signalled post: takes without waiting what completed before it,
+ * so that a failed send is seen within signal_every posts, and sets the
+ * next group: signal_every posts, fewer when the queue has less room, so
+ * that the unsignalled ones never need to look (ud.h's bound on the
+ * queue), and at least one, whose signalled post waits for room. */
+static void next_group(tb_ud_tx_t *u)
+{
+	uint64_t room;
+
+	u->signalled++;
+	tb_ud_reap(u);
+	room = u->sq_depth - (u->posted - u->completed);
+	u->left = room >= u->signal_every ? u->signal_every
+					  : room ? (uint32_t)room : 1;
+}
+
+/*
+ * The post that ends a group of `left` (or one its caller wants signalled:
+ * the last END): makes room if the queue is full, posts it signalled with
+ * its number, then next_group.  Hot path, one post in signal_every: out of
+ * line.
+ */
+int tb_ud_post_signalled(tb_ud_tx_t *u, const tb_packet_hdr_t *hdr,
+			 const void *frames, uint32_t frames_len)
+{
+	struct ibv_send_wr *bad;
+
+	u->left = 1; /* until the post below went: the next comes here */
+	if (tb_unlikely(u->posted - u->completed >= u->sq_depth) &&
+	    tb_ud_sq_room(u) < 0)
+		return TB_EIO;
+	u->wr.send_flags = tb_ud_wr_set_(u, hdr, frames, frames_len) |
+			   IBV_SEND_SIGNALED;
+	if (tb_unlikely(ibv_post_send(u->qp, &u->wr, &bad) != 0))
+		return tb_ud_post_failed(u);
+	u->posted++;
+	next_group(u);
+	return 0;
+}
+
+/* tb_ud_send's fast post when it ends a group: the same datagram and WR,
+ * signalled and numbered for this one post, then next_group.  Hot path,
+ * one post in signal_every: out of line. */
+static int post_fast_signalled(tb_ud_tx_t *u, const tb_frame_hdr_t *f,
+			       uint32_t space, uint64_t seq, uint64_t to)
+{
+	struct ibv_send_wr *bad;
+	int rc;
+
+	u->one_sge[1].addr = (uintptr_t)f;
+	u->one_sge[1].length = space;
+	u->one_wr.imm_data = htobe32((uint32_t)seq);
+	tb_dgram_tx_one_sign(&u->dg, f, space, to);
+	u->left = 1; /* until the post below went: the next comes here */
+	if (tb_unlikely(u->posted - u->completed >= u->sq_depth) &&
+	    tb_ud_sq_room(u) < 0)
+		return TB_EIO;
+	u->one_wr.send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
+	u->one_wr.wr_id = u->posted + 1;
+	rc = ibv_post_send(u->qp, &u->one_wr, &bad);
+	u->one_wr.send_flags = IBV_SEND_INLINE; /* wr_id stays (ud.h) */
+	if (tb_unlikely(rc != 0))
+		return tb_ud_post_failed(u);
+	u->posted++;
+	next_group(u);
+	return 0;
+}
+
+int tb_ud_send_one_signalled(tb_ud_tx_t *u, const tb_frame_hdr_t *f,
+			     uint32_t space, uint64_t seq, uint64_t to)
+{
+	int rc = post_fast_signalled(u, f, space, seq, to);
+
+	tb_dgram_tx_sent_to(&u->dg, seq + 1); /* sent or not, it is gone */
+	return rc;
+}
+
+/* tb_ud_send's one frame when it is too large to go inline: the same
+ * datagram, its header copied to the slab, posted with the other WR.
+ * Hot path, out of line. */
+int tb_ud_send_one_slow(tb_ud_tx_t *u, const tb_frame_hdr_t *f,
+			uint32_t space, uint64_t to)
+{
+	const tb_packet_hdr_t *h = tb_dgram_tx_one_sign(&u->dg, f, space, to);
+	int rc = tb_ud_post_one(u, h, f, space, 0);
+
+	tb_dgram_tx_sent_one(&u->dg); /* sent or not, it is gone */
+	return rc;
 }
 
 /* Makes room in the send queue: polls the CQ only when it is full.  Hot
@@ -319,6 +410,7 @@ static int tx_recover(tb_ud_tx_t *u)
 			ibv_destroy_ah(u->ah);
 			u->ah = ah;
 			u->wr.wr.ud.ah = ah;
+			u->one_wr.wr.ud.ah = ah;
 			u->readdresses++;
 		} else {
 			rc = TB_ESYS;
@@ -355,7 +447,8 @@ static int tx_recover(tb_ud_tx_t *u)
 		u->recover_ns = 0;
 		u->recovered_at = u->posted;
 		u->completed = u->posted;
-		u->until_signal = u->signal_every;
+		u->one_wr.wr_id = u->posted + 1;
+		u->left = u->signal_every;
 		tb_atomic_store_relaxed(&u->broken, 0);
 	}
 	pthread_mutex_unlock(&u->qp_lock);
@@ -382,8 +475,6 @@ static int post_ready(void *ctx, int n)
 
 		if (tb_unlikely(tb_ud_post_one(u, o->hdr, o->frames, o->frames_len, 0) < 0))
 			rc = TB_EIO;
-		else
-			u->datagrams++;
 	}
 	/* Posted or not, they are gone: a receiver sees a loss as a gap. */
 	tb_dgram_tx_sent(&u->dg);
@@ -631,6 +722,7 @@ static void ud_tx_close(tb_tx_t *tx, uint64_t final_seq)
 		tb_dgram_tx_end(&u->dg, &end[i], final_seq);
 		if (tb_ud_post_one(u, &end[i], NULL, 0, i == TB_UD_END_COPIES - 1) < 0)
 			break;
+		u->ends++;
 	}
 	while (u->cq && u->completed < u->posted && tb_clock_mono_ns() < until) {
 		struct ibv_wc wc;
@@ -645,8 +737,9 @@ static void ud_tx_close(tb_tx_t *tx, uint64_t final_seq)
 	ud_tx_free(u);
 }
 
-/* The work request every data post sends: what changes per datagram is
- * set by tb_ud_post_one. */
+/* The work requests the data posts send: what changes per datagram is
+ * set by tb_ud_post_one and tb_ud_send; the fast one's header is always
+ * dg.one, inline, unsignalled. */
 static void prepare_wr(tb_ud_tx_t *u)
 {
 	memset(&u->wr, 0, sizeof(u->wr));
@@ -658,7 +751,15 @@ static void prepare_wr(tb_ud_tx_t *u)
 	u->wr.wr.ud.ah = u->ah;
 	u->wr.wr.ud.remote_qpn = TB_UD_MCAST_QPN;
 	u->wr.wr.ud.remote_qkey = u->qkey;
-	u->until_signal = u->signal_every;
+	u->one_wr = u->wr;
+	u->one_sge[0] = u->sge[0];
+	u->one_sge[0].addr = (uintptr_t)&u->dg.one;
+	u->one_sge[1] = u->sge[1];
+	u->one_wr.sg_list = u->one_sge;
+	u->one_wr.num_sge = 2;
+	u->one_wr.send_flags = IBV_SEND_INLINE;
+	u->one_wr.wr_id = u->posted + 1;
+	u->left = u->signal_every;
 }
 
 /* The data CQ and QP (at open, and anew after the CQ failed). */
@@ -671,6 +772,7 @@ static int tx_qp_open(tb_ud_tx_t *u)
 		return tb_error_sys(errno, "ud: %s: ibv_create_cq", d->v.name);
 	u->qp = ud_qp(d, u->cq, u->sq_depth, 1, TB_UD_INLINE, u->qkey,
 		      &u->max_inline);
+	u->inline_frames = (int64_t)u->max_inline - TB_PACKET_HDR_LEN;
 	return u->qp ? 0 : TB_ESYS;
 }
 

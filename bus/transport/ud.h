@@ -34,15 +34,21 @@
  * datagram) and posts each ready datagram with one ibv_post_send of
  * SEND_WITH_IMM to the multicast QPN, two SGEs: the 64-byte packet header
  * and the frames straight from the ring (zero copy; a datagram's frames
- * never wrap, dgram.h ends a datagram at the ring's end).  The work request
- * and its SGEs are prepared once at open; a post sets the addresses,
- * lengths, flags, wr_id and immediate.  A datagram up to the QP's inline
- * limit goes inline, its header read from dgram.h's list during the post;
+ * never wrap, dgram.h ends a datagram at the ring's end).  The work requests
+ * and their SGEs are prepared once at open.  The latency path's post (one
+ * frame, unsignalled, inline: tb_ud_send) has a WR of its own whose header
+ * is always dgram.h's tx->one: it sets only the frame's address and length
+ * and the immediate.  Other posts set the addresses, lengths, flags, wr_id
+ * and immediate of the other WR.  A datagram up to the QP's inline
+ * limit goes inline, its header read from dgram.h during the post;
  * a larger one's header is copied into a slot of a small registered slab
  * that belongs to that send-queue slot.  The immediate is first_seq's low
- * 32 bits in network order.  One WR in signal_every is signalled, and
- * posting it reaps the send CQ without waiting, so that a failed send is
- * seen within a few posts and the CQ never overflows.
+ * 32 bits in network order.  Posts go in groups of signal_every (fewer
+ * when the queue is short of room): the last of a group is signalled, and
+ * posting it reaps the send CQ without waiting and sets the next group to
+ * what the queue has room for, so that a failed send is seen within a few
+ * posts, the CQ never overflows, and the others post with one decrement
+ * as their only test.
  *
  * What the NIC reads after the post stays put until it has read it (the
  * rule dgram.h states, kept here without holding tb_dgram_tx_sent back):
@@ -53,6 +59,9 @@
  * at least ring_size - 2 * mtu of them posted (one datagram may be open,
  * one padding frame skipped), which is 2 * depth - 2 datagrams of at most
  * mtu bytes: more than the queue holds, so the datagram has completed.
+ * The queue's bound (posted - completed <= depth) is kept by the groups:
+ * a group is only as long as the room the queue had when it was set, and
+ * its signalled last post waits for room itself.
  * Batching is dgram.h's: a datagram leaves when full, at each send when
  * batch_us is 0, at a send or tb_pub_flush once its oldest frame is
  * batch_us old.
@@ -195,15 +204,32 @@ typedef struct tb_ud_tx {
 	uint32_t qkey;
 	uint32_t sq_depth;         /* a power of two */
 	uint32_t signal_every;
-	uint32_t until_signal;     /* posts before the next signalled one */
+	/* Posts up to and including the next signalled one, at least 1.
+	 * The send queue has room for all but that last one, which makes
+	 * its own (tb_ud_post_signalled): posted - completed + left - 1 <
+	 * sq_depth, so an unsignalled post needs no other test. */
+	uint32_t left;
 	uint32_t max_inline;
 	uint8_t hop_limit;         /* cfg.ttl, for address handles */
 	uint8_t traffic_class;     /* cfg.rdma_traffic_class, likewise */
+	/* Frame bytes a datagram may carry and still go inline: max_inline
+	 * less the header; negative when not even a header goes inline. */
+	int64_t inline_frames;
 	uint64_t posted;           /* WRs posted on the data QP, ever */
 	uint64_t completed;        /* of those, known complete */
-	/* The work request every post sends, prepared at open. */
+	/* The work request of every post but the fast one, prepared at open;
+	 * its wr_id is the WR's number (posted after it). */
 	struct ibv_send_wr wr;
 	struct ibv_sge sge[2];
+	/* The fast post's (tb_ud_send): one unsignalled datagram of
+	 * tb_dgram_tx_one, inline, its header dg.one; a post sets only the
+	 * frame's address and length and the immediate.  Its wr_id is set
+	 * only when it goes signalled (its number) and at a repair (the
+	 * next number): an unsignalled one carries a number no larger than
+	 * its own, so `completed` never runs ahead, and larger than
+	 * recovered_at, so a failure of it is told from old news (reap). */
+	struct ibv_send_wr one_wr;
+	struct ibv_sge one_sge[2];
 	/* Set by the heartbeat thread (its look at the QP, the device's
 	 * events) or the publishing thread's own reaping when the data QP
 	 * left RTS, or something else needs repair before the next post;
@@ -228,9 +254,10 @@ typedef struct tb_ud_tx {
 	uint64_t beats;            /* beat calls; heartbeat thread only */
 	uint64_t beat_prev;        /* sent_next at the previous beat */
 	uint64_t beats_skipped;    /* data was flowing: no heartbeat needed */
-	/* Statistics, for tests and benchmarks. */
-	uint64_t datagrams;
-	uint64_t inline_posts;
+	/* Statistics, for tests and benchmarks (tb_ud_tx_datagrams and
+	 * tb_ud_tx_inline_posts count from these and `posted`). */
+	uint64_t ends;             /* END copies posted */
+	uint64_t copied;           /* posts whose header went to the slab */
 	uint64_t signalled;
 	uint64_t cq_polls;
 	uint64_t send_errors;
@@ -291,29 +318,33 @@ int tb_ud_mgid(const char *group, union ibv_gid *mgid);
 /* Takes the completions the send CQ holds (an error among them flags the
  * QP for repair); returns what ibv_poll_cq did.  Makes room in a full
  * send queue (0, or TB_EIO).  A post the provider refused: counted,
- * flagged, TB_EIO.  The drain of anything but one unbatched frame. */
+ * flagged, TB_EIO.  The drain of anything but one unbatched frame; the
+ * one frame when its post is not the fast one. */
 int tb_ud_reap(tb_ud_tx_t *u);
 int tb_ud_sq_room(tb_ud_tx_t *u);
 int tb_ud_post_failed(tb_ud_tx_t *u);
+int tb_ud_post_signalled(tb_ud_tx_t *u, const tb_packet_hdr_t *hdr,
+			 const void *frames, uint32_t frames_len);
 int tb_ud_send_rest(tb_ud_tx_t *u, uint64_t to);
+int tb_ud_send_one_signalled(tb_ud_tx_t *u, const tb_frame_hdr_t *f,
+			     uint32_t space, uint64_t seq, uint64_t to);
+int tb_ud_send_one_slow(tb_ud_tx_t *u, const tb_frame_hdr_t *f,
+			uint32_t space, uint64_t to);
 
-/* Posts one datagram (header + frames) on the data QP, from the work
- * request prepared at open.  Hot path. */
-static inline __attribute__((always_inline)) int
-tb_ud_post_one(tb_ud_tx_t *u, const tb_packet_hdr_t *hdr, const void *frames,
-	       uint32_t frames_len, int signal)
+/* Sets `wr` (the prepared one) for one datagram: header inline when it
+ * fits, else copied to the slab slot of this send-queue slot; returns its
+ * send flags.  Hot path. */
+static inline __attribute__((always_inline)) unsigned
+tb_ud_wr_set_(tb_ud_tx_t *u, const tb_packet_hdr_t *hdr, const void *frames,
+	      uint32_t frames_len)
 {
-	struct ibv_send_wr *wr = &u->wr, *bad;
+	struct ibv_send_wr *wr = &u->wr;
 	unsigned flags = 0;
 
-	if (tb_unlikely(u->posted - u->completed >= u->sq_depth) &&
-	    tb_ud_sq_room(u) < 0)
-		return TB_EIO;
-	if (TB_PACKET_HDR_LEN + frames_len <= u->max_inline) {
+	if ((int64_t)frames_len <= u->inline_frames) {
 		/* Copied into the WQE by the post itself. */
 		u->sge[0].addr = (uintptr_t)hdr;
 		flags = IBV_SEND_INLINE;
-		u->inline_posts++;
 	} else {
 		/* The NIC reads it later: the slab slot is this WR's until it
 		 * completes. */
@@ -321,49 +352,107 @@ tb_ud_post_one(tb_ud_tx_t *u, const tb_packet_hdr_t *hdr, const void *frames,
 
 		*h = *hdr;
 		u->sge[0].addr = (uintptr_t)h;
+		u->copied++;
 	}
 	u->sge[1].addr = (uintptr_t)frames;
 	u->sge[1].length = frames_len;
 	wr->num_sge = frames_len ? 2 : 1;
 	wr->wr_id = u->posted + 1;
 	wr->imm_data = htobe32((uint32_t)hdr->first_seq);
-	if (--u->until_signal == 0 || signal) {
-		flags |= IBV_SEND_SIGNALED;
-		u->until_signal = u->signal_every;
-		u->signalled++;
-	}
-	wr->send_flags = flags;
-	if (tb_unlikely(ibv_post_send(u->qp, wr, &bad) != 0))
+	return flags;
+}
+
+/* Posts one datagram (header + frames) on the data QP, from the work
+ * request prepared at open; signalled when `signal` or when it ends its
+ * group of `left` (then tb_ud_post_signalled, out of line: it makes room
+ * if need be, and reaps after).  Room for the others: `left` was.  Hot
+ * path. */
+static inline __attribute__((always_inline)) int
+tb_ud_post_one(tb_ud_tx_t *u, const tb_packet_hdr_t *hdr, const void *frames,
+	       uint32_t frames_len, int signal)
+{
+	struct ibv_send_wr *bad;
+
+	if (tb_unlikely(--u->left == 0 || signal))
+		return tb_ud_post_signalled(u, hdr, frames, frames_len);
+	u->wr.send_flags = tb_ud_wr_set_(u, hdr, frames, frames_len);
+	if (tb_unlikely(ibv_post_send(u->qp, &u->wr, &bad) != 0))
 		return tb_ud_post_failed(u);
 	u->posted++;
-	/* A signalled WR went: take what completed before it, without
-	 * waiting, so that a failed send is seen within signal_every
-	 * posts. */
-	if (flags & IBV_SEND_SIGNALED)
-		tb_ud_reap(u);
 	return 0;
+}
+
+/* The fast post of tb_ud_send and tb_ud_send_frame: frame `f` (sequence
+ * `seq`, `space` bytes, ending at `to`) is the only one to send, nothing
+ * open or held, and its datagram goes inline.  The fast WR's fields are
+ * set while the frame's are in registers, then the datagram numbered,
+ * signed and posted; the last of a group through
+ * tb_ud_send_one_signalled.  Hot path. */
+static inline __attribute__((always_inline)) int
+tb_ud_send_fast_(tb_ud_tx_t *u, const tb_frame_hdr_t *f, uint32_t space,
+		 uint64_t seq, uint64_t to)
+{
+	struct ibv_send_wr *bad;
+	int rc = 0;
+
+	if (tb_unlikely(--u->left == 0))
+		return tb_ud_send_one_signalled(u, f, space, seq, to);
+	u->one_sge[1].addr = (uintptr_t)f;
+	u->one_sge[1].length = space;
+	u->one_wr.imm_data = htobe32((uint32_t)seq);
+	tb_dgram_tx_one_sign(&u->dg, f, space, to);
+	if (tb_unlikely(ibv_post_send(u->qp, &u->one_wr, &bad) != 0))
+		rc = tb_ud_post_failed(u); /* room: `left` was */
+	else
+		u->posted++;
+	tb_dgram_tx_sent_to(&u->dg, seq + 1); /* sent or not, it is gone */
+	return rc;
 }
 
 /* ud's send of the frames committed up to `to` (transport.h).  Hot path:
  * no allocation, lock or system call.  One frame and no batching (the
- * latency path): packed, signed and posted straight; anything else
- * through the datagram core's drain. */
+ * latency path): the fast post when it goes inline, through
+ * tb_ud_send_one_slow when larger; anything else through the datagram
+ * core's drain. */
 static inline __attribute__((always_inline)) int tb_ud_send(tb_ud_tx_t *u,
 							    uint64_t to)
 {
-	const tb_packet_hdr_t *h;
-	const void *frames;
-	uint32_t len;
-	int rc;
+	const tb_frame_hdr_t *f;
+	uint32_t space;
 
-	if (tb_likely(!tb_atomic_load_relaxed(&u->broken)) &&
-	    (h = tb_dgram_tx_one(&u->dg, to, &frames, &len)) != NULL) {
-		rc = tb_ud_post_one(u, h, frames, len, 0);
-		u->datagrams += rc == 0;
-		tb_dgram_tx_sent_one(&u->dg); /* sent or not, it is gone */
-		return rc;
-	}
-	return tb_ud_send_rest(u, to);
+	if (tb_unlikely(tb_atomic_load_relaxed(&u->broken)) ||
+	    (f = tb_dgram_tx_one_frame(&u->dg, to, &space)) == NULL)
+		return tb_ud_send_rest(u, to);
+	if (tb_unlikely((int64_t)space > u->inline_frames))
+		return tb_ud_send_one_slow(u, f, space, to);
+	return tb_ud_send_fast_(u, f, space, f->seq, to);
+}
+
+/* tb_ud_send for a caller that has just committed data frame `f` (sequence
+ * `seq`, `space` bytes) at ring position `at`, up to `to`, and holds its
+ * fields in registers (the publisher's offer): the same sends, without
+ * finding the frame again.  Hot path. */
+static inline __attribute__((always_inline)) int
+tb_ud_send_frame(tb_ud_tx_t *u, const tb_frame_hdr_t *f, uint32_t space,
+		 uint64_t seq, uint64_t at, uint64_t to)
+{
+	if (tb_unlikely(tb_atomic_load_relaxed(&u->broken)) ||
+	    tb_unlikely(!tb_dgram_tx_one_at(&u->dg, at)))
+		return tb_ud_send_rest(u, to);
+	if (tb_unlikely((int64_t)space > u->inline_frames))
+		return tb_ud_send_one_slow(u, f, space, to);
+	return tb_ud_send_fast_(u, f, space, seq, to);
+}
+
+/* Data datagrams posted, and posts whose header went inline. */
+static inline uint64_t tb_ud_tx_datagrams(const tb_ud_tx_t *u)
+{
+	return u->posted - u->ends;
+}
+
+static inline uint64_t tb_ud_tx_inline_posts(const tb_ud_tx_t *u)
+{
+	return u->posted - u->copied;
 }
 
 /* The ud publisher behind `tx`, whose send the offer may inline; NULL

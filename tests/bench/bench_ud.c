@@ -180,7 +180,7 @@ static double run_tickbus(uint32_t batch_us, int flush_every, double *posts,
 	}
 	tx->ops->flush(tx);
 	*posts = (double)u->posted / (double)(seq - 1);
-	*frames_per_dgram = (double)u->dg.frames / (double)u->datagrams;
+	*frames_per_dgram = (double)u->dg.frames / (double)tb_ud_tx_datagrams(u);
 	tx->ops->close(tx, seq - 1);
 	return (double)ns / (double)(seq - 1);
 }

@@ -242,7 +242,7 @@ static void in_order_one_datagram_per_send(void **state)
 			 TB_NOT_CONNECTED);
 	for (int i = 0; i < 100; i++)
 		assert_int_equal(publish(p.tx, 24 + (uint32_t)i), 0);
-	assert_int_equal(u->datagrams, 100);
+	assert_int_equal(tb_ud_tx_datagrams(u), 100);
 	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 100), 100);
 	for (int i = 0; i < 100; i++) {
 		assert_int_equal(p.got->seq[i], i + 1);
@@ -255,7 +255,7 @@ static void in_order_one_datagram_per_send(void **state)
 	 * its header, padded to 32); 24..64 are the first 41. */
 	assert_int_equal(u->max_inline, TB_UD_INLINE);
 	assert_int_equal(TB_UD_INLINE, 188);
-	assert_int_equal(u->inline_posts, 41);
+	assert_int_equal(tb_ud_tx_inline_posts(u), 41);
 	pair_close(&p);
 }
 
@@ -282,7 +282,7 @@ static void zero_copy_and_selective_signalling(void **state)
 	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, (int)n), (int)n);
 	assert_int_equal(p.got->bad, 0);
 	assert_int_equal(u->send_errors, 0);
-	assert_int_equal(u->inline_posts, 0);
+	assert_int_equal(tb_ud_tx_inline_posts(u), 0);
 	assert_int_equal(u->signalled, n / u->signal_every);
 	/* the queue filled, and was drained by polling, never overflowing */
 	assert_true(u->cq_polls > 0);
@@ -301,20 +301,20 @@ static void batching_by_size_and_flush(void **state)
 	u = (tb_ud_tx_t *)p.tx;
 	for (int i = 0; i < 10; i++)
 		assert_int_equal(publish(p.tx, 64), 0);
-	assert_int_equal(u->datagrams, 0);
+	assert_int_equal(tb_ud_tx_datagrams(u), 0);
 	assert_int_equal(poll_quiet(p.rx, &p.seq, &p.loss, p.got, 50), 0);
 	assert_int_equal(p.got->n, 0);
 	assert_int_equal(p.tx->ops->flush(p.tx), 0);
-	assert_int_equal(u->datagrams, 1);
+	assert_int_equal(tb_ud_tx_datagrams(u), 1);
 	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 10), 10);
 	/* a full datagram leaves by itself: 160-byte frames, 4032 bytes of
 	 * room, so 25 fit and the 26th does not */
 	per = (4096 - TB_PACKET_HDR_LEN) / 160;
 	for (uint32_t i = 0; i < per; i++)
 		assert_int_equal(publish(p.tx, 100), 0);
-	assert_int_equal(u->datagrams, 1);
+	assert_int_equal(tb_ud_tx_datagrams(u), 1);
 	assert_int_equal(publish(p.tx, 100), 0);
-	assert_int_equal(u->datagrams, 2);
+	assert_int_equal(tb_ud_tx_datagrams(u), 2);
 	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 10 + (int)per),
 			 10 + (int)per);
 	assert_int_equal(((tb_ud_rx_t *)p.rx)->dg.datagrams, 2);
@@ -335,11 +335,11 @@ static void batching_by_time(void **state)
 	pair_open(&p, 2000); /* 2 ms */
 	u = (tb_ud_tx_t *)p.tx;
 	assert_int_equal(publish(p.tx, 64), 0);
-	assert_int_equal(u->datagrams, 0);
+	assert_int_equal(tb_ud_tx_datagrams(u), 0);
 	nanosleep(&ts, NULL);
 	/* the next send finds the first frame older than batch_us */
 	assert_int_equal(publish(p.tx, 64), 0);
-	assert_true(u->datagrams >= 1);
+	assert_true(tb_ud_tx_datagrams(u) >= 1);
 	assert_int_equal(p.tx->ops->flush(p.tx), 0);
 	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 2), 2);
 	pair_close(&p);
@@ -771,6 +771,80 @@ static void failed_send_is_recovered_from(void **state)
 	assert_int_equal(p.got->seq[3], 8);
 	assert_int_equal(p.got->seq[5], 10);
 	assert_int_equal(p.got->bad, 0);
+	pair_close(&p);
+}
+
+/* The fast post (one small frame, inline, unsignalled) into a QP that went
+ * to the error state with no heartbeat to tell: the flushes carry numbers
+ * above the last repair's, so the publisher's own reaping at a group's end
+ * flags the QP, the next send brings it back, and what was flushed comes
+ * back as a gap. */
+static void failed_fast_post_seen_by_its_group(void **state)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+	struct pair p;
+	tb_ud_tx_t *u;
+	uint64_t first_lost, n;
+	int rc;
+
+	(void)state;
+	pair_open(&p, 0);
+	u = (tb_ud_tx_t *)p.tx;
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(publish(p.tx, 24), 0);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 3), 3);
+	assert_int_equal(tb_ud_tx_inline_posts(u), 3);
+	assert_int_equal(ibv_modify_qp(u->qp, &a, IBV_QP_STATE), 0);
+	/* All flushed; a group's signalled post reaps without waiting, so
+	 * the flushes are seen at the end of this group or the next. */
+	first_lost = next_seq;
+	for (n = 0; n < 2 * (uint64_t)u->signal_every + 1 &&
+		    !tb_atomic_load_relaxed(&u->broken); n++)
+		publish(p.tx, 24);
+	assert_int_equal(tb_atomic_load_relaxed(&u->broken), 1);
+	assert_int_equal(u->recoveries, 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(publish(p.tx, 24), 0);
+	assert_int_equal(u->recoveries, 1);
+	assert_true(u->send_errors >= 1);
+	assert_true(u->posted - u->completed + u->left - 1 < u->sq_depth);
+	rc = poll_quiet(p.rx, &p.seq, &p.loss, p.got, 200);
+	assert_int_equal(rc, TB_GAP);
+	assert_int_equal(p.loss.first, first_lost);
+	assert_int_equal(p.loss.last, first_lost + n - 1);
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, 6), 6);
+	assert_int_equal(p.got->seq[5], first_lost + n + 2);
+	assert_int_equal(p.got->bad, 0);
+	pair_close(&p);
+}
+
+/* Small frames, many send queues' worth: every one takes the fast post,
+ * one in each group of signal_every is signalled, and the queue's bound
+ * holds after every send (ud.h: a group is never longer than the room). */
+static void fast_posts_keep_the_queue_bound(void **state)
+{
+	struct pair p;
+	tb_ud_tx_t *u;
+	uint64_t n;
+
+	(void)state;
+	pair_open(&p, 0);
+	u = (tb_ud_tx_t *)p.tx;
+	n = 8 * (uint64_t)u->sq_depth + 3;
+	for (uint64_t i = 0; i < n; i++) {
+		assert_int_equal(publish(p.tx, 24), 0);
+		assert_true(u->left >= 1 && u->left <= u->signal_every);
+		assert_true(u->posted - u->completed + u->left - 1 < u->sq_depth);
+		if (i % 64 == 63)
+			assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got,
+						  (int)i + 1), (int)i + 1);
+	}
+	assert_int_equal(poll_for(p.rx, &p.seq, &p.loss, p.got, (int)n), (int)n);
+	assert_int_equal(p.got->bad, 0);
+	assert_int_equal(tb_ud_tx_inline_posts(u), n);
+	assert_int_equal(tb_ud_tx_datagrams(u), n);
+	assert_true(u->signalled >= n / u->signal_every);
+	assert_int_equal(u->send_errors, 0);
 	pair_close(&p);
 }
 
@@ -1372,6 +1446,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(too_large_for_a_datagram),
 		cmocka_unit_test(heartbeat_end_and_silence),
 		cmocka_unit_test(malformed_datagrams_counted_and_dropped),
+		cmocka_unit_test(failed_fast_post_seen_by_its_group),
+		cmocka_unit_test(fast_posts_keep_the_queue_bound),
 		cmocka_unit_test(one_forged_end_no_longer_stops_subscribers),
 		cmocka_unit_test(forged_far_sequence_no_longer_drops_the_stream),
 		cmocka_unit_test(forged_next_epoch_no_longer_hijacks_the_stream),

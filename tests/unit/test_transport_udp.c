@@ -278,7 +278,7 @@ static void several_datagrams_leave_in_one_sendmmsg(void **state)
 	assert_int_equal(tb_udp_tx_ops.send(tx, 0, tx->ring.tail), 0);
 	assert_int_equal(u->sendmmsg_calls, 1);
 	assert_int_equal(u->sendmsg_calls, 0);
-	assert_int_equal(u->dg.datagrams, 10);
+	assert_int_equal(tb_dgram_tx_datagrams(&u->dg), 10);
 	assert_int_equal(rx_poll_for(&r, 20, 5000), 0);
 	assert_int_equal(r.s.count, 20);
 	assert_int_equal(r.s.bad, 0);
