@@ -24,42 +24,41 @@
 static char dir[128], conf[192], rconf[192];
 static unsigned rec_port;
 
+/* Stream "feed" over rc, written to `path`, with `extra` keys after the
+ * common ones: dropped 200 ms after its last liveness report; a ring of
+ * 64 KiB (about 500 messages) so that the second a tool is frozen for
+ * (5,000 messages) is gone from it when it comes back: it cannot read
+ * them back, and has a loss to tell. */
+static int write_conf(const char *path, const char *extra)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f)
+		return -1;
+	fprintf(f, "[stream feed]\nid = 7\ntransport = rc\n"
+		"control = 127.0.0.1:%u\ntoken = evict-me\nring_size = 64K\n"
+		"idle = spin-then-yield\nheartbeat_ms = 20\n"
+		"liveness_timeout_ms = 200\n%s", proc_free_port(), extra);
+	return fclose(f);
+}
+
 static int setup(void **state)
 {
-	FILE *f;
+	char extra[192];
 
 	(void)state;
 	if (scenario_dir_make(dir, sizeof(dir), "tb-tools-evicted") != 0)
 		return -1;
 	snprintf(conf, sizeof(conf), "%s/rc.ini", dir);
-	f = fopen(conf, "w");
-	if (!f)
-		return -1;
-	/* Dropped 200 ms after its last liveness report; a ring of 64 KiB
-	 * (about 500 messages) so that the second it is frozen for (5,000
-	 * messages) is gone from it when it comes back: it cannot read them
-	 * back, and has a loss to tell. */
-	fprintf(f, "[stream feed]\nid = 7\ntransport = rc\n"
-		"control = 127.0.0.1:%u\ntoken = evict-me\nring_size = 64K\n"
-		"idle = spin-then-yield\nheartbeat_ms = 20\n"
-		"liveness_timeout_ms = 200\n", proc_free_port());
-	fclose(f);
 	/* The same stream recovered from tb-recoveryd, which fills its own
 	 * holes from the publisher's retention. */
 	rec_port = proc_free_port();
 	snprintf(rconf, sizeof(rconf), "%s/rc-recovered.ini", dir);
-	f = fopen(rconf, "w");
-	if (!f)
-		return -1;
-	fprintf(f, "[stream feed]\nid = 7\ntransport = rc\n"
-		"control = 127.0.0.1:%u\ntoken = evict-me\nring_size = 64K\n"
-		"idle = spin-then-yield\nheartbeat_ms = 20\n"
-		"liveness_timeout_ms = 200\nrecovery = 127.0.0.1:%u\n"
-		"recovery_timeout_ms = 15000\nretention = 100000\n"
-		"retention_endpoint = 127.0.0.1:%u\n", proc_free_port(),
-		rec_port, proc_free_port());
-	fclose(f);
-	return 0;
+	snprintf(extra, sizeof(extra), "recovery = 127.0.0.1:%u\n"
+		 "recovery_timeout_ms = 15000\nretention = 100000\n"
+		 "retention_endpoint = 127.0.0.1:%u\n", rec_port,
+		 proc_free_port());
+	return write_conf(conf, "") != 0 || write_conf(rconf, extra) != 0 ? -1 : 0;
 }
 
 static int teardown(void **state)
