@@ -148,6 +148,11 @@
 #define TB_RC_PENALTY_MS 250u      /* an address after a wrong token ... */
 #define TB_RC_PENALTY_MAX_MS 8000u /* ... doubling up to this */
 #define TB_RC_PENALTY_FORGET_MS 60000u /* a quiet address starts over */
+/* Connections taken per turn of the control loop: a flood that reconnects
+ * as fast as it is closed must not keep the loop from its live
+ * subscribers and their heartbeats (unbounded, one pass took 300 ms on
+ * the 2-core VM, and over the 3 s liveness timeout in CI). */
+#define TB_RC_ACCEPT_BATCH 32
 #define TB_RC_ADDRS 64             /* addresses remembered */
 #define TB_RC_LOG_EVERY_MS 1000u   /* one line a second per kind, at most */
 
@@ -1342,7 +1347,7 @@ static int evict_pending(rc_tx_t *t, int addr)
 
 static void accept_clients(rc_tx_t *t)
 {
-	for (;;) {
+	for (int k = 0; k < TB_RC_ACCEPT_BATCH; k++) {
 		char ip[48];
 		int fd = tb_net_accept(t->listen_fd, ip, sizeof(ip));
 		uint64_t now = tb_clock_mono_ms();
