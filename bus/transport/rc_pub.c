@@ -924,9 +924,17 @@ static void client_drop(rc_tx_t *t, int i, uint32_t bye_reason, const char *why)
 		SEND(c->fd, bye, &b);
 	}
 	if (c->sub && c->state == CLIENT_LIVE) {
-		tb_info("stream '%s': subscriber '%s' left: %s; it was lapped "
-			"for %llu frames", t->cfg.name, c->id, why,
-			(unsigned long long)c->sub->laps);
+		/* Dropped for a fault is the operator's business; a
+		 * subscriber that left, or a stream that closed, is not. */
+		if (bye_reason == TB_CONTROL_BYE_ERROR ||
+		    bye_reason == TB_CONTROL_BYE_TIMEOUT)
+			tb_warn("stream '%s': dropped subscriber '%s': %s; it "
+				"was lapped for %llu frames", t->cfg.name,
+				c->id, why, (unsigned long long)c->sub->laps);
+		else
+			tb_info("stream '%s': subscriber '%s' left: %s; it was "
+				"lapped for %llu frames", t->cfg.name, c->id,
+				why, (unsigned long long)c->sub->laps);
 		table_change(t, NULL, c->sub);
 	}
 	if (c->sub)
