@@ -153,6 +153,10 @@
  * subscribers and their heartbeats (unbounded, one pass took 300 ms on
  * the 2-core VM, and over the 3 s liveness timeout in CI). */
 #define TB_RC_ACCEPT_BATCH 32
+/* accept() failing (out of descriptors, most likely) leaves the
+ * connection queued and the port readable: the loop stops watching the
+ * port this long rather than spin on it. */
+#define TB_RC_ACCEPT_PAUSE_MS 100u
 #define TB_RC_ADDRS 64             /* addresses remembered */
 #define TB_RC_LOG_EVERY_MS 1000u   /* one line a second per kind, at most */
 
@@ -223,7 +227,8 @@ typedef struct rc_tx {
 	rc_addr_t addrs[TB_RC_ADDRS];
 	/* Counted refusals, and their log lines. */
 	uint64_t rejected, bad_tokens, refused, timed_out;
-	rc_log_t log_reject, log_refuse, log_timeout;
+	rc_log_t log_reject, log_refuse, log_timeout, log_accept;
+	uint64_t accept_paused_until_ms;
 } rc_tx_t;
 
 /* ------------------------------------------------- the table's one reader */
@@ -1362,8 +1367,27 @@ static void accept_clients(rc_tx_t *t)
 		rc_client_t *c;
 		int a;
 
-		if (fd < 0)
+		if (fd == TB_NOT_CONNECTED)
 			return;
+		if (fd < 0) {
+			/* Out of descriptors, most likely.  The oldest
+			 * pending connection gives its back, and the next
+			 * in the queue is taken, as when the pending slots
+			 * are full: a flood holding every descriptor does
+			 * not slow the queue down.  With none pending, the
+			 * port waits rather than spin. */
+			int made_room = evict_pending(t, -1);
+
+			log_limited(t, &t->log_accept, "accept failed (%s): %s",
+				    tb_errmsg(), made_room
+				    ? "a pending connection made room"
+				    : "no pending connection to close; not "
+				      "accepting for a moment");
+			if (made_room)
+				continue;
+			t->accept_paused_until_ms = now + TB_RC_ACCEPT_PAUSE_MS;
+			return;
+		}
 		a = addr_of(t, ip, now);
 		if (a >= 0 && t->addrs[a].pending >= TB_RC_PENDING_PER_ADDR)
 			evict_pending(t, a);
@@ -1563,7 +1587,11 @@ static void *ctl_main(void *arg)
 		uint64_t now, now_ms;
 		int n = 0;
 
-		pf[n++] = (struct pollfd){.fd = t->listen_fd, .events = POLLIN};
+		/* (a paused port, fd -1, is not watched) */
+		pf[n++] = (struct pollfd){.fd = tb_clock_mono_ms() <
+						      t->accept_paused_until_ms
+						? -1 : t->listen_fd,
+					  .events = POLLIN};
 		pf[n++] = (struct pollfd){.fd = t->wake_fd, .events = POLLIN};
 		pf[n++] = (struct pollfd){.fd = tb_verbs_events_fd(&t->dev),
 					  .events = POLLIN};
@@ -1718,6 +1746,8 @@ static int rc_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 		goto fail;
 	}
 	t->ctl_started = 1;
+	/* What `top -H` and perf show for it. */
+	(void)pthread_setname_np(t->ctl, "tb-rc-ctl");
 	t->h.base.ops = t->h.fenced ? (t->h.backpressure ? &rc_bp_fenced_tx_ops
 						     : &rc_fenced_tx_ops)
 				: (t->h.backpressure ? &tb_rc_bp_tx_ops : &tb_rc_tx_ops);
