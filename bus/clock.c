@@ -279,6 +279,44 @@ static uint64_t file_check(const struct clock_file *cf)
 	return h;
 }
 
+/* How far a reused calibration may be from CLOCK_REALTIME: a second, and
+ * 100 ppm of its age (the drift bound above, twice over). */
+#define CLOCK_FILE_SLACK_NS 1000000000ull
+#define CLOCK_FILE_DRIFT_DIV 10000u
+
+/*
+ * Why the calibration in `cf`, valid as a file, no longer tells the time,
+ * or NULL.  A machine restored from a snapshot or migrated keeps its boot
+ * id but not its TSC, and one that slept may have stopped the TSC: the
+ * file then converts today's TSC to a time hours away (measured: 18.7 h
+ * on a restored VM), and the publisher's offer, which takes the TSC as
+ * never behind the file's base (tb_clock_fwd_t), to a time centuries
+ * away.  Every timestamp of every process would be off by that much.
+ */
+static const char *file_off_time(const struct clock_file *cf)
+{
+#if TB_CLOCK_HAVE_TSC
+	const tb_clock_calib_t c = {.base_tsc = cf->base_tsc,
+				    .base_ns = cf->base_ns, .mult = cf->mult,
+				    .shift = cf->shift};
+	uint64_t tsc = tb_clock_tsc(), real = tb_clock_realtime_ns(), ns, off;
+
+	if (tsc < cf->base_tsc)
+		return "from a TSC ahead of this one (a restored or migrated "
+		       "machine)";
+	ns = tb_clock_calib_to_ns(&c, tsc);
+	off = ns > real ? ns - real : real - ns;
+	if (off > CLOCK_FILE_SLACK_NS +
+		      (real > cf->base_ns ? real - cf->base_ns : 0) /
+			      CLOCK_FILE_DRIFT_DIV)
+		return "off CLOCK_REALTIME by more than drift explains (the "
+		       "TSC stopped or jumped, or the time was set)";
+#else
+	(void)cf;
+#endif
+	return NULL;
+}
+
 /* Why `fd`'s content is not a usable calibration, or NULL if it is. */
 static const char *file_invalid(int fd, const char *boot_id,
 				struct clock_file *cf)
@@ -451,6 +489,10 @@ int tb_clock_load_or_create(const char *path, tb_clock_calib_t *cal,
 		}
 		if (!why)
 			why = file_invalid(fd, boot_id, &cf);
+		if (!why && (why = file_off_time(&cf)) != NULL)
+			tb_warn("clock: the calibration in %s is %s; "
+				"recalibrating (processes still running on the "
+				"old one keep their timestamps)", path, why);
 		if (!why) {
 			cal->base_tsc = cf.base_tsc;
 			cal->base_ns = cf.base_ns;
