@@ -453,7 +453,9 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	if (rc)
 		return tb_rc_pub_send_small(p->rc, f, len + TB_FRAME_HDR_LEN, seq);
 	if (kind == SEND_UD) {
-		if (tb_unlikely(tb_ud_send(p->ud, end) < 0))
+		/* No pad here: the frame is all of at..end. */
+		if (tb_unlikely(tb_ud_send_frame(p->ud, f, (uint32_t)(end - at),
+						 seq, at, end) < 0))
 			tb_counter_inc(p->ctr, TB_CTR_ERRORS);
 	} else if (kind == SEND_OP && p->send &&
 		   tb_unlikely(p->send(p->tx, from, end) < 0))

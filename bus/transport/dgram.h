@@ -296,6 +296,14 @@ static inline const tb_frame_hdr_t *tb_dgram_tx_one_frame(const tb_dgram_tx_t *t
 	return f;
 }
 
+/* 1 when a data frame just committed at ring position `at` is the only one
+ * to send, nothing open or ready (tb_dgram_tx_one_frame's test, for a
+ * caller that has the frame in hand), else 0.  Hot path. */
+static inline int tb_dgram_tx_one_at(const tb_dgram_tx_t *tx, uint64_t at)
+{
+	return (tx->batch_ns | tx->busy | (tx->pos ^ at)) == 0;
+}
+
 /* Numbers and signs the datagram of frame `f` (from tb_dgram_tx_one_frame,
  * `space` bytes, ending at `to`) in tx->one and returns that header; the
  * transport sends it with the frame and calls tb_dgram_tx_sent_one().

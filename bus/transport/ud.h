@@ -382,7 +382,7 @@ tb_ud_post_one(tb_ud_tx_t *u, const tb_packet_hdr_t *hdr, const void *frames,
 	return 0;
 }
 
-/* The fast post of tb_ud_send: frame `f` (sequence
+/* The fast post of tb_ud_send and tb_ud_send_frame: frame `f` (sequence
  * `seq`, `space` bytes, ending at `to`) is the only one to send, nothing
  * open or held, and its datagram goes inline.  The fast WR's fields are
  * set while the frame's are in registers, then the datagram numbered,
@@ -426,6 +426,22 @@ static inline __attribute__((always_inline)) int tb_ud_send(tb_ud_tx_t *u,
 	if (tb_unlikely((int64_t)space > u->inline_frames))
 		return tb_ud_send_one_slow(u, f, space, to);
 	return tb_ud_send_fast_(u, f, space, f->seq, to);
+}
+
+/* tb_ud_send for a caller that has just committed data frame `f` (sequence
+ * `seq`, `space` bytes) at ring position `at`, up to `to`, and holds its
+ * fields in registers (the publisher's offer): the same sends, without
+ * finding the frame again.  Hot path. */
+static inline __attribute__((always_inline)) int
+tb_ud_send_frame(tb_ud_tx_t *u, const tb_frame_hdr_t *f, uint32_t space,
+		 uint64_t seq, uint64_t at, uint64_t to)
+{
+	if (tb_unlikely(tb_atomic_load_relaxed(&u->broken)) ||
+	    tb_unlikely(!tb_dgram_tx_one_at(&u->dg, at)))
+		return tb_ud_send_rest(u, to);
+	if (tb_unlikely((int64_t)space > u->inline_frames))
+		return tb_ud_send_one_slow(u, f, space, to);
+	return tb_ud_send_fast_(u, f, space, seq, to);
 }
 
 /* Data datagrams posted, and posts whose header went inline. */
