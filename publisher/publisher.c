@@ -66,6 +66,12 @@ struct tb_publisher {
 	tb_rc_pub_t *rc;           /* an rc stream whose send the offer
 				    * inlines (rc_pub.h), or NULL */
 	tb_ud_tx_t *ud;            /* likewise a ud stream (ud.h) */
+	/* The small offer's copy of offer_small for this stream's
+	 * transport, chosen at open: one indirect jump, not a test per
+	 * transport (ud 136 -> 130 instructions an offer, shm 98 -> 89, rc
+	 * 138 -> 140: its copy was the first test's, inline). */
+	int64_t (*offer_small)(struct tb_publisher *p, uint16_t template_id,
+			       const void *buf, uint32_t len);
 	uint64_t next_seq;
 	uint64_t small_off_max;    /* rc, ud: a small offer at a ring offset
 				    * above this may pad the ring's end
@@ -99,6 +105,16 @@ struct tb_publisher {
 	tb_retention_t own_ret;
 	tb_recovery_server_t *rsrv;           /* serves the retention buffer, or NULL */
 };
+
+/* The copies of offer_small, one per transport kind (below). */
+static int64_t tb_pub_offer_rc(tb_publisher_t *p, uint16_t template_id,
+			       const void *buf, uint32_t len);
+static int64_t tb_pub_offer_ud(tb_publisher_t *p, uint16_t template_id,
+			       const void *buf, uint32_t len);
+static int64_t tb_pub_offer_shm(tb_publisher_t *p, uint16_t template_id,
+				const void *buf, uint32_t len);
+static int64_t tb_pub_offer_op(tb_publisher_t *p, uint16_t template_id,
+			       const void *buf, uint32_t len);
 
 static void *beat_main(void *arg)
 {
@@ -246,6 +262,8 @@ static int open_in_epoch(tb_publisher_t **out, const tb_stream_cfg_t *cfg,
 	p->rc = tb_rc_pub_of(p->tx);
 	p->ud = tb_ud_tx_of(p->tx);
 	p->shared_nosend = !p->send && p->ring->ahead != 0;
+	p->offer_small = p->rc ? tb_pub_offer_rc : p->ud ? tb_pub_offer_ud :
+			 p->shared_nosend ? tb_pub_offer_shm : tb_pub_offer_op;
 	/* The offer reads the TSC with the calibration every process of
 	 * the host shares (clock.h), so its stamps agree with the
 	 * subscribers' clock; without a TSC, offer_checked reads the clock
@@ -463,9 +481,16 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	return (int64_t)seq;
 }
 
-/* offer_small's ud and op copies, each a function of its own, so that
- * the rc offer, which ends in a jump to rc's send, saves no register
- * (tb_pub_offer jumps to these too: no call, no frame). */
+/* offer_small's copies, each a function of its own, so that the rc
+ * offer, which ends in a jump to rc's send, saves no register for the
+ * others' (tb_pub_offer jumps to these: no call, no frame). */
+static __attribute__((noinline)) int64_t
+tb_pub_offer_rc(tb_publisher_t *p, uint16_t template_id, const void *buf,
+		uint32_t len)
+{
+	return offer_small(p, template_id, buf, len, SEND_RC);
+}
+
 static __attribute__((noinline)) int64_t
 tb_pub_offer_ud(tb_publisher_t *p, uint16_t template_id, const void *buf,
 		uint32_t len)
@@ -496,13 +521,7 @@ int64_t tb_pub_offer(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	 * callee-saved registers. */
 	if (tb_unlikely(len >= p->offer_lim))
 		return offer_checked(p, template_id, buf, len);
-	if (p->rc)
-		return offer_small(p, template_id, buf, len, SEND_RC);
-	if (p->ud)
-		return tb_pub_offer_ud(p, template_id, buf, len);
-	if (p->shared_nosend)
-		return tb_pub_offer_shm(p, template_id, buf, len);
-	return tb_pub_offer_op(p, template_id, buf, len);
+	return p->offer_small(p, template_id, buf, len);
 }
 
 static __attribute__((noinline)) int64_t
