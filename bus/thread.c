@@ -10,6 +10,15 @@
  * that is allowed but not isolated (isolcpus=, listed in
  * /sys/devices/system/cpu/isolated) is accepted with a warning: it works, but
  * the kernel and other tasks will run there too and add jitter.
+ *
+ * Helper threads.  The library's own threads (control, heartbeat,
+ * recovery, a service's connections) wait in the kernel and wake now and
+ * then; started on a pinned thread they would inherit its core, wake
+ * there and take it from the spinning hot thread (on an isolated core
+ * under a real-time policy, never run at all: no heartbeat, no recovery).
+ * So tb_thread_pin remembers the CPUs the process had before its first
+ * pin and every core pinned since, and tb_thread_start gives a helper
+ * the first less the second.
  */
 #include "bus/thread.h"
 
@@ -17,6 +26,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,6 +109,12 @@ bad:
 
 /* ---------------------------------------------------------------- pinning */
 
+/* The CPUs the process had before its first pin, and the cores pinned
+ * since (helper threads keep off them). */
+static pthread_mutex_t cores_lock = PTHREAD_MUTEX_INITIALIZER;
+static cpu_set_t before, hot;
+static int have_before;
+
 static const char *isolated_path(void)
 {
 	const char *env = getenv("TICKBUS_ISOLATED_FILE");
@@ -159,6 +175,10 @@ int tb_thread_pin(int core)
 				  ncpu - 1);
 	CPU_ZERO(&set);
 	CPU_SET(core, &set);
+	pthread_mutex_lock(&cores_lock);
+	if (!have_before)
+		have_before = sched_getaffinity(0, sizeof(before), &before) == 0;
+	pthread_mutex_unlock(&cores_lock);
 	if (sched_setaffinity(0, sizeof(set), &set) != 0) {
 		int e = errno;
 
@@ -171,6 +191,9 @@ int tb_thread_pin(int core)
 		return tb_error_sys(e, "tb_thread_pin: sched_setaffinity core "
 				  "%d", core);
 	}
+	pthread_mutex_lock(&cores_lock);
+	CPU_SET(core, &hot);
+	pthread_mutex_unlock(&cores_lock);
 	iso = tb_thread_core_isolated(core);
 	if (iso == 0)
 		tb_warn("core %d is not isolated (not listed in %s): other "
@@ -183,5 +206,73 @@ int tb_thread_pin(int core)
 		tb_error_clear();
 	}
 	tb_info("pinned thread to core %d", core);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+int tb_thread_helper_cpus(cpu_set_t *set)
+{
+	int n = 0;
+
+	CPU_ZERO(set);
+	pthread_mutex_lock(&cores_lock);
+	if (have_before) {
+		for (int c = 0; c < CPU_SETSIZE; c++)
+			if (CPU_ISSET(c, &before) && !CPU_ISSET(c, &hot))
+				CPU_SET(c, set);
+		n = CPU_COUNT(set);
+	}
+	pthread_mutex_unlock(&cores_lock);
+	return n;
+}
+
+/* What a helper runs first: its name, then its function. */
+struct start {
+	void *(*fn)(void *);
+	void *arg;
+	char name[16];
+};
+
+static void *helper_main(void *arg)
+{
+	struct start st = *(struct start *)arg;
+
+	free(arg);
+	/* What `top -H` and perf show for it, before it does anything
+	 * (tb_thread_start names it too, for when it returns). */
+	(void)pthread_setname_np(pthread_self(), st.name);
+	return st.fn(st.arg);
+}
+
+int tb_thread_start(pthread_t *t, const char *name, void *(*fn)(void *),
+		    void *arg)
+{
+	struct start *st = malloc(sizeof(*st));
+	pthread_attr_t attr;
+	cpu_set_t cpus;
+	int rc = EINVAL;
+
+	if (!st)
+		return tb_error_set(TB_ENOMEM, "start the %s thread: out of "
+				  "memory", name);
+	st->fn = fn;
+	st->arg = arg;
+	snprintf(st->name, sizeof(st->name), "%s", name);
+	if (tb_thread_helper_cpus(&cpus) > 0 && pthread_attr_init(&attr) == 0) {
+		if (pthread_attr_setaffinity_np(&attr, sizeof(cpus), &cpus) == 0)
+			rc = pthread_create(t, &attr, helper_main, st);
+		pthread_attr_destroy(&attr);
+	}
+	/* No core is left to helpers (every one pinned, or none pinned
+	 * yet), or the CPUs are no longer allowed (a cpuset changed):
+	 * the caller's own. */
+	if (rc == EINVAL)
+		rc = pthread_create(t, NULL, helper_main, st);
+	if (rc != 0) {
+		free(st);
+		return tb_error_sys(rc, "start the %s thread", name);
+	}
+	(void)pthread_setname_np(*t, name);
 	return 0;
 }

@@ -13,6 +13,7 @@
 
 #include <tickbus/tickbus.h>
 
+#include <pthread.h>
 #include <sched.h>
 
 /* Where the kernel lists isolated cores; $TICKBUS_ISOLATED_FILE overrides
@@ -32,5 +33,21 @@ int tb_thread_cpulist_parse(const char *list, cpu_set_t *set);
 /* Whether `core` is listed in the isolated-cores file: 1 yes, 0 no, or a
  * negative TB_E* code when the file cannot be read. */
 int tb_thread_core_isolated(int core);
+
+/*
+ * Starts one of the library's helper threads (control, heartbeat,
+ * recovery, a service's connections: threads that sleep in the kernel and
+ * wake now and then), named `name` (at most 15 characters, for top -H and
+ * perf), off the hot threads' cores: on the CPUs the process had before
+ * its first tb_thread_pin, less every core pinned since.  With no pin yet,
+ * or none of those CPUs left, it inherits the caller's affinity.
+ * Returns 0, or TB_ESYS (pthread_create) with a message naming `name`.
+ */
+int tb_thread_start(pthread_t *t, const char *name, void *(*fn)(void *),
+		    void *arg);
+
+/* The CPUs tb_thread_start gives a helper now, into `set`; returns how
+ * many (0: it inherits the caller's). */
+int tb_thread_helper_cpus(cpu_set_t *set);
 
 #endif

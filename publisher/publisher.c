@@ -41,6 +41,7 @@
 #include "bus/error.h"
 #include "bus/frame.h"
 #include "bus/recovery/server.h"
+#include "bus/thread.h"
 #include "bus/transport/rc_pub.h"
 #include "bus/transport/transport.h"
 #include "bus/transport/ud.h"
@@ -148,9 +149,9 @@ static int start_beat(tb_publisher_t *p)
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
 	pthread_cond_init(&p->beat_cond, &attr);
 	pthread_condattr_destroy(&attr);
-	rc = pthread_create(&p->beat, NULL, beat_main, p);
-	if (rc != 0)
-		return tb_error_sys(rc, "start the heartbeat thread");
+	rc = tb_thread_start(&p->beat, "tb-beat", beat_main, p);
+	if (rc < 0)
+		return rc;
 	p->beat_started = 1;
 	return 0;
 }

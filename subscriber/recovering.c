@@ -92,6 +92,7 @@
 #include "bus/fifo.h"
 #include "bus/frame.h"
 #include "bus/recovery/client.h"
+#include "bus/thread.h"
 #include "bus/wake.h"
 
 #include <errno.h>
@@ -431,10 +432,10 @@ int tb_recovering_open(tb_recovering_t **out, const tb_stream_cfg_t *cfg)
 	tb_wake_init(&r->wake, SPIN_NS,
 		     cfg->idle == TB_IDLE_BUSY_SPIN ? TB_WAKE_NEVER_PARK :
 		     cfg->idle == TB_IDLE_BACKOFF ? SPIN_NS : PARK_AFTER_NS);
-	rc = pthread_create(&r->thread, NULL, rec_main, r);
-	if (rc != 0) {
+	rc = tb_thread_start(&r->thread, "tb-recovery", rec_main, r);
+	if (rc < 0) {
 		tb_recovering_close(r);
-		return tb_error_sys(rc, "recovery: start its thread");
+		return tb_error_prepend(rc, "recovery");
 	}
 	r->started = 1;
 	*out = r;

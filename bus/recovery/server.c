@@ -51,6 +51,7 @@
 #include "bus/clock.h"
 #include "bus/error.h"
 #include "bus/net.h"
+#include "bus/thread.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -472,21 +473,21 @@ static void admit(tb_recovery_server_t *s, struct pending *p,
 	c->src = src;
 	c->version = version;
 	c->running = 1;
-	/* Relaxed: no thread runs on the slot; pthread_create below orders
-	 * it before the new one. */
+	/* Relaxed: no thread runs on the slot; pthread_create (in
+	 * tb_thread_start) below orders it before the new one. */
 	tb_atomic_store_relaxed(&c->done, 0);
 	snprintf(c->addr, sizeof(c->addr), "%s", p->addr);
 	p->state = P_FREE;
 	p->fd = -1;
-	rc = pthread_create(&c->thread, NULL, conn_main, c);
-	if (rc != 0) {
+	rc = tb_thread_start(&c->thread, "tb-rsrv-conn", conn_main, c);
+	if (rc < 0) {
 		pthread_mutex_lock(&s->lock);
 		close(c->fd);
 		c->fd = -1;
 		pthread_mutex_unlock(&s->lock);
 		c->running = 0;
 		slog(s, LOG_ACCEPT, "%s: no thread for a client: %s", c->addr,
-		     strerror(rc));
+		     tb_errmsg());
 	}
 }
 
@@ -1143,8 +1144,8 @@ int tb_recovery_server_open(tb_recovery_server_t **out, const tb_recovery_server
 		if (rc == 0 && epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->wfd, &ev) < 0)
 			rc = tb_error_sys(errno, "epoll");
 	}
-	if (rc == 0 && (rc = pthread_create(&s->front, NULL, front_main, s)) != 0)
-		rc = tb_error_sys(rc, "start the recovery server thread");
+	if (rc == 0)
+		rc = tb_thread_start(&s->front, "tb-rsrv", front_main, s);
 	if (rc < 0) {
 		if (s->lfd >= 0)
 			close(s->lfd);

@@ -112,6 +112,7 @@
 #include "bus/mem.h"
 #include "bus/memlock.h"
 #include "bus/net.h"
+#include "bus/thread.h"
 #include "bus/transport/control.h"
 #include "bus/transport/rc_ctl.h"
 #include "bus/transport/verbs.h"
@@ -1740,14 +1741,9 @@ static int rc_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 	}
 	if ((rc = listen_on(t)) < 0)
 		goto fail;
-	rc = pthread_create(&t->ctl, NULL, ctl_main, t);
-	if (rc != 0) {
-		rc = tb_error_sys(rc, "start the control thread");
+	if ((rc = tb_thread_start(&t->ctl, "tb-rc-ctl", ctl_main, t)) < 0)
 		goto fail;
-	}
 	t->ctl_started = 1;
-	/* What `top -H` and perf show for it. */
-	(void)pthread_setname_np(t->ctl, "tb-rc-ctl");
 	t->h.base.ops = t->h.fenced ? (t->h.backpressure ? &rc_bp_fenced_tx_ops
 						     : &rc_fenced_tx_ops)
 				: (t->h.backpressure ? &tb_rc_bp_tx_ops : &tb_rc_tx_ops);

@@ -64,6 +64,7 @@
 #include "bus/mem.h"
 #include "bus/memlock.h"
 #include "bus/net.h"
+#include "bus/thread.h"
 #include "bus/transport/control.h"
 #include "bus/transport/rc_ctl.h"
 #include "bus/transport/verbs.h"
@@ -730,11 +731,8 @@ static int rc_rx_open(tb_rx_t **out, const tb_stream_cfg_t *cfg)
 		rc = tb_error_sys(errno, "ibv_create_cq");
 		goto fail;
 	}
-	rc = pthread_create(&r->ctl, NULL, rx_ctl_main, r);
-	if (rc != 0) {
-		rc = tb_error_sys(rc, "start the control thread");
+	if ((rc = tb_thread_start(&r->ctl, "tb-rc-sub-ctl", rx_ctl_main, r)) < 0)
 		goto fail;
-	}
 	r->ctl_started = 1;
 	r->base.ops = &tb_rc_rx_ops;
 	*out = &r->base;

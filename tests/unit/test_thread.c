@@ -4,12 +4,15 @@
  * strategies are test_idle.c.
  *
  * Pinning runs in helper threads so the test runner's own affinity is never
- * changed.  The isolated-cores file is a temp file (TICKBUS_ISOLATED_FILE),
+ * changed.  Helper threads (tb_thread_start: kept off pinned cores) are
+ * tested in forked children, since the cores a process has pinned are
+ * remembered for its life.  The isolated-cores file is a temp file (TICKBUS_ISOLATED_FILE),
  * removed at the end.
  */
 #include "bus/error.h"
 #include "bus/thread.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -240,9 +244,232 @@ static void test_isolated_and_warning(void **state)
 	setenv("TICKBUS_QUIET", "1", 1);
 }
 
+/* -------------------------------------------------------- helper threads */
+
+/* In a forked child: a failed check exits with its line (1..254). */
+#define CHILD_CHECK(cond) \
+	do { \
+		if (!(cond)) { \
+			fprintf(stderr, "child check failed at line %d: %s\n", \
+				__LINE__, #cond); \
+			_exit(__LINE__ % 254 + 1); \
+		} \
+	} while (0)
+
+/* Runs fn in a forked child (its pins end with it); skips where the
+ * runner has fewer than two CPUs, as helpers then have nowhere to go. */
+static void in_child(void (*fn)(const cpu_set_t *mine))
+{
+	cpu_set_t mine;
+	int status = 0;
+	pid_t pid;
+
+	CPU_ZERO(&mine);
+	assert_int_equal(sched_getaffinity(0, sizeof(mine), &mine), 0);
+	if (CPU_COUNT(&mine) < 2)
+		skip();
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		fn(&mine);
+		_exit(0);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	if (WEXITSTATUS(status) != 0)
+		fail_msg("the child's check failed (exit %d; its message above)",
+			 WEXITSTATUS(status));
+}
+
+static int first_cpu(const cpu_set_t *set)
+{
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, set))
+			return c;
+	return -1;
+}
+
+struct helper_seen {
+	cpu_set_t cpus;
+	char name[16];
+};
+
+static void *helper_main(void *arg)
+{
+	struct helper_seen *h = arg;
+
+	CPU_ZERO(&h->cpus);
+	sched_getaffinity(0, sizeof(h->cpus), &h->cpus);
+	pthread_getname_np(pthread_self(), h->name, sizeof(h->name));
+	return NULL;
+}
+
+/* Starts a helper, returns what it saw of its CPUs and name. */
+static void start_helper(struct helper_seen *h)
+{
+	pthread_t t;
+
+	memset(h, 0, sizeof(*h));
+	CHILD_CHECK(tb_thread_start(&t, "tb-test-helper", helper_main, h) == 0);
+	CHILD_CHECK(pthread_join(t, NULL) == 0);
+}
+
+struct hot_job {
+	int core;
+	struct helper_seen seen;
+};
+
+/* A hot thread: pins itself, then starts a helper, as a publisher or
+ * subscriber opened on a pinned thread starts its control, heartbeat and
+ * recovery threads. */
+static void *hot_main(void *arg)
+{
+	struct hot_job *j = arg;
+
+	CHILD_CHECK(tb_thread_pin(j->core) == 0);
+	start_helper(&j->seen);
+	return NULL;
+}
+
+static void run_hot(struct hot_job *j, int core)
+{
+	pthread_t t;
+
+	j->core = core;
+	CHILD_CHECK(pthread_create(&t, NULL, hot_main, j) == 0);
+	CHILD_CHECK(pthread_join(t, NULL) == 0);
+}
+
+static void helpers_child(const cpu_set_t *mine)
+{
+	int first = first_cpu(mine);
+	struct helper_seen h;
+	struct hot_job j;
+	cpu_set_t rest, cpus, one;
+
+	/* No pin yet: a helper keeps the caller's CPUs. */
+	CHILD_CHECK(tb_thread_helper_cpus(&cpus) == 0);
+	start_helper(&h);
+	CHILD_CHECK(CPU_EQUAL(&h.cpus, mine));
+	CHILD_CHECK(strcmp(h.name, "tb-test-helper") == 0);
+
+	/* A helper started by a hot thread pinned to `first` runs on every
+	 * other CPU the process had, not on `first`. */
+	CPU_ZERO(&rest);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, mine) && c != first)
+			CPU_SET(c, &rest);
+	run_hot(&j, first);
+	CHILD_CHECK(!CPU_ISSET(first, &j.seen.cpus));
+	CHILD_CHECK(CPU_EQUAL(&j.seen.cpus, &rest));
+	CHILD_CHECK(tb_thread_helper_cpus(&cpus) == CPU_COUNT(&rest));
+	CHILD_CHECK(CPU_EQUAL(&cpus, &rest));
+
+	/* Every CPU pinned: a helper has nowhere else to go and takes its
+	 * starter's core. */
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &rest))
+			run_hot(&j, c);
+	CHILD_CHECK(tb_thread_helper_cpus(&cpus) == 0);
+	run_hot(&j, first);
+	CPU_ZERO(&one);
+	CPU_SET(first, &one);
+	CHILD_CHECK(CPU_EQUAL(&j.seen.cpus, &one));
+}
+
+static void test_helpers_keep_off_pinned_cores(void **state)
+{
+	(void)state;
+	in_child(helpers_child);
+}
+
+/* The affinity of this process's thread named `name`; 0 if found. */
+static int thread_cpus(const char *name, cpu_set_t *cpus)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int rc = -1;
+
+	if (!d)
+		return -1;
+	while (rc != 0 && (e = readdir(d))) {
+		char path[300], comm[32] = "";
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		if (!(f = fopen(path, "r")))
+			continue;
+		if (fgets(comm, sizeof(comm), f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+		if (strcmp(comm, name) == 0) {
+			CPU_ZERO(cpus);
+			rc = sched_getaffinity(atoi(e->d_name), sizeof(*cpus), cpus);
+		}
+	}
+	closedir(d);
+	return rc;
+}
+
+/* The library's own threads: a publisher opened with publisher_core
+ * starts its heartbeat thread, a subscriber opened with subscriber_core
+ * its recovery thread, both off the pinned core (before: on it, taking it
+ * from the hot thread whenever they woke). */
+static void library_child(const cpu_set_t *mine)
+{
+	int first = first_cpu(mine);
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub = NULL;
+	tb_subscriber_t *sub = NULL;
+	cpu_set_t cpus;
+
+	tb_stream_cfg_init(&cfg);
+	snprintf(cfg.name, sizeof(cfg.name), "helpers");
+	cfg.id = 7;
+	cfg.transport = TB_TRANSPORT_SHM;
+	cfg.ring_size = 1u << 16;
+	snprintf(cfg.shm_path, sizeof(cfg.shm_path), "/dev/shm/tb-unit-thread.%d",
+		 (int)getpid());
+	cfg.publisher_core = first;
+	if (tb_publisher_open(&pub, &cfg) != 0)
+		fprintf(stderr, "%s\n", tb_errmsg());
+	CHILD_CHECK(pub);
+	CHILD_CHECK(thread_cpus("tb-beat", &cpus) == 0);
+	CHILD_CHECK(!CPU_ISSET(first, &cpus));
+	CHILD_CHECK(CPU_COUNT(&cpus) == CPU_COUNT(mine) - 1);
+
+	cfg.subscriber_core = first;
+	snprintf(cfg.recovery[0].host, sizeof(cfg.recovery[0].host), "127.0.0.1");
+	cfg.recovery[0].port = 1; /* nothing answers: it keeps dialling */
+	snprintf(cfg.token, sizeof(cfg.token), "unit");
+	cfg.n_recovery = 1;
+	if (tb_subscriber_open(&sub, &cfg) != 0)
+		fprintf(stderr, "%s\n", tb_errmsg());
+	CHILD_CHECK(sub);
+	CHILD_CHECK(thread_cpus("tb-recovery", &cpus) == 0);
+	CHILD_CHECK(!CPU_ISSET(first, &cpus));
+	CHILD_CHECK(CPU_COUNT(&cpus) == CPU_COUNT(mine) - 1);
+	tb_subscriber_close(sub);
+	tb_publisher_close(pub);
+	unlink(cfg.shm_path);
+}
+
+static void test_library_threads_keep_off_pinned_cores(void **state)
+{
+	(void)state;
+	in_child(library_child);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		/* First, before any pin here: the cores a process pinned
+		 * are remembered, and a forked child inherits them. */
+		cmocka_unit_test(test_helpers_keep_off_pinned_cores),
+		cmocka_unit_test(test_library_threads_keep_off_pinned_cores),
 		cmocka_unit_test(test_cpulist_valid),
 		cmocka_unit_test(test_cpulist_malformed),
 		cmocka_unit_test(test_pin_changes_affinity),
