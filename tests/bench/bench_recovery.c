@@ -35,6 +35,15 @@
  * share a core, the spinner holding it until the scheduler's tick (a
  * flat 3.9 ms per gap on the 2-core VM at load 1.2, 11 ms at load 10).
  *
+ * Cores, as a desk runs it: the poll thread (the bench's main thread,
+ * which also publishes) pinned to core 0 by subscriber_core; the
+ * subscriber's recovery thread, the service's threads and the floor's
+ * answering thread are the library's helpers, started off the pinned
+ * core (bus/thread.h), so on core 1.  Unpinned, the kernel woke the
+ * service's thread on the poll thread's core half the time, where it
+ * waited for the spinning poll thread to be preempted: 100-250 us a gap
+ * of 1 against 65 when it did not.
+ *
  * Floors, in the same run: one request/response on a kept loopback TCP
  * connection (32 bytes out, the 136 bytes of a one-frame answer back)
  * against a thread that answers at once, back to back, which is the least
@@ -49,16 +58,19 @@
 #include <tickbus/tickbus.h>
 
 #include "bus/clock.h"
+#include "bus/thread.h"
 #include "bus/recovery/server.h"
 #include "publisher/retention.h"
 #include "subscriber/recovering.h"
 #include "tests/common/proc.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,8 +83,11 @@
 #define FLOOR_ROUNDS 2000
 #define COLD_ROUNDS 15
 #define COLD_IDLE_US 20000
+#define QUIET_ROUNDS 100
+#define QUIET_NS 1000000
 #define TOKEN "bench"
 #define STREAM 3
+#define POLL_CORE 0
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -134,17 +149,33 @@ static void *echo_main(void *arg)
 	return NULL;
 }
 
+/* The awake recovery thread's idle: sched_yield, over and over. */
+static volatile int yield_stop;
+
+static void *yield_main(void *arg)
+{
+	(void)arg;
+	while (!yield_stop)
+		sched_yield();
+	return NULL;
+}
+
 /* Median of FLOOR_ROUNDS request/responses on one kept connection, back
- * to back; and (*cold) the median of COLD_ROUNDS on the same connection,
- * each after COLD_IDLE_US of silence, as a gap after a quiet spell meets
- * the service: its thread asleep in the kernel, its core perhaps halted. */
-static uint64_t tcp_floor(uint64_t *cold)
+ * to back; (*quiet) the median of QUIET_ROUNDS, each after QUIET_NS of
+ * nothing, as the awake runs meet it: the asking thread spinning through
+ * the quiet and for the answer (recv without waiting, as the poll thread
+ * asks), a thread yielding over and over where the answering thread
+ * wakes (as the awake recovery thread does); and (*cold) the median of
+ * COLD_ROUNDS on the same connection, each after COLD_IDLE_US of silence,
+ * as a gap after a quiet spell meets the service: its thread asleep in
+ * the kernel, its core perhaps halted. */
+static uint64_t tcp_floor(uint64_t *quiet, uint64_t *cold)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET};
 	socklen_t sl = sizeof(sa);
-	static uint64_t t[FLOOR_ROUNDS], tc[COLD_ROUNDS];
+	static uint64_t t[FLOOR_ROUNDS], tq[QUIET_ROUNDS], tc[COLD_ROUNDS];
 	uint8_t req[32] = {0}, ans[136];
-	pthread_t th;
+	pthread_t th, yt;
 	int fd, one = 1;
 
 	echo_lfd = socket(AF_INET, SOCK_STREAM, 0);
@@ -153,7 +184,8 @@ static uint64_t tcp_floor(uint64_t *cold)
 	    listen(echo_lfd, 4) < 0 ||
 	    getsockname(echo_lfd, (struct sockaddr *)&sa, &sl) < 0)
 		return 0;
-	pthread_create(&th, NULL, echo_main, NULL);
+	if (tb_thread_start(&th, "bench-echo", echo_main, NULL) < 0)
+		return 0;
 	fd = socket(AF_INET, SOCK_STREAM, 0);
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
@@ -167,6 +199,35 @@ static uint64_t tcp_floor(uint64_t *cold)
 		if (i >= 100) /* the first hundred warm up */
 			t[i - 100] = tb_clock_mono_ns() - t0;
 	}
+	yield_stop = 0;
+	if (tb_thread_start(&yt, "bench-yield", yield_main, NULL) < 0)
+		return 0;
+	for (int i = 0; i < QUIET_ROUNDS; i++) {
+		uint64_t t0 = tb_clock_mono_ns() + QUIET_NS;
+		size_t got = 0;
+
+		while (tb_clock_mono_ns() < t0)
+			;
+		t0 = tb_clock_mono_ns();
+		if (send(fd, req, sizeof(req), 0) != (ssize_t)sizeof(req))
+			t0 = 0;
+		while (t0 && got < sizeof(ans)) {
+			ssize_t k = recv(fd, ans + got, sizeof(ans) - got, MSG_DONTWAIT);
+
+			if (k == 0 || (k < 0 && errno != EAGAIN))
+				break;
+			got += k > 0 ? (size_t)k : 0;
+		}
+		if (got < sizeof(ans)) {
+			yield_stop = 1;
+			pthread_join(yt, NULL);
+			return 0;
+		}
+		tq[i] = tb_clock_mono_ns() - t0;
+	}
+	yield_stop = 1;
+	pthread_join(yt, NULL);
+	*quiet = median(tq, QUIET_ROUNDS);
 	for (int i = 0; i < COLD_ROUNDS; i++) {
 		uint64_t t0;
 
@@ -286,7 +347,21 @@ static int one_run(tb_publisher_t *pub, tb_recovery_server_t *srv,
 			break;
 		usleep(1000);
 	} while (tb_clock_mono_ms() < deadline);
-	usleep(cfg->idle == TB_IDLE_BUSY_SPIN ? 1000 : 20000);
+	if (cfg->idle == TB_IDLE_BUSY_SPIN) {
+		/* A desk that spins its subscriber polls without pause:
+		 * 1 ms of polls (nothing new comes), not a sleep, after
+		 * which the gap met a core just woken from halt. */
+		uint64_t until = tb_clock_mono_ns() + 1000000;
+
+		while (tb_clock_mono_ns() < until) {
+			int n = tb_sub_poll(sub, on_msg, &r, 1024);
+
+			if (n < 0 && n != TB_NOT_CONNECTED)
+				return -1;
+		}
+	} else {
+		usleep(20000);
+	}
 	if (tb_sub_start_at(sub, first) < 0)
 		return -1;
 	r.want = (uint64_t)publish(pub);
@@ -348,17 +423,23 @@ int main(int argc, char **argv)
 	tb_recovery_server_t *srv = NULL, *spin_srv = NULL;
 	tb_stream_cfg_t cfg;
 	tb_publisher_t *pub;
-	uint64_t floor_ns, cold_ns = 0;
+	uint64_t floor_ns, quiet_ns = 0, cold_ns = 0;
 	int status = 0;
 
 	setenv("TICKBUS_QUIET", "1", 0);
 	load_average("at start");
-	floor_ns = tcp_floor(&cold_ns);
+	/* Before any thread starts: the helpers then keep off it. */
+	if (tb_thread_pin(POLL_CORE) < 0) {
+		fprintf(stderr, "bench recovery: %s\n", tb_errmsg());
+		return 1;
+	}
+	floor_ns = tcp_floor(&quiet_ns, &cold_ns);
 	tb_stream_cfg_init(&cfg);
 	snprintf(cfg.name, sizeof(cfg.name), "bench_recovery");
 	cfg.id = STREAM;
 	cfg.transport = TB_TRANSPORT_SHM;
 	cfg.ring_size = 64u << 20;
+	cfg.subscriber_core = POLL_CORE;
 	snprintf(cfg.shm_path, sizeof(cfg.shm_path), "/dev/shm/tb-bench-recovery.%d",
 		 (int)getpid());
 	snprintf(cfg.token, sizeof(cfg.token), TOKEN);
@@ -392,9 +473,14 @@ int main(int argc, char **argv)
 	cfg.n_recovery = 1;
 	printf("bench recovery: shm, %d-byte payloads, in-process recovery server "
 	       "answering from a retention window, kept connection, median of "
-	       "%d runs\n", PAYLOAD, RUNS);
+	       "%d runs; poll thread on core %d, the other threads off it\n",
+	       PAYLOAD, RUNS, POLL_CORE);
 	printf("bench recovery:   floor: one request/response on a kept loopback "
 	       "TCP connection (32 B out, 136 B back) %8.1f us\n", floor_ns / 1e3);
+	printf("bench recovery:   floor, quiet: the same after %u ms of nothing, "
+	       "the asker spinning, a thread yielding on the answerer's core "
+	       "(as the awake runs meet it) %8.1f us\n", QUIET_NS / 1000000,
+	       quiet_ns / 1e3);
 	printf("bench recovery:   floor, cold: the same after %u ms of silence "
 	       "(the answering thread asleep) %8.1f us\n", COLD_IDLE_US / 1000,
 	       cold_ns / 1e3);
@@ -452,6 +538,11 @@ int main(int argc, char **argv)
 				printf("bench recovery:     %5.1fx the warm floor "
 				       "(no wake-up on the service's side)\n",
 				       floor_ns ? (double)m / floor_ns : 0.0);
+			if (!parked)
+				printf("bench recovery:     %5.1fx the quiet floor "
+				       "(a request after %u ms of nothing)\n",
+				       quiet_ns ? (double)m / quiet_ns : 0.0,
+				       QUIET_NS / 1000000);
 			printf("bench recovery:     %" PRIu64 " gaps asked by the "
 			       "poll thread (%" PRIu64 " finished by the recovery "
 			       "thread), %" PRIu64 " by the recovery thread, %"
