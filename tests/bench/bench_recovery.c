@@ -54,6 +54,16 @@
  * (DESIGN.md section 8) and the figure before the kept connection (issue
  * 15: one connection per fetch, an eventfd wake-up).  The machine is
  * shared: the load average is printed beside.
+ *
+ * And a floor in place: each awake or parked run is followed by one made
+ * the same way (publish, open, wait, the same quiet) up to the moment the
+ * gap would be asked, where the poll thread makes one plain request/
+ * response on a kept connection to a helper thread that answers at once.
+ * On the 2-core PVM guest that costs 2-3x the quiet floor (the first
+ * send() after the run's set-up takes 25-60 us in the kernel, whatever
+ * the socket: a timeline of the gap's stamps showed it in the quick
+ * fetch's send, and a probe send on another connection took it instead),
+ * so the gap's ratio to it is what tickbus adds where it stands.
  */
 #include <tickbus/tickbus.h>
 
@@ -118,6 +128,7 @@ static void load_average(const char *when)
 /* ----------------------------------------------------------------- floor */
 
 static int echo_lfd;
+static int place_fd = -1; /* the in-place floor's kept connection */
 
 static int recv_n(int fd, void *buf, size_t n)
 {
@@ -133,12 +144,14 @@ static int recv_n(int fd, void *buf, size_t n)
 	return 0;
 }
 
+/* Answers each 32-byte request with 136 bytes at once, on the connection
+ * `arg` (an fd + 1), or on the first one accepted when NULL. */
 static void *echo_main(void *arg)
 {
 	uint8_t req[32], ans[136] = {0};
-	int fd = accept(echo_lfd, NULL, NULL), one = 1;
+	int fd = arg ? (int)(intptr_t)arg - 1 : accept(echo_lfd, NULL, NULL);
+	int one = 1;
 
-	(void)arg;
 	if (fd < 0)
 		return NULL;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -241,6 +254,18 @@ static uint64_t tcp_floor(uint64_t *quiet, uint64_t *cold)
 	*cold = median(tc, COLD_ROUNDS);
 	close(fd);
 	pthread_join(th, NULL);
+	/* The in-place floor's connection (one_run), answered the same way
+	 * by a helper thread that lives as long as the bench. */
+	place_fd = socket(AF_INET, SOCK_STREAM, 0);
+	setsockopt(place_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (connect(place_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    (fd = accept(echo_lfd, NULL, NULL)) < 0 ||
+	    tb_thread_start(&th, "bench-echo", echo_main,
+			    (void *)(intptr_t)(fd + 1)) < 0 ||
+	    pthread_detach(th) != 0) {
+		close(place_fd);
+		place_fd = -1;
+	}
 	close(echo_lfd);
 	return median(t, FLOOR_ROUNDS);
 }
@@ -310,8 +335,33 @@ static void on_msg(void *clientd, const tb_msg_t *m)
 /* How the runs' gaps were fetched, summed. */
 static tb_recovering_stats_t how;
 
+/* One request/response on the in-place floor's connection, asked and
+ * awaited as the poll thread asks a quick fetch (send, then recv without
+ * waiting until the answer is whole): its time, or 0. */
+static uint64_t place_request(void)
+{
+	uint8_t req[32] = {0}, ans[136];
+	uint64_t t0 = tb_clock_mono_ns();
+	size_t got = 0;
+
+	if (send(place_fd, req, sizeof(req), MSG_NOSIGNAL) != (ssize_t)sizeof(req))
+		return 0;
+	while (got < sizeof(ans)) {
+		ssize_t k = recv(place_fd, ans + got, sizeof(ans) - got, MSG_DONTWAIT);
+
+		if (k == 0 || (k < 0 && errno != EAGAIN))
+			return 0;
+		got += k > 0 ? (size_t)k : 0;
+	}
+	return tb_clock_mono_ns() - t0;
+}
+
+/* One run of `gap` (*ns: detection to the live message), or with `place`
+ * the same run up to the moment the gap would be asked, where the poll
+ * thread makes one plain request/response instead (*ns: its time). */
 static int one_run(tb_publisher_t *pub, tb_recovery_server_t *srv,
-		   const tb_stream_cfg_t *cfg, uint64_t gap, uint64_t *ns)
+		   const tb_stream_cfg_t *cfg, uint64_t gap, int place,
+		   uint64_t *ns)
 {
 	tb_recovery_server_stats_t st;
 	tb_subscriber_t *sub;
@@ -362,6 +412,11 @@ static int one_run(tb_publisher_t *pub, tb_recovery_server_t *srv,
 	} else {
 		usleep(20000);
 	}
+	if (place) {
+		*ns = place_request();
+		tb_subscriber_close(sub);
+		return *ns ? 0 : -1;
+	}
 	if (tb_sub_start_at(sub, first) < 0)
 		return -1;
 	r.want = (uint64_t)publish(pub);
@@ -399,16 +454,24 @@ static int one_run(tb_publisher_t *pub, tb_recovery_server_t *srv,
 }
 
 /* Median of RUNS runs of `gap` (after one to warm up), in ns; 0 on error. */
+/* Median of RUNS runs of `gap` (after one to warm up), in ns; 0 on error.
+ * With `place`, each run is followed by one that makes the in-place
+ * floor's request instead, and *place is their median. */
 static uint64_t runs_of(tb_publisher_t *pub, tb_recovery_server_t *srv,
-			const tb_stream_cfg_t *cfg, uint64_t gap)
+			const tb_stream_cfg_t *cfg, uint64_t gap, uint64_t *place)
 {
-	uint64_t t[RUNS], warm;
+	uint64_t t[RUNS], tp[RUNS], warm;
 
-	if (one_run(pub, srv, cfg, gap, &warm) < 0)
+	if (one_run(pub, srv, cfg, gap, 0, &warm) < 0)
 		return 0;
-	for (int i = 0; i < RUNS; i++)
-		if (one_run(pub, srv, cfg, gap, &t[i]) < 0)
+	for (int i = 0; i < RUNS; i++) {
+		if (one_run(pub, srv, cfg, gap, 0, &t[i]) < 0)
 			return 0;
+		if (place && one_run(pub, srv, cfg, gap, 1, &tp[i]) < 0)
+			return 0;
+	}
+	if (place)
+		*place = median(tp, RUNS);
 	return median(t, RUNS);
 }
 
@@ -492,7 +555,7 @@ int main(int argc, char **argv)
 
 		cfg.idle = TB_IDLE_BUSY_SPIN;
 		for (int i = 0; i < n && status == 0; i++)
-			if (one_run(pub, srv, &cfg, gap, &t) < 0)
+			if (one_run(pub, srv, &cfg, gap, 0, &t) < 0)
 				status = 1;
 			else
 				printf("%.1f us\n", t / 1e3);
@@ -514,10 +577,11 @@ int main(int argc, char **argv)
 		       "default; gap after 20 ms idle)" :
 		       "recovery thread awake (idle = busy-spin: it never parks)");
 		for (size_t g = 0; g < sizeof(gaps) / sizeof(gaps[0]); g++) {
-			uint64_t m;
+			uint64_t m, place = 0;
 
 			memset(&how, 0, sizeof(how));
-			m = runs_of(pub, by, &cfg, gaps[g].gap);
+			m = runs_of(pub, by, &cfg, gaps[g].gap,
+				    spinning || place_fd < 0 ? NULL : &place);
 
 			if (m == 0) {
 				status = 1;
@@ -543,6 +607,13 @@ int main(int argc, char **argv)
 				       "(a request after %u ms of nothing)\n",
 				       quiet_ns ? (double)m / quiet_ns : 0.0,
 				       QUIET_NS / 1000000);
+			if (place)
+				printf("bench recovery:     %5.1fx the floor in "
+				       "place (%.1f us: at the moment the gap "
+				       "is asked, in a run like this one, the "
+				       "poll thread's one request/response to a "
+				       "thread that answers at once)\n",
+				       (double)m / place, place / 1e3);
 			printf("bench recovery:     %" PRIu64 " gaps asked by the "
 			       "poll thread (%" PRIu64 " finished by the recovery "
 			       "thread), %" PRIu64 " by the recovery thread, %"
