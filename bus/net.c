@@ -5,6 +5,8 @@
  * Every wait is a poll() bounded by what is left of the call's deadline,
  * taken from the one monotonic clock (clock.h); every read and write is
  * MSG_DONTWAIT, so a socket that a caller made blocking behaves the same.
+ * The one exception is tb_net_reader_wait, a blocking recv() with
+ * SO_RCVTIMEO for an owner that made its socket blocking on purpose.
  */
 #include "bus/net.h"
 
@@ -13,6 +15,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -20,6 +23,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------- deadlines */
@@ -413,6 +417,49 @@ void tb_net_reader_init(tb_net_reader_t *r, int fd, void *buf, size_t cap)
 	r->cap = cap < INT32_MAX ? cap : INT32_MAX;
 	r->have = r->off = 0;
 	r->spin_ns = 0;
+	r->rcvtimeo_ms = 0;
+	r->rcvtimeo_set = 0;
+}
+
+int tb_net_set_blocking(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0)
+		return tb_error_sys(errno, "fcntl O_NONBLOCK");
+	return 0;
+}
+
+int tb_net_reader_wait(tb_net_reader_t *r, uint32_t timeout_ms)
+{
+	ssize_t k;
+
+	if (r->have > r->off)
+		return 1;
+	if (timeout_ms == 0) /* SO_RCVTIMEO 0 would block for ever */
+		return 0;
+	r->off = r->have = 0;
+	if (!r->rcvtimeo_set || r->rcvtimeo_ms != timeout_ms) {
+		struct timeval tv = {
+			.tv_sec = (time_t)(timeout_ms / 1000u),
+			.tv_usec = (suseconds_t)(timeout_ms % 1000u) * 1000,
+		};
+
+		if (setsockopt(r->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
+			return tb_error_sys(errno, "setsockopt SO_RCVTIMEO");
+		r->rcvtimeo_ms = timeout_ms;
+		r->rcvtimeo_set = 1;
+	}
+	k = recv(r->fd, r->buf, r->cap, 0);
+	if (k > 0) {
+		r->have = (size_t)k;
+		return 1;
+	}
+	if (k == 0)
+		return TB_CLOSED;
+	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+		return 0;
+	return tb_error_sys(errno, "recv");
 }
 
 int tb_net_reader_read(tb_net_reader_t *r, void *dst, size_t len,

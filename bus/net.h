@@ -163,6 +163,8 @@ typedef struct tb_net_reader {
 	size_t cap;
 	size_t have, off;   /* buf[off, have) is read and not yet taken */
 	uint64_t spin_ns;   /* tb_net_reader_fill: busy-poll this long */
+	uint32_t rcvtimeo_ms; /* tb_net_reader_wait: SO_RCVTIMEO as last set */
+	int rcvtimeo_set;
 } tb_net_reader_t;
 
 /* Reads socket `fd` through `buf` (`cap` bytes, owned by the caller). */
@@ -183,6 +185,24 @@ static inline void tb_net_reader_spin(tb_net_reader_t *r, uint64_t spin_ns)
  * Returns the bytes added (> 0), 0 when none are there yet (or the buffer
  * is full), TB_CLOSED when the peer closed (no message), or TB_ESYS. */
 int tb_net_reader_try(tb_net_reader_t *r);
+
+/* Clears O_NONBLOCK on `fd`, for tb_net_reader_wait (every other read
+ * and write here passes MSG_DONTWAIT, so they behave the same).  0 or
+ * TB_ESYS. */
+int tb_net_set_blocking(int fd);
+
+/*
+ * Waits up to timeout_ms (> 0) for bytes when none are buffered, in one
+ * blocking recv() with SO_RCVTIMEO, on a socket that tb_net_set_blocking
+ * made blocking: an idle peer's next request then costs its reader one
+ * system call when it comes, where recv(), poll() and recv() cost three
+ * (the last two after the wake-up).  Returns 1 when bytes are buffered,
+ * 0 when none came (timed out, a signal, or a socket left non-blocking:
+ * the caller waits on as it would have), TB_CLOSED, or TB_ESYS.  Setting
+ * SO_RCVTIMEO costs a system call only when timeout_ms changes, and
+ * before the wait.
+ */
+int tb_net_reader_wait(tb_net_reader_t *r, uint32_t timeout_ms);
 
 /* tb_net_recv_all through the reader's buffer: the same results. */
 int tb_net_reader_read(tb_net_reader_t *r, void *dst, size_t len,

@@ -472,12 +472,81 @@ static void reader_fill_peek_take(void **state)
 	close(b);
 }
 
+struct late_send {
+	int fd;
+	uint32_t after_ms;
+	const void *buf;
+	size_t len;
+};
+
+static void *late_send_main(void *arg)
+{
+	struct late_send *l = arg;
+
+	usleep(l->after_ms * 1000u);
+	if (tb_net_send_all(l->fd, l->buf, l->len, 1000) != 0)
+		return (void *)1;
+	return NULL;
+}
+
+/* tb_net_reader_wait: one blocking recv() that takes bytes sent while it
+ * waits, gives up at its timeout, and leaves every other call on the
+ * socket as it was (they pass MSG_DONTWAIT). */
+static void reader_waits_in_one_blocking_recv(void **state)
+{
+	static const uint8_t msg[10] = "0123456789";
+	struct late_send l;
+	uint8_t rbuf[64];
+	tb_net_reader_t r;
+	pthread_t th;
+	void *ret;
+	uint64_t t0;
+	int a, b;
+
+	(void)state;
+	pair(&a, &b);
+	tb_net_reader_init(&r, b, rbuf, sizeof(rbuf));
+	/* Left non-blocking (as accepted): nothing, at once. */
+	t0 = tb_clock_mono_ns();
+	assert_int_equal(tb_net_reader_wait(&r, 2000), 0);
+	assert_true(ms_since(t0) < 1000);
+	assert_int_equal(tb_net_set_blocking(b), 0);
+	assert_int_equal(fcntl(b, F_GETFL) & O_NONBLOCK, 0);
+	assert_int_equal(tb_net_reader_wait(&r, 0), 0);
+	/* Nothing comes: its timeout. */
+	t0 = tb_clock_mono_ns();
+	assert_int_equal(tb_net_reader_wait(&r, 60), 0);
+	assert_true(ms_since(t0) >= 50);
+	assert_true(ms_since(t0) < 5000);
+	/* Bytes sent while it waits end the wait. */
+	l = (struct late_send){.fd = a, .after_ms = 30, .buf = msg, .len = sizeof(msg)};
+	assert_int_equal(pthread_create(&th, NULL, late_send_main, &l), 0);
+	t0 = tb_clock_mono_ns();
+	assert_int_equal(tb_net_reader_wait(&r, 10000), 1);
+	assert_true(ms_since(t0) < 5000);
+	assert_int_equal(pthread_join(th, &ret), 0);
+	assert_null(ret);
+	assert_int_equal(tb_net_reader_avail(&r), sizeof(msg));
+	assert_memory_equal(tb_net_reader_peek(&r), msg, sizeof(msg));
+	/* Buffered bytes: no wait. */
+	assert_int_equal(tb_net_reader_wait(&r, 10000), 1);
+	tb_net_reader_take(&r, sizeof(msg));
+	/* The other reads keep their deadline on the blocking socket. */
+	t0 = tb_clock_mono_ns();
+	assert_int_equal(tb_net_reader_fill(&r, 1, 30), TB_ETIMEDOUT);
+	assert_true(ms_since(t0) < 5000);
+	close(a);
+	assert_int_equal(tb_net_reader_wait(&r, 10000), TB_CLOSED);
+	close(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(connected_sockets_are_tuned),
 		cmocka_unit_test(idle_connection_checked_without_waiting),
 		cmocka_unit_test(reader_fill_peek_take),
+		cmocka_unit_test(reader_waits_in_one_blocking_recv),
 		cmocka_unit_test(resolve_numeric_bracketed_named_and_empty),
 		cmocka_unit_test(resolve_refuses_bad_hosts),
 		cmocka_unit_test(listen_accept_dial),
