@@ -473,10 +473,18 @@ fail:
 	return rc;
 }
 
+/* The connection's read buffer, kept for its redials; its pages are
+ * touched when it is allocated (by the recovery thread, at the first
+ * dial), so that the answers to the first gaps are not read into page
+ * faults (a large answer's recv() faulted its pages in on the poll
+ * thread's quick fetch). */
 static int conn_buf(struct rconn *k)
 {
-	if (!k->buf && !(k->buf = aligned_alloc(64, CONN_BUF)))
+	if (k->buf)
+		return 0;
+	if (!(k->buf = aligned_alloc(64, CONN_BUF)))
 		return tb_error_set(TB_ENOMEM, "recovery client: out of memory");
+	memset(k->buf, 0, CONN_BUF);
 	return 0;
 }
 
