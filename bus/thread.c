@@ -18,7 +18,9 @@
  * under a real-time policy, never run at all: no heartbeat, no recovery).
  * So tb_thread_pin remembers the CPUs the process had before its first
  * pin and every core pinned since, and tb_thread_start gives a helper
- * the first less the second.
+ * the first less the second; a pin also moves the helpers already
+ * running off its core (a publisher's heartbeat started before a
+ * subscriber's poll thread was pinned would otherwise wake there).
  */
 #include "bus/thread.h"
 
@@ -31,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------- cpu lists */
@@ -115,6 +118,44 @@ static pthread_mutex_t cores_lock = PTHREAD_MUTEX_INITIALIZER;
 static cpu_set_t before, hot;
 static int have_before;
 
+/* The helpers running now (tb_thread_start), by kernel thread id: a pin
+ * moves them off its core.  A helper is listed from before its function
+ * runs until after it returns, under cores_lock, so an id on the list is
+ * a live thread's. */
+struct helper {
+	void *(*fn)(void *);
+	void *arg;
+	char name[16];
+	pid_t tid;
+	struct helper *next;
+};
+static struct helper *helpers;
+
+/* The CPUs a helper gets now: before less hot; 0 when none (no pin yet,
+ * or every core pinned).  Under cores_lock. */
+static int helper_cpus_locked(cpu_set_t *set)
+{
+	CPU_ZERO(set);
+	if (!have_before)
+		return 0;
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &before) && !CPU_ISSET(c, &hot))
+			CPU_SET(c, set);
+	return CPU_COUNT(set);
+}
+
+/* A core was pinned: every running helper leaves it (best effort: one
+ * whose CPUs a cpuset took away keeps what it has).  Under cores_lock. */
+static void helpers_move_locked(void)
+{
+	cpu_set_t set;
+
+	if (helper_cpus_locked(&set) == 0)
+		return; /* nowhere else to go: they stay where they are */
+	for (struct helper *h = helpers; h; h = h->next)
+		(void)sched_setaffinity(h->tid, sizeof(set), &set);
+}
+
 static const char *isolated_path(void)
 {
 	const char *env = getenv("TICKBUS_ISOLATED_FILE");
@@ -192,7 +233,12 @@ int tb_thread_pin(int core)
 				  "%d", core);
 	}
 	pthread_mutex_lock(&cores_lock);
-	CPU_SET(core, &hot);
+	if (!CPU_ISSET(core, &hot)) {
+		CPU_SET(core, &hot);
+		/* Helpers started before this pin (a publisher opened, then
+		 * a subscriber pinned elsewhere) would wake on it. */
+		helpers_move_locked();
+	}
 	pthread_mutex_unlock(&cores_lock);
 	iso = tb_thread_core_isolated(core);
 	if (iso == 0)
@@ -213,42 +259,47 @@ int tb_thread_pin(int core)
 
 int tb_thread_helper_cpus(cpu_set_t *set)
 {
-	int n = 0;
+	int n;
 
-	CPU_ZERO(set);
 	pthread_mutex_lock(&cores_lock);
-	if (have_before) {
-		for (int c = 0; c < CPU_SETSIZE; c++)
-			if (CPU_ISSET(c, &before) && !CPU_ISSET(c, &hot))
-				CPU_SET(c, set);
-		n = CPU_COUNT(set);
-	}
+	n = helper_cpus_locked(set);
 	pthread_mutex_unlock(&cores_lock);
 	return n;
 }
 
-/* What a helper runs first: its name, then its function. */
-struct start {
-	void *(*fn)(void *);
-	void *arg;
-	char name[16];
-};
-
+/* What a helper runs: its name; its listing, and the CPUs of any pin made
+ * since it was created; its function; then off the list. */
 static void *helper_main(void *arg)
 {
-	struct start st = *(struct start *)arg;
+	struct helper *h = arg;
+	struct helper **pp;
+	cpu_set_t set;
+	void *ret;
 
-	free(arg);
 	/* What `top -H` and perf show for it, before it does anything
 	 * (tb_thread_start names it too, for when it returns). */
-	(void)pthread_setname_np(pthread_self(), st.name);
-	return st.fn(st.arg);
+	(void)pthread_setname_np(pthread_self(), h->name);
+	h->tid = (pid_t)syscall(SYS_gettid);
+	pthread_mutex_lock(&cores_lock);
+	h->next = helpers;
+	helpers = h;
+	if (helper_cpus_locked(&set) > 0)
+		(void)sched_setaffinity(0, sizeof(set), &set);
+	pthread_mutex_unlock(&cores_lock);
+	ret = h->fn(h->arg);
+	pthread_mutex_lock(&cores_lock);
+	for (pp = &helpers; *pp != h; pp = &(*pp)->next)
+		;
+	*pp = h->next;
+	pthread_mutex_unlock(&cores_lock);
+	free(h);
+	return ret;
 }
 
 int tb_thread_start(pthread_t *t, const char *name, void *(*fn)(void *),
 		    void *arg)
 {
-	struct start *st = malloc(sizeof(*st));
+	struct helper *st = calloc(1, sizeof(*st));
 	pthread_attr_t attr;
 	cpu_set_t cpus;
 	int rc = EINVAL;

@@ -39,8 +39,10 @@ int tb_thread_core_isolated(int core);
  * recovery, a service's connections: threads that sleep in the kernel and
  * wake now and then), named `name` (at most 15 characters, for top -H and
  * perf), off the hot threads' cores: on the CPUs the process had before
- * its first tb_thread_pin, less every core pinned since.  With no pin yet,
- * or none of those CPUs left, it inherits the caller's affinity.
+ * its first tb_thread_pin, less every core pinned since; a later pin
+ * moves it off that core too, while it runs.  With no pin yet, or none of
+ * those CPUs left, it inherits the caller's affinity (and keeps it while
+ * no CPU is left).
  * Returns 0, or TB_ESYS (pthread_create) with a message naming `name`.
  */
 int tb_thread_start(pthread_t *t, const char *name, void *(*fn)(void *),

@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -384,6 +385,60 @@ static void test_helpers_keep_off_pinned_cores(void **state)
 	in_child(helpers_child);
 }
 
+/* A helper that runs until told to stop (bounded: 10 s). */
+struct waiting_helper {
+	atomic_int started, stop;
+};
+
+static void *waiting_main(void *arg)
+{
+	struct waiting_helper *w = arg;
+
+	atomic_store(&w->started, 1);
+	for (int i = 0; i < 10000 && !atomic_load(&w->stop); i++)
+		usleep(1000);
+	return NULL;
+}
+
+static void running_child(const cpu_set_t *mine)
+{
+	int first = first_cpu(mine);
+	struct waiting_helper w;
+	cpu_set_t rest, cpus;
+	pthread_t t;
+
+	/* Started before any pin: the caller's CPUs, `first` among them. */
+	atomic_init(&w.started, 0);
+	atomic_init(&w.stop, 0);
+	CHILD_CHECK(tb_thread_start(&t, "tb-test-wait", waiting_main, &w) == 0);
+	for (int i = 0; i < 10000 && !atomic_load(&w.started); i++)
+		usleep(1000);
+	CHILD_CHECK(atomic_load(&w.started));
+	CHILD_CHECK(pthread_getaffinity_np(t, sizeof(cpus), &cpus) == 0);
+	CHILD_CHECK(CPU_EQUAL(&cpus, mine));
+	/* A later pin of `first` (here the child's main thread, as a
+	 * subscriber opened after the publisher): the running helper
+	 * leaves it, at once. */
+	CHILD_CHECK(tb_thread_pin(first) == 0);
+	CPU_ZERO(&rest);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, mine) && c != first)
+			CPU_SET(c, &rest);
+	CHILD_CHECK(pthread_getaffinity_np(t, sizeof(cpus), &cpus) == 0);
+	CHILD_CHECK(CPU_EQUAL(&cpus, &rest));
+	atomic_store(&w.stop, 1);
+	CHILD_CHECK(pthread_join(t, NULL) == 0);
+	/* Gone from the list: a further pin touches no thread that ended
+	 * (its id may be another's by now). */
+	CHILD_CHECK(tb_thread_pin(first_cpu(&rest)) == 0);
+}
+
+static void test_running_helpers_leave_a_later_pin(void **state)
+{
+	(void)state;
+	in_child(running_child);
+}
+
 /* The affinity of this process's thread named `name`; 0 if found. */
 static int thread_cpus(const char *name, cpu_set_t *cpus)
 {
@@ -469,6 +524,7 @@ int main(void)
 		/* First, before any pin here: the cores a process pinned
 		 * are remembered, and a forked child inherits them. */
 		cmocka_unit_test(test_helpers_keep_off_pinned_cores),
+		cmocka_unit_test(test_running_helpers_leave_a_later_pin),
 		cmocka_unit_test(test_library_threads_keep_off_pinned_cores),
 		cmocka_unit_test(test_cpulist_valid),
 		cmocka_unit_test(test_cpulist_malformed),

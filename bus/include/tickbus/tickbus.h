@@ -463,8 +463,9 @@ void tb_latency_close(tb_latency_t *lat);
 /* ------------------------------------------------------ threads and time */
 
 /* Pins the calling thread to `core`; warns if the core is not isolated.
- * The library's threads started afterwards (heartbeat, control, recovery)
- * keep off every core so pinned.  Errors: TB_EINVAL (no such core, or offline or not allowed to this
+ * The library's threads (heartbeat, control, recovery), those already
+ * running and those started afterwards, keep off every core so pinned.
+ * Errors: TB_EINVAL (no such core, or offline or not allowed to this
  * process: the message lists the allowed ones), TB_ESYS (sched_setaffinity
  * refused otherwise, e.g. EPERM). */
 int tb_thread_pin(int core);
