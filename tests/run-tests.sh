@@ -31,7 +31,12 @@ for t in "$@"; do
 	0) pass=$((pass + 1)); printf 'PASS  %-40s %6ss\n' "$name" "$secs" ;;
 	77) skip=$((skip + 1)); printf 'SKIP  %-40s %s\n' "$name" "$(tail -n 1 "$log")" ;;
 	*) fail=$((fail + 1)); failed="$failed $name"
-	   printf 'FAIL  %-40s exit %d; last lines of %s:\n' "$name" "$rc" "$log"
+	   printf 'FAIL  %-40s exit %d\n' "$name" "$rc"
+	   # The failed checks first: a long tail may be cut short where
+	   # it is shown (a CI excerpt), and they are what tells why.
+	   grep -E -m 12 'error: |Failure|\[  ERROR   \]|\[  FAILED  \] [a-z]|runtime error|AddressSanitizer' \
+		"$log" | sed 's/^/   !  /'
+	   echo "      last lines of $log:"
 	   tail -n 30 "$log" | sed 's/^/      /' ;;
 	esac
 	rm -rf /dev/shm/softrdma-"$SOFTRDMA_FABRIC"* 2>/dev/null
