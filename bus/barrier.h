@@ -77,6 +77,29 @@
  * makes every running thread of the process execute a full fence. */
 #define tb_atomic_fence_compiler() atomic_signal_fence(memory_order_seq_cst)
 
+/*
+ * Adds 1 to a counter only this thread stores and other threads only read
+ * (a seqlock's or a reader mark's own count), with release order: this
+ * thread's earlier accesses stay above it, and the compiler moves none of
+ * its later ones above it either.  On x86-64 one add to memory: a single
+ * aligned store, so a reader sees the old value or the new, never a torn
+ * one, and no lock prefix, which no other writer makes necessary.  C11
+ * has no such operation (its fetch_add is a locked read-modify-write), so
+ * elsewhere it is the relaxed load and the release store it stands for.
+ */
+static inline void tb_atomic_own_inc_release(_Atomic uint64_t *p)
+{
+#if defined(__x86_64__)
+	/* Stores are released in program order on x86-64; the clobber keeps
+	 * the compiler's order on both sides. */
+	__asm__ __volatile__("addq $1, %0" : "+m"(*(uint64_t *)p) : : "memory");
+#else
+	atomic_store_explicit(p, atomic_load_explicit(p, memory_order_relaxed) + 1,
+			      memory_order_release);
+	atomic_signal_fence(memory_order_seq_cst);
+#endif
+}
+
 /* Tells the CPU this is a spin-wait loop (PAUSE on x86). */
 static inline void tb_cpu_relax(void)
 {

@@ -14,12 +14,11 @@
  * straight line per transport with no call but the provider's (and ud's
  * MAC): the clock is the publisher's own copy of the host's TSC
  * calibration (clock.h, tb_clock_fwd_t), the count of frames published is
- * the sequence just published (one store).  tb_pub_offer holds rc's copy
- * and ends it with a jump to rc's send (rc_pub.c, tb_rc_pub_send_small),
- * so it saves few registers; ud's (its send expanded from ud.h with the
- * frame's fields in registers), shm's and the other transports' are each
- * a function of its own that tb_pub_offer jumps to, so each saves only
- * the registers its own path needs.
+ * the sequence just published (one store).  rc's copy (its send expanded
+ * from rc_pub.h, tb_rc_pub_send_small), ud's (its send expanded from
+ * ud.h), shm's and the other transports' are each a function of its own
+ * that tb_pub_offer jumps to, with the frame's fields in registers, so
+ * each saves only the registers its own path needs.
  * Anything else -- a claim open, back-pressure, no TSC, a larger message,
  * a frame that pads the end of an rc or ud ring -- takes offer_checked,
  * the same steps through the transport's ops.
@@ -416,7 +415,7 @@ enum { SEND_OP, SEND_RC, SEND_UD, SEND_NONE };
 /* tb_pub_offer of a message of at most OFFER_SMALL bytes with no claim
  * open, no room to ask, the TSC for a clock and frames that hold it (not
  * p->slow).  `kind` (a constant): SEND_RC, p->rc is set, so the ring is
- * private and the send is rc's, a jump to it.  SEND_UD: p->ud is set, the
+ * private and the send is rc's, inline.  SEND_UD: p->ud is set, the
  * ring is private and the send is ud's, inline.  With either, a frame
  * that would pad the ring's end (once a lap) goes the checked way, so
  * this one never pads.  SEND_NONE: a shared ring (shm) and no send.
@@ -465,13 +464,10 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	 * publisher's alone): one store, not a load and a store.  Relaxed,
 	 * unpaired, as tb_counter_add. */
 	tb_atomic_store_relaxed(&p->ctr->c[TB_CTR_PUBLISHED], seq);
-	/* The transport's send: rc's a jump to its own function, which
-	 * returns seq (with nothing of ours to keep across its posts, this
-	 * way saves no register); ud's inline, with the frame's fields in
-	 * hand. */
+	/* The transport's send, inline, with the frame's fields in hand. */
 	if (rc)
-		return tb_rc_pub_send_small(p->rc, f, len + TB_FRAME_HDR_LEN, seq);
-	if (kind == SEND_UD) {
+		tb_rc_pub_send_small(p->rc, f, len + TB_FRAME_HDR_LEN, seq);
+	else if (kind == SEND_UD) {
 		/* No pad here: the frame is all of at..end. */
 		if (tb_unlikely(tb_ud_send_frame(p->ud, f, (uint32_t)(end - at),
 						 seq, at, end) < 0))
@@ -482,9 +478,9 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	return (int64_t)seq;
 }
 
-/* offer_small's copies, each a function of its own, so that the rc
- * offer, which ends in a jump to rc's send, saves no register for the
- * others' (tb_pub_offer jumps to these: no call, no frame). */
+/* offer_small's copies, each a function of its own, so that each saves
+ * the registers of its own send only (tb_pub_offer jumps to these: no
+ * call, no frame). */
 static __attribute__((noinline)) int64_t
 tb_pub_offer_rc(tb_publisher_t *p, uint16_t template_id, const void *buf,
 		uint32_t len)

@@ -19,7 +19,7 @@
  * flavour with a registry of reader threads the publisher carries one
  * counter, `reading`, odd while a send is inside the table:
  *
- *   reader (every send):   reading = odd (relaxed); compiler fence;
+ *   reader (every send):   reading = odd (its own add); compiler fence;
  *                          table = load; ... ; reading = even (release)
  *   writer (control):      table = new (seq_cst); membarrier();
  *                          if reading is odd, wait until it changes
@@ -312,74 +312,17 @@ __attribute__((noinline, cold)) void tb_rc_pub_post_failed(tb_rc_pub_sub_t *s,
 	sub_dead(s, "ibv_post_send failed");
 }
 
-/* tb_rc_pub_send_small when some subscriber's QP does not take a small
- * frame inline: each its own request, by reference.  Out of line, so that
- * its registers are not saved in the common case. */
-static __attribute__((noinline, cold)) void
-send_small_by_ref(tb_rc_pub_t *t, const tb_rc_pub_table_t *tab,
-		  const tb_frame_hdr_t *f, uint32_t len, uint64_t seq)
+/* tb_rc_pub_send_small (rc_pub.h) when some subscriber's QP does not take
+ * a small frame inline: each its own request, by reference.  Out of line,
+ * so that its registers are not saved in the common case. */
+__attribute__((noinline, cold)) void
+tb_rc_pub_send_by_ref(tb_rc_pub_t *t, const tb_rc_pub_table_t *tab,
+		      const tb_frame_hdr_t *f, uint32_t len, uint64_t seq)
 {
 	uint64_t tail = t->base.ring.tail;
 
 	tb_rc_pub_frame(t, tab, f, len, seq, tail - tb_frame_space(len), tail,
 			0, 1);
-}
-
-/*
- * tb_rc_pub_send_small (rc_pub.h).  Inline (every QP takes a small frame
- * so), a frame fills the publisher's small_sge, space and sequence bits
- * once, and then, per subscriber, what differs: its immediate and remote
- * address in its small_wr, its counts.  Across each post the loop keeps
- * only the table position, the publisher and `seq` in registers; the rest
- * it reads back from the publisher (the slow path too: the frame from
- * small_sge, its position tail - space), so the function saves three
- * registers and spills nothing.
- */
-__attribute__((noinline)) int64_t
-tb_rc_pub_send_small(tb_rc_pub_t *t, const tb_frame_hdr_t *f, uint32_t len,
-		     uint64_t seq)
-{
-	const tb_rc_pub_table_t *tab = tb_rc_pub_enter(t, 0);
-	tb_rc_pub_sub_t *const *sp;
-	tb_rc_pub_sub_t *s;
-
-	/* Relaxed: ordered before the table change this send's load of the
-	 * table saw (see tb_rc_pub_t); it only ever falls to 0. */
-	if (tb_unlikely(!tb_atomic_load_relaxed(&t->inline_small))) {
-		send_small_by_ref(t, tab, f, len, seq);
-		tb_rc_pub_leave(t);
-		return (int64_t)seq;
-	}
-	t->small_sge.addr = (uintptr_t)f;
-	t->small_sge.length = len;
-	t->small_space = tb_frame_space(len);
-	t->small_seq_bits = (uint32_t)(seq & TB_RC_IMM_SEQ_MASK)
-			    << TB_RC_IMM_OFF_BITS;
-	for (sp = tab->sub; (s = *sp) != NULL; sp++) {
-		uint64_t tail = t->base.ring.tail;
-		uint32_t space = t->small_space;
-		uint64_t off = s->wpos & s->rmask;
-
-		if (tb_unlikely(s->posted >= s->next_check ||
-				tail > s->pin_limit ||
-				s->wpos + space > s->limit_pos)) {
-			tb_rc_pub_write_slow(t, s,
-					     (const tb_frame_hdr_t *)(uintptr_t)
-					     t->small_sge.addr,
-					     tail - space, tail, 0);
-			continue;
-		}
-		s->small_wr.imm_data = htobe32((uint32_t)(off / TB_FRAME_ALIGN) |
-					       t->small_seq_bits);
-		s->small_wr.wr.rdma.remote_addr = s->raddr + off;
-		/* Counted before the post, as in tb_rc_pub_write. */
-		s->posted++;
-		s->wpos += space;
-		if (tb_unlikely(s->post_send(s->qp, &s->small_wr, &s->bad) != 0))
-			tb_rc_pub_post_failed(*sp, t->small_space); /* s is not kept */
-	}
-	tb_rc_pub_leave(t);
-	return (int64_t)seq;
 }
 
 /* Posts the requests `s` holds chained with one ibv_post_send (one

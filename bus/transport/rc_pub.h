@@ -11,9 +11,9 @@
  * and the mark of its one reader (tb_rc_pub_t), each subscriber's work
  * request prepared at join and the limits its common case compares with
  * (tb_rc_pub_sub_t) -- and the send of one small data frame,
- * tb_rc_pub_send_small, is a function tb_pub_offer jumps to with the
- * frame, its length and sequence in argument registers, so that neither
- * saves many registers (rc_pub.c).  Everything that is not the common
+ * tb_rc_pub_send_small, is inlined in the publisher's rc offer, so that
+ * the two share one prologue and one set of saved registers, and the
+ * frame's fields stay in hand.  Everything that is not the common
  * case stays out of line in rc_pub.c: a subscriber's slow path
  * (tb_rc_pub_write_slow), a failed post (tb_rc_pub_post_failed), and
  * every stream whose send is not the plain one (batching, back-pressure,
@@ -186,12 +186,10 @@ void tb_rc_pub_post_failed(tb_rc_pub_sub_t *s, uint32_t space);
 static inline __attribute__((always_inline)) tb_rc_pub_table_t *
 tb_rc_pub_enter(tb_rc_pub_t *t, int fenced)
 {
-	/* Relaxed: `reading` is this thread's own; only it stores there. */
-	uint64_t odd = tb_atomic_load_relaxed(&t->reading) + 1;
-
-	/* R4: odd first; the load of the table may not rise above it (the
-	 * writer's membarrier is the other half of the fence). */
-	tb_atomic_store_relaxed(&t->reading, odd);
+	/* R4: odd first (`reading` is this thread's own: one add); the load
+	 * of the table may not rise above it (the writer's membarrier is the
+	 * other half of the fence). */
+	tb_atomic_own_inc_release(&t->reading);
 	if (fenced)
 		tb_atomic_fence_full();
 	else
@@ -204,10 +202,9 @@ tb_rc_pub_enter(tb_rc_pub_t *t, int fenced)
 static inline __attribute__((always_inline)) void
 tb_rc_pub_leave(tb_rc_pub_t *t)
 {
-	/* Relaxed: our own store; R4 pairs with A4 in table_change
-	 * (rc_pub.c): done with the table. */
-	tb_atomic_store_release(&t->reading,
-				tb_atomic_load_relaxed(&t->reading) + 1);
+	/* R4 pairs with A4 in table_change (rc_pub.c): done with the
+	 * table.  Our own count: one add. */
+	tb_atomic_own_inc_release(&t->reading);
 }
 
 /* Adds a WRITE_WITH_IMM of frame `f` (`len` bytes) at offset `off` of
@@ -308,16 +305,72 @@ static inline tb_rc_pub_t *tb_rc_pub_of(tb_tx_t *tx)
 	return tx->ops == &tb_rc_tx_ops ? (tb_rc_pub_t *)tx : NULL;
 }
 
+/* tb_rc_pub_send_small when some subscriber's QP does not take a small
+ * frame inline (rc_pub.c; cold). */
+void tb_rc_pub_send_by_ref(tb_rc_pub_t *t, const tb_rc_pub_table_t *tab,
+			   const tb_frame_hdr_t *f, uint32_t len, uint64_t seq);
+
 /*
  * tb_rc_tx_ops's send of one data frame, `f`, of `len` bytes (header
  * included, at most TB_RC_SMALL_FRAME) and sequence `seq`, just committed
  * at the end of our ring (its tail is just past `f`: a small offer never
- * pads): one WRITE_WITH_IMM to every subscriber.  Returns `seq`, so the
- * publisher's offer ends with a jump here.  For tb_rc_pub_of's publishers
- * only; in rc_pub.c.  Hot path: no allocation, lock or system call
- * beyond the provider's post.
+ * pads): one WRITE_WITH_IMM to every subscriber.  For tb_rc_pub_of's
+ * publishers only.  Inlined in the publisher's rc offer, so that the
+ * offer and the send share one prologue and one set of saved registers.
+ *
+ * Inline (every QP takes a small frame so), a frame fills the publisher's
+ * small_sge, space and sequence bits once, and then, per subscriber, what
+ * differs: its immediate and remote address in its small_wr, its counts.
+ * Across each post the loop keeps only the table position, the publisher
+ * and `seq` in registers; the rest it reads back from the publisher (the
+ * slow path too: the frame from small_sge, its position tail - space), so
+ * nothing is spilled.
+ * Hot path: no allocation, lock or system call beyond the provider's post.
  */
-int64_t tb_rc_pub_send_small(tb_rc_pub_t *t, const tb_frame_hdr_t *f,
-			     uint32_t len, uint64_t seq);
+static inline __attribute__((always_inline)) void
+tb_rc_pub_send_small(tb_rc_pub_t *t, const tb_frame_hdr_t *f, uint32_t len,
+		     uint64_t seq)
+{
+	const tb_rc_pub_table_t *tab = tb_rc_pub_enter(t, 0);
+	tb_rc_pub_sub_t *const *sp;
+	tb_rc_pub_sub_t *s;
+
+	/* Relaxed: ordered before the table change this send's load of the
+	 * table saw (see tb_rc_pub_t); it only ever falls to 0. */
+	if (tb_unlikely(!tb_atomic_load_relaxed(&t->inline_small))) {
+		tb_rc_pub_send_by_ref(t, tab, f, len, seq);
+		tb_rc_pub_leave(t);
+		return;
+	}
+	t->small_sge.addr = (uintptr_t)f;
+	t->small_sge.length = len;
+	t->small_space = tb_frame_space(len);
+	t->small_seq_bits = (uint32_t)(seq & TB_RC_IMM_SEQ_MASK)
+			    << TB_RC_IMM_OFF_BITS;
+	for (sp = tab->sub; (s = *sp) != NULL; sp++) {
+		uint64_t tail = t->base.ring.tail;
+		uint32_t space = t->small_space;
+		uint64_t off = s->wpos & s->rmask;
+
+		if (tb_unlikely(s->posted >= s->next_check ||
+				tail > s->pin_limit ||
+				s->wpos + space > s->limit_pos)) {
+			tb_rc_pub_write_slow(t, s,
+					     (const tb_frame_hdr_t *)(uintptr_t)
+					     t->small_sge.addr,
+					     tail - space, tail, 0);
+			continue;
+		}
+		s->small_wr.imm_data = htobe32((uint32_t)(off / TB_FRAME_ALIGN) |
+					       t->small_seq_bits);
+		s->small_wr.wr.rdma.remote_addr = s->raddr + off;
+		/* Counted before the post, as in tb_rc_pub_write. */
+		s->posted++;
+		s->wpos += space;
+		if (tb_unlikely(s->post_send(s->qp, &s->small_wr, &s->bad) != 0))
+			tb_rc_pub_post_failed(*sp, t->small_space); /* s is not kept */
+	}
+	tb_rc_pub_leave(t);
+}
 
 #endif

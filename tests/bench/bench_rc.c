@@ -38,11 +38,11 @@
  * extra one, DESIGN.md section 8), the publisher core's share of it (the
  * self cost of tb_pub_offer's lines from the publisher and its headers:
  * the claim, the frame header, the clock read, the payload copy, the
- * commit) and the rc transport's (the rest: rc's send, the function
- * tb_rc_pub_send_small that the offer ends with a jump to, its slow path
- * and inlined verbs calls included, the provider's post_send and poll_cq
- * excluded).  Each
- * row prints beside the goal, with the per-subscriber step.
+ * commit) and the rc transport's (the rest: rc's send,
+ * tb_rc_pub_send_small, which the offer inlines from rc_pub.h, its slow
+ * path and inlined verbs calls included, the provider's post_send and
+ * poll_cq excluded).  Each row prints beside the goal, with the
+ * per-subscriber step.
  */
 #include <tickbus/tickbus.h>
 
@@ -364,8 +364,8 @@ static double callgrind_per_offer(int n, int count, double *verbs_per_offer,
 	/* The publisher core: the self cost of tb_pub_offer's lines from
 	 * the publisher and its own headers (ring.h, frame.h, clock.h, ...:
 	 * bench_core_line).  The transport is the rest above the provider:
-	 * its send (tb_rc_pub_send_small, rc_pub.c, which the offer jumps
-	 * to) and what that calls but the provider. */
+	 * its send (tb_rc_pub_send_small, inlined from rc_pub.h) and what
+	 * that calls but the provider. */
 	snprintf(cmd, sizeof(cmd), "callgrind_annotate --auto=no --threshold=100 %s-01 "
 		 "2>/dev/null", out);
 	f = popen(cmd, "r");

@@ -75,7 +75,7 @@ static inline int bench_core_line(const char *line)
 {
 	static const char *const core[] = {
 		"publisher/", "bus/ring.h:", "bus/frame.h:", "bus/clock.h:",
-		"bus/counters.h:", "bus/barrier.h:", "intrin.h:", NULL};
+		"bus/counters.h:", "intrin.h:", NULL};
 	const char *fn = strstr(line, "%)");
 
 	/* tb_pub_offer, or the copy of its small offer it jumps to

@@ -143,8 +143,8 @@ static uint64_t published(const char *name)
  */
 static void every_way_stamps_and_counts_alike(void **state)
 {
-	static const uint32_t sizes[] = {0, 1, 7, 8, 15, 16, 17, 31, 32, 33,
-					 48, 63, 64, 65, 100, 300};
+	static const uint32_t sizes[] = {0, 1, 2, 3, 4, 7, 8, 15, 16, 17,
+					 31, 32, 33, 48, 63, 64, 65, 100, 300};
 	const int rounds = 2000;
 	tb_stream_cfg_t cfg;
 	tb_publisher_t *pub;
