@@ -17,6 +17,16 @@
  * publisher whose BYE is waiting in its socket.  The polling thread only
  * reports the state it finds, once, at its place in the stream.
  *
+ * A session that ends without the application being told of the
+ * publisher's end (RECONNECT: our side broke; EVICTED: it dropped us) is
+ * followed by CONNECTING at once, and CONNECTING alone never ends: a
+ * publisher that died meanwhile refuses every dial.  So a publisher not
+ * reached again within liveness_timeout_ms of the last word from it
+ * (last_beat_ns) is judged dead as a silent one is (ctl_unreached):
+ * the frames it said it had published beyond ours go up as lost, then
+ * TB_PUBLISHER_DEAD, once for the break; then the dialling goes on, for
+ * a publisher that restarts (a new epoch).
+ *
  * Reading back (rc.h).  A gap the publisher made by skipping us is read
  * back by the polling thread itself, from the publisher's ring, before it
  * is reported: the frame that shows the gap stays where it is (in our ring
@@ -45,6 +55,12 @@
  *   S5        rc_rx_close stops rx_ctl_main.
  *   S6        cq_broken: the poller found the CQ overrun; the control
  *             thread makes a new one before the next session.
+ *   R7 -> A7  pub_dead set: the control thread, CONNECTING, judged the
+ *             publisher it cannot reach again dead; rx_idle reports it,
+ *             with the pub_last_seq stored before.
+ *   R8 -> A8  pub_dead cleared: rx_idle has reported it and is done with
+ *             pub_last_seq; the control thread dials again (no dial while
+ *             it is set, so the report comes before a new session's).
  *   L1 -> L2  the range the publisher says it skipped us for, from its
  *             heartbeats: a seqlock the control thread writes and rx_idle
  *             reads.
@@ -103,7 +119,8 @@
 #define SEND TB_RC_CTL_SEND
 
 enum {
-	CTL_CONNECTING,
+	CTL_CONNECTING, /* dialling; after a session, until the publisher
+			 * is reached or judged dead (pub_dead) */
 	CTL_LIVE,
 	CTL_CLOSED,     /* BYE: the stream closed */
 	CTL_LOST,       /* the publisher stopped answering, or the QP failed */
@@ -205,6 +222,8 @@ typedef struct rc_rx {
 	_Atomic uint64_t skip_first;    /* the range it says it skipped us */
 	_Atomic uint64_t skip_last;     /* for; 0 and 0 = none */
 	_Atomic int stop;           /* S5 */
+	_Atomic int pub_dead;       /* R7/A7: judged dead while CONNECTING;
+				     * R8/A8: reported */
 	rc_session_t sess;          /* published by R2 */
 	int reject_code;            /* with CTL_REJECTED: what poll returns */
 	/* Cold: the control thread. */
@@ -221,6 +240,9 @@ typedef struct rc_rx {
 	tb_rc_ctl_in_t in;
 	struct ibv_qp *old_qp;      /* waiting for the poller to release it */
 	uint64_t old_gen;
+	int rejoining;              /* a RECONNECT or EVICTED session ended;
+				     * the publisher neither reached again
+				     * nor judged dead since */
 	char reject_text[TB_CONTROL_TEXT_LEN + 160];
 	/* Completions taken from the CQ, not yet handled (r->wc_i ..
 	 * r->wc_n); more than a poll's only while a read-back is out. */
@@ -383,6 +405,8 @@ static int session_open(rc_rx_t *r)
 		goto fail;
 	}
 	if (rc == 1 && m.type == TB_CONTROL_REJECT) {
+		/* V: it answered, so it is alive (ctl_unreached). */
+		tb_atomic_store_relaxed(&r->last_beat_ns, tb_clock_now_ns());
 		snprintf(r->reject_text, sizeof(r->reject_text), "the publisher "
 			 "rejected this subscriber: %s (reason %u, %s)",
 			 m.reject.text, m.reject.reason,
@@ -435,6 +459,7 @@ static int session_open(rc_rx_t *r)
 	tb_atomic_store_relaxed(&r->pub_last_seq,
 				m.accept.next_seq ? m.accept.next_seq - 1 : 0);
 	tb_atomic_store_relaxed(&r->last_beat_ns, tb_clock_now_ns()); /* by R2 */
+	r->rejoining = 0;
 	tb_atomic_store_seq_cst(&r->ctl_state, CTL_LIVE);              /* S4 */
 	/* R2 pairs with A2 in rc_rx_poll and rx_adopt: sess is ready. */
 	tb_atomic_fetch_add_release(&r->gen, 1);
@@ -554,6 +579,23 @@ static void rx_ctl_live(rc_rx_t *r, uint64_t beat_ns, uint64_t *next_beat)
 		ctl_close_fd(r);
 }
 
+/* A dial after a RECONNECT or EVICTED session failed: the publisher, not
+ * reached again within liveness_timeout_ms of the last word from it, is
+ * dead, as one gone silent is (the top of this file), once for the
+ * break. */
+static void ctl_unreached(rc_rx_t *r)
+{
+	if (!r->rejoining || tb_clock_now_ns() -
+	    tb_atomic_load_relaxed(&r->last_beat_ns) <= r->dead_ns)
+		return;
+	tb_warn("stream '%s': the publisher, not heard from for %u ms, cannot "
+		"be reached again: it is dead", r->cfg.name,
+		r->cfg.liveness_timeout_ms);
+	r->rejoining = 0;
+	/* R7 pairs with A7 in rx_idle: pub_last_seq, stored before. */
+	tb_atomic_store_release(&r->pub_dead, 1);
+}
+
 static void *rx_ctl_main(void *arg)
 {
 	rc_rx_t *r = arg;
@@ -576,7 +618,10 @@ static void *rx_ctl_main(void *arg)
 			int rc;
 
 			rx_device_events(r);
-			if (r->old_qp) {   /* one session at a time */
+			/* One session at a time; and a publisher judged dead
+			 * is reported before a new one's session (A8 pairs
+			 * with R8 in rx_unreached). */
+			if (r->old_qp || tb_atomic_load_acquire(&r->pub_dead)) {
 				usleep(TB_RC_CTL_TICK_MS * 1000);
 				continue;
 			}
@@ -598,8 +643,10 @@ static void *rx_ctl_main(void *arg)
 			}
 			rc = session_open(r);
 			if (rc < 0 && tb_atomic_load_seq_cst(&r->ctl_state) !=
-					      CTL_REJECTED)
+					      CTL_REJECTED) {
+				ctl_unreached(r);
 				usleep(100 * 1000);
+			}
 			continue;
 		}
 		if (r->fd >= 0) {
@@ -609,12 +656,15 @@ static void *rx_ctl_main(void *arg)
 		/* CLOSED, LOST, EVICTED or RECONNECT with the socket gone:
 		 * wait for the poller to release the session, then connect
 		 * again (a publisher that restarts is a new epoch).  gen is this
-		 * thread's own (R2). */
+		 * thread's own (R2).  The poller told its application of the
+		 * publisher's end only after CLOSED and LOST; after the others,
+		 * its death is still to be judged (ctl_unreached). */
 		if (tb_atomic_load_acquire(&r->released) >=   /* A3 pairs with R3 */
 		    tb_atomic_load_relaxed(&r->gen)) {
 			r->old_qp = r->sess.qp;
 			r->old_gen = tb_atomic_load_relaxed(&r->gen);
 			r->sess.qp = NULL;
+			r->rejoining = st == CTL_RECONNECT || st == CTL_EVICTED;
 			tb_atomic_store_seq_cst(&r->ctl_state, CTL_CONNECTING); /* S4 */
 		} else {
 			usleep(TB_RC_CTL_TICK_MS * 1000);
@@ -1272,6 +1322,31 @@ static void rx_credit(rc_rx_t *r)
 	r->credited = r->cpos;
 }
 
+/* The publisher's end: the frames it said (pub_last_seq) it had published
+ * beyond ours never came; they are lost, and told (TB_LAPPED) before its
+ * end is.  0 when there are none.  The caller's acquire carries
+ * pub_last_seq. */
+static int rx_final_lap(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss)
+{
+	uint64_t final = tb_atomic_load_relaxed(&r->pub_last_seq);
+
+	if (!seq->expected || final < seq->expected)
+		return 0;
+	tb_seq_gap_to(seq, final + 1, loss);
+	return TB_LAPPED;
+}
+
+/* No session, and the control thread judged the publisher it cannot
+ * reach again dead (ctl_unreached): told as a silent one's death is. */
+static int rx_unreached(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss)
+{
+	if (rx_final_lap(r, seq, loss))   /* pub_last_seq by A7 */
+		return TB_LAPPED;
+	/* R8 pairs with A8 in rx_ctl_main: reported; dial again. */
+	tb_atomic_store_release(&r->pub_dead, 0);
+	return TB_PUBLISHER_DEAD;
+}
+
 /* Nothing to deliver: the connection's conditions, checked now and then. */
 static int rx_idle(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss,
 		   tb_handler_t handler, void *clientd, int limit)
@@ -1285,6 +1360,9 @@ static int rx_idle(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss,
 		if (st == CTL_REJECTED)
 			return tb_error_set(r->reject_code, "stream '%s': %s",
 					    r->cfg.name, r->reject_text);
+		/* A7 pairs with R7 in ctl_unreached. */
+		if (tb_atomic_load_acquire(&r->pub_dead))
+			return rx_unreached(r, seq, loss);
 		return TB_NOT_CONNECTED;
 	}
 	if (r->cpos != r->credited || r->recv_owed)
@@ -1309,37 +1387,29 @@ static int rx_idle(rc_rx_t *r, tb_seq_t *seq, tb_seq_range_t *loss,
 	if (tb_likely(st == CTL_LIVE) || (++r->idle_polls & 255) != 0)
 		return 0;
 	switch (st) {
-	case CTL_CLOSED: {
-		uint64_t final = tb_atomic_load_relaxed(&r->pub_last_seq); /* by A4 */
-
-		if (seq->expected && final >= seq->expected) {
-			/* Frames it skipped us for at the very end. */
-			tb_seq_gap_to(seq, final + 1, loss);
+	case CTL_CLOSED:
+		/* Frames it skipped us for at the very end (pub_last_seq by
+		 * A4). */
+		if (rx_final_lap(r, seq, loss))
 			return TB_LAPPED;
-		}
 		rx_release(r);
 		return TB_CLOSED;
-	}
 	case CTL_EVICTED:
 		rx_release(r);
 		return TB_EVICTED;
 	case CTL_RECONNECT:
-		/* What goes missing meanwhile shows with the next frame. */
+		/* What goes missing meanwhile shows with the next frame, or,
+		 * if the publisher is not reached again, as its end
+		 * (rx_unreached). */
 		rx_release(r);
 		return TB_NOT_CONNECTED;
-	case CTL_LOST: {
-		uint64_t final = tb_atomic_load_relaxed(&r->pub_last_seq); /* by A4 */
-
-		if (seq->expected && final >= seq->expected) {
-			/* It said it had published these and died (or went
-			 * silent) before they came: they are lost, and said
-			 * so, before its death is. */
-			tb_seq_gap_to(seq, final + 1, loss);
+	case CTL_LOST:
+		/* It said it had published these and died (or went silent)
+		 * before they came (pub_last_seq by A4). */
+		if (rx_final_lap(r, seq, loss))
 			return TB_LAPPED;
-		}
 		rx_release(r);
 		return TB_PUBLISHER_DEAD;
-	}
 	default:
 		return 0;
 	}

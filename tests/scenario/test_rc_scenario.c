@@ -22,7 +22,9 @@
  *    device that grants less inline data than asked; the subscriber's
  *    GID changing mid-stream (softrdma-ctl): it reads the asynchronous
  *    event, connects again at its new address and goes on, every loss
- *    told;
+ *    told; and when the publisher dies while it connects again, it
+ *    reports the publisher dead, as a silent one's, within the liveness
+ *    timeout;
  *  - batch_us: bursts posted as one chain per subscriber reach two
  *    subscribers whole.
  *
@@ -309,6 +311,63 @@ static void a_new_gid_means_a_new_connection(void **state)
 	free(out);
 }
 
+/* The publisher stops (SIGSTOP: no heartbeat, its socket still open) and
+ * the subscriber's GID changes at once: the session ends on the
+ * subscriber's side (RECONNECT), long before the silence could be judged.
+ * The publisher is then killed while the subscriber dials it again, and
+ * every dial is refused from then on.  The subscriber, which heard its
+ * last heartbeat when it stopped, reports it dead (end=dead) about the
+ * liveness timeout later, every sequence delivered or told lost, in
+ * order; without that report it would poll TB_NOT_CONNECTED for ever. */
+static void publisher_dead_while_reconnecting_is_reported(void **state)
+{
+	proc_t pub, sub;
+	char pid[16], end[16], *out;
+	char *gid[] = {"gid", pid, "3", "::ffff:127.0.0.2", "v2", NULL};
+	uint64_t killed_ms;
+	int rc;
+
+	(void)state;
+	if (getenv("TICKBUS_RDMA_DEVICE")) {
+		print_message("on a real device: no softrdma-ctl\n");
+		return;
+	}
+	write_conf("lap", "4M");   /* liveness 3 s */
+	setenv("TICKBUS_QUIET", "0", 1);   /* the subscriber's warnings, please */
+	start_sub(&sub, "unreached", "feed", "1000000", NULL);
+	setenv("TICKBUS_QUIET", "1", 1);
+	start_pub(&pub, "1000000", "20000", "1500");
+	usleep(2500000);   /* a second into the stream */
+	assert_int_equal(kill(pub.pid, SIGSTOP), 0);
+	snprintf(pid, sizeof(pid), "%d", (int)sub.pid);
+	assert_int_equal(softrdma_ctl(gid), 0);
+	assert_int_equal(proc_wait_output(&sub, "our address changed", 10000), 0);
+	assert_int_equal(kill(pub.pid, SIGKILL), 0);
+	assert_int_equal(proc_wait(&pub, 5000), 128 + SIGKILL);
+	killed_ms = proc_now_ms();
+	/* Ten times the liveness timeout, for a busy machine.  Not ended by
+	 * then: SIGTERM, for its summary (end=signal). */
+	if (proc_wait_output(&sub, "end=", 30000) != 0)
+		kill(sub.pid, SIGTERM);
+	rc = proc_wait(&sub, 10000);
+	out = proc_output(&sub);
+	print_message("%s", out);
+	print_message("ended %" PRIu64 " ms after the publisher was killed\n",
+		      proc_now_ms() - killed_ms);
+	assert_int_equal(proc_field(out, "end", end, sizeof(end)), 0);
+	assert_string_equal(end, "dead");
+	assert_int_equal(rc, 3);
+	/* Its end came by way of the reconnect, not the silence. */
+	assert_null(strstr(out, "no heartbeat from the publisher"));
+	assert_int_equal(proc_field_u64(out, "first"), 1);
+	assert_true(proc_field_u64(out, "last") > 1);
+	assert_int_equal(proc_field_u64(out, "order_errors"), 0);
+	assert_int_equal(proc_field_u64(out, "bad_payload"), 0);
+	assert_int_equal(proc_field_u64(out, "delivered") + proc_field_u64(out, "lost"),
+			 proc_field_u64(out, "last"));
+	free(out);
+}
+
 static void four_subscribers_get_a_million_in_order(void **state)
 {
 	proc_t pub, sub[4];
@@ -561,6 +620,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(ports_with_different_mtus_agree_on_one, setup, teardown),
 		cmocka_unit_test_setup_teardown(a_device_granting_less_inline, setup, teardown),
 		cmocka_unit_test_setup_teardown(a_new_gid_means_a_new_connection, setup, teardown),
+		cmocka_unit_test_setup_teardown(publisher_dead_while_reconnecting_is_reported, setup, teardown),
 		cmocka_unit_test_setup_teardown(batched_bursts_reach_two_subscribers_whole, setup, teardown),
 	};
 	/* TB_CMOCKA_FILTER=glob runs the matching tests alone. */

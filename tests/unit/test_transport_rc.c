@@ -18,7 +18,7 @@
  * another subscriber's; that a wrong token gets no rkey and slows its
  * address; the memlock budget at open; version 1 peers refused both ways;
  * and how the subscriber reacts to its queue pair failing or being
- * dropped.
+ * dropped, and to its publisher being gone when it dials again.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -2275,6 +2275,68 @@ static void a_silent_publisher_s_announced_frames_are_a_loss(void **state)
 	fp_close(&fp);
 }
 
+/* Dropped by the publisher (BYE timeout), which then goes away: every dial
+ * is refused.  Past its liveness timeout from the last heartbeat (which
+ * announced 1..9; 1..5 came) the subscriber tells 6..9 as a loss, then
+ * TB_PUBLISHER_DEAD, once -- not TB_NOT_CONNECTED for ever -- and dials
+ * on for a publisher that comes back. */
+static void a_publisher_gone_while_reconnecting_is_dead(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_subscriber_t *sub;
+	tb_control_bye_t bye = {.reason = TB_CONTROL_BYE_TIMEOUT};
+	uint8_t buf[TB_CONTROL_MSG_MAX];
+	fake_pub_t fp;
+	rb_got_t g = {0};
+	uint64_t first = 0, last = 0;
+	int rc = 0, again;
+
+	(void)state;
+	fp_open(&fp, test_port(29));
+	rc_cfg(&cfg, test_port(29), 64 << 10);
+	cfg.liveness_timeout_ms = 300;
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	fp_accept(&fp, fp.ring_mr->rkey);
+	fp_publish_to(&fp, 9);
+	fp_send_range(&fp, 1, 5, 1);
+	fp_heartbeat(&fp, 0, 0);             /* last_seq = 9, nothing skipped */
+	assert_int_equal(rb_poll(sub, &g, 5), 0);
+	send_buf(fp.p.fd, buf, tb_control_encode_bye(buf, sizeof(buf), &bye));
+	close(fp.lfd);                       /* nothing listens now */
+	for (uint64_t until = now_ms() + 5000; rc != TB_EVICTED; nap()) {
+		assert_true(now_ms() < until);
+		rc = tb_sub_poll(sub, rb_on_msg, &g, 64);
+		assert_true(rc == 0 || rc == TB_EVICTED);
+	}
+	for (uint64_t until = now_ms() + 5000; rc != TB_LAPPED; nap()) {
+		assert_true(now_ms() < until);
+		rc = tb_sub_poll(sub, rb_on_msg, &g, 64);
+		assert_true(rc == 0 || rc == TB_NOT_CONNECTED || rc == TB_LAPPED);
+	}
+	assert_int_equal(tb_sub_loss(sub, &first, &last), 0);
+	assert_int_equal(first, 6);
+	assert_int_equal(last, 9);
+	assert_int_equal(tb_sub_poll(sub, rb_on_msg, &g, 64), TB_PUBLISHER_DEAD);
+	/* Back on its port: it is dialled again, and the death is not told
+	 * twice meanwhile. */
+	fp.lfd = fake_pub_listen(test_port(29));
+	for (uint64_t until = now_ms() + 5000;; nap()) {
+		struct pollfd pf = {.fd = fp.lfd, .events = POLLIN};
+
+		assert_true(now_ms() < until);
+		rc = tb_sub_poll(sub, rb_on_msg, &g, 64);
+		assert_true(rc == 0 || rc == TB_NOT_CONNECTED);
+		if (poll(&pf, 1, 0) == 1)
+			break;
+	}
+	again = accept(fp.lfd, NULL, NULL);
+	assert_true(again >= 0);
+	close(again);
+	assert_int_equal(g.n, 5);
+	tb_subscriber_close(sub);
+	fp_close(&fp);
+}
+
 /* -------------------------------------------------- batching (batch_us) */
 
 /* The posts (ibv_post_send calls) among `n` records. */
@@ -2676,6 +2738,7 @@ int main(int argc, char **argv)
 		T(a_refused_read_is_a_lap_and_a_new_session),
 		T(a_quiet_lap_is_read_back),
 		T(a_silent_publisher_s_announced_frames_are_a_loss),
+		T(a_publisher_gone_while_reconnecting_is_dead),
 		T(batched_offers_go_in_one_post_per_subscriber),
 		T(a_held_frame_leaves_by_its_deadline),
 		T(back_pressure_posts_what_is_held),

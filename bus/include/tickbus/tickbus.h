@@ -322,7 +322,13 @@ int tb_subscriber_close(tb_subscriber_t *sub);
  * reconnects, and what it missed comes as TB_LAPPED; with recovery
  * endpoints it also asks them at once for everything after its last
  * message, so that it misses nothing even if the publisher finishes or
- * dies before it is back).  A condition is
+ * dies before it is back).  rc: a subscriber whose connection broke on
+ * its own side (its address, device or completion queue) reconnects by
+ * itself, polling TB_NOT_CONNECTED meanwhile; after that or an eviction,
+ * a publisher it cannot reach again within liveness_timeout_ms of the
+ * last word from it is dead: TB_LAPPED for what it said it had published
+ * beyond ours, then TB_PUBLISHER_DEAD, as for one gone silent (and it
+ * goes on looking for a restarted one).  A condition is
  * returned once, at its place in the stream; polling again goes on.  A
  * subscriber lapped while the stream then goes quiet is told within one
  * heartbeat.  Never blocks.  Hot path.

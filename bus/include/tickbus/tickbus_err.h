@@ -27,7 +27,9 @@ enum tb_result {
 				   tb_sub_loss() */
 	TB_NEW_EPOCH = -6,      /* the publisher restarted: sequence numbers
 				   start again from 1 */
-	TB_PUBLISHER_DEAD = -7, /* the publisher stopped without closing */
+	TB_PUBLISHER_DEAD = -7, /* the publisher stopped without closing (or,
+				   rc, could not be reached again after the
+				   connection broke) */
 	TB_GAP = -8,            /* a gap was detected and is being recovered
 				   or reported; see tb_sub_loss() */
 	TB_EVICTED = -9,        /* the publisher, alive, dropped this
