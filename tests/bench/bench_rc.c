@@ -47,6 +47,7 @@
 #include <tickbus/tickbus.h>
 
 #include "bus/clock.h"
+#include "bus/error.h"
 #include "tests/common/bench.h"
 
 #include <dlfcn.h>
@@ -135,14 +136,20 @@ typedef struct rig {
 	tb_publisher_t *pub;
 	tb_subscriber_t *sub[MAX_SUBS];
 	uint64_t got[MAX_SUBS];
+	int last_rc[MAX_SUBS];     /* the last condition a poll returned */
 	int n;
 } rig_t;
 
 static void drain(rig_t *r)
 {
-	for (int i = 0; i < r->n; i++)
-		while (tb_sub_poll(r->sub[i], on_msg, &r->got[i], 256) > 0)
+	for (int i = 0; i < r->n; i++) {
+		int rc;
+
+		while ((rc = tb_sub_poll(r->sub[i], on_msg, &r->got[i], 256)) > 0)
 			;
+		if (rc < 0)
+			r->last_rc[i] = rc;
+	}
 }
 
 /* Opens a publisher and n subscribers and waits until every one delivers. */
@@ -172,8 +179,16 @@ static int rig_open(rig_t *r, int n, int port)
 		if (all)
 			return 0;
 		if (tb_clock_now_ns() > until)
-			return -1;
+			break;
 	}
+	/* Say which never delivered, and what their polls said. */
+	for (int i = 0; i < n; i++)
+		if (!r->got[i])
+			printf("bench rc: subscriber %d of %d delivered nothing in "
+			       "20 s; its last poll: %s\n", i + 1, n,
+			       r->last_rc[i] ? tb_strerror(r->last_rc[i]) : "0");
+	tb_error_set(TB_ETIMEDOUT, "not every subscriber delivered within 20 s");
+	return -1;
 }
 
 static void rig_close(rig_t *r)
