@@ -272,8 +272,9 @@ static inline uint64_t min64(uint64_t a, uint64_t b)
 	return a < b ? a : b;
 }
 
-/* Folds `s`'s state into the three limits the hot path compares with.
- * Warm: after every slow-path step. */
+/* Folds `s`'s state into the limits the hot path compares with; its
+ * fast_tail is 0 (every frame slow) until sub_fast, which knows our
+ * ring's tail, sets it.  Warm: after every slow-path step. */
 static void sub_limits(rc_tx_t *t, tb_rc_pub_sub_t *s)
 {
 	uint64_t sq_limit = s->completed + TB_RC_SQ_DEPTH - SQ_SLACK;
@@ -282,6 +283,9 @@ static void sub_limits(rc_tx_t *t, tb_rc_pub_sub_t *s)
 	 * to signal, or find no receive. */
 	s->next_check = min64(min64(sq_limit + 1, s->next_signal - 1),
 			      s->room_frames + s->extra);
+	s->left = s->next_check > s->posted ? (int64_t)(s->next_check - s->posted)
+					    : 0;
+	s->left_end = s->posted + (uint64_t)s->left;
 	s->limit_pos = min64(s->room_pos, (s->wpos | s->rmask) + 1);
 	/* With nothing in flight, pin is where the last completed request's
 	 * frame ended: every later frame lies at or past it, so it bounds
@@ -290,6 +294,28 @@ static void sub_limits(rc_tx_t *t, tb_rc_pub_sub_t *s)
 	s->pin_limit = s->skipping || s->anchor_due ||
 				       tb_atomic_load_relaxed(&s->dead) /* our R1 */
 			       ? 0 : s->pin + t->h.half;
+	s->fast_tail = 0;
+}
+
+/* `posted` as the fast path has counted it (in `left`).  Where the slow
+ * path starts (and the few other ways in: a flush's failed post, close):
+ * from there until its sub_limits, `posted` is the count, and `left` is
+ * stale.  Warm. */
+static inline void sub_sync(tb_rc_pub_sub_t *s)
+{
+	s->posted = s->left_end - (uint64_t)s->left;
+}
+
+/* The hot path's one bound on our ring's tail, at the end of a slow-path
+ * step, when `tail` is our ring's tail and s->wpos is where `s`'s next
+ * frame goes: pin_limit, and limit_pos moved from s's ring to ours (each
+ * fast-path frame adds the same space to both; a pad in our ring only
+ * brings the slow path sooner).  Warm. */
+static void sub_fast(tb_rc_pub_sub_t *s, uint64_t tail)
+{
+	s->fast_tail = s->limit_pos < s->wpos
+			       ? 0
+			       : min64(s->pin_limit, tail + (s->limit_pos - s->wpos));
 }
 
 /* `s` failed: why, then R1; its limits send every frame to the slow
@@ -300,14 +326,18 @@ static void sub_dead(tb_rc_pub_sub_t *s, const char *why)
 	/* R1 pairs with A1 in ctl_main: why_dead is set */
 	tb_atomic_store_release(&s->dead, 1);
 	s->next_check = 0;
+	s->left = 0;
+	s->left_end = s->posted;
 	s->pin_limit = 0;
+	s->fast_tail = 0;
 	s->chained = 0;  /* what it held is dropped with it */
 }
 
 __attribute__((noinline, cold)) void tb_rc_pub_post_failed(tb_rc_pub_sub_t *s,
 							  uint32_t space)
 {
-	s->posted--;
+	s->left++;
+	sub_sync(s);
 	s->wpos -= space;
 	sub_dead(s, "ibv_post_send failed");
 }
@@ -338,8 +368,10 @@ static inline void sub_chain_post(tb_rc_pub_sub_t *s)
 	last = &s->chain[n - 1];
 	last->next = NULL;
 	s->chained = 0;
-	if (tb_unlikely(ibv_post_send(s->qp, s->chain, &bad) != 0))
+	if (tb_unlikely(ibv_post_send(s->qp, s->chain, &bad) != 0)) {
+		sub_sync(s);  /* a flush's; the slow path's is a no-op */
 		sub_dead(s, "ibv_post_send failed");
+	}
 	if (n < TB_RC_CHAIN)
 		last->next = last + 1;
 }
@@ -470,10 +502,15 @@ tb_rc_pub_write_slow(tb_rc_pub_t *h, tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f
 	unsigned inl = f->length <= tb_atomic_load_relaxed(&t->h.inline_max)
 		       ? IBV_SEND_INLINE : 0;
 	uint64_t sq_limit = s->completed + TB_RC_SQ_DEPTH - SQ_SLACK;
-	int in_flight = s->posted != s->completed;
+	int in_flight;
 	struct ibv_send_wr *w = &s->wr, *bad;
 	uint64_t off, pad, anc, nwr = 1;
 
+	/* The fast path took this frame's request from `left` on its way
+	 * here: given back, and `posted` made the count. */
+	s->left++;
+	sub_sync(s);
+	in_flight = s->posted != s->completed;
 	if (tb_atomic_load_relaxed(&s->dead)) /* R1 is this thread's own */
 		return;
 	/* Nearly always the one reason: the request to signal is due, and
@@ -498,6 +535,7 @@ tb_rc_pub_write_slow(tb_rc_pub_t *h, tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f
 		s->posted++;
 		s->wpos += space;
 		sub_reap(t, s);
+		sub_fast(s, pub_tail);
 		return;
 	}
 	/* Everything else: what is chained goes first, then as unbatched
@@ -583,6 +621,7 @@ post:
 		sub_reap(t, s);
 	else
 		sub_limits(t, s);
+	sub_fast(s, pub_tail);
 	return;
 skip:
 	sub_skip(t, s, pos, f->seq);
@@ -1090,6 +1129,10 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 	s->mtu = mtu;
 	s->next_signal = TB_RC_SIGNAL_EVERY;
 	sub_room_refresh(t, s);
+	/* Our tail is the publishing thread's; 0 is below any tail its first
+	 * frame can follow, so the bound holds (as its pin of 0 does, a
+	 * publisher past half its ring sends that frame the slow way). */
+	sub_fast(s, 0);
 	memcpy(s->client, c->id, sizeof(s->client));
 	a.qpn = s->qp->qp_num;
 	memcpy(a.gid, t->dev.gid.raw, 16);
@@ -1738,6 +1781,7 @@ static void sub_drain(rc_tx_t *t, tb_rc_pub_sub_t *s, uint64_t final_seq,
 
 	if (tb_atomic_load_acquire(&s->dead)) /* A1 pairs with R1 in sub_reap, ... */
 		return;
+	sub_sync(s);
 	sub_chain_post(s);  /* the publisher flushed; in case it did not */
 	if (tb_atomic_load_relaxed(&s->dead))
 		return;

@@ -39,12 +39,12 @@
 typedef struct tb_rc_pub_sub {
 	/* Hot: read by the publishing thread for every frame.  The work
 	 * request is a template filled once at subscribe, so a frame costs
-	 * five stores and three comparisons, not a zeroed 128-byte struct:
-	 * every condition that is not the common case (a signalled request
-	 * due, the send queue or the receive credit running out, the ring
-	 * wrapping, our ring about to lap what is in flight, a skip to end,
-	 * a failed QP) is folded into one of next_check, pin_limit and
-	 * limit_pos, and handled in tb_rc_pub_write_slow. */
+	 * five stores, a countdown and one comparison, not a zeroed
+	 * 128-byte struct: every condition that is not the common case (a
+	 * signalled request due, the send queue or the receive credit
+	 * running out, the ring wrapping, our ring about to lap what is in
+	 * flight, a skip to end, a failed QP) is folded into `left` or
+	 * fast_tail, and handled in tb_rc_pub_write_slow. */
 	struct ibv_send_wr wr;     /* the frame's WRITE_WITH_IMM */
 	struct ibv_sge sge;
 	/* A small frame's WRITE_WITH_IMM when every QP takes it inline
@@ -60,22 +60,38 @@ typedef struct tb_rc_pub_sub {
 			 struct ibv_send_wr **bad);
 	uint64_t raddr;
 	uint64_t rmask;            /* its ring's size - 1 */
+	/* wpos and left apart: side by side, the compiler adds to both with
+	 * vector instructions, more than two adds. */
 	uint64_t wpos;             /* where its next frame goes (free-running) */
-	uint64_t limit_pos;        /* wpos + a frame's space may reach this:
-				    * min(credit, the end of its ring) */
-	uint64_t posted;           /* work requests posted */
-	uint64_t next_check;       /* posted reaching this: the slow path
-				    * (a signal due, the SQ or the receive
-				    * credit exhausted) */
-	uint64_t pin_limit;        /* our ring's tail past this: the slow path
-				    * (0: always, e.g. nothing in flight) */
+	uint64_t fast_tail;        /* our ring's tail after a frame past
+				    * this: the slow path.  pin_limit and
+				    * limit_pos in one: a frame on the fast
+				    * path moves wpos and our tail by the
+				    * same space, and never moves wpos
+				    * further (our ring may pad where its
+				    * does not: the slow path comes early,
+				    * never late).  0: always. */
+	int64_t left;              /* requests the fast path may still post
+				    * (to next_check); each takes one, and
+				    * `posted` is left_end - left: the slow
+				    * path's entry makes it so (sub_sync) */
 	uint32_t chained;          /* batching: requests held in chain[], not
-				    * yet posted (counted in posted, wpos) */
+				    * yet posted (counted in left, wpos) */
 	struct ibv_send_wr *bad;   /* the provider's answer to a refused
 				    * post: here, not on the stack, so the
 				    * send keeps no pointer to it across
 				    * its posts */
 	/* Warm: the slow path. */
+	uint64_t posted;           /* work requests posted, as of the last
+				    * slow-path step (see `left`) */
+	uint64_t left_end;         /* posted + left when `left` was set */
+	uint64_t next_check;       /* posted reaching this: the slow path
+				    * (a signal due, the SQ or the receive
+				    * credit exhausted) */
+	uint64_t limit_pos;        /* wpos + a frame's space may reach this:
+				    * min(credit, the end of its ring) */
+	uint64_t pin_limit;        /* our ring's tail past this: the slow path
+				    * (0: always, e.g. nothing in flight) */
 	uint64_t completed;        /* known complete (last signalled wr_id) */
 	uint64_t extra;            /* posted requests that carry no frame
 				    * (padding, fences): frames = posted - extra */
@@ -209,7 +225,8 @@ tb_rc_pub_leave(tb_rc_pub_t *t)
 
 /* Adds a WRITE_WITH_IMM of frame `f` (`len` bytes) at offset `off` of
  * `s`'s ring to its chain, with `flags`; returns it (a signalled one gets
- * its wr_id from the caller).  The caller counts it (posted, wpos) and
+ * its wr_id from the caller).  The caller counts it (posted or left, and
+ * wpos) and
  * posts the chain before it holds TB_RC_CHAIN. */
 static inline __attribute__((always_inline)) struct ibv_send_wr *
 tb_rc_pub_chain_add(tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f, uint32_t len, uint64_t off,
@@ -242,8 +259,8 @@ tb_rc_pub_write(tb_rc_pub_t *t, tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f,
 {
 	uint64_t off = s->wpos & s->rmask;
 
-	if (tb_unlikely(s->posted >= s->next_check || tail > s->pin_limit ||
-			s->wpos + space > s->limit_pos)) {
+	/* Taken whichever way the frame goes; the slow path gives it back. */
+	if (tb_unlikely(--s->left < 0 || tail > s->fast_tail)) {
 		tb_rc_pub_write_slow(t, s, f, pos, tail, chain);
 		return;
 	}
@@ -253,7 +270,6 @@ tb_rc_pub_write(tb_rc_pub_t *t, tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f,
 		tb_rc_pub_chain_add(s, f, len, off,
 				    (uint32_t)(off / TB_FRAME_ALIGN) | seq_bits,
 				    inl);
-		s->posted++;
 		s->wpos += space;
 		return;
 	}
@@ -262,9 +278,9 @@ tb_rc_pub_write(tb_rc_pub_t *t, tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f,
 	s->wr.imm_data = htobe32((uint32_t)(off / TB_FRAME_ALIGN) | seq_bits);
 	s->wr.wr.rdma.remote_addr = s->raddr + off;
 	s->wr.send_flags = inl;
-	/* Counted before the post, so that nothing of `s` need outlive the
-	 * provider's call in a register; a refused post takes it back. */
-	s->posted++;
+	/* Counted before the post (`left`, above), so that nothing of `s`
+	 * need outlive the provider's call in a register; a refused post
+	 * takes it back. */
 	s->wpos += space;
 	if (tb_unlikely(s->post_send(s->qp, &s->wr, &s->bad) != 0))
 		tb_rc_pub_post_failed(s, space);
@@ -352,9 +368,7 @@ tb_rc_pub_send_small(tb_rc_pub_t *t, const tb_frame_hdr_t *f, uint32_t len,
 		uint32_t space = t->small_space;
 		uint64_t off = s->wpos & s->rmask;
 
-		if (tb_unlikely(s->posted >= s->next_check ||
-				tail > s->pin_limit ||
-				s->wpos + space > s->limit_pos)) {
+		if (tb_unlikely(--s->left < 0 || tail > s->fast_tail)) {
 			tb_rc_pub_write_slow(t, s,
 					     (const tb_frame_hdr_t *)(uintptr_t)
 					     t->small_sge.addr,
@@ -365,7 +379,6 @@ tb_rc_pub_send_small(tb_rc_pub_t *t, const tb_frame_hdr_t *f, uint32_t len,
 					       t->small_seq_bits);
 		s->small_wr.wr.rdma.remote_addr = s->raddr + off;
 		/* Counted before the post, as in tb_rc_pub_write. */
-		s->posted++;
 		s->wpos += space;
 		if (tb_unlikely(s->post_send(s->qp, &s->small_wr, &s->bad) != 0))
 			tb_rc_pub_post_failed(*sp, t->small_space); /* s is not kept */
