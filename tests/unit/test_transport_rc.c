@@ -2229,6 +2229,24 @@ static void a_quiet_lap_is_read_back(void **state)
 }
 
 
+/* A scripted publisher on `port`: a subscriber with liveness `live_ms`
+ * joins, is told 1..9 were published, is written 1..5 and takes them. */
+static void one_to_five_of_nine(fake_pub_t *fp, tb_subscriber_t **sub,
+				rb_got_t *g, int port, uint32_t live_ms)
+{
+	tb_stream_cfg_t cfg;
+
+	fp_open(fp, port);
+	rc_cfg(&cfg, port, 64 << 10);
+	cfg.liveness_timeout_ms = live_ms;
+	assert_int_equal(tb_subscriber_open(sub, &cfg), 0);
+	fp_accept(fp, fp->ring_mr->rkey);
+	fp_publish_to(fp, 9);
+	fp_send_range(fp, 1, 5, 1);
+	fp_heartbeat(fp, 0, 0);             /* last_seq = 9, nothing skipped */
+	assert_int_equal(rb_poll(*sub, g, 5), 0);
+}
+
 /* The publisher announced 1..9, wrote 1..5, and fell silent: its death is
  * not all the subscriber says.  6..9 go up first as a loss (it knows they
  * were published; none of them will come), then TB_PUBLISHER_DEAD --
@@ -2236,7 +2254,6 @@ static void a_quiet_lap_is_read_back(void **state)
  * as the stream's end at 5, 6..9 silently missing. */
 static void a_silent_publisher_s_announced_frames_are_a_loss(void **state)
 {
-	tb_stream_cfg_t cfg;
 	tb_subscriber_t *sub;
 	fake_pub_t fp;
 	rb_got_t g = {0};
@@ -2244,15 +2261,7 @@ static void a_silent_publisher_s_announced_frames_are_a_loss(void **state)
 	int rc = 0;
 
 	(void)state;
-	fp_open(&fp, test_port(26));
-	rc_cfg(&cfg, test_port(26), 64 << 10);
-	cfg.liveness_timeout_ms = 200;
-	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
-	fp_accept(&fp, fp.ring_mr->rkey);
-	fp_publish_to(&fp, 9);
-	fp_send_range(&fp, 1, 5, 1);
-	fp_heartbeat(&fp, 0, 0);             /* last_seq = 9, nothing skipped */
-	assert_int_equal(rb_poll(sub, &g, 5), 0);
+	one_to_five_of_nine(&fp, &sub, &g, test_port(26), 200);
 	rb_expect(&g, 0, 1, 5, 0, 0);
 	/* No more heartbeats: past its liveness, the publisher is lost. */
 	for (uint64_t until = now_ms() + 5000; rc == 0 || rc == TB_NOT_CONNECTED;
@@ -2282,7 +2291,6 @@ static void a_silent_publisher_s_announced_frames_are_a_loss(void **state)
  * on for a publisher that comes back. */
 static void a_publisher_gone_while_reconnecting_is_dead(void **state)
 {
-	tb_stream_cfg_t cfg;
 	tb_subscriber_t *sub;
 	tb_control_bye_t bye = {.reason = TB_CONTROL_BYE_TIMEOUT};
 	uint8_t buf[TB_CONTROL_MSG_MAX];
@@ -2292,15 +2300,7 @@ static void a_publisher_gone_while_reconnecting_is_dead(void **state)
 	int rc = 0, again;
 
 	(void)state;
-	fp_open(&fp, test_port(29));
-	rc_cfg(&cfg, test_port(29), 64 << 10);
-	cfg.liveness_timeout_ms = 300;
-	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
-	fp_accept(&fp, fp.ring_mr->rkey);
-	fp_publish_to(&fp, 9);
-	fp_send_range(&fp, 1, 5, 1);
-	fp_heartbeat(&fp, 0, 0);             /* last_seq = 9, nothing skipped */
-	assert_int_equal(rb_poll(sub, &g, 5), 0);
+	one_to_five_of_nine(&fp, &sub, &g, test_port(29), 300);
 	send_buf(fp.p.fd, buf, tb_control_encode_bye(buf, sizeof(buf), &bye));
 	close(fp.lfd);                       /* nothing listens now */
 	for (uint64_t until = now_ms() + 5000; rc != TB_EVICTED; nap()) {
