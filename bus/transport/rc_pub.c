@@ -278,13 +278,12 @@ static inline uint64_t min64(uint64_t a, uint64_t b)
 static void sub_limits(rc_tx_t *t, tb_rc_pub_sub_t *s)
 {
 	uint64_t sq_limit = s->completed + TB_RC_SQ_DEPTH - SQ_SLACK;
+	/* Slow when `posted` reaches this: the next request would pass the
+	 * SQ's room, be the one to signal, or find no receive. */
+	uint64_t check = min64(min64(sq_limit + 1, s->next_signal - 1),
+			       s->room_frames + s->extra);
 
-	/* Slow when the next request would pass the SQ's room, be the one
-	 * to signal, or find no receive. */
-	s->next_check = min64(min64(sq_limit + 1, s->next_signal - 1),
-			      s->room_frames + s->extra);
-	s->left = s->next_check > s->posted ? (int64_t)(s->next_check - s->posted)
-					    : 0;
+	s->left = check > s->posted ? (int64_t)(check - s->posted) : 0;
 	s->left_end = s->posted + (uint64_t)s->left;
 	s->limit_pos = min64(s->room_pos, (s->wpos | s->rmask) + 1);
 	/* With nothing in flight, pin is where the last completed request's
@@ -325,7 +324,6 @@ static void sub_dead(tb_rc_pub_sub_t *s, const char *why)
 	s->why_dead = why;
 	/* R1 pairs with A1 in ctl_main: why_dead is set */
 	tb_atomic_store_release(&s->dead, 1);
-	s->next_check = 0;
 	s->left = 0;
 	s->left_end = s->posted;
 	s->pin_limit = 0;

@@ -72,7 +72,9 @@ typedef struct tb_rc_pub_sub {
 				    * does not: the slow path comes early,
 				    * never late).  0: always. */
 	int64_t left;              /* requests the fast path may still post
-				    * (to next_check); each takes one, and
+				    * before the slow path is due (a signal,
+				    * the SQ or the receive credit: see
+				    * sub_limits); each takes one, and
 				    * `posted` is left_end - left: the slow
 				    * path's entry makes it so (sub_sync) */
 	uint32_t chained;          /* batching: requests held in chain[], not
@@ -85,9 +87,6 @@ typedef struct tb_rc_pub_sub {
 	uint64_t posted;           /* work requests posted, as of the last
 				    * slow-path step (see `left`) */
 	uint64_t left_end;         /* posted + left when `left` was set */
-	uint64_t next_check;       /* posted reaching this: the slow path
-				    * (a signal due, the SQ or the receive
-				    * credit exhausted) */
 	uint64_t limit_pos;        /* wpos + a frame's space may reach this:
 				    * min(credit, the end of its ring) */
 	uint64_t pin_limit;        /* our ring's tail past this: the slow path
@@ -226,8 +225,7 @@ tb_rc_pub_leave(tb_rc_pub_t *t)
 /* Adds a WRITE_WITH_IMM of frame `f` (`len` bytes) at offset `off` of
  * `s`'s ring to its chain, with `flags`; returns it (a signalled one gets
  * its wr_id from the caller).  The caller counts it (posted or left, and
- * wpos) and
- * posts the chain before it holds TB_RC_CHAIN. */
+ * wpos) and posts the chain before it holds TB_RC_CHAIN. */
 static inline __attribute__((always_inline)) struct ibv_send_wr *
 tb_rc_pub_chain_add(tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f, uint32_t len, uint64_t off,
 	      uint32_t imm, unsigned flags)
