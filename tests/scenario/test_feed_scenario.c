@@ -358,13 +358,18 @@ static void test_handler_lines(void **state)
 	char *fh, *sim, *stat = NULL;
 	/* Line B silent for 1.2 s (messages 40,000 to 100,000 at 50,000/s),
 	 * judged silent after 300 ms: far enough apart that a loaded host
-	 * pausing the simulator does not pass for a silent line. */
+	 * pausing the simulator does not pass for a silent line.  Each line
+	 * holds its packets back a random 0..100 us, so that either may bring
+	 * a message first: without it line A, always sent first, loses only
+	 * when the handler happens to read B's socket first, which a busy
+	 * host may never do. */
 	char *fhv[] = { "tb-feedhandler", "-c", conf, "-s", "md", "--session",
 			SESSION, "--group-b", GROUP_B, "--line-timeout-ms", "300",
 			"--timeout-ms", "120000", "--linger-ms", "100", NULL };
 	char *simv[] = { "tb-feedsim", "--iface", "127.0.0.1", "--session",
 			 SESSION, "-N", "6", "-n", "150000", "-r", "50000",
 			 "--group-b", GROUP_B, "--drop", "0.02", "--drop-b", "0.02",
+			 "--jitter-us", "100", "--jitter-b-us", "100",
 			 "--b-silent-from", "40000", "--b-silent-to", "100000",
 			 "--end-ms", "150000", "-s", "18", NULL };
 	char *statv[] = { "tb-stat", "--once", "--json", "-i", "300", "-d", cdir,
