@@ -12,7 +12,8 @@
  * a backlog.
  *
  * The engine.  One per process, under sr_exec_lock: a progress thread
- * (started on the first post, all signals blocked) runs it, and so does
+ * (started on the first post, all signals blocked, on the CPUs of the
+ * process at load rather than the poster's core) runs it, and so does
  * ibv_poll_cq when the engine has work (software providers progress on
  * poll), and so does a poster whose queue is more than half unsent, for
  * what was posted before (sr_sq_help: a NIC keeps up with its queue).
@@ -77,6 +78,7 @@
 
 #include <errno.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -831,6 +833,19 @@ static _Atomic uint32_t doorbell;
 static _Atomic int prog_sleeping;
 static pthread_mutex_t prog_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int prog_running;
+/* The CPUs the process could run on when the library was loaded, before
+ * the application pinned any thread: the progress thread's own.  A NIC's
+ * engine takes no CPU of the application's, so the thread must not
+ * inherit the core of whichever thread posts first (a strategy's
+ * busy-polling thread, pinned to an isolated core, would share its core
+ * with the engine it waits on). */
+static cpu_set_t prog_cpus;
+static int prog_cpus_known;
+
+void sr_progress_init(void)
+{
+	prog_cpus_known = sched_getaffinity(0, sizeof(prog_cpus), &prog_cpus) == 0;
+}
 
 void sr_exec_lock(void)
 {
@@ -906,6 +921,7 @@ static long futex(_Atomic uint32_t *addr, int op, uint32_t val,
 static void *progress_main(void *arg)
 {
 	(void)arg;
+	pthread_setname_np(pthread_self(), "sr-engine");
 	for (;;) {
 		uint32_t seen = atomic_load(&doorbell);
 		int busy = 0;
@@ -955,7 +971,20 @@ static void start_progress(void)
 		sigfillset(&all);
 		pthread_sigmask(SIG_SETMASK, &all, &old);
 		pthread_t t;
-		if (pthread_create(&t, &a, progress_main, NULL) == 0)
+		/* On the load-time CPUs; when those are refused (taken
+		 * offline since, or out of a narrowed cpuset), on the
+		 * poster's, as before. */
+		int placed = prog_cpus_known &&
+			     pthread_attr_setaffinity_np(&a, sizeof(prog_cpus),
+							 &prog_cpus) == 0;
+		int rc = pthread_create(&t, &a, progress_main, NULL);
+		if (rc != 0 && placed) {
+			pthread_attr_destroy(&a);
+			pthread_attr_init(&a);
+			pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+			rc = pthread_create(&t, &a, progress_main, NULL);
+		}
+		if (rc == 0)
 			atomic_store(&prog_running, 1);
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		pthread_attr_destroy(&a);

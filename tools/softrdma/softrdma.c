@@ -112,4 +112,5 @@ __attribute__((constructor)) static void sr_init(void)
 {
 	pthread_atfork(NULL, NULL, atfork_child);
 	sr_fault_init();
+	sr_progress_init();
 }

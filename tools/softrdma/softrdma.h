@@ -488,6 +488,7 @@ void sr_exec_reset_locked(struct sr_qp *qp);
 void sr_exec_poll(void);        /* ibv_poll_cq drives the engine too */
 extern _Atomic int sr_exec_work; /* something may be runnable now */
 void sr_progress_atfork_child(void);
+void sr_progress_init(void);    /* at load: the progress thread's CPUs */
 struct ibv_qp *sr_create_qp_ex(struct ibv_context *ctx,
 			       struct ibv_qp_init_attr_ex *ia);
 

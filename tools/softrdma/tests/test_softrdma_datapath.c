@@ -5,6 +5,8 @@
 #include "sr_test.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <sched.h>
 
 #define BUFSZ 65536
 
@@ -625,6 +627,101 @@ static void test_dead_peer(void **state)
 	t_node_fini(&n);
 }
 
+/* The thread id of this process's send engine ("sr-engine"), waiting
+ * up to `ms` for it to name itself; -1 if there is none. */
+static pid_t engine_tid(int ms)
+{
+	uint64_t end = t_now_ms() + (uint64_t)ms;
+	do {
+		DIR *d = opendir("/proc/self/task");
+		struct dirent *e;
+		pid_t found = -1;
+		while (d && found < 0 && (e = readdir(d)) != NULL) {
+			char path[300], name[32] = "";
+			if (e->d_name[0] == '.')
+				continue;
+			snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+			FILE *f = fopen(path, "r");
+			if (!f)
+				continue;
+			if (fgets(name, sizeof name, f) && strcmp(name, "sr-engine\n") == 0)
+				found = (pid_t)atoi(e->d_name);
+			fclose(f);
+		}
+		if (d)
+			closedir(d);
+		if (found > 0)
+			return found;
+		usleep(1000);
+	} while (t_now_ms() < end);
+	return -1;
+}
+
+/* In a fresh process: the first post comes from a thread pinned to one
+ * CPU (a strategy's polling thread); the engine it starts must run on the
+ * CPUs the process had, not on that one. */
+static int child_pinned_poster(int fd, void *arg)
+{
+	(void)fd;
+	const cpu_set_t *all = arg;
+	cpu_set_t one, got;
+	int cpu = 0;
+	while (!CPU_ISSET(cpu, all))
+		cpu++;
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	CHILD_CHECK(sched_setaffinity(0, sizeof one, &one) == 0);
+
+	struct t_node a, b;
+	struct t_qp_opts o = {0};
+	CHILD_CHECK(t_node_init(&a, &o) == 0);
+	CHILD_CHECK(t_node_init(&b, &o) == 0);
+	char *src = calloc(1, 4096), *dst = calloc(1, 4096);
+	struct ibv_mr *smr = ibv_reg_mr(a.pd, src, 4096, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *dmr = ibv_reg_mr(b.pd, dst, 4096, RW);
+	CHILD_CHECK(smr && dmr);
+	CHILD_CHECK(t_connect(a.qp, b.qp->qp_num, &t_conn_default) == 0);
+	CHILD_CHECK(t_connect(b.qp, a.qp->qp_num, &t_conn_default) == 0);
+	fill(src, 4096, 3);
+	CHILD_CHECK(t_post_write(a.qp, IBV_WR_RDMA_WRITE, src, 4096, smr->lkey,
+				 (uintptr_t)dst, dmr->rkey, 0, IBV_SEND_SIGNALED,
+				 7) == 0);
+	struct ibv_wc wc;
+	CHILD_CHECK(t_poll1(a.cq, &wc, T_TIMEOUT_MS) == 1);
+	CHILD_CHECK(wc.status == IBV_WC_SUCCESS);
+	CHILD_CHECK(memcmp(src, dst, 4096) == 0);
+
+	pid_t tid = engine_tid(T_TIMEOUT_MS);
+	CHILD_CHECK(tid > 0);
+	CHILD_CHECK(sched_getaffinity(tid, sizeof got, &got) == 0);
+	CHILD_CHECK(CPU_EQUAL(&got, all));
+	CHILD_CHECK(!CPU_EQUAL(&got, &one));
+	/* The poster itself stays where the application put it. */
+	CHILD_CHECK(sched_getaffinity(0, sizeof got, &got) == 0);
+	CHILD_CHECK(CPU_EQUAL(&got, &one));
+	ibv_dereg_mr(smr);
+	ibv_dereg_mr(dmr);
+	t_node_fini(&a);
+	t_node_fini(&b);
+	free(src);
+	free(dst);
+	return 0;
+}
+
+static void test_engine_off_the_posters_core(void **state)
+{
+	(void)state;
+	cpu_set_t all;
+	assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+	if (CPU_COUNT(&all) < 2) {
+		fprintf(stderr, "SKIP: one CPU: the engine has nowhere else to run\n");
+		skip();
+	}
+	struct t_child c = t_fork(child_pinned_poster, &all);
+	assert_true(c.pid > 0);
+	assert_int_equal(t_wait(&c, 2 * T_TIMEOUT_MS), 0);
+}
+
 int main(void)
 {
 	t_fabric_setup("datapath");
@@ -650,6 +747,7 @@ int main(void)
 		cmocka_unit_test(test_cq_overrun),
 		cmocka_unit_test(test_cross_process),
 		cmocka_unit_test(test_dead_peer),
+		cmocka_unit_test(test_engine_off_the_posters_core),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
 	return t_fabric_check_removed(r);
