@@ -13,9 +13,9 @@
  * as a NIC's engine is.  A NIC has no thread to wake; softrdma's, asleep
  * after 1 ms of nothing, is woken by the read-back's post (an
  * inter-processor wake-up, 10-30 us on this kind of guest, in the READ as
- * in its floor), and when it spins it does so on the core the polling
- * thread needs (on a loaded 2-core machine, the same one): a device's
- * costs, not tickbus's, and printed beside, not hidden.  The third run is
+ * in its floor), and when it spins it takes a core (on a 2-core machine,
+ * half of it, shared with every other thread of the process and the
+ * host): a device's costs, not tickbus's, and printed beside, not hidden.  The third run is
  * the one a NIC's figures resemble: the READs' round trips without the
  * wake-up.  A round makes a gap of
  * exactly G: with everything delivered and credited, the publisher can
