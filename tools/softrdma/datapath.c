@@ -921,6 +921,11 @@ static long futex(_Atomic uint32_t *addr, int op, uint32_t val,
 static void *progress_main(void *arg)
 {
 	(void)arg;
+	/* On the load-time CPUs before anything else (a test finds the
+	 * thread by its name, set next); refused (a CPU taken offline
+	 * since, a narrowed cpuset), it stays on the poster's, as before. */
+	if (prog_cpus_known)
+		pthread_setaffinity_np(pthread_self(), sizeof(prog_cpus), &prog_cpus);
 	pthread_setname_np(pthread_self(), "sr-engine");
 	for (;;) {
 		uint32_t seen = atomic_load(&doorbell);
@@ -971,20 +976,7 @@ static void start_progress(void)
 		sigfillset(&all);
 		pthread_sigmask(SIG_SETMASK, &all, &old);
 		pthread_t t;
-		/* On the load-time CPUs; when those are refused (taken
-		 * offline since, or out of a narrowed cpuset), on the
-		 * poster's, as before. */
-		int placed = prog_cpus_known &&
-			     pthread_attr_setaffinity_np(&a, sizeof(prog_cpus),
-							 &prog_cpus) == 0;
-		int rc = pthread_create(&t, &a, progress_main, NULL);
-		if (rc != 0 && placed) {
-			pthread_attr_destroy(&a);
-			pthread_attr_init(&a);
-			pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-			rc = pthread_create(&t, &a, progress_main, NULL);
-		}
-		if (rc == 0)
+		if (pthread_create(&t, &a, progress_main, NULL) == 0)
 			atomic_store(&prog_running, 1);
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		pthread_attr_destroy(&a);
