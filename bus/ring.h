@@ -240,8 +240,12 @@ tb_ring_announce(tb_ring_t *r, uint64_t upto, uint64_t seq)
  * a constant, so that the test of r->ahead folds away.
  * TB_RING_PRIVATE_FITS: a private ring, and the caller has checked that
  * the frame ends at or before the ring's end (no pad), so the claim's own
- * test folds away too. */
-enum { TB_RING_ANY, TB_RING_PRIVATE, TB_RING_SHARED, TB_RING_PRIVATE_FITS };
+ * test folds away too.  TB_RING_SHARED_FITS: a shared ring, and the caller
+ * has checked that the frame needs no pad and its end no announcement
+ * (end + reach <= intent): the claim calls nothing, so a writer's fast
+ * path can be a leaf, with no registers to save. */
+enum { TB_RING_ANY, TB_RING_PRIVATE, TB_RING_SHARED, TB_RING_PRIVATE_FITS,
+       TB_RING_SHARED_FITS };
 
 /*
  * tb_ring_claim_ for a message the caller knows fits (payload_len <=
@@ -257,19 +261,21 @@ tb_ring_claim_in_(tb_ring_t *r, uint32_t payload_len, uint64_t seq,
 	uint64_t pos = r->tail;
 	uint64_t off = pos & r->mask;
 	uint64_t pad = 0, end;
+	const int fits = kind == TB_RING_PRIVATE_FITS || kind == TB_RING_SHARED_FITS;
 
-	if (kind != TB_RING_PRIVATE_FITS && tb_unlikely(off + space > r->mask + 1))
+	if (!fits && tb_unlikely(off + space > r->mask + 1))
 		pad = r->mask + 1 - off;
 	end = pos + pad + space;
 	*at = pos + pad;
 	*end_out = end;
-	if (kind == TB_RING_SHARED || (kind == TB_RING_ANY && r->ahead)) {
+	if (kind == TB_RING_SHARED || kind == TB_RING_SHARED_FITS ||
+	    (kind == TB_RING_ANY && r->ahead)) {
 		/* A shared ring: announces once a chunk, and zeroes the
 		 * next frame's sequence word now, away from the stores to
 		 * this frame's first line, which a reader polls (an abort
 		 * leaves the zero beyond the tail, where the next claim
 		 * writes anyway). */
-		if (end + r->reach > r->intent)
+		if (!fits && end + r->reach > r->intent)
 			tb_ring_announce(r, end + r->reach, seq);
 		tb_atomic_plain_store_relaxed(&tb_ring_at(r, end)->seq,
 					      (uint64_t)0);
