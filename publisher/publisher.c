@@ -626,3 +626,12 @@ int tb_pub_flush(tb_publisher_t *p)
 uint64_t tb_pub_next_seq(const tb_publisher_t *p) { return p->next_seq; }
 
 uint64_t tb_pub_epoch(const tb_publisher_t *p) { return p->epoch; }
+
+int tb_pub_subscribers(tb_publisher_t *p)
+{
+	if (!p->tx->ops->subscribers)
+		return tb_error_set(TB_ENOTSUP, "tb_pub_subscribers: a %s stream "
+				  "does not know its subscribers (only rc does)",
+				  p->tx->ops->name);
+	return p->tx->ops->subscribers(p->tx);
+}

@@ -10,6 +10,7 @@
 
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,8 +42,37 @@ static void usage(FILE *out)
 "                        then tb_pub_flush(); 0 = no flushes (default 0)\n"
 "      --linger-ms MS    wait this long before closing (default 0)\n"
 "      --start-delay-ms MS  wait this long after opening (default 0)\n"
+"      --wait-subscribers N  before the first message, wait until N\n"
+"                        subscribers are connected (rc only: other\n"
+"                        transports do not know their readers)\n"
+"      --wait-ms MS      give up waiting for them after MS, exit 1\n"
+"                        (default 60000)\n"
 "      --report          print a line per second\n"
 "  -h, --help            this text\n");
+}
+
+/* Waits until `want` subscribers are connected, at most `wait_ms`:
+ * 0, or -1 with a message (the transport cannot tell, the time ran out
+ * or a signal came). */
+static int wait_subscribers(tb_publisher_t *pub, int want, uint64_t wait_ms)
+{
+	uint64_t until = tb_clock_mono_ns() + wait_ms * 1000000ull;
+	int have;
+
+	while ((have = tb_pub_subscribers(pub)) >= 0 && have < want) {
+		if (stop || tb_clock_mono_ns() >= until) {
+			fprintf(stderr, "%s: %d of %d subscribers connected after "
+				"%" PRIu64 " ms; not publishing\n", prog, have,
+				want, wait_ms);
+			return -1;
+		}
+		usleep(1000);
+	}
+	if (have < 0) {
+		fprintf(stderr, "%s: --wait-subscribers: %s\n", prog, tb_errmsg());
+		return -1;
+	}
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -58,12 +88,15 @@ int main(int argc, char **argv)
 		{"burst", required_argument, 0, 'b'},
 		{"linger-ms", required_argument, 0, 'L'},
 		{"start-delay-ms", required_argument, 0, 'D'},
+		{"wait-subscribers", required_argument, 0, 'W'},
+		{"wait-ms", required_argument, 0, 'T'},
 		{"report", no_argument, 0, 'P'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
 	const char *config = NULL, *stream = NULL, *shm = NULL;
 	uint64_t count = 1000000, rate = 0, size = 64, linger = 0, delay = 0;
+	uint64_t want_subs = 0, wait_ms = 60000;
 	uint64_t ring = 4 << 20, seq, sum = 0, start, next_due, interval = 0;
 	uint64_t burst = 0, in_burst = 0;
 	uint64_t last_report, last_count = 0;
@@ -90,6 +123,11 @@ int main(int argc, char **argv)
 		case 'b': if (tb_cli_u64(optarg, &burst)) bad = "--burst"; break;
 		case 'L': if (tb_cli_u64(optarg, &linger)) bad = "--linger-ms"; break;
 		case 'D': if (tb_cli_u64(optarg, &delay)) bad = "--start-delay-ms"; break;
+		case 'W':
+			if (tb_cli_u64(optarg, &want_subs) || want_subs > INT_MAX)
+				bad = "--wait-subscribers";
+			break;
+		case 'T': if (tb_cli_u64(optarg, &wait_ms)) bad = "--wait-ms"; break;
 		case 'P': report = 1; break;
 		case 'h':
 		default: return tb_cli_usage_exit(usage, c);
@@ -117,6 +155,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	tb_cli_on_stop_signals(&stop);
+	if (want_subs && wait_subscribers(pub, (int)want_subs, wait_ms) < 0) {
+		tb_publisher_close(pub);
+		return 1;
+	}
 	if (delay)
 		usleep((useconds_t)(delay * 1000));
 

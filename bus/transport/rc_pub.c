@@ -1823,6 +1823,21 @@ static void rc_tx_close(tb_tx_t *tx, uint64_t final_seq)
 	rc_tx_free(t);
 }
 
+/* tb_pub_subscribers: the live subscribers in the table (one whose queue
+ * pair failed is on its way out).  The publishing thread, as a send: the
+ * table is read under `reading`, with the full fence (not the hot path). */
+static int rc_tx_subscribers(tb_tx_t *tx)
+{
+	rc_tx_t *t = (rc_tx_t *)tx;
+	const tb_rc_pub_table_t *tab = tb_rc_pub_enter(&t->h, 1);
+	int live = 0;
+
+	for (int i = 0; i < tab->n; i++)
+		live += !tb_atomic_load_relaxed(&tab->sub[i]->dead);
+	tb_rc_pub_leave(&t->h);
+	return live;
+}
+
 /* Without membarrier, the same with a fence per send (open picks). */
 static const tb_tx_ops_t rc_fenced_tx_ops = {
 	.name = "rc",
@@ -1832,6 +1847,7 @@ static const tb_tx_ops_t rc_fenced_tx_ops = {
 	.flush = NULL,
 	.beat = rc_tx_beat,
 	.close = rc_tx_close,
+	.subscribers = rc_tx_subscribers,
 };
 
 static const tb_tx_ops_t rc_bp_fenced_tx_ops = {
@@ -1842,6 +1858,7 @@ static const tb_tx_ops_t rc_bp_fenced_tx_ops = {
 	.flush = NULL,
 	.beat = rc_tx_beat,
 	.close = rc_tx_close,
+	.subscribers = rc_tx_subscribers,
 };
 
 /* A lapping stream never asks for room: a slow subscriber is skipped. */
@@ -1853,6 +1870,7 @@ const tb_tx_ops_t tb_rc_tx_ops = {
 	.flush = NULL,
 	.beat = rc_tx_beat,
 	.close = rc_tx_close,
+	.subscribers = rc_tx_subscribers,
 };
 
 /* Back-pressure streams ask for room before every claim. */
@@ -1864,4 +1882,5 @@ const tb_tx_ops_t tb_rc_bp_tx_ops = {
 	.flush = NULL,
 	.beat = rc_tx_beat,
 	.close = rc_tx_close,
+	.subscribers = rc_tx_subscribers,
 };

@@ -52,6 +52,9 @@ typedef struct tb_tx_ops {
 	void (*beat)(tb_tx_t *tx, uint64_t now_ns, uint64_t last_seq);
 	/* Announces the end of the stream at `final_seq` and frees. */
 	void (*close)(tb_tx_t *tx, uint64_t final_seq);
+	/* May be NULL (a transport that cannot tell: shm, multicast): the
+	 * subscribers the stream sends to now.  Publishing thread. */
+	int (*subscribers)(tb_tx_t *tx);
 } tb_tx_ops_t;
 
 /* The first member of every transport's publishing state. */

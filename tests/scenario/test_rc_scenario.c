@@ -109,12 +109,15 @@ static void start_sub(proc_t *p, const char *name, const char *stream,
 			   slow_ns ? slow : NULL);
 }
 
+/* tb-publish, once `subs` subscribers are connected (a loaded machine
+ * may take seconds to start them), then after `delay_ms` more. */
 static void start_pub(proc_t *p, const char *count, const char *rate,
-		      const char *delay_ms)
+		      const char *subs, const char *delay_ms)
 {
 	char out[256];
 	char *argv[] = {"tb-publish", "-c", conf, "-s", "feed", "--count",
-			(char *)count, "--rate", (char *)rate, "--start-delay-ms",
+			(char *)count, "--rate", (char *)rate,
+			"--wait-subscribers", (char *)subs, "--start-delay-ms",
 			(char *)delay_ms, "--linger-ms", "200", NULL};
 
 	snprintf(out, sizeof(out), "%s/pub.out", dir);
@@ -147,7 +150,8 @@ static void start_pub_env(proc_t *p, const char *count, const char *size,
 	char out[256];
 	char *argv[] = {"tb-publish", "-c", conf, "-s", "feed", "--count",
 			(char *)count, "--rate", "20000", "--size", (char *)size,
-			"--start-delay-ms", "1500", "--linger-ms", "200", NULL};
+			"--wait-subscribers", "1", "--start-delay-ms", "200",
+			"--linger-ms", "200", NULL};
 
 	snprintf(out, sizeof(out), "%s/pub.out", dir);
 	env_apply(env, 1);
@@ -177,7 +181,8 @@ static void batched_bursts_reach_two_subscribers_whole(void **state)
 	char out[256];
 	char *argv[] = {"tb-publish", "-c", conf, "-s", "feed", "--count",
 			"100003", "--burst", "20", "--rate", "2000",
-			"--start-delay-ms", "1500", "--linger-ms", "200", NULL};
+			"--wait-subscribers", "2", "--start-delay-ms", "200",
+			"--linger-ms", "200", NULL};
 	uint64_t checksum;
 
 	(void)state;
@@ -290,7 +295,7 @@ static void a_new_gid_means_a_new_connection(void **state)
 	}
 	write_conf("lap", "4M");
 	start_sub(&sub, "gid", "feed", "60000", NULL);
-	start_pub(&pub, "60000", "20000", "1500");
+	start_pub(&pub, "60000", "20000", "1", "1500");
 	usleep(2500000);   /* a second into the stream */
 	snprintf(pid, sizeof(pid), "%d", (int)sub.pid);
 	assert_int_equal(softrdma_ctl(gid), 0);
@@ -336,7 +341,7 @@ static void publisher_dead_while_reconnecting_is_reported(void **state)
 	setenv("TICKBUS_QUIET", "0", 1);   /* the subscriber's warnings, please */
 	start_sub(&sub, "unreached", "feed", "1000000", NULL);
 	setenv("TICKBUS_QUIET", "1", 1);
-	start_pub(&pub, "1000000", "20000", "1500");
+	start_pub(&pub, "1000000", "20000", "1", "1500");
 	usleep(2500000);   /* a second into the stream */
 	assert_int_equal(kill(pub.pid, SIGSTOP), 0);
 	snprintf(pid, sizeof(pid), "%d", (int)sub.pid);
@@ -368,6 +373,31 @@ static void publisher_dead_while_reconnecting_is_reported(void **state)
 	free(out);
 }
 
+/* --wait-subscribers with nobody coming: tb-publish gives up at
+ * --wait-ms, says how many came, and publishes nothing. */
+static void waiting_for_subscribers_gives_up_in_time(void **state)
+{
+	proc_t pub;
+	char out[256], *text;
+	char *argv[] = {"tb-publish", "-c", conf, "-s", "feed", "--count", "10",
+			"--wait-subscribers", "1", "--wait-ms", "300", NULL};
+	uint64_t t0;
+
+	(void)state;
+	write_conf("lap", "4M");
+	snprintf(out, sizeof(out), "%s/pub.out", dir);
+	t0 = tb_clock_mono_ms();
+	assert_int_equal(proc_start(&pub, out, argv), 0);
+	assert_int_equal(proc_wait(&pub, 30000), 1);
+	assert_true(tb_clock_mono_ms() - t0 >= 300);
+	text = proc_output(&pub);
+	print_message("%s", text);
+	assert_non_null(strstr(text, "0 of 1 subscribers connected after 300 ms; "
+				 "not publishing"));
+	assert_null(strstr(text, "published="));
+	free(text);
+}
+
 static void four_subscribers_get_a_million_in_order(void **state)
 {
 	proc_t pub, sub[4];
@@ -382,7 +412,7 @@ static void four_subscribers_get_a_million_in_order(void **state)
 		snprintf(name, sizeof(name), "sub%d", i);
 		start_sub(&sub[i], name, "feed", "1000000", NULL);
 	}
-	start_pub(&pub, "1000000", "0", "1500");
+	start_pub(&pub, "1000000", "0", "4", "200");
 	checksum = scenario_finish_pub(&pub, 1000000, 200000);
 	for (int i = 0; i < 4; i++)
 		free(expect_sub_complete(&sub[i], 1000000, checksum, 120000));
@@ -400,7 +430,7 @@ static void slow_subscriber_is_lapped_others_lose_nothing(void **state)
 	start_sub(&fast[1], "fast1", "feed", "100000", NULL);
 	/* 200 us a message: 5,000 a second against 20,000 published. */
 	start_sub(&slow, "slow", "feed", "100000", "200000");
-	start_pub(&pub, "100000", "20000", "1500");
+	start_pub(&pub, "100000", "20000", "3", "200");
 	checksum = scenario_finish_pub(&pub, 100000, 200000);
 	for (int i = 0; i < 2; i++)
 		free(expect_sub_complete(&fast[i], 100000, checksum, 120000));
@@ -423,8 +453,8 @@ static void killed_subscriber_does_not_stall_the_others(void **state)
 	start_sub(&sub[0], "keep0", "feed", "60000", NULL);
 	start_sub(&sub[1], "keep1", "feed", "60000", NULL);
 	start_sub(&victim, "victim", "feed", "60000", NULL);
-	start_pub(&pub, "60000", "20000", "1500");
-	usleep(2500000);   /* 1.5 s to connect, then a second of traffic */
+	start_pub(&pub, "60000", "20000", "3", "1500");
+	usleep(2500000);   /* all three connected, 1.5 s, then traffic */
 	assert_int_equal(kill(victim.pid, SIGKILL), 0);
 	assert_int_equal(proc_wait(&victim, 5000), 128 + SIGKILL);
 	checksum = scenario_finish_pub(&pub, 60000, 200000);
@@ -445,7 +475,7 @@ static void restarted_subscriber_reconnects(void **state)
 	(void)state;
 	write_conf("lap", "4M");
 	start_sub(&first, "first", "feed", "60000", NULL);
-	start_pub(&pub, "60000", "20000", "1500");
+	start_pub(&pub, "60000", "20000", "1", "1500");
 	usleep(2000000);
 	assert_int_equal(kill(first.pid, SIGKILL), 0);
 	assert_int_equal(proc_wait(&first, 5000), 128 + SIGKILL);
@@ -478,7 +508,7 @@ static void wrong_token_is_rejected(void **state)
 	start_sub(&good, "good", "feed", "20000", NULL);
 	start_sub(&bad, "bad", "wrongtoken", "20000", NULL);
 	setenv("TICKBUS_QUIET", "0", 1);   /* the publisher's warning, please */
-	start_pub(&pub, "20000", "20000", "1500");
+	start_pub(&pub, "20000", "20000", "1", "200");
 	setenv("TICKBUS_QUIET", "1", 1);
 	/* Exit status 1: the poll failed with an authentication error. */
 	assert_int_equal(proc_wait(&bad, 30000), 1);
@@ -610,6 +640,7 @@ static void lapped_on_a_quiet_stream_is_told_within_a_heartbeat(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(waiting_for_subscribers_gives_up_in_time, setup, teardown),
 		cmocka_unit_test_setup_teardown(four_subscribers_get_a_million_in_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(slow_subscriber_is_lapped_others_lose_nothing, setup, teardown),
 		cmocka_unit_test_setup_teardown(killed_subscriber_does_not_stall_the_others, setup, teardown),

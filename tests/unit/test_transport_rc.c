@@ -701,6 +701,19 @@ static void publisher_skips_a_subscriber_without_credit(void **state)
 	tb_publisher_close(pub);
 }
 
+/* tb_pub_subscribers once it says `want` (the control thread adds and
+ * drops subscribers), or what it says after 5 s. */
+static int subscribers_become(tb_publisher_t *pub, int want)
+{
+	int n = tb_pub_subscribers(pub);
+
+	for (int i = 0; i < 5000 && n != want && n >= 0; i++) {
+		usleep(1000);
+		n = tb_pub_subscribers(pub);
+	}
+	return n;
+}
+
 static void publisher_drops_a_failed_subscriber(void **state)
 {
 	tb_stream_cfg_t cfg;
@@ -717,10 +730,12 @@ static void publisher_drops_a_failed_subscriber(void **state)
 	peer_open(&b, 64 << 10, 256);
 	post_recvs(&a, 256);
 	post_recvs(&b, 256);
+	assert_int_equal(tb_pub_subscribers(pub), 0);
 	subscribe(&a, test_port(2), "right-token", 256);
 	subscribe(&b, test_port(2), "right-token", 256);
 	join(&a);
 	join(&b);
+	assert_int_equal(subscribers_become(pub, 2), 2);
 
 	/* B's ring goes away: the publisher's next write to it is a remote
 	 * access error and its queue pair to B fails. */
@@ -741,6 +756,8 @@ static void publisher_drops_a_failed_subscriber(void **state)
 	assert_int_equal(m.type, TB_CONTROL_BYE);
 	assert_int_equal(m.bye.reason, TB_CONTROL_BYE_ERROR);
 	assert_int_equal(read_ctl(b.fd, &m), TB_CLOSED);
+	/* A is the one left to count. */
+	assert_int_equal(subscribers_become(pub, 1), 1);
 	/* And the stream goes on for A. */
 	assert_int_equal(tb_pub_offer(pub, 1, payload, 64), 101);
 	assert_int_equal(wait_recvs(&a, wc, 1), 1);

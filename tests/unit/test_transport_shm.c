@@ -117,6 +117,29 @@ static int poll_until(tb_subscriber_t *sub, struct sink *s, int ms)
 	}
 }
 
+/* An shm publisher does not know who reads its ring: it says so rather
+ * than answer 0. */
+static void shm_does_not_count_its_subscribers(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	struct sink s = {0, 1, 0, 0};
+
+	(void)state;
+	cfg_for(&cfg, 64 << 10);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	assert_int_equal(poll_until(sub, &s, 50), 0);
+	assert_int_equal(tb_pub_subscribers(pub), TB_ENOTSUP);
+	assert_non_null(strstr(tb_errmsg(), "shm stream does not know"));
+	/* Asking changed nothing: the stream goes on. */
+	assert_int_equal(offer(pub, 64), 1);
+	assert_int_equal(tb_sub_poll(sub, on_msg, &s, 10), 1);
+	tb_publisher_close(pub);
+	tb_subscriber_close(sub);
+}
+
 static void wrap_pads_and_delivers_everything(void **state)
 {
 	tb_stream_cfg_t cfg;
@@ -889,6 +912,7 @@ static void claim_commit_abort(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(shm_does_not_count_its_subscribers, setup, teardown),
 		cmocka_unit_test_setup_teardown(wrap_pads_and_delivers_everything, setup, teardown),
 		cmocka_unit_test_setup_teardown(frames_never_straddle_the_end, setup, teardown),
 		cmocka_unit_test_setup_teardown(lapped_reader_gets_exact_range_then_resumes, setup, teardown),

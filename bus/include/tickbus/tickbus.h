@@ -241,6 +241,11 @@ uint64_t tb_pub_next_seq(const tb_publisher_t *pub);
 /* The epoch this publisher opened (a new one on every open, or the one
  * given to tb_publisher_open_epoch).  Errors: none. */
 uint64_t tb_pub_epoch(const tb_publisher_t *pub);
+/* The subscribers the stream sends to now: on rc, those connected (a
+ * feed replayed for a test can wait for its readers before the first
+ * message).  Call it from the publishing thread.  Errors: TB_ENOTSUP on
+ * shm, udp and ud, whose publisher does not know who reads. */
+int tb_pub_subscribers(tb_publisher_t *pub);
 
 /* ------------------------------------------------------------- subscriber */
 
