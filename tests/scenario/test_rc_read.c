@@ -120,12 +120,16 @@ static void start_recoveryd(proc_t *p, unsigned port)
 	assert_int_equal(proc_start(p, out, argv), 0);
 }
 
-static void start_pub(proc_t *p, const char *count, const char *delay_ms)
+/* tb-publish, once `subs` subscribers are connected (a loaded machine
+ * may take seconds to start them), then after `delay_ms` more. */
+static void start_pub(proc_t *p, const char *count, const char *subs,
+		      const char *delay_ms)
 {
 	char out[256];
 	char *argv[] = {"tb-publish", "-c", ini, "-s", "feed", "--count",
-			(char *)count, "--rate", "20000", "--start-delay-ms",
-			(char *)delay_ms, "--linger-ms", "500", NULL};
+			(char *)count, "--rate", "20000", "--wait-subscribers",
+			(char *)subs, "--start-delay-ms", (char *)delay_ms,
+			"--linger-ms", "500", NULL};
 
 	snprintf(out, sizeof(out), "%s/pub.out", dir);
 	assert_int_equal(proc_start(p, out, argv), 0);
@@ -314,7 +318,7 @@ static void lapped_while_in_the_ring_reads_back(void **state)
 	(void)state;
 	write_ini("4M", proc_free_port(), rec, proc_free_port());
 	start_recoveryd(&rd, rec);
-	start_pub(&pub, "60000", "1500");
+	start_pub(&pub, "60000", "2", "1500");
 	subscribe_with_a_stall(&g, 500, c, &rd, NULL);
 	checksum = scenario_finish_pub(&pub, N, 60000);
 	expect_exactly_1_to_n(&g, checksum);
@@ -353,7 +357,7 @@ static void ring_moved_on_falls_back_to_recoveryd(void **state)
 		rec = proc_free_port();
 		write_ini("64K", proc_free_port(), rec, proc_free_port());
 		start_recoveryd(&rd, rec);
-		start_pub(&pub, "60000", "1500");
+		start_pub(&pub, "60000", "2", "1500");
 		subscribe_with_a_stall(&g, 500, c, &rd, &service_lapped);
 		if (!service_lapped)
 			break;
@@ -441,7 +445,7 @@ static void the_audit_finds_each_key_where_its_role_needs_it(void **state)
 	write_ini("4M", proc_free_port(), proc_free_port(), proc_free_port());
 	scenario_start_sub(&s1, dir, "s1", argv_sub, "60000", "120000", NULL);
 	scenario_start_sub(&s2, dir, "s2", argv_sub, "60000", "120000", stall);
-	start_pub(&pub, "60000", "1000");
+	start_pub(&pub, "60000", "2", "1000");
 	/* Both joined and the stream running (the publisher starts a second
 	 * in, takes three): every registration is made by now. */
 	usleep(2500000);
