@@ -243,7 +243,7 @@ tb_ring_announce(tb_ring_t *r, uint64_t upto, uint64_t seq)
  * test folds away too.  TB_RING_SHARED_FITS: a shared ring, and the caller
  * has checked that the frame needs no pad and its end no announcement
  * (end + reach <= intent): the claim calls nothing, so a writer's fast
- * path can be a leaf, with no registers to save. */
+ * path keeps nothing across a call. */
 enum { TB_RING_ANY, TB_RING_PRIVATE, TB_RING_SHARED, TB_RING_PRIVATE_FITS,
        TB_RING_SHARED_FITS };
 
