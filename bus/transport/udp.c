@@ -264,12 +264,27 @@ const tb_tx_ops_t tb_udp_tx_ops = {
 
 /* --------------------------------------------------------- subscribing */
 
+/* One system call: recv of one datagram while they come one at a time,
+ * recvmmsg of a batch after a receive that found one (a burst may follow)
+ * and for as long as batches come back with two or more (udp.h).  A
+ * datagram is never cut short: a buffer holds the largest. */
 static int receive(tb_udp_rx_t *r)
 {
 	int got;
 
 	r->recv_calls++;
-	got = recvmmsg(r->fd, r->msgs, TB_UDP_RX_BATCH, MSG_DONTWAIT, NULL);
+	if (r->one) {
+		ssize_t len = recv(r->fd, r->iov[0].iov_base, TB_UDP_RX_BUF,
+				   MSG_DONTWAIT);
+
+		got = len >= 0;
+		if (got)
+			r->msgs[0].msg_len = (unsigned)len;
+		r->one = !got;
+	} else {
+		got = recvmmsg(r->fd, r->msgs, TB_UDP_RX_BATCH, MSG_DONTWAIT, NULL);
+		r->one = got < 2;
+	}
 	r->got = got > 0 ? got : 0;
 	r->next = 0;
 	return r->got;
@@ -411,6 +426,7 @@ static int udp_rx_open(tb_rx_t **out, const tb_stream_cfg_t *cfg)
 		r->msgs[i].msg_hdr.msg_iov = &r->iov[i];
 		r->msgs[i].msg_hdr.msg_iovlen = 1;
 	}
+	r->one = 1;
 	rc = rx_socket(r, cfg);
 	if (rc < 0)
 		goto fail;

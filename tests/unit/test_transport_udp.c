@@ -527,6 +527,51 @@ static void every_malformed_datagram_is_counted_and_dropped(void **state)
 	tb_udp_rx_ops.close(r.rx);
 }
 
+static int poll_once(struct rx_side *r)
+{
+	return tb_udp_rx_ops.poll(r->rx, &r->seq, &r->loss, on_msg, &r->s, 256);
+}
+
+/* A lone datagram is received alone (recvmsg, cheaper than a batch that
+ * tries for a second), a burst in one batch: one receive a poll either
+ * way, and batches for as long as they come back with two or more. */
+static void lone_datagrams_alone_bursts_in_one_batch(void **state)
+{
+	tb_stream_cfg_t cfg;
+	struct rx_side r;
+	tb_udp_rx_t *u;
+	uint64_t calls;
+
+	(void)state;
+	cfg_for(&cfg);
+	rx_open(&r, &cfg);
+	u = (tb_udp_rx_t *)r.rx;
+	assert_int_equal(u->one, 1);
+	inject(dg, make(700, 1, 1));
+	assert_int_equal(rx_poll_for(&r, 1, 5000), 0);
+	assert_int_equal(r.s.count, 1);
+	assert_int_equal(u->one, 0); /* one came: a burst may follow */
+	for (uint64_t seq = 2; seq <= 6; seq++)
+		inject(dg, make(700, seq, 1));
+	calls = u->recv_calls;
+	assert_int_equal(poll_once(&r), 5);
+	assert_int_equal(u->recv_calls, calls + 1);
+	assert_int_equal(u->one, 0);
+	/* Nothing waiting: back to one at a time. */
+	assert_int_equal(poll_once(&r), 0);
+	assert_int_equal(u->one, 1);
+	for (uint64_t seq = 7; seq <= 9; seq++)
+		inject(dg, make(700, seq, 1));
+	calls = u->recv_calls;
+	assert_int_equal(poll_once(&r), 1);
+	assert_int_equal(poll_once(&r), 2);
+	assert_int_equal(u->recv_calls, calls + 2);
+	assert_int_equal(r.s.count, 9);
+	assert_int_equal(r.s.bad, 0);
+	assert_int_equal(r.seq.gaps, 0);
+	tb_udp_rx_ops.close(r.rx);
+}
+
 /* One poll makes at most one recvmmsg, so a flood of garbage neither holds
  * the caller nor hides a publisher that went quiet. */
 static void garbage_never_holds_the_poll_nor_hides_silence(void **state)
@@ -1056,6 +1101,7 @@ int main(void)
 		cmocka_unit_test(silent_publisher_is_dead_then_closes),
 		cmocka_unit_test(heartbeat_reports_a_lost_tail),
 		cmocka_unit_test(loss_interposer_drops_logs_and_rejects_bad_values),
+		cmocka_unit_test(lone_datagrams_alone_bursts_in_one_batch),
 		cmocka_unit_test(config_file_opens_a_udp_stream),
 	};
 	return cmocka_run_group_tests_name("transport_udp", tests, setup, NULL);
