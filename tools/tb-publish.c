@@ -56,11 +56,18 @@ static void usage(FILE *out)
  * or a signal came). */
 static int wait_subscribers(tb_publisher_t *pub, int want, uint64_t wait_ms)
 {
-	uint64_t until = tb_clock_mono_ns() + wait_ms * 1000000ull;
+	uint64_t until = tb_clock_mono_ms() + wait_ms;
 	int have;
 
+	if (until < wait_ms)
+		until = UINT64_MAX; /* "forever", not a wrap to at once */
 	while ((have = tb_pub_subscribers(pub)) >= 0 && have < want) {
-		if (stop || tb_clock_mono_ns() >= until) {
+		if (stop) {
+			fprintf(stderr, "%s: stopped while waiting: %d of %d "
+				"subscribers connected\n", prog, have, want);
+			return -1;
+		}
+		if (tb_clock_mono_ms() >= until) {
 			fprintf(stderr, "%s: %d of %d subscribers connected after "
 				"%" PRIu64 " ms; not publishing\n", prog, have,
 				want, wait_ms);
