@@ -70,12 +70,41 @@ static uint32_t udp_mtu(const tb_stream_cfg_t *cfg)
 
 /* ---------------------------------------------------------- publishing */
 
+/* Sends one datagram, packet header `h` and `len` bytes of frames: from a
+ * copy by send when it fits TB_UDP_COPY_MAX (no message header or iovecs
+ * for the kernel to copy in), else by sendmsg, gathered.  0 or TB_EIO.
+ * Hot path. */
+static inline int send_lone(tb_udp_tx_t *u, const tb_packet_hdr_t *h,
+			    const void *frames, uint32_t len)
+{
+	ssize_t rc;
+
+	if (tb_likely(len <= TB_UDP_COPY_MAX - TB_PACKET_HDR_LEN)) {
+		memcpy(u->one, h, TB_PACKET_HDR_LEN);
+		memcpy(u->one + TB_PACKET_HDR_LEN, frames, len);
+		u->send_calls++;
+		rc = send(u->fd, u->one, TB_PACKET_HDR_LEN + len, 0);
+	} else {
+		u->iov[0][0].iov_base = (void *)h;
+		u->iov[0][0].iov_len = TB_PACKET_HDR_LEN;
+		u->iov[0][1].iov_base = (void *)frames;
+		u->iov[0][1].iov_len = len;
+		u->sendmsg_calls++;
+		rc = sendmsg(u->fd, &u->msgs[0].msg_hdr, 0);
+	}
+	return tb_unlikely(rc < 0) ? TB_EIO : 0;
+}
+
 static int send_ready(void *ctx, int n)
 {
 	tb_udp_tx_t *u = ctx;
 	int sent = 0, rc = 0;
 
-	for (int i = 0; i < n; i++) {
+	/* One alone by send_lone; several by one sendmmsg, each gathered. */
+	if (n == 1)
+		rc = send_lone(u, u->dg.out[0].hdr, u->dg.out[0].frames,
+			       u->dg.out[0].frames_len);
+	for (int i = 0; n > 1 && i < n; i++) {
 		const tb_dgram_out_t *o = &u->dg.out[i];
 
 		u->iov[i][0].iov_base = (void *)o->hdr;
@@ -83,23 +112,17 @@ static int send_ready(void *ctx, int n)
 		u->iov[i][1].iov_base = (void *)o->frames;
 		u->iov[i][1].iov_len = o->frames_len;
 	}
-	if (n == 1) {
-		u->sendmsg_calls++;
-		if (tb_unlikely(sendmsg(u->fd, &u->msgs[0].msg_hdr, 0) < 0))
-			rc = TB_EIO;
-	} else {
-		while (sent < n) {
-			int r = sendmmsg(u->fd, &u->msgs[sent], (unsigned)(n - sent), 0);
+	while (n > 1 && sent < n) {
+		int r = sendmmsg(u->fd, &u->msgs[sent], (unsigned)(n - sent), 0);
 
-			u->sendmmsg_calls++;
-			if (tb_unlikely(r <= 0)) {
-				if (r < 0 && errno == EINTR)
-					continue;
-				rc = TB_EIO;
-				break;
-			}
-			sent += r;
+		u->sendmmsg_calls++;
+		if (tb_unlikely(r <= 0)) {
+			if (r < 0 && errno == EINTR)
+				continue;
+			rc = TB_EIO;
+			break;
 		}
+		sent += r;
 	}
 	if (tb_unlikely(rc < 0))
 		u->send_errors++;
@@ -123,15 +146,8 @@ static int udp_tx_send(tb_tx_t *tx, uint64_t from, uint64_t to)
 	h = tb_dgram_tx_one(&u->dg, to, &frames, &len);
 	if (tb_unlikely(!h))
 		return tb_dgram_tx_drain(&u->dg, to, 0, send_ready, tx);
-	u->iov[0][0].iov_base = (void *)h;
-	u->iov[0][0].iov_len = TB_PACKET_HDR_LEN;
-	u->iov[0][1].iov_base = (void *)frames;
-	u->iov[0][1].iov_len = len;
-	u->sendmsg_calls++;
-	if (tb_unlikely(sendmsg(u->fd, &u->msgs[0].msg_hdr, 0) < 0)) {
+	if (tb_unlikely((rc = send_lone(u, h, frames, len)) < 0))
 		u->send_errors++;
-		rc = TB_EIO;
-	}
 	tb_dgram_tx_sent_one(&u->dg); /* sent or not, it is gone */
 	return rc;
 }

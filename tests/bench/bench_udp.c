@@ -285,7 +285,8 @@ static int batch_run(int burst, int mtu, double *per_dgram, double *calls_per_ms
 		tb_udp_tx_ops.flush(tx);
 	}
 	*per_dgram = (double)u->dg.frames / (double)tb_dgram_tx_datagrams(&u->dg);
-	*calls_per_msg = (double)(u->sendmsg_calls + u->sendmmsg_calls) /
+	*calls_per_msg = (double)(u->send_calls + u->sendmsg_calls +
+				  u->sendmmsg_calls) /
 			 (double)u->dg.frames;
 	tb_udp_tx_ops.close(tx, seq - 1);
 	return 0;

@@ -282,11 +282,61 @@ static void several_datagrams_leave_in_one_sendmmsg(void **state)
 	assert_int_equal(rx_poll_for(&r, 20, 5000), 0);
 	assert_int_equal(r.s.count, 20);
 	assert_int_equal(r.s.bad, 0);
-	/* A lone frame goes by sendmsg. */
+	/* A lone frame goes by send, copied whole. */
 	commit_frames(tx, &seq, 1, 40);
 	assert_int_equal(tb_udp_tx_ops.send(tx, 0, tx->ring.tail), 0);
-	assert_int_equal(u->sendmsg_calls, 1);
+	assert_int_equal(u->send_calls, 1);
+	assert_int_equal(u->sendmsg_calls, 0);
+	assert_int_equal(u->sendmmsg_calls, 1);
 	assert_int_equal(rx_poll_for(&r, 21, 5000), 0);
+	assert_int_equal(r.s.count, 21);
+	assert_int_equal(r.s.bad, 0);
+	tb_udp_tx_ops.close(tx, seq - 1);
+	assert_int_equal(rx_poll_for(&r, 0, 5000), TB_CLOSED);
+	tb_udp_rx_ops.close(r.rx);
+}
+
+/* A lone datagram of up to TB_UDP_COPY_MAX bytes is sent from a copy by
+ * send; a larger one is gathered by sendmsg, header and frames in place.
+ * Both arrive whole, in order, their payloads as written. */
+static void a_lone_datagram_is_copied_unless_large(void **state)
+{
+	const uint32_t fits = TB_UDP_COPY_MAX - TB_PACKET_HDR_LEN -
+			      TB_FRAME_HDR_LEN;
+	tb_stream_cfg_t cfg;
+	struct rx_side r;
+	tb_udp_tx_t *u;
+	tb_tx_t *tx;
+	uint64_t seq = 1, mid;
+
+	(void)state;
+	cfg_for(&cfg);
+	rx_open(&r, &cfg);
+	assert_int_equal(tb_udp_tx_ops.open(&tx, &cfg, 78), 0);
+	u = (tb_udp_tx_t *)tx;
+	/* The largest that fits the copy, exactly. */
+	commit_frames(tx, &seq, 1, fits);
+	assert_int_equal(tb_udp_tx_ops.send(tx, 0, tx->ring.tail), 0);
+	assert_int_equal(u->send_calls, 1);
+	assert_int_equal(u->sendmsg_calls, 0);
+	/* One byte more (a frame 32 bytes larger): gathered. */
+	commit_frames(tx, &seq, 1, fits + 1);
+	assert_int_equal(tb_udp_tx_ops.send(tx, 0, tx->ring.tail), 0);
+	assert_int_equal(u->send_calls, 1);
+	assert_int_equal(u->sendmsg_calls, 1);
+	/* Small after large is copied again, large after small gathered. */
+	commit_frames(tx, &seq, 1, 8);
+	mid = tx->ring.tail;
+	commit_frames(tx, &seq, 1, 1000);
+	assert_int_equal(tb_udp_tx_ops.send(tx, 0, mid), 0);
+	assert_int_equal(tb_udp_tx_ops.send(tx, 0, tx->ring.tail), 0);
+	assert_int_equal(u->send_calls, 2);
+	assert_int_equal(u->sendmsg_calls, 2);
+	assert_int_equal(u->sendmmsg_calls, 0);
+	assert_int_equal(u->send_errors, 0);
+	assert_int_equal(rx_poll_for(&r, 4, 5000), 0);
+	assert_int_equal(r.s.count, 4);
+	assert_int_equal(r.s.bad, 0);
 	tb_udp_tx_ops.close(tx, seq - 1);
 	assert_int_equal(rx_poll_for(&r, 0, 5000), TB_CLOSED);
 	tb_udp_rx_ops.close(r.rx);
@@ -1088,6 +1138,7 @@ int main(void)
 		cmocka_unit_test(interface_by_netdev_name_and_bad_names),
 		cmocka_unit_test(message_larger_than_a_datagram_is_refused_at_offer),
 		cmocka_unit_test(several_datagrams_leave_in_one_sendmmsg),
+		cmocka_unit_test(a_lone_datagram_is_copied_unless_large),
 		cmocka_unit_test(batching_holds_until_full_flush_or_time),
 		cmocka_unit_test(rcvbuf_is_granted_or_its_cap_warned),
 		cmocka_unit_test(every_malformed_datagram_is_counted_and_dropped),
