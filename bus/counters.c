@@ -22,7 +22,11 @@
  *  - The writer never truncates its file, so a reader's mapping stays valid
  *    even if the writer exits and the file is unlinked meanwhile.
  *  - A file whose pid is gone (or was reused by a process with another
- *    start time) is stale; readers skip it and may delete it.
+ *    start time) is stale; readers skip it and may delete it.  Its
+ *    writer holds a shared flock on it for life, which the kernel drops
+ *    however the writer ends: nothing deletes a file whose lock is held,
+ *    and the next process to make its own file deletes the stale ones of
+ *    its user (sweep_stale), so crashes do not fill the directory.
  *
  * After fork() the child forgets the parent's file (pthread_atfork) and
  * makes its own on first use; slots inherited from the parent still point
@@ -43,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -199,6 +204,7 @@ static uint64_t proc_start_ticks(pid_t pid)
 static struct {
 	pthread_mutex_t lock;
 	pid_t owner; /* the pid whose file this is; 0 = none */
+	int fd;      /* the file, open for its lock (held_by_writer) */
 	tb_counters_hdr_t *hdr;
 	tb_counter_slot_t *slots;
 	tb_counter_mr_t *mrs;
@@ -207,7 +213,7 @@ static struct {
 	int n_active; /* stream slots, MRs and histograms in use */
 	int hooks; /* atexit and atfork registered */
 	char path[TB_PATH_MAX];
-} W = { .lock = PTHREAD_MUTEX_INITIALIZER };
+} W = { .lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1 };
 
 /* At exit(), the file goes with the process; after _exit() or a crash it
  * stays, and readers treat it as stale. */
@@ -220,6 +226,11 @@ static void at_exit(void)
 static void at_fork_child(void)
 {
 	pthread_mutex_init(&W.lock, NULL);
+	/* The parent's lock is the parent's: our copy of the descriptor
+	 * goes (the lock stays while the parent holds its own). */
+	if (W.fd >= 0)
+		close(W.fd);
+	W.fd = -1;
 	W.owner = 0;
 	W.hdr = NULL;
 	W.slots = NULL;
@@ -295,6 +306,8 @@ static int create_file(const char *path, mode_t mode)
 	return tb_error_sys(errno, "counters: create %s", path);
 }
 
+static int sweep_stale(const char *dir, pid_t self);
+
 static int open_locked(void)
 {
 	pid_t pid = getpid();
@@ -323,12 +336,17 @@ static int open_locked(void)
 		rc = tb_error_sys(errno, "counters: size %s", W.path);
 		goto fail;
 	}
+	/* Held for the process's life, and dropped by the kernel however it
+	 * ends: what tells a sweep that this file still has its writer. */
+	if (flock(fd, LOCK_SH) != 0) {
+		rc = tb_error_sys(errno, "counters: lock %s", W.path);
+		goto fail;
+	}
 	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
 		rc = tb_error_sys(errno, "counters: mmap %s", W.path);
 		goto fail;
 	}
-	close(fd);
 	memset(p, 0, size); /* also faults every page in, off the hot path */
 	h = p;
 	h->magic = TB_COUNTERS_MAGIC;
@@ -350,6 +368,7 @@ static int open_locked(void)
 	W.mrs = (tb_counter_mr_t *)(W.slots + TB_COUNTERS_SLOTS);
 	W.hists = (tb_counter_hist_t *)(W.mrs + TB_COUNTERS_MRS);
 	W.size = size;
+	W.fd = fd;
 	W.owner = pid;
 	W.n_active = 0;
 	if (!W.hooks) {
@@ -358,6 +377,7 @@ static int open_locked(void)
 		W.hooks = 1;
 	}
 	tb_info("counters: %s", W.path);
+	sweep_stale(dir, pid);
 	return 0;
 fail:
 	close(fd);
@@ -665,6 +685,8 @@ int tb_counters_close(void)
 		} else {
 			munmap(W.hdr, W.size);
 			unlink(W.path);
+			close(W.fd);
+			W.fd = -1;
 			W.hdr = NULL;
 			W.slots = NULL;
 			W.mrs = NULL;
@@ -955,6 +977,66 @@ static int pid_dead(pid_t pid)
 	return kill(pid, 0) != 0 && errno == ESRCH;
 }
 
+/* Whether a process holds the lock every writer keeps on its file for
+ * its life (open_locked).  The kernel drops it when the writer ends,
+ * however it ends, so a file nobody holds has no writer: not here, and
+ * not in another pid namespace sharing the directory, where kill() says
+ * ESRCH of a live pid.  1 held, 0 not held, -1 cannot tell (gone, or not
+ * ours to open). */
+static int held_by_writer(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	int held;
+
+	if (fd < 0)
+		return -1;
+	/* Exclusive, not waiting: refused while any writer holds its
+	 * shared lock (or anything else goes wrong: then "held"). */
+	held = flock(fd, LOCK_EX | LOCK_NB) != 0;
+	close(fd);
+	return held;
+}
+
+/* Removes the counters files in `dir` that are our user's, whose pid is
+ * gone and whose lock nobody holds: what processes that crashed or left
+ * by _exit (no atexit) left behind.  Without this they pile up in a tmpfs,
+ * 62 KiB each (one run of the tests left 454), until someone runs a
+ * reader that reaps (tb-stat).  Called
+ * when this process (`self`) makes its own file, so once a process.
+ * Returns how many it removed. */
+static int sweep_stale(const char *dir, pid_t self)
+{
+	uid_t uid = geteuid();
+	struct dirent *e;
+	int removed = 0;
+	DIR *dp = opendir(dir);
+
+	if (!dp)
+		return 0;
+	while ((e = readdir(dp)) != NULL) {
+		pid_t pid = name_pid(e->d_name);
+		char path[TB_PATH_MAX];
+		struct stat st;
+		int n;
+
+		if (pid <= 0 || pid == self)
+			continue;
+		n = snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		if (n < 0 || (size_t)n >= sizeof(path) ||
+		    lstat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
+		    st.st_uid != uid || !pid_dead(pid) ||
+		    held_by_writer(path) != 0)
+			continue;
+		if (unlink(path) == 0)
+			removed++;
+	}
+	closedir(dp);
+	if (removed)
+		tb_info("counters: removed %d files of processes gone from %s",
+			removed, dir);
+	return removed;
+}
+
 int tb_counters_read_dir(const char *dir, unsigned flags, tb_counters_fn fn,
 			 void *arg)
 {
@@ -1009,7 +1091,8 @@ int tb_counters_read_dir_reap(const char *dir, unsigned flags,
 				proc_start_ticks(pid) != 0;
 		}
 		if (stale) {
-			if (flags & TB_COUNTERS_DELETE_STALE) {
+			if ((flags & TB_COUNTERS_DELETE_STALE) &&
+			    held_by_writer(path) == 0) {
 				tb_info("counters: removing %s (process %d is "
 					"gone)", path, (int)pid);
 				if (unlink(path) == 0 && reaped)

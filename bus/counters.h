@@ -6,7 +6,10 @@
  * directory): a header, TB_COUNTERS_SLOTS stream slots, TB_COUNTERS_MRS
  * memory-registration records and TB_COUNTERS_HISTS latency histograms.
  * Tools (tb-stat, tb-doctor) find the files with tb_counters_read_dir() and
- * read them without disturbing the writer.
+ * read them without disturbing the writer.  The writer holds a shared
+ * flock on its file for its life; a file left by a process that crashed
+ * is removed by the next process to make its own (or by tb-stat), never
+ * while anyone holds its lock.
  *
  * The file is created afresh (O_EXCL, never through a link) with mode 0640
  * ($TICKBUS_COUNTERS_MODE may narrow it to 0600 or keep group read for a
@@ -35,7 +38,7 @@
 #define TB_COUNTERS_MAGIC 0x52544e43554f4354ull /* "TCOUCNTR" */
 #define TB_COUNTERS_VERSION 3u /* 2: 32 counters a slot; 3: MRs, histograms */
 /* Slots a process creates: 64 streams per process is far beyond a feed
- * handler's or a strategy's needs, and the file stays at 24.1 KiB. */
+ * handler's or a strategy's needs (24 KiB of the file's 62 KiB). */
 #define TB_COUNTERS_SLOTS 64
 /* Largest slot count a reader accepts, so a corrupt header cannot make it
  * walk far. */

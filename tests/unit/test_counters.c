@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -794,30 +795,42 @@ static void test_squatted_path(void **state)
 	}
 }
 
-/* read_dir_reap counts the stale files it removes. */
+/* read_dir_reap counts the stale files it removes.  Both writers live
+ * until both files are made: a new file sweeps the stale ones already
+ * there (test_new_file_sweeps_stale_ones). */
 static void test_reap_counts(void **state)
 {
 	(void)state;
-	int rc, reaped = -1, status;
+	int rc, reaped = -1, status, made[2];
 	struct seen s = {0};
-	char path[256];
-	pid_t pid;
+	char path[256], byte;
+	pid_t pid[2];
 
+	assert_int_equal(pipe(made), 0);
 	for (int i = 0; i < 2; i++) {
-		pid = fork();
-		assert_true(pid >= 0);
-		if (pid == 0) {
+		pid[i] = fork();
+		assert_true(pid[i] >= 0);
+		if (pid[i] == 0) {
 			if (!tb_counters_add_stream(5, "doomed",
 						    TB_ROLE_SUBSCRIBER, "udp"))
 				_exit(1);
-			kill(getpid(), SIGKILL);
+			if (write(made[1], "x", 1) != 1)
+				_exit(1);
+			pause();
 			_exit(2);
 		}
-		assert_int_equal(waitpid(pid, &status, 0), pid);
+	}
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(read(made[0], &byte, 1), 1);
+	for (int i = 0; i < 2; i++) {
+		kill(pid[i], SIGKILL);
+		assert_int_equal(waitpid(pid[i], &status, 0), pid[i]);
 		assert_true(WIFSIGNALED(status));
-		path_for_pid(path, sizeof(path), pid);
+		path_for_pid(path, sizeof(path), pid[i]);
 		assert_true(exists(path));
 	}
+	close(made[0]);
+	close(made[1]);
 	rc = tb_counters_read_dir_reap(NULL, 0, collect, &s, &reaped);
 	assert_true(rc >= 0);
 	assert_int_equal(reaped, 0);
@@ -826,6 +839,84 @@ static void test_reap_counts(void **state)
 	assert_true(rc >= 0);
 	assert_int_equal(reaped, 2);
 	assert_false(exists(path));
+}
+
+/* A pid that is gone: a child that exits at once, waited for. */
+static pid_t dead_pid(void)
+{
+	int status;
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	return pid;
+}
+
+/* Runs a child that makes its counters file (and so sweeps), then exits
+ * the normal way (its own file goes with it). */
+static void child_makes_its_file(void)
+{
+	int status;
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0)
+		exit(tb_counters_add_stream(6, "sweeper", TB_ROLE_PUBLISHER,
+					    "shm") ? 0 : 1);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* A process that makes its counters file removes the files of processes
+ * that are gone (a crash, _exit: no atexit) -- but not a file whose lock
+ * is held, as a live writer in another pid namespace holds it though
+ * kill() says its pid is gone here, nor anything that is not a regular
+ * file (a link, a fifo).  Once the lock is let go, the next new file sweeps that too. */
+static void test_new_file_sweeps_stale_ones(void **state)
+{
+	(void)state;
+	char crashed[256], held[256], link[256], fifo[256];
+	int status, fd;
+	pid_t pid;
+
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (!tb_counters_add_stream(5, "crashes", TB_ROLE_SUBSCRIBER,
+					    "udp"))
+			_exit(1);
+		_exit(0); /* no exit handlers: the file stays */
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_int_equal(WEXITSTATUS(status), 0);
+	path_for_pid(crashed, sizeof(crashed), pid);
+	assert_true(exists(crashed));
+
+	path_for_pid(held, sizeof(held), dead_pid());
+	fd = open(held, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(flock(fd, LOCK_SH), 0);
+	path_for_pid(link, sizeof(link), dead_pid());
+	assert_int_equal(symlink(held, link), 0);
+	path_for_pid(fifo, sizeof(fifo), dead_pid());
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+
+	child_makes_its_file();
+	assert_false(exists(crashed));
+	assert_true(exists(held));
+	assert_true(exists(link));
+	assert_true(exists(fifo));
+
+	close(fd); /* the "writer" is gone now */
+	child_makes_its_file();
+	assert_false(exists(held));
+	assert_true(exists(link));
+	assert_true(exists(fifo));
+	assert_int_equal(unlink(link), 0);
+	assert_int_equal(unlink(fifo), 0);
 }
 
 static void test_reader_bad_args(void **state)
@@ -894,6 +985,7 @@ int main(void)
 		cmocka_unit_test(test_file_mode),
 		cmocka_unit_test(test_squatted_path),
 		cmocka_unit_test(test_reap_counts),
+		cmocka_unit_test(test_new_file_sweeps_stale_ones),
 		cmocka_unit_test(test_reader_bad_args),
 	};
 
