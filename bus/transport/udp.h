@@ -71,7 +71,7 @@ typedef struct tb_udp_tx {
 	uint8_t *ring_mem;
 	struct mmsghdr msgs[TB_DGRAM_READY_MAX];
 	struct iovec iov[TB_DGRAM_READY_MAX][2];
-	uint8_t one[TB_UDP_COPY_MAX] __attribute__((aligned(64)));
+	uint8_t one[TB_UDP_COPY_MAX]; /* a lone datagram, copied whole */
 } tb_udp_tx_t;
 
 typedef struct tb_udp_rx {
