@@ -259,6 +259,17 @@ static int rx_poll_for(struct rx_side *r, uint64_t want, int ms)
 	return 0;
 }
 
+/* The publisher's system calls so far: lone datagrams sent whole from a
+ * copy, lone ones gathered, and batches. */
+static void assert_sends(const tb_udp_tx_t *u, uint64_t whole,
+			 uint64_t gathered, uint64_t batches)
+{
+	assert_int_equal(u->send_calls, whole);
+	assert_int_equal(u->sendmsg_calls, gathered);
+	assert_int_equal(u->sendmmsg_calls, batches);
+	assert_int_equal(u->send_errors, 0);
+}
+
 static void several_datagrams_leave_in_one_sendmmsg(void **state)
 {
 	tb_stream_cfg_t cfg;
@@ -276,8 +287,7 @@ static void several_datagrams_leave_in_one_sendmmsg(void **state)
 	/* One send covering 20 frames: 10 datagrams, one system call. */
 	commit_frames(tx, &seq, 20, 40);
 	assert_int_equal(tb_udp_tx_ops.send(tx, 0, tx->ring.tail), 0);
-	assert_int_equal(u->sendmmsg_calls, 1);
-	assert_int_equal(u->sendmsg_calls, 0);
+	assert_sends(u, 0, 0, 1);
 	assert_int_equal(tb_dgram_tx_datagrams(&u->dg), 10);
 	assert_int_equal(rx_poll_for(&r, 20, 5000), 0);
 	assert_int_equal(r.s.count, 20);
@@ -285,9 +295,7 @@ static void several_datagrams_leave_in_one_sendmmsg(void **state)
 	/* A lone frame goes by send, copied whole. */
 	commit_frames(tx, &seq, 1, 40);
 	assert_int_equal(tb_udp_tx_ops.send(tx, 0, tx->ring.tail), 0);
-	assert_int_equal(u->send_calls, 1);
-	assert_int_equal(u->sendmsg_calls, 0);
-	assert_int_equal(u->sendmmsg_calls, 1);
+	assert_sends(u, 1, 0, 1);
 	assert_int_equal(rx_poll_for(&r, 21, 5000), 0);
 	assert_int_equal(r.s.count, 21);
 	assert_int_equal(r.s.bad, 0);
@@ -317,23 +325,18 @@ static void a_lone_datagram_is_copied_unless_large(void **state)
 	/* The largest that fits the copy, exactly. */
 	commit_frames(tx, &seq, 1, fits);
 	assert_int_equal(tb_udp_tx_ops.send(tx, 0, tx->ring.tail), 0);
-	assert_int_equal(u->send_calls, 1);
-	assert_int_equal(u->sendmsg_calls, 0);
+	assert_sends(u, 1, 0, 0);
 	/* One byte more (a frame 32 bytes larger): gathered. */
 	commit_frames(tx, &seq, 1, fits + 1);
 	assert_int_equal(tb_udp_tx_ops.send(tx, 0, tx->ring.tail), 0);
-	assert_int_equal(u->send_calls, 1);
-	assert_int_equal(u->sendmsg_calls, 1);
+	assert_sends(u, 1, 1, 0);
 	/* Small after large is copied again, large after small gathered. */
 	commit_frames(tx, &seq, 1, 8);
 	mid = tx->ring.tail;
 	commit_frames(tx, &seq, 1, 1000);
 	assert_int_equal(tb_udp_tx_ops.send(tx, 0, mid), 0);
 	assert_int_equal(tb_udp_tx_ops.send(tx, 0, tx->ring.tail), 0);
-	assert_int_equal(u->send_calls, 2);
-	assert_int_equal(u->sendmsg_calls, 2);
-	assert_int_equal(u->sendmmsg_calls, 0);
-	assert_int_equal(u->send_errors, 0);
+	assert_sends(u, 2, 2, 0);
 	assert_int_equal(rx_poll_for(&r, 4, 5000), 0);
 	assert_int_equal(r.s.count, 4);
 	assert_int_equal(r.s.bad, 0);
