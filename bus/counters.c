@@ -50,6 +50,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FILE_SIZE(n, m, h)                                   \
@@ -997,8 +998,13 @@ static int held_by_writer(const char *path)
 	return held;
 }
 
+/* A file younger than this is never swept: a writer takes its lock just
+ * after it creates its file (open_locked), and one in another pid
+ * namespace, whose pid looks gone from here, is not yet locked then. */
+#define SWEEP_AGE_S 2
+
 /* Removes the counters files in `dir` that are our user's, whose pid is
- * gone and whose lock nobody holds: what processes that crashed or left
+ * gone, whose lock nobody holds and that are SWEEP_AGE_S old: what processes that crashed or left
  * by _exit (no atexit) left behind.  Without this they pile up in a tmpfs,
  * 62 KiB each (one run of the tests left 454), until someone runs a
  * reader that reaps (tb-stat).  Called
@@ -1006,6 +1012,7 @@ static int held_by_writer(const char *path)
  * Returns how many it removed. */
 static int sweep_stale(const char *dir, pid_t self)
 {
+	time_t now = time(NULL);
 	uid_t uid = geteuid();
 	struct dirent *e;
 	int removed = 0;
@@ -1024,8 +1031,8 @@ static int sweep_stale(const char *dir, pid_t self)
 		n = snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
 		if (n < 0 || (size_t)n >= sizeof(path) ||
 		    lstat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
-		    st.st_uid != uid || !pid_dead(pid) ||
-		    held_by_writer(path) != 0)
+		    st.st_uid != uid || st.st_mtime > now - SWEEP_AGE_S ||
+		    !pid_dead(pid) || held_by_writer(path) != 0)
 			continue;
 		if (unlink(path) == 0)
 			removed++;

@@ -23,6 +23,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -854,6 +855,18 @@ static pid_t dead_pid(void)
 	return pid;
 }
 
+/* Makes `path` look a minute old: the sweep leaves younger files alone
+ * (a writer locks its file just after it creates it). */
+static void age(const char *path)
+{
+	struct timespec t[2];
+
+	assert_int_equal(clock_gettime(CLOCK_REALTIME, &t[0]), 0);
+	t[0].tv_sec -= 60;
+	t[1] = t[0];
+	assert_int_equal(utimensat(AT_FDCWD, path, t, AT_SYMLINK_NOFOLLOW), 0);
+}
+
 /* Runs a child that makes its counters file (and so sweeps), then exits
  * the normal way (its own file goes with it). */
 static void child_makes_its_file(void)
@@ -894,15 +907,22 @@ static void test_new_file_sweeps_stale_ones(void **state)
 	assert_int_equal(WEXITSTATUS(status), 0);
 	path_for_pid(crashed, sizeof(crashed), pid);
 	assert_true(exists(crashed));
+	/* Just made: too young to sweep, whatever else holds. */
+	child_makes_its_file();
+	assert_true(exists(crashed));
+	age(crashed);
 
 	path_for_pid(held, sizeof(held), dead_pid());
 	fd = open(held, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	assert_true(fd >= 0);
 	assert_int_equal(flock(fd, LOCK_SH), 0);
+	age(held);
 	path_for_pid(link, sizeof(link), dead_pid());
 	assert_int_equal(symlink(held, link), 0);
+	age(link);
 	path_for_pid(fifo, sizeof(fifo), dead_pid());
 	assert_int_equal(mkfifo(fifo, 0600), 0);
+	age(fifo);
 
 	child_makes_its_file();
 	assert_false(exists(crashed));
