@@ -884,15 +884,18 @@ static void child_makes_its_file(void)
 }
 
 /* A process that makes its counters file removes the files of processes
- * that are gone (a crash, _exit: no atexit) -- but not a file whose lock
- * is held, as a live writer in another pid namespace holds it though
- * kill() says its pid is gone here, nor anything that is not a regular
- * file (a link, a fifo).  Once the lock is let go, the next new file sweeps that too. */
+ * that are gone (a crash, _exit: no atexit) once they are 2 s old.  It
+ * keeps a fresh one, and a file whose lock is held (a live writer in
+ * another pid namespace holds it, though kill() says its pid is gone
+ * here), and anything that is not a regular file (a link, a fifo).  A
+ * reader's reaping keeps a held file too.  Once the lock is let go, the
+ * next new file sweeps that one as well. */
 static void test_new_file_sweeps_stale_ones(void **state)
 {
 	(void)state;
 	char crashed[256], held[256], link[256], fifo[256];
-	int status, fd;
+	int status, fd, rc, reaped;
+	struct seen s = {0};
 	pid_t pid;
 
 	pid = fork();
@@ -929,14 +932,20 @@ static void test_new_file_sweeps_stale_ones(void **state)
 	assert_true(exists(held));
 	assert_true(exists(link));
 	assert_true(exists(fifo));
-
-	close(fd); /* the "writer" is gone now */
 	child_makes_its_file();
-	assert_false(exists(held));
 	assert_true(exists(link));
 	assert_true(exists(fifo));
 	assert_int_equal(unlink(link), 0);
 	assert_int_equal(unlink(fifo), 0);
+	/* A reader's reaping (tb-stat's) keeps a held file too. */
+	rc = tb_counters_read_dir_reap(NULL, TB_COUNTERS_DELETE_STALE, collect,
+				       &s, &reaped);
+	assert_true(rc >= 0);
+	assert_true(exists(held));
+
+	close(fd); /* the "writer" is gone now */
+	child_makes_its_file();
+	assert_false(exists(held));
 }
 
 static void test_reader_bad_args(void **state)
