@@ -1004,10 +1004,10 @@ static int held_by_writer(const char *path)
 #define SWEEP_AGE_S 2
 
 /* Removes the counters files in `dir` that are our user's, whose pid is
- * gone, whose lock nobody holds and that are SWEEP_AGE_S old: what processes that crashed or left
- * by _exit (no atexit) left behind.  Without this they pile up in a tmpfs,
- * 62 KiB each (one run of the tests left 454), until someone runs a
- * reader that reaps (tb-stat).  Called
+ * gone, whose lock nobody holds and that are SWEEP_AGE_S old: what
+ * processes that crashed or left by _exit (no atexit) left behind.
+ * Without this they pile up in a tmpfs, 62 KiB each (one run of the tests
+ * left 454), until someone runs a reader that reaps (tb-stat).  Called
  * when this process (`self`) makes its own file, so once a process.
  * Returns how many it removed. */
 static int sweep_stale(const char *dir, pid_t self)

@@ -95,16 +95,13 @@ static inline int send_lone(tb_udp_tx_t *u, const tb_packet_hdr_t *h,
 	return tb_unlikely(rc < 0) ? TB_EIO : 0;
 }
 
-static int send_ready(void *ctx, int n)
+/* Sends the n (> 1) ready datagrams, each gathered, with as few sendmmsg
+ * calls as the kernel takes them in.  0 or TB_EIO.  Hot path. */
+static int send_batch(tb_udp_tx_t *u, int n)
 {
-	tb_udp_tx_t *u = ctx;
-	int sent = 0, rc = 0;
+	int sent = 0;
 
-	/* One alone by send_lone; several by one sendmmsg, each gathered. */
-	if (n == 1)
-		rc = send_lone(u, u->dg.out[0].hdr, u->dg.out[0].frames,
-			       u->dg.out[0].frames_len);
-	for (int i = 0; n > 1 && i < n; i++) {
+	for (int i = 0; i < n; i++) {
 		const tb_dgram_out_t *o = &u->dg.out[i];
 
 		u->iov[i][0].iov_base = (void *)o->hdr;
@@ -112,18 +109,27 @@ static int send_ready(void *ctx, int n)
 		u->iov[i][1].iov_base = (void *)o->frames;
 		u->iov[i][1].iov_len = o->frames_len;
 	}
-	while (n > 1 && sent < n) {
+	while (sent < n) {
 		int r = sendmmsg(u->fd, &u->msgs[sent], (unsigned)(n - sent), 0);
 
 		u->sendmmsg_calls++;
 		if (tb_unlikely(r <= 0)) {
 			if (r < 0 && errno == EINTR)
 				continue;
-			rc = TB_EIO;
-			break;
+			return TB_EIO;
 		}
 		sent += r;
 	}
+	return 0;
+}
+
+static int send_ready(void *ctx, int n)
+{
+	tb_udp_tx_t *u = ctx;
+	int rc = n == 1 ? send_lone(u, u->dg.out[0].hdr, u->dg.out[0].frames,
+				    u->dg.out[0].frames_len)
+			: send_batch(u, n);
+
 	if (tb_unlikely(rc < 0))
 		u->send_errors++;
 	/* Sent or not, they are gone: a receiver sees the loss as a gap. */

@@ -15,12 +15,12 @@
  * TB_UDP_COPY_MAX bytes, else by sendmsg with the two iovecs.  sendmsg
  * copies a message header and an iovec array in from user memory that
  * send does not: for a 160-byte datagram here that was 0.14 to 0.27 us
- * of a 4 us send, the copy of 160 bytes a few ns.  Messages larger than one
- * datagram of cfg.mtu bytes (default TB_DGRAM_UDP_MTU) are refused at offer
- * with TB_EMSGSIZE: ring.max_frame is capped to what a datagram holds.  The
- * heartbeat thread sends a heartbeat datagram on the same socket every
- * heartbeat_ms; close sends END three times (a lost END would otherwise
- * turn a clean close into a dead publisher).
+ * of a 4 us send, the copy of 160 bytes a few ns.  Messages larger than
+ * one datagram of cfg.mtu bytes (default TB_DGRAM_UDP_MTU) are refused at
+ * offer with TB_EMSGSIZE: ring.max_frame is capped to what a datagram
+ * holds.  The heartbeat thread sends a heartbeat datagram on the same
+ * socket every heartbeat_ms; close sends END three times (a lost END
+ * would otherwise turn a clean close into a dead publisher).
  *
  * Subscriber: a non-blocking socket bound to the group address and port
  * with SO_REUSEADDR and SO_REUSEPORT (so several subscribers on one host
@@ -32,9 +32,9 @@
  * and while batches come back with two or more.  recvmmsg tries for a
  * second datagram in the kernel and copies message headers in and out: a
  * lone datagram costs it 1.07 us against 0.62 for recv here, and an empty
- * poll 0.44 against 0.29.  The datagrams are
- * delivered in place from the receive buffers, each authenticated by
- * dgram.h before anything in it is acted on.
+ * poll 0.44 against 0.29.  The datagrams are delivered in place from the
+ * receive buffers, each authenticated by dgram.h before anything in it is
+ * acted on.
  *
  * No test hook: tests that want datagrams lost wrap the socket calls from
  * outside (tests/common/udp_loss.h, an LD_PRELOAD interposer).

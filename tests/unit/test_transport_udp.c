@@ -585,7 +585,7 @@ static int poll_once(struct rx_side *r)
 	return tb_udp_rx_ops.poll(r->rx, &r->seq, &r->loss, on_msg, &r->s, 256);
 }
 
-/* A lone datagram is received alone (recvmsg, cheaper than a batch that
+/* A lone datagram is received alone (recv, cheaper than a batch that
  * tries for a second), a burst in one batch: one receive a poll either
  * way, and batches for as long as they come back with two or more. */
 static void lone_datagrams_alone_bursts_in_one_batch(void **state)
@@ -625,7 +625,7 @@ static void lone_datagrams_alone_bursts_in_one_batch(void **state)
 	tb_udp_rx_ops.close(r.rx);
 }
 
-/* One poll makes at most one recvmmsg, so a flood of garbage neither holds
+/* One poll makes at most one receive, so a flood of garbage neither holds
  * the caller nor hides a publisher that went quiet. */
 static void garbage_never_holds_the_poll_nor_hides_silence(void **state)
 {
