@@ -27,6 +27,15 @@
  *               half a ring ahead, exactly as the floor's producer, so the
  *               rate is the one at which nothing is lost, and lost must be
  *               0.
+ * Either throughput run settles, by chance and the machine's state, into
+ * a pace it keeps.  A reader that has caught up waits at the line the
+ * writer writes next, so every message costs that line's transfer each
+ * way, and both sides go at that pace; a writer that keeps ahead lets the
+ * reader stream lines written a while ago, many times faster.  The
+ * floor's rate alone has spanned 12 to 105 M msg/s within one set of runs
+ * here, so each run's rates are printed, with how often its reader found
+ * nothing (empty polls a message: near 0 when it kept behind), to show
+ * what the median ratio is made of.
  * And the cost in instructions (callgrind, load-independent): tb_pub_offer
  * and tb_sub_poll per 64-byte message, polled one and 64 at a time.
  *
@@ -337,10 +346,13 @@ struct spsc {
 	_Atomic uint64_t head tb_cache_aligned; /* consumer's position */
 	_Atomic uint64_t done tb_cache_aligned;
 	double rate;
+	uint64_t empty;
 	struct slot slots[SPSC_SLOTS] tb_cache_aligned;
 };
 
-static double floor_tput(void)
+/* Messages per second through the SPSC floor; *empty: the consumer's
+ * empty looks a message. */
+static double floor_tput(double *empty)
 {
 	struct spsc *q = shared(sizeof(*q));
 	uint8_t msg[64];
@@ -353,14 +365,16 @@ static double floor_tput(void)
 	child = fork();
 	if (child == 0) {
 		uint8_t out[64];
-		uint64_t i, t0 = 0, sum = 0;
+		uint64_t i, t0 = 0, sum = 0, idle = 0;
 
 		tb_thread_pin(core_b);
 		for (i = 0; i < tput_msgs; i++) {
 			struct slot *s = &q->slots[i % SPSC_SLOTS];
 
-			while (tb_atomic_load_acquire(&s->seq) != i + 1)
+			while (tb_atomic_load_acquire(&s->seq) != i + 1) {
+				idle++;
 				tb_cpu_relax();
+			}
 			memcpy(out, s->payload, sizeof(out));
 			sum += out[i & 63];
 			if (i == 0)
@@ -369,6 +383,7 @@ static double floor_tput(void)
 				tb_atomic_store_release(&q->head, i + 1);
 		}
 		q->rate = (double)(tput_msgs - 1) / ((tb_clock_now_ns() - t0) / 1e9);
+		q->empty = idle;
 		tb_atomic_store_release(&q->done, sum | 1);
 		_exit(0);
 	}
@@ -383,6 +398,7 @@ static double floor_tput(void)
 	}
 	waitpid(child, NULL, 0);
 	rate = tb_atomic_load_acquire(&q->done) ? q->rate : -1;
+	*empty = (double)q->empty / (double)tput_msgs;
 	munmap(q, sizeof(*q));
 	return rate;
 }
@@ -392,7 +408,7 @@ static double floor_tput(void)
 struct tput_share {
 	_Atomic uint64_t seen tb_cache_aligned; /* last sequence accounted */
 	double rate;
-	uint64_t lost, bad;
+	uint64_t lost, bad, empty;
 	_Atomic int done;
 };
 
@@ -411,8 +427,9 @@ static void on_count(void *clientd, const tb_msg_t *m)
 }
 
 /* Messages per second delivered to one subscriber process with nothing
- * lost; *lost counts what was lost all the same. */
-static double tickbus_tput(uint64_t *lost)
+ * lost; *lost counts what was lost all the same; *empty: the
+ * subscriber's empty polls a message. */
+static double tickbus_tput(uint64_t *lost, double *empty)
 {
 	struct tput_share *sh = shared(sizeof(*sh));
 	/* Half the ring, in 96-byte frames: the floor's margin. */
@@ -432,7 +449,7 @@ static double tickbus_tput(uint64_t *lost)
 	if (child == 0) {
 		struct counter c = {0, 0, 0};
 		tb_subscriber_t *sub;
-		uint64_t t0 = 0, a, b, l = 0;
+		uint64_t t0 = 0, a, b, l = 0, idle = 0;
 
 		tb_thread_pin(core_b);
 		if (tb_subscriber_open(&sub, &cfg) < 0)
@@ -453,11 +470,13 @@ static double tickbus_tput(uint64_t *lost)
 			}
 			if (n == TB_CLOSED)
 				break;
+			idle += n == 0;
 			tb_cpu_relax();
 		}
 		sh->rate = t0 ? (double)c.n / ((tb_clock_now_ns() - t0) / 1e9) : 0;
 		sh->lost = l;
 		sh->bad = c.bad;
+		sh->empty = idle;
 		tb_atomic_store_release(&sh->done, 1);
 		tb_subscriber_close(sub);
 		_exit(0);
@@ -480,6 +499,7 @@ static double tickbus_tput(uint64_t *lost)
 	waitpid(child, NULL, 0);
 	rate = tb_atomic_load_acquire(&sh->done) ? sh->rate : -1;
 	*lost = sh->lost + sh->bad;
+	*empty = (double)sh->empty / (double)tput_msgs;
 	munmap(sh, sizeof(*sh));
 	unlink(cfg.shm_path);
 	return rate;
@@ -643,6 +663,18 @@ static void write_hgrm(const char *dir, const char *name, const tb_hist_t *h)
 		fclose(f);
 }
 
+/* Each throughput run's rates, and how often its readers found nothing
+ * (see the essay). */
+static void print_tput_runs(const double *frate, const double *fidle,
+			    const double *trate, const double *tidle, int n)
+{
+	printf("bench shm:   each run, M msg/s (empty polls a message):\n");
+	for (int i = 0; i < n; i++)
+		printf("bench shm:     run %d: floor %6.1f (%.2f), tickbus %5.1f "
+		       "(%.2f): %.2f\n", i + 1, frate[i] / 1e6, fidle[i],
+		       trate[i] / 1e6, tidle[i], trate[i] / frate[i]);
+}
+
 /* The run's value of a percentile, by index 0..3: p50, p99, p99.9, max. */
 static int64_t pct(const rtt_t *r, int k)
 {
@@ -655,6 +687,7 @@ int main(int argc, char **argv)
 	static const double goals[] = {GOAL_P50, GOAL_P99, GOAL_P999, 0};
 	rtt_t fl[RUNS_MAX], tb[RUNS_MAX], tool[RUNS_MAX];
 	double ftput[RUNS_MAX], ttput[RUNS_MAX], ratio[RUNS_MAX];
+	double fidle[RUNS_MAX], tidle[RUNS_MAX];
 	uint64_t lost[RUNS_MAX], lost_all = 0;
 	char la0[128], la1[128];
 	int i, have_tool = 1;
@@ -714,9 +747,9 @@ int main(int argc, char **argv)
 				"agreement is not measured\n");
 			have_tool = 0;
 		}
-		ftput[i] = floor_tput();
+		ftput[i] = floor_tput(&fidle[i]);
 		lost[i] = 0;
-		ttput[i] = tickbus_tput(&lost[i]);
+		ttput[i] = tickbus_tput(&lost[i], &tidle[i]);
 		lost_all += lost[i];
 		if (ftput[i] <= 0 || ttput[i] <= 0) {
 			fprintf(stderr, "bench shm: a throughput run failed\n");
@@ -768,18 +801,22 @@ int main(int argc, char **argv)
 		       verdict(r >= 1 - GOAL_AGREE && r <= 1 + GOAL_AGREE));
 	}
 	{
-		double f, t, r;
+		double f[RUNS_MAX], t[RUNS_MAX], r;
 
-		for (i = 0; i < runs; i++)
+		/* Copies: median sorts, and the runs are printed in order. */
+		for (i = 0; i < runs; i++) {
 			ratio[i] = ttput[i] / ftput[i];
+			f[i] = ftput[i];
+			t[i] = ttput[i];
+		}
 		r = median(ratio, runs);
-		f = median(ftput, runs);
-		t = median(ttput, runs);
 		printf("bench shm: throughput, M msg/s: SPSC floor %.1f, tickbus "
-		       "shm %.1f (median runs)\n", f / 1e6, t / 1e6);
+		       "shm %.1f (median runs)\n", median(f, runs) / 1e6,
+		       median(t, runs) / 1e6);
 		printf("bench shm:   tickbus / floor %.2f   goal >= %.1f: %s; lost "
 		       "%" PRIu64 "   goal 0: %s\n", r, GOAL_TPUT,
 		       verdict(r >= GOAL_TPUT), lost_all, verdict(lost_all == 0));
+		print_tput_runs(ftput, fidle, ttput, tidle, runs);
 	}
 	print_instructions();
 	printf("bench shm: reproduce: %s/bench_shm%s --runs %d --cores %d,%d; "
