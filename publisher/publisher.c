@@ -72,6 +72,9 @@ struct tb_publisher {
 	 * 138 -> 140: its copy was the first test's, inline). */
 	int64_t (*offer_small)(struct tb_publisher *p, uint16_t template_id,
 			       const void *buf, uint32_t len);
+	/* Its burst's copy (tb_pub_offerv), chosen with it. */
+	int (*offerv)(struct tb_publisher *p, const tb_pub_msg_t *m, int n,
+		      uint64_t now_ns);
 	uint64_t next_seq;
 	uint64_t small_off_max;    /* rc, ud, shm: a small offer at a ring
 				    * offset above this may pad the ring's
@@ -119,6 +122,14 @@ static int64_t tb_pub_offer_shm(tb_publisher_t *p, uint16_t template_id,
 				const void *buf, uint32_t len);
 static int64_t tb_pub_offer_op(tb_publisher_t *p, uint16_t template_id,
 			       const void *buf, uint32_t len);
+static int offerv_rc(tb_publisher_t *p, const tb_pub_msg_t *m, int n,
+		     uint64_t now_ns);
+static int offerv_ud(tb_publisher_t *p, const tb_pub_msg_t *m, int n,
+		     uint64_t now_ns);
+static int offerv_shm(tb_publisher_t *p, const tb_pub_msg_t *m, int n,
+		      uint64_t now_ns);
+static int offerv_op(tb_publisher_t *p, const tb_pub_msg_t *m, int n,
+		     uint64_t now_ns);
 
 static void *beat_main(void *arg)
 {
@@ -270,6 +281,8 @@ static int open_in_epoch(tb_publisher_t **out, const tb_stream_cfg_t *cfg,
 	p->shared_nosend = !p->send && p->ring->ahead != 0;
 	p->offer_small = p->rc ? tb_pub_offer_rc : p->ud ? tb_pub_offer_ud :
 			 p->shared_nosend ? tb_pub_offer_shm : tb_pub_offer_op;
+	p->offerv = p->rc ? offerv_rc : p->ud ? offerv_ud :
+		    p->shared_nosend ? offerv_shm : offerv_op;
 	/* The offer reads the TSC with the calibration every process of
 	 * the host shares (clock.h), so its stamps agree with the
 	 * subscribers' clock; without a TSC, offer_checked reads the clock
@@ -400,10 +413,11 @@ static inline __attribute__((always_inline)) int64_t publish(tb_publisher_t *p)
 /* tb_pub_offer when a claim is open, the transport is to be asked for
  * room first (a back-pressure stream), the clock is not the TSC, or the
  * message is over 64 bytes:
- * out of line, so the common offer tests them at once. */
+ * out of line, so the common offer tests them at once.  `stamp`: the
+ * frame's publish time, or 0 to read the clock. */
 static __attribute__((noinline)) int64_t
 offer_checked(tb_publisher_t *p, uint16_t template_id, const void *buf,
-	   uint32_t len);
+	      uint32_t len, uint64_t stamp);
 
 /* A ring is at least TB_RING_MIN bytes, so its largest frame (an eighth
  * of it) holds a small message unless a transport caps it lower (ud's and
@@ -425,11 +439,13 @@ enum { SEND_OP, SEND_RC, SEND_UD, SEND_NONE };
  * ring is private and the send is ud's, inline.  With either, a frame
  * that would pad the ring's end (once a lap) goes the checked way, so
  * this one never pads.  SEND_NONE: a shared ring (shm) and no send.
- * SEND_OP: any ring, the transport's send op, if any.  Hot path: no
+ * SEND_OP: any ring, the transport's send op, if any.  `stamped` (a
+ * constant): the frame's publish time is `stamp`, a burst's one reading
+ * of the clock (tb_pub_offerv), and the offer reads none.  Hot path: no
  * allocation, lock or system call. */
 static inline __attribute__((always_inline)) int64_t
 offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
-	    uint32_t len, int kind)
+	    uint32_t len, int kind, int stamped, uint64_t stamp)
 {
 	const int rc = kind == SEND_RC;
 	tb_ring_t *r = p->ring;
@@ -446,7 +462,8 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	 * and is claimed there without a pad if it fits: a few bytes a lap). */
 	if (kind == SEND_RC || kind == SEND_UD) {
 		if (tb_unlikely((from & r->mask) > p->small_off_max))
-			return offer_checked(p, template_id, buf, len);
+			return offer_checked(p, template_id, buf, len,
+					     stamped ? stamp : 0);
 	}
 	/* shm: the same, and the largest small frame's end within what
 	 * the ring announced (once a chunk it is not: the checked way
@@ -456,12 +473,15 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	if (kind == SEND_NONE) {
 		if (tb_unlikely((from & r->mask) > p->small_off_max ||
 				from + p->small_reach > r->intent))
-			return offer_checked(p, template_id, buf, len);
+			return offer_checked(p, template_id, buf, len,
+					     stamped ? stamp : 0);
 	}
 	/* The clock first, its latency overlapping the rest; shm's after
 	 * the copy, whose source and length are dead by then: fewer values
 	 * live at once, fewer registers to save. */
-	if (kind != SEND_NONE)
+	if (stamped)
+		now_ns = stamp;
+	else if (kind != SEND_NONE)
 		now_ns = tb_clock_fwd_to_ns(&p->clk, tb_clock_tsc());
 	/* at and end in registers: the copy's stores below are ones the
 	 * compiler cannot tell from the ring's fields. */
@@ -473,7 +493,7 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	 * stores its sequence word: a reader polls that word's cache line,
 	 * so every store to it goes together, in one transfer (ring.h). */
 	tb_frame_copy_payload(tb_frame_payload(f), buf, len);
-	if (kind == SEND_NONE)
+	if (kind == SEND_NONE && !stamped)
 		now_ns = tb_clock_fwd_to_ns(&p->clk, tb_clock_tsc());
 	tb_frame_init_body(f, len, template_id, p->stream_id, now_ns);
 	tb_ring_commit_(r, f, seq, from, at, end);
@@ -506,28 +526,86 @@ static __attribute__((noinline)) int64_t
 tb_pub_offer_rc(tb_publisher_t *p, uint16_t template_id, const void *buf,
 		uint32_t len)
 {
-	return offer_small(p, template_id, buf, len, SEND_RC);
+	return offer_small(p, template_id, buf, len, SEND_RC, 0, 0);
 }
 
 static __attribute__((noinline)) int64_t
 tb_pub_offer_ud(tb_publisher_t *p, uint16_t template_id, const void *buf,
 		uint32_t len)
 {
-	return offer_small(p, template_id, buf, len, SEND_UD);
+	return offer_small(p, template_id, buf, len, SEND_UD, 0, 0);
 }
 
 static __attribute__((noinline)) int64_t
 tb_pub_offer_shm(tb_publisher_t *p, uint16_t template_id, const void *buf,
 		 uint32_t len)
 {
-	return offer_small(p, template_id, buf, len, SEND_NONE);
+	return offer_small(p, template_id, buf, len, SEND_NONE, 0, 0);
 }
 
 static __attribute__((noinline)) int64_t
 tb_pub_offer_op(tb_publisher_t *p, uint16_t template_id, const void *buf,
 		uint32_t len)
 {
-	return offer_small(p, template_id, buf, len, SEND_OP);
+	return offer_small(p, template_id, buf, len, SEND_OP, 0, 0);
+}
+
+/* tb_pub_offerv's loop for one kind of offer_small (a constant), every
+ * frame stamped `now_ns`: a message the single offer would check goes
+ * the checked way, with the same stamp.  Returns as tb_pub_offerv. */
+static inline __attribute__((always_inline)) int
+offerv_in(tb_publisher_t *p, const tb_pub_msg_t *m, int n, uint64_t now_ns,
+	  int kind)
+{
+	for (int i = 0; i < n; i++) {
+		int64_t rc = tb_likely(m[i].len < p->offer_lim) ?
+			offer_small(p, m[i].template_id, m[i].data, m[i].len,
+				    kind, 1, now_ns) :
+			offer_checked(p, m[i].template_id, m[i].data, m[i].len,
+				      now_ns);
+
+		if (tb_unlikely(rc < 0))
+			return i ? i : (int)rc;
+	}
+	return n;
+}
+
+/* offerv_in's copies, one per offer_small copy, for the same reason. */
+static __attribute__((noinline)) int
+offerv_rc(tb_publisher_t *p, const tb_pub_msg_t *m, int n, uint64_t now_ns)
+{
+	return offerv_in(p, m, n, now_ns, SEND_RC);
+}
+
+static __attribute__((noinline)) int
+offerv_ud(tb_publisher_t *p, const tb_pub_msg_t *m, int n, uint64_t now_ns)
+{
+	return offerv_in(p, m, n, now_ns, SEND_UD);
+}
+
+static __attribute__((noinline)) int
+offerv_shm(tb_publisher_t *p, const tb_pub_msg_t *m, int n, uint64_t now_ns)
+{
+	return offerv_in(p, m, n, now_ns, SEND_NONE);
+}
+
+static __attribute__((noinline)) int
+offerv_op(tb_publisher_t *p, const tb_pub_msg_t *m, int n, uint64_t now_ns)
+{
+	return offerv_in(p, m, n, now_ns, SEND_OP);
+}
+
+int tb_pub_offerv(tb_publisher_t *p, const tb_pub_msg_t *msgs, int n)
+{
+	/* Hot path: one reading of the clock for the burst, then each
+	 * message as tb_pub_offer would take it. */
+	if (tb_unlikely(n <= 0 || !msgs))
+		return n == 0 ? 0 :
+		       tb_error_set(TB_EINVAL, "tb_pub_offerv: %s",
+				    n < 0 ? "n is negative" : "msgs is NULL");
+	return p->offerv(p, msgs, n,
+			 p->slow ? tb_clock_now_ns_inline() :
+			 tb_clock_fwd_to_ns(&p->clk, tb_clock_tsc()));
 }
 
 int64_t tb_pub_offer(tb_publisher_t *p, uint16_t template_id, const void *buf,
@@ -538,13 +616,13 @@ int64_t tb_pub_offer(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	 * with none here but the transport's send, little must live in
 	 * callee-saved registers. */
 	if (tb_unlikely(len >= p->offer_lim))
-		return offer_checked(p, template_id, buf, len);
+		return offer_checked(p, template_id, buf, len, 0);
 	return p->offer_small(p, template_id, buf, len);
 }
 
 static __attribute__((noinline)) int64_t
 offer_checked(tb_publisher_t *p, uint16_t template_id, const void *buf,
-	   uint32_t len)
+	      uint32_t len, uint64_t stamp)
 {
 	tb_frame_hdr_t *f;
 	uint64_t now_ns;
@@ -552,7 +630,7 @@ offer_checked(tb_publisher_t *p, uint16_t template_id, const void *buf,
 
 	if (p->claim_open)
 		return TB_ESTATE;
-	now_ns = tb_clock_now_ns_inline();
+	now_ns = stamp ? stamp : tb_clock_now_ns_inline();
 	f = claim(p, len, &rc);
 	if (tb_unlikely(!f))
 		return rc;

@@ -27,6 +27,7 @@ static void run_example(const char *name)
 }
 
 static void offer(void **state) { (void)state; run_example("offer"); }
+static void offerv(void **state) { (void)state; run_example("offerv"); }
 static void claim_commit(void **state) { (void)state; run_example("claim_commit"); }
 static void poll_loop(void **state) { (void)state; run_example("poll_loop"); }
 static void config_file(void **state) { (void)state; run_example("config_file"); }
@@ -56,13 +57,14 @@ static void every_example_is_run(void **state)
 		if (e->d_name[0] != '.' && !strchr(e->d_name, '.'))
 			n++;
 	closedir(d);
-	assert_int_equal(n, 12);
+	assert_int_equal(n, 13);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(offer),
+		cmocka_unit_test(offerv),
 		cmocka_unit_test(claim_commit),
 		cmocka_unit_test(poll_loop),
 		cmocka_unit_test(config_file),

@@ -627,6 +627,66 @@ static void publisher_posts_exact_work_requests(void **state)
 	tb_publisher_close(pub);
 }
 
+/* A burst (tb_pub_offerv) to an rc subscriber: each message its own
+ * WRITE_WITH_IMM, in order (the small ones inline, by the offer's
+ * inlined send; the larger one the checked way), each immediate naming
+ * its frame's offset and sequence, and every frame landing with the
+ * burst's one stamp. */
+static void a_burst_posts_one_write_a_message(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint8_t payload[6][200];
+	tb_pub_msg_t v[6];
+	struct ibv_wc wc[8];
+	const rec_wr_t *w;
+	uint64_t off = 0, stamp;
+	int n, first;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(30), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 64 << 10, 256);
+	post_recvs(&p, 256);
+	subscribe(&p, test_port(30), "right-token", 256);
+	assert_int_equal(p.reply.type, TB_CONTROL_ACCEPT);
+	join(&p);
+	for (int i = 0; i < 6; i++) {
+		uint32_t len = i == 3 ? 200 : 64;
+
+		memset(payload[i], 0x10 + i, len);
+		v[i] = (tb_pub_msg_t){payload[i], len, (uint16_t)(50 + i)};
+	}
+	first = n_rec;
+	assert_int_equal(tb_pub_offerv(pub, v, 6), 6);
+	assert_int_equal(wait_recvs(&p, wc, 6), 6);
+	w = recs_for(p.reply.accept.qpn, first, &n);
+	assert_int_equal(n, 6);
+	stamp = ((const tb_frame_hdr_t *)p.buf)->publish_ns;
+	assert_true(stamp != 0);
+	for (int i = 0; i < 6; i++) {
+		const tb_frame_hdr_t *f = (const tb_frame_hdr_t *)(p.buf + off);
+		uint32_t flen = TB_FRAME_HDR_LEN + v[i].len;
+
+		assert_int_equal(wc[i].status, IBV_WC_SUCCESS);
+		assert_int_equal(w[i].opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
+		assert_int_equal(w[i].imm, tb_rc_imm(off, (uint64_t)i + 1));
+		assert_true(w[i].raddr == (uintptr_t)p.buf + off);
+		assert_int_equal(w[i].len, flen);
+		if (i != 3)
+			assert_true(w[i].flags & IBV_SEND_INLINE);
+		assert_int_equal(f->seq, i + 1);
+		assert_int_equal(f->template_id, 50 + i);
+		assert_int_equal(f->publish_ns, stamp);
+		assert_memory_equal(p.buf + off + TB_FRAME_HDR_LEN, payload[i],
+				    v[i].len);
+		off += tb_frame_space(flen);
+	}
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
 static void publisher_skips_a_subscriber_without_credit(void **state)
 {
 	tb_stream_cfg_t cfg;
@@ -2731,6 +2791,7 @@ int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		T(publisher_posts_exact_work_requests),
+		T(a_burst_posts_one_write_a_message),
 		T(publisher_skips_a_subscriber_without_credit),
 		T(publisher_drops_a_failed_subscriber),
 		T(wrong_token_gets_no_rkey),

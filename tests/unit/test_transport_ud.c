@@ -1500,11 +1500,74 @@ static void small_offers_held_by_batching_go_at_the_flush(void **state)
 	tb_publisher_close(pub);
 }
 
+typedef struct burst_got {
+	uint64_t n, bad, stamp, stamps;
+} burst_got_t;
+
+static void burst_on_msg(void *clientd, const tb_msg_t *m)
+{
+	burst_got_t *g = clientd;
+	uint8_t want[64];
+
+	g->n++;
+	small_fill(want, 64, g->n);
+	g->bad += m->seq != g->n || m->len != 64 || memcmp(m->data, want, 64);
+	if (m->publish_ns != g->stamp) {
+		g->stamp = m->publish_ns;
+		g->stamps++;
+	}
+}
+
+/*
+ * Bursts of 16 small messages (tb_pub_offerv) take ud's inline send with
+ * one stamp each, and the checked way where a frame would pad the
+ * ring's end: over two laps of a 64 KiB ring every message arrives once,
+ * in order, whole, and the stamp changes once a burst, never within one.
+ */
+static void a_burst_of_small_offers_crosses_the_rings_end(void **state)
+{
+	const uint64_t bursts = (2 * ((64 << 10) / 96) + 40) / 16;
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	burst_got_t g = {0};
+	uint8_t msg[16][64];
+	tb_pub_msg_t v[16];
+
+	(void)state;
+	cfg_for(&cfg);
+	snprintf(cfg.group.host, sizeof(cfg.group.host), "239.7.7.44");
+	cfg.group.port = 5044;
+	cfg.ring_size = 64 << 10;
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	for (uint64_t b = 0; b < bursts; b++) {
+		uint64_t until = tb_clock_mono_ms() + 5000;
+
+		for (int i = 0; i < 16; i++) {
+			small_fill(msg[i], 64, b * 16 + (uint64_t)i + 1);
+			v[i] = (tb_pub_msg_t){msg[i], 64, 2};
+		}
+		assert_int_equal(tb_pub_offerv(pub, v, 16), 16);
+		while (g.n < (b + 1) * 16 && tb_clock_mono_ms() < until) {
+			int rc = tb_sub_poll(sub, burst_on_msg, &g, 16);
+
+			assert_true(rc >= 0 || rc == TB_NOT_CONNECTED);
+		}
+		assert_int_equal(g.n, (b + 1) * 16);
+		assert_int_equal(g.stamps, b + 1);
+	}
+	assert_int_equal(g.bad, 0);
+	tb_subscriber_close(sub);
+	tb_publisher_close(pub);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(in_order_one_datagram_per_send),
 		cmocka_unit_test(small_offers_cross_the_rings_end),
+		cmocka_unit_test(a_burst_of_small_offers_crosses_the_rings_end),
 		cmocka_unit_test(small_offers_held_by_batching_go_at_the_flush),
 		cmocka_unit_test(zero_copy_and_selective_signalling),
 		cmocka_unit_test(batching_by_size_and_flush),

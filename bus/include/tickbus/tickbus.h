@@ -212,6 +212,24 @@ int tb_publisher_close(tb_publisher_t *pub);
 int64_t tb_pub_offer(tb_publisher_t *pub, uint16_t template_id,
 		     const void *buf, uint32_t len);
 
+/* One message of a burst (tb_pub_offerv). */
+typedef struct tb_pub_msg {
+	const void *data;
+	uint32_t len;
+	uint16_t template_id;
+} tb_pub_msg_t;
+
+/* Copies msgs[0..n) in as n messages, in order, as tb_pub_offer would one
+ * by one, but with one reading of the clock: every frame of the burst
+ * (the messages of one packet, say) carries the time it began.  Reading
+ * the clock is a good part of a small offer's cost (a TSC read is tens of
+ * cycles), so a burst costs less a message.  Returns how many were
+ * published: n, or fewer when msgs[count] could not be (offering it then
+ * returns why), or a negative code when the first could not be: as
+ * tb_pub_offer's, and TB_EINVAL (n negative, msgs NULL).  0 for n == 0.
+ * Hot path. */
+int tb_pub_offerv(tb_publisher_t *pub, const tb_pub_msg_t *msgs, int n);
+
 /* A message being written in place (zero copy). */
 typedef struct tb_claim {
 	void *data;        /* write the payload here */
