@@ -26,7 +26,10 @@
  *               not by tickbus, whose shm writer never waits) when it is
  *               half a ring ahead, exactly as the floor's producer, so the
  *               rate is the one at which nothing is lost, and lost must be
- *               0.
+ *               0.  Twice: one tb_pub_offer a message, each stamped with
+ *               its own reading of the clock, and BURST messages a
+ *               tb_pub_offerv, one reading for the burst (a TSC read is
+ *               tens of cycles: a good part of a small offer).
  * Either throughput run settles, by chance and the machine's state, into
  * a pace it keeps.  A reader that has caught up waits at the line the
  * writer writes next, so every message costs that line's transfer each
@@ -37,7 +40,8 @@
  * nothing (empty polls a message: near 0 when it kept behind), to show
  * what the median ratio is made of.
  * And the cost in instructions (callgrind, load-independent): tb_pub_offer
- * and tb_sub_poll per 64-byte message, polled one and 64 at a time.
+ * and tb_sub_poll per 64-byte message, polled one and 64 at a time, and
+ * tb_pub_offerv's per message, BURST at a time.
  *
  * Every goal is the median over RUNS (>= 5) runs of the run's own ratio,
  * printed beside the goal, with the command that reproduces it.  Not a
@@ -53,6 +57,8 @@
  *                                         BATCH, poll them, COUNT in all
  *                                         (run under callgrind by the bench
  *                                         itself)
+ *   bench_shm --callgrind-v BATCH COUNT   the same, each BATCH one
+ *                                         tb_pub_offerv
  */
 #include <tickbus/tickbus.h>
 
@@ -80,6 +86,8 @@
 #define TPUT_RING (4u << 20)
 #define SPSC_SLOTS 32768u /* 3 MiB of 96-byte slots, about TPUT_RING */
 #define CG_COUNT 64000
+/* Messages a tb_pub_offerv call takes in the burst runs. */
+#define BURST 16
 
 /* The goals (DESIGN.md section 8, issue 12). */
 #define GOAL_P50 1.3
@@ -427,9 +435,10 @@ static void on_count(void *clientd, const tb_msg_t *m)
 }
 
 /* Messages per second delivered to one subscriber process with nothing
- * lost; *lost counts what was lost all the same; *empty: the
- * subscriber's empty polls a message. */
-static double tickbus_tput(uint64_t *lost, double *empty)
+ * lost, offered one at a time (`burst` 1: tb_pub_offer) or `burst` at a
+ * time (tb_pub_offerv); *lost counts what was lost all the same; *empty:
+ * the subscriber's empty polls a message. */
+static double tickbus_tput(int burst, uint64_t *lost, double *empty)
 {
 	struct tput_share *sh = shared(sizeof(*sh));
 	/* Half the ring, in 96-byte frames: the floor's margin. */
@@ -437,11 +446,14 @@ static double tickbus_tput(uint64_t *lost, double *empty)
 	tb_stream_cfg_t cfg;
 	tb_publisher_t *pub;
 	uint8_t msg[64];
+	tb_pub_msg_t v[BURST];
 	double rate;
 	pid_t child;
 
 	if (!sh)
 		return -1;
+	for (int k = 0; k < BURST; k++)
+		v[k] = (tb_pub_msg_t){msg, sizeof(msg), 1};
 	cfg_for(&cfg, "tput", 3, TPUT_RING);
 	unlink(cfg.shm_path);
 	memset(msg, 1, sizeof(msg));
@@ -488,10 +500,14 @@ static double tickbus_tput(uint64_t *lost, double *empty)
 		waitpid(child, NULL, 0);
 		return -1;
 	}
-	for (uint64_t i = 1, seen = 0; i <= tput_msgs; i++) {
-		while (i - seen > ahead)
+	/* tput_msgs is a multiple of BURST. */
+	for (uint64_t i = 1, seen = 0; i <= tput_msgs; i += (uint64_t)burst) {
+		while (i + (uint64_t)burst - 1 - seen > ahead)
 			seen = tb_atomic_load_acquire(&sh->seen);
-		tb_pub_offer(pub, 1, msg, sizeof(msg));
+		if (burst == 1)
+			tb_pub_offer(pub, 1, msg, sizeof(msg));
+		else
+			tb_pub_offerv(pub, v, burst);
 	}
 	/* Closed before waiting: a reader that attached late ends on
 	 * TB_CLOSED instead of waiting forever. */
@@ -513,16 +529,22 @@ static void count_msg(void *clientd, const tb_msg_t *m)
 	++*(uint64_t *)clientd;
 }
 
-/* The --callgrind mode: no timing, one process. */
-static int callgrind_main(int batch, int count)
+/* The --callgrind mode: no timing, one process; `vec`: each batch
+ * offered with one tb_pub_offerv. */
+static int callgrind_main(int batch, int count, int vec)
 {
 	tb_stream_cfg_t cfg;
 	tb_publisher_t *pub;
 	tb_subscriber_t *sub;
 	uint8_t msg[64];
+	tb_pub_msg_t v[64];
 	uint64_t got = 0;
 
+	if (batch < 1 || batch > 64 || count % batch)
+		return 1;
 	memset(msg, 3, sizeof(msg));
+	for (int k = 0; k < 64; k++)
+		v[k] = (tb_pub_msg_t){msg, sizeof(msg), 1};
 	cfg_for(&cfg, "cg", 5, 4 << 20);
 	unlink(cfg.shm_path);
 	if (tb_publisher_open(&pub, &cfg) < 0 || tb_subscriber_open(&sub, &cfg) < 0)
@@ -530,7 +552,9 @@ static int callgrind_main(int batch, int count)
 	for (int i = 0; i < count; i += batch) {
 		uint64_t want = got + (uint64_t)batch;
 
-		for (int b = 0; b < batch; b++)
+		if (vec && tb_pub_offerv(pub, v, batch) != batch)
+			return 1;
+		for (int b = 0; !vec && b < batch; b++)
 			tb_pub_offer(pub, 1, msg, sizeof(msg));
 		while (got < want)
 			if (tb_sub_poll(sub, count_msg, &got, batch) < 0)
@@ -579,9 +603,10 @@ static double annotated(const char *file, const char *fn)
 	return v;
 }
 
-/* Instructions per message of tb_pub_offer and tb_sub_poll (the handler's
- * own excluded), messages polled `batch` at a time; -1 without valgrind. */
-static int instructions(int batch, double *offer, double *poll)
+/* Instructions per message of tb_pub_offer (tb_pub_offerv with `vec`)
+ * and tb_sub_poll (the handler's own excluded), messages offered and
+ * polled `batch` at a time; -1 without valgrind. */
+static int instructions(int batch, int vec, double *offer, double *poll)
 {
 	char out[128], cmd[PATH_MAX + 512];
 	double handler;
@@ -589,12 +614,14 @@ static int instructions(int batch, double *offer, double *poll)
 	snprintf(out, sizeof(out), "/tmp/bench_shm.%d.callgrind", (int)getpid());
 	snprintf(cmd, sizeof(cmd),
 		 "valgrind --tool=callgrind --callgrind-out-file=%s "
-		 "--toggle-collect=tb_pub_offer --toggle-collect=tb_sub_poll "
-		 "%s/bench_shm --callgrind %d %d >/dev/null 2>&1", out, self,
-		 batch, CG_COUNT);
+		 "--toggle-collect=tb_pub_offer --toggle-collect=tb_pub_offerv "
+		 "--toggle-collect=tb_sub_poll "
+		 "%s/bench_shm --callgrind%s %d %d >/dev/null 2>&1", out, self,
+		 vec ? "-v" : "", batch, CG_COUNT);
 	if (system(cmd) != 0)
 		return -1;
-	*offer = annotated(out, "tb_pub_offer") / CG_COUNT;
+	*offer = annotated(out, vec ? "tb_pub_offerv" : "tb_pub_offer") /
+		 CG_COUNT;
 	*poll = annotated(out, "tb_sub_poll") / CG_COUNT;
 	handler = annotated(out, "count_msg");
 	if (handler > 0)
@@ -607,12 +634,15 @@ static int instructions(int batch, double *offer, double *poll)
  * prints only these). */
 static void print_instructions(void)
 {
-	double o1, p1, o64, p64;
+	double o1, p1, o64, p64, ov, pv;
 
-	if (instructions(1, &o1, &p1) == 0 && instructions(64, &o64, &p64) == 0)
+	if (instructions(1, 0, &o1, &p1) == 0 &&
+	    instructions(64, 0, &o64, &p64) == 0 &&
+	    instructions(BURST, 1, &ov, &pv) == 0)
 		printf("bench shm: instructions per 64-byte message (callgrind): "
-		       "tb_pub_offer %.0f; tb_sub_poll %.0f polled one at a "
-		       "time, %.0f 64 at a time\n", o1, p1, p64);
+		       "tb_pub_offer %.0f, tb_pub_offerv %.0f (%d at a time); "
+		       "tb_sub_poll %.0f polled one at a time, %.0f 64 at a "
+		       "time\n", o1, ov, BURST, p1, p64);
 	else
 		printf("bench shm: instructions: callgrind not available "
 		       "(valgrind); skipped\n");
@@ -664,15 +694,37 @@ static void write_hgrm(const char *dir, const char *name, const tb_hist_t *h)
 }
 
 /* Each throughput run's rates, and how often its readers found nothing
- * (see the essay). */
+ * (see the essay): the floor, tickbus offering one at a time (t), and
+ * BURST at a time (v). */
 static void print_tput_runs(const double *frate, const double *fidle,
-			    const double *trate, const double *tidle, int n)
+			    const double *trate, const double *tidle,
+			    const double *vrate, const double *vidle, int n)
 {
-	printf("bench shm:   each run, M msg/s (empty polls a message):\n");
+	printf("bench shm:   each run, M msg/s (empty polls a message): "
+	       "floor, tickbus one at a time, %d at a time\n", BURST);
 	for (int i = 0; i < n; i++)
-		printf("bench shm:     run %d: floor %6.1f (%.2f), tickbus %5.1f "
-		       "(%.2f): %.2f\n", i + 1, frate[i] / 1e6, fidle[i],
-		       trate[i] / 1e6, tidle[i], trate[i] / frate[i]);
+		printf("bench shm:     run %d: %6.1f (%.2f)  %5.1f (%.2f)  "
+		       "%5.1f (%.2f)\n", i + 1, frate[i] / 1e6, fidle[i],
+		       trate[i] / 1e6, tidle[i], vrate[i] / 1e6, vidle[i]);
+}
+
+/* The median of the runs' own ratios a[i] / b[i]. */
+static double median_ratio(const double *a, const double *b, int n)
+{
+	double r[RUNS_MAX];
+
+	for (int i = 0; i < n; i++)
+		r[i] = a[i] / b[i];
+	return median(r, n);
+}
+
+/* The median of v[0..n), v left in order. */
+static double median_of(const double *v, int n)
+{
+	double c[RUNS_MAX];
+
+	memcpy(c, v, (size_t)n * sizeof(c[0]));
+	return median(c, n);
 }
 
 /* The run's value of a percentile, by index 0..3: p50, p99, p99.9, max. */
@@ -687,14 +739,16 @@ int main(int argc, char **argv)
 	static const double goals[] = {GOAL_P50, GOAL_P99, GOAL_P999, 0};
 	rtt_t fl[RUNS_MAX], tb[RUNS_MAX], tool[RUNS_MAX];
 	double ftput[RUNS_MAX], ttput[RUNS_MAX], ratio[RUNS_MAX];
-	double fidle[RUNS_MAX], tidle[RUNS_MAX];
+	double fidle[RUNS_MAX], tidle[RUNS_MAX], vtput[RUNS_MAX], vidle[RUNS_MAX];
 	uint64_t lost[RUNS_MAX], lost_all = 0;
 	char la0[128], la1[128];
 	int i, have_tool = 1;
 	ssize_t n;
 
 	if (argc == 4 && strcmp(argv[1], "--callgrind") == 0)
-		return callgrind_main(atoi(argv[2]), atoi(argv[3]));
+		return callgrind_main(atoi(argv[2]), atoi(argv[3]), 0);
+	if (argc == 4 && strcmp(argv[1], "--callgrind-v") == 0)
+		return callgrind_main(atoi(argv[2]), atoi(argv[3]), 1);
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n <= 0)
 		return 1;
@@ -749,9 +803,12 @@ int main(int argc, char **argv)
 		}
 		ftput[i] = floor_tput(&fidle[i]);
 		lost[i] = 0;
-		ttput[i] = tickbus_tput(&lost[i], &tidle[i]);
+		ttput[i] = tickbus_tput(1, &lost[i], &tidle[i]);
 		lost_all += lost[i];
-		if (ftput[i] <= 0 || ttput[i] <= 0) {
+		lost[i] = 0;
+		vtput[i] = tickbus_tput(BURST, &lost[i], &vidle[i]);
+		lost_all += lost[i];
+		if (ftput[i] <= 0 || ttput[i] <= 0 || vtput[i] <= 0) {
 			fprintf(stderr, "bench shm: a throughput run failed\n");
 			return 1;
 		}
@@ -801,22 +858,22 @@ int main(int argc, char **argv)
 		       verdict(r >= 1 - GOAL_AGREE && r <= 1 + GOAL_AGREE));
 	}
 	{
-		double f[RUNS_MAX], t[RUNS_MAX], r;
+		double rt = median_ratio(ttput, ftput, runs);
+		double rv = median_ratio(vtput, ftput, runs);
 
-		/* Copies: median sorts, and the runs are printed in order. */
-		for (i = 0; i < runs; i++) {
-			ratio[i] = ttput[i] / ftput[i];
-			f[i] = ftput[i];
-			t[i] = ttput[i];
-		}
-		r = median(ratio, runs);
 		printf("bench shm: throughput, M msg/s: SPSC floor %.1f, tickbus "
-		       "shm %.1f (median runs)\n", median(f, runs) / 1e6,
-		       median(t, runs) / 1e6);
-		printf("bench shm:   tickbus / floor %.2f   goal >= %.1f: %s; lost "
-		       "%" PRIu64 "   goal 0: %s\n", r, GOAL_TPUT,
-		       verdict(r >= GOAL_TPUT), lost_all, verdict(lost_all == 0));
-		print_tput_runs(ftput, fidle, ttput, tidle, runs);
+		       "shm %.1f one at a time, %.1f %d at a time (median "
+		       "runs)\n", median_of(ftput, runs) / 1e6,
+		       median_of(ttput, runs) / 1e6,
+		       median_of(vtput, runs) / 1e6, BURST);
+		printf("bench shm:   tickbus / floor, tb_pub_offer  %5.2f   goal "
+		       ">= %.1f: %s\n", rt, GOAL_TPUT, verdict(rt >= GOAL_TPUT));
+		printf("bench shm:   tickbus / floor, tb_pub_offerv %5.2f   goal "
+		       ">= %.1f: %s (%d a call)\n", rv, GOAL_TPUT,
+		       verdict(rv >= GOAL_TPUT), BURST);
+		printf("bench shm:   lost %" PRIu64 "   goal 0: %s\n", lost_all,
+		       verdict(lost_all == 0));
+		print_tput_runs(ftput, fidle, ttput, tidle, vtput, vidle, runs);
 	}
 	print_instructions();
 	printf("bench shm: reproduce: %s/bench_shm%s --runs %d --cores %d,%d; "
