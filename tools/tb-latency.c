@@ -45,6 +45,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -515,6 +516,9 @@ struct wait_for {
 static void on_answer(void *clientd, const tb_msg_t *msg)
 {
 	struct wait_for *w = clientd;
+	/* The clock first, as a strategy stamps a tick on arrival: the
+	 * round trip is the bus's, not this tool's parsing. */
+	uint64_t t = now_ns();
 	lat_msg_t m;
 
 	if (msg->len < sizeof(m))
@@ -525,7 +529,7 @@ static void on_answer(void *clientd, const tb_msg_t *msg)
 	if ((w->kind == 0 || m.kind == w->kind) &&
 	    (w->kind != K_DATA || m.id == w->id)) {
 		w->got = 1;
-		w->recv_ns = now_ns();
+		w->recv_ns = t;
 	}
 }
 
@@ -720,14 +724,18 @@ static void on_ping(void *clientd, const tb_msg_t *msg)
 	s->seen++;
 	if (msg->len < sizeof(m))
 		return;
-	memcpy(&m, msg->data, sizeof(m));
-	if (m.magic != LAT_MAGIC)
-		return;
 	if (s->o->pingpong) {
 		/* The echo reads no clock: it is on the measured path, and
-		 * the pub end times the round trip. */
+		 * the pub end times the round trip.  It reads only the magic
+		 * before it answers, and the kind after. */
 		/* Echo the message as it came, whatever it is. */
+		uint32_t magic;
+		uint16_t kind;
 		int64_t rc;
+
+		memcpy(&magic, msg->data, sizeof(magic));
+		if (magic != LAT_MAGIC)
+			return;
 
 		while ((rc = tb_pub_offer(s->e->pub, msg->template_id,
 					  msg->data, msg->len)) ==
@@ -739,10 +747,15 @@ static void on_ping(void *clientd, const tb_msg_t *msg)
 		}
 		if (rc < 0)
 			s->failed = 1;
-		if (m.kind == K_END)
+		memcpy(&kind, (const uint8_t *)msg->data +
+		       offsetof(lat_msg_t, kind), sizeof(kind));
+		if (kind == K_END)
 			s->done = 1;
 		return;
 	}
+	memcpy(&m, msg->data, sizeof(m));
+	if (m.magic != LAT_MAGIC)
+		return;
 	t = now_ns();
 	switch (m.kind) {
 	case K_PROBE:
