@@ -223,11 +223,12 @@ typedef struct tb_pub_msg {
  * by one, but with one reading of the clock: every frame of the burst
  * (the messages of one packet, say) carries the time it began.  Reading
  * the clock is a good part of a small offer's cost (a TSC read is tens of
- * cycles), so a burst costs less a message.  Returns how many were
- * published: n, or fewer when msgs[count] could not be (offering it then
- * returns why), or a negative code when the first could not be: as
- * tb_pub_offer's, and TB_EINVAL (n negative, msgs NULL).  0 for n == 0.
- * Hot path. */
+ * cycles), so a burst costs less a message.  Each message is sent as
+ * tb_pub_offer sends it (a batching stream holds them for its flush, as
+ * it would hold single offers).  Returns how many were published: n, or
+ * fewer when msgs[count] could not be (offering it then returns why), or
+ * a negative code when the first could not be: as tb_pub_offer's, and
+ * TB_EINVAL (n negative, msgs NULL).  0 for n == 0.  Hot path. */
 int tb_pub_offerv(tb_publisher_t *pub, const tb_pub_msg_t *msgs, int n);
 
 /* A message being written in place (zero copy). */
