@@ -21,7 +21,9 @@
  * each saves only the registers its own path needs.
  * Anything else -- a claim open, back-pressure, no TSC, a larger message,
  * a frame that pads the end of an rc or ud ring -- takes offer_checked,
- * the same steps through the transport's ops.
+ * the same steps through the transport's ops.  tb_pub_offerv runs the
+ * same ways in a loop, each transport's in a copy of its own, with one
+ * reading of the clock for the whole burst.
  *
  * A background thread beats the stream's heartbeat every heartbeat_ms, so
  * subscribers can tell a quiet publisher from a dead one.
