@@ -40,6 +40,9 @@ static void usage(FILE *out)
 "  -z, --size BYTES      payload size, 48..65536 (default 64)\n"
 "  -b, --burst N         offer N messages back to back (one rate slot),\n"
 "                        then tb_pub_flush(); 0 = no flushes (default 0)\n"
+"      --offerv          offer each burst with one tb_pub_offerv (one\n"
+"                        clock reading for all of it); needs --burst,\n"
+"                        at most 4096\n"
 "      --linger-ms MS    wait this long before closing (default 0)\n"
 "      --start-delay-ms MS  wait this long after opening (default 0)\n"
 "      --wait-subscribers N  before the first message, wait until N\n"
@@ -49,6 +52,47 @@ static void usage(FILE *out)
 "                        (default 60000)\n"
 "      --report          print a line per second\n"
 "  -h, --help            this text\n");
+}
+
+/* The largest --burst that --offerv takes. */
+#define BURST_V_MAX 4096u
+
+/* Offers messages seq .. seq + n - 1, written side by side into `bufs`,
+ * with tb_pub_offerv, again from where it stopped while the stream is
+ * back-pressured or not yet connected, and adds what it published to
+ * *sum.  Returns how many it published (fewer than n when stopped), or
+ * -1 with a message. */
+static int offer_burst(tb_publisher_t *pub, tb_idle_t *idle, uint8_t *bufs,
+		       tb_pub_msg_t *v, int n, uint32_t size, uint64_t seq,
+		       uint64_t *sum)
+{
+	int done = 0;
+
+	for (int i = 0; i < n; i++) {
+		tb_demo_fill(bufs + (size_t)i * size, size, seq + (uint64_t)i);
+		v[i] = (tb_pub_msg_t){bufs + (size_t)i * size, size,
+				      TB_DEMO_TEMPLATE_QUOTE};
+	}
+	while (done < n) {
+		int k = tb_pub_offerv(pub, v + done, n - done);
+
+		if (k == TB_BACK_PRESSURED || k == TB_NOT_CONNECTED) {
+			if (stop)
+				break;
+			tb_idle_step(idle, 0);
+			continue;
+		}
+		if (k < 0) {
+			fprintf(stderr, "%s: offer %" PRIu64 ": %s\n", prog,
+				seq + (uint64_t)done, tb_strerror(k));
+			return -1;
+		}
+		done += k;
+	}
+	for (int i = 0; i < done; i++)
+		*sum = tb_demo_sum(*sum, bufs + (size_t)i * size, size,
+				   seq + (uint64_t)i);
+	return done;
 }
 
 /* Waits until `want` subscribers are connected, at most `wait_ms`:
@@ -93,6 +137,7 @@ int main(int argc, char **argv)
 		{"rate", required_argument, 0, 'r'},
 		{"size", required_argument, 0, 'z'},
 		{"burst", required_argument, 0, 'b'},
+		{"offerv", no_argument, 0, 'V'},
 		{"linger-ms", required_argument, 0, 'L'},
 		{"start-delay-ms", required_argument, 0, 'D'},
 		{"wait-subscribers", required_argument, 0, 'W'},
@@ -106,9 +151,10 @@ int main(int argc, char **argv)
 	uint64_t want_subs = 0, wait_ms = 60000;
 	uint64_t ring = 4 << 20, seq, sum = 0, start, next_due, interval = 0;
 	uint64_t burst = 0, in_burst = 0;
-	uint64_t last_report, last_count = 0;
+	uint64_t last_report, last_count = 0, next_check = 1024;
 	uint8_t *buf;
-	int report = 0, c, rc;
+	tb_pub_msg_t *v = NULL;
+	int report = 0, use_v = 0, c, rc;
 	tb_publisher_t *pub;
 	tb_idle_t idle;
 
@@ -136,6 +182,7 @@ int main(int argc, char **argv)
 			break;
 		case 'T': if (tb_cli_u64(optarg, &wait_ms)) bad = "--wait-ms"; break;
 		case 'P': report = 1; break;
+		case 'V': use_v = 1; break;
 		case 'h':
 		default: return tb_cli_usage_exit(usage, c);
 		}
@@ -147,6 +194,9 @@ int main(int argc, char **argv)
 	if (!shm && (!config || !stream))
 		return tb_cli_usage_error(prog, usage, "-c FILE -s STREAM or "
 					  "--shm PATH is required");
+	if (use_v && (burst == 0 || burst > BURST_V_MAX))
+		return tb_cli_usage_error(prog, usage, "--offerv needs --burst "
+					  "1..4096");
 
 	if (shm) {
 		tb_stream_cfg_t cfg;
@@ -169,8 +219,11 @@ int main(int argc, char **argv)
 	if (delay)
 		usleep((useconds_t)(delay * 1000));
 
-	buf = malloc(size);
-	if (!buf) {
+	/* A burst's messages side by side for --offerv, else one. */
+	buf = malloc(size * (use_v ? burst : 1));
+	if (use_v)
+		v = calloc(burst, sizeof(*v));
+	if (!buf || (use_v && !v)) {
 		fprintf(stderr, "tb-publish: out of memory\n");
 		return 1;
 	}
@@ -187,6 +240,18 @@ int main(int argc, char **argv)
 				tb_idle_step(&idle, 0);
 			next_due += interval;
 		}
+		if (use_v) {
+			uint64_t n = count - seq + 1 < burst ? count - seq + 1 : burst;
+			int k = offer_burst(pub, &idle, buf, v, (int)n,
+					    (uint32_t)size, seq, &sum);
+
+			if (k < 0)
+				return 1;
+			/* seq: the last published (the loop's ++ moves on) */
+			seq += (uint64_t)k - 1;
+			in_burst = burst - 1;   /* the flush below ends it */
+			goto offered;
+		}
 		tb_demo_fill(buf, (uint32_t)size, seq);
 		r = tb_pub_offer(pub, TB_DEMO_TEMPLATE_QUOTE, buf, (uint32_t)size);
 		if (r == TB_BACK_PRESSURED || r == TB_NOT_CONNECTED) {
@@ -200,13 +265,15 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		sum = tb_demo_sum(sum, buf, (uint32_t)size, seq);
+offered:
 		if (burst && ++in_burst == burst) {
 			/* The end of a burst: what a batching stream holds
 			 * leaves now, not at its deadline. */
 			tb_pub_flush(pub);
 			in_burst = 0;
 		}
-		if (report && (seq & 1023) == 0 && tb_clock_mono_ns() - last_report >= 1000000000ull) {
+		if (report && seq >= next_check &&
+		    tb_clock_mono_ns() - last_report >= 1000000000ull) {
 			uint64_t t = tb_clock_mono_ns();
 
 			printf("publisher: t=%.0fs published=%" PRIu64 " rate=%.0f/s\n",
@@ -216,6 +283,8 @@ int main(int argc, char **argv)
 			last_report = t;
 			last_count = seq;
 		}
+		if (seq >= next_check)
+			next_check = seq + 1024;
 	}
 	seq--;
 	tb_pub_flush(pub);
@@ -231,5 +300,6 @@ int main(int argc, char **argv)
 		usleep((useconds_t)(linger * 1000));
 	tb_publisher_close(pub);
 	free(buf);
+	free(v);
 	return 0;
 }

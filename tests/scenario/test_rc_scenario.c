@@ -197,6 +197,29 @@ static void batched_bursts_reach_two_subscribers_whole(void **state)
 		free(expect_sub_complete(&sub[i], 100003, checksum, 60000));
 }
 
+/* Bursts of 20, each offered with one tb_pub_offerv (tb-publish
+ * --offerv: one clock reading a burst, the bursts' ends flushed), into a
+ * back-pressure stream, through wraps of both rings and the signalled
+ * requests: the subscriber gets exactly 1..N with the checksum. */
+static void offerv_bursts_reach_a_subscriber_whole(void **state)
+{
+	proc_t pub, sub;
+	char out[256];
+	char *argv[] = {"tb-publish", "-c", conf, "-s", "feed", "--count",
+			"50003", "--burst", "20", "--offerv", "--rate", "2000",
+			"--wait-subscribers", "1", "--start-delay-ms", "200",
+			"--linger-ms", "200", NULL};
+	uint64_t checksum;
+
+	(void)state;
+	write_conf("backpressure", "1M");
+	start_sub(&sub, "offerv", "feed", "50003", NULL);
+	snprintf(out, sizeof(out), "%s/pub.out", dir);
+	assert_int_equal(proc_start(&pub, out, argv), 0);
+	checksum = scenario_finish_pub(&pub, 50003, 120000);
+	free(expect_sub_complete(&sub, 50003, checksum, 60000));
+}
+
 /* Both ends on InfiniBand ports: addressed by LID (no GRH), at the
  * service level the publisher names. */
 static void infiniband_ports_carry_the_stream(void **state)
@@ -653,6 +676,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(a_new_gid_means_a_new_connection, setup, teardown),
 		cmocka_unit_test_setup_teardown(publisher_dead_while_reconnecting_is_reported, setup, teardown),
 		cmocka_unit_test_setup_teardown(batched_bursts_reach_two_subscribers_whole, setup, teardown),
+		cmocka_unit_test_setup_teardown(offerv_bursts_reach_a_subscriber_whole, setup, teardown),
 	};
 	/* TB_CMOCKA_FILTER=glob runs the matching tests alone. */
 	if (getenv("TB_CMOCKA_FILTER"))
