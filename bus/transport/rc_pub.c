@@ -757,8 +757,24 @@ static int rc_tx_send_fenced(tb_tx_t *tx, uint64_t from, uint64_t to)
 	return tx_send(tx, from, to, 1);
 }
 
+/* Whether our ring's tail may move to `new_tail` without overwriting a
+ * frame that a request `s` has in flight reads (the send's pin test, which
+ * drops a subscriber that fails it): reaps its completions first when it
+ * would not.  Warm. */
+static int sub_pin_room(rc_tx_t *t, tb_rc_pub_sub_t *s, uint64_t new_tail)
+{
+	if (s->posted == s->completed || new_tail - s->pin <= t->h.half)
+		return 1;
+	if (sub_reap(t, s) < 0)
+		return 1;   /* dead: the send leaves it alone */
+	return s->posted == s->completed || new_tail - s->pin <= t->h.half;
+}
+
 /* Back-pressure: every live subscriber must have room for the frame (with
- * a padding frame's worth to spare, since its ring wraps on its own). */
+ * a padding frame's worth to spare, since its ring wraps on its own), and
+ * its requests in flight must have completed far enough that the frame
+ * overwrites nothing they read: a subscriber whose completions lag waits
+ * for them here rather than being dropped by the send. */
 static inline __attribute__((always_inline)) int
 tx_room(tb_tx_t *tx, uint64_t new_tail, int fenced)
 {
@@ -770,10 +786,14 @@ tx_room(tb_tx_t *tx, uint64_t new_tail, int fenced)
 	for (int i = 0; i < tab->n && rc == 0; i++) {
 		tb_rc_pub_sub_t *s = tab->sub[i];
 
+		/* `posted` as the fast path has counted it, before either
+		 * test and the limits a refresh or a reap works out. */
+		sub_sync(s);
 		/* Relaxed: R1 is this thread's own store. */
 		if (!tb_atomic_load_relaxed(&s->dead) &&
-		    !sub_has_room(t, s, 2 * (span + (s->anchor_due
-						     ? TB_RC_ANCHOR_LEN : 0))))
+		    (!sub_has_room(t, s, 2 * (span + (s->anchor_due
+						      ? TB_RC_ANCHOR_LEN : 0))) ||
+		     !sub_pin_room(t, s, new_tail)))
 			rc = TB_BACK_PRESSURED;
 	}
 	/* What is held counts as used room, and the subscriber can give

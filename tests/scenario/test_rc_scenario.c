@@ -220,6 +220,35 @@ static void offerv_bursts_reach_a_subscriber_whole(void **state)
 	free(expect_sub_complete(&sub, 50003, checksum, 60000));
 }
 
+/* Back-pressure when the publisher's own completions lag: its device
+ * runs each request no sooner than 3 us after the one before
+ * (SOFTRDMA_DELAY_NS), so requests pile up in flight faster than they
+ * complete, and its 64 KiB ring would soon overwrite frames they still
+ * read.  A lapping stream drops such a subscriber; a back-pressure stream
+ * must wait for the completions instead.  As fast as it can, in bursts of
+ * 64 a tb_pub_offerv: the subscriber gets exactly 1..N, never lapped nor
+ * dropped. */
+static void back_pressure_waits_for_lagging_completions(void **state)
+{
+	proc_t pub, sub;
+	char out[256];
+	char *argv[] = {"tb-publish", "-c", conf, "-s", "feed", "--count",
+			"20003", "--burst", "64", "--offerv",
+			"--wait-subscribers", "1", "--start-delay-ms", "200",
+			"--linger-ms", "200", NULL};
+	uint64_t checksum;
+
+	(void)state;
+	write_conf("backpressure", "64K");
+	start_sub(&sub, "lagging", "feed", "20003", NULL);
+	snprintf(out, sizeof(out), "%s/pub.out", dir);
+	env_apply("SOFTRDMA_DELAY_NS=3000", 1);
+	assert_int_equal(proc_start(&pub, out, argv), 0);
+	env_apply("SOFTRDMA_DELAY_NS=3000", 0);
+	checksum = scenario_finish_pub(&pub, 20003, 120000);
+	free(expect_sub_complete(&sub, 20003, checksum, 60000));
+}
+
 /* Both ends on InfiniBand ports: addressed by LID (no GRH), at the
  * service level the publisher names. */
 static void infiniband_ports_carry_the_stream(void **state)
@@ -677,6 +706,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(publisher_dead_while_reconnecting_is_reported, setup, teardown),
 		cmocka_unit_test_setup_teardown(batched_bursts_reach_two_subscribers_whole, setup, teardown),
 		cmocka_unit_test_setup_teardown(offerv_bursts_reach_a_subscriber_whole, setup, teardown),
+		cmocka_unit_test_setup_teardown(back_pressure_waits_for_lagging_completions, setup, teardown),
 	};
 	/* TB_CMOCKA_FILTER=glob runs the matching tests alone. */
 	if (getenv("TB_CMOCKA_FILTER"))
