@@ -757,24 +757,33 @@ static int rc_tx_send_fenced(tb_tx_t *tx, uint64_t from, uint64_t to)
 	return tx_send(tx, from, to, 1);
 }
 
-/* Whether our ring's tail may move to `new_tail` without overwriting a
- * frame that a request `s` has in flight reads (the send's pin test, which
- * drops a subscriber that fails it): reaps its completions first when it
- * would not.  Warm. */
-static int sub_pin_room(rc_tx_t *t, tb_rc_pub_sub_t *s, uint64_t new_tail)
+/* The send's two tests of `s`'s requests in flight, passed: its send
+ * queue has room (else the send skips it), and our ring's tail may move
+ * to `new_tail` without overwriting a frame one of them reads (else the
+ * send drops it). */
+static int sub_sq_ok(const rc_tx_t *t, const tb_rc_pub_sub_t *s,
+		     uint64_t new_tail)
 {
-	if (s->posted == s->completed || new_tail - s->pin <= t->h.half)
+	return s->posted <= s->completed + TB_RC_SQ_DEPTH - SQ_SLACK &&
+	       (s->posted == s->completed || new_tail - s->pin <= t->h.half);
+}
+
+/* sub_sq_ok, after reaping `s`'s completions when it fails.  Warm. */
+static int sub_send_room(rc_tx_t *t, tb_rc_pub_sub_t *s, uint64_t new_tail)
+{
+	if (sub_sq_ok(t, s, new_tail))
 		return 1;
 	if (sub_reap(t, s) < 0)
 		return 1;   /* dead: the send leaves it alone */
-	return s->posted == s->completed || new_tail - s->pin <= t->h.half;
+	return sub_sq_ok(t, s, new_tail);
 }
 
 /* Back-pressure: every live subscriber must have room for the frame (with
  * a padding frame's worth to spare, since its ring wraps on its own), and
- * its requests in flight must have completed far enough that the frame
- * overwrites nothing they read: a subscriber whose completions lag waits
- * for them here rather than being dropped by the send. */
+ * its requests in flight must have completed far enough that its send
+ * queue has room and the frame overwrites nothing they read: a
+ * subscriber whose completions lag waits for them here rather than being
+ * skipped or dropped by the send. */
 static inline __attribute__((always_inline)) int
 tx_room(tb_tx_t *tx, uint64_t new_tail, int fenced)
 {
@@ -793,7 +802,7 @@ tx_room(tb_tx_t *tx, uint64_t new_tail, int fenced)
 		if (!tb_atomic_load_relaxed(&s->dead) &&
 		    (!sub_has_room(t, s, 2 * (span + (s->anchor_due
 						      ? TB_RC_ANCHOR_LEN : 0))) ||
-		     !sub_pin_room(t, s, new_tail)))
+		     !sub_send_room(t, s, new_tail)))
 			rc = TB_BACK_PRESSURED;
 	}
 	/* What is held counts as used room, and the subscriber can give

@@ -1222,6 +1222,70 @@ static void a_fence_for_every_skip_while_completions_stall(void **state)
 	tb_publisher_close(pub);
 }
 
+/* Back-pressure while the publisher's send completions stall (a NIC that
+ * has stopped reporting): credit for 2,048 frames and a ring for 10,922,
+ * but a send queue of TB_RC_SQ_DEPTH requests that nothing empties.  The
+ * offers must stop with TB_BACK_PRESSURED before the queue is full, not
+ * skip the subscriber (no fence, no gap); once completions come again the
+ * stream goes on, and every frame arrives in order. */
+static void back_pressure_waits_while_completions_stall(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint8_t payload[64] = {0};
+	struct ibv_wc wc[64];
+	const rec_wr_t *w;
+	int n, first, sent = 0, got = 0;
+	int64_t rc = 0;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(31), 1 << 20);
+	cfg.slow_consumer = TB_SLOW_BACKPRESSURE;
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 1 << 20, 2048);
+	post_recvs(&p, 2048);
+	subscribe(&p, test_port(31), "right-token", 2048);
+	join(&p);
+	stall_spare = p.cq;
+	stall = 1;
+	first = n_rec;
+	while (sent < 2 * (int)TB_RC_SQ_DEPTH &&
+	       (rc = tb_pub_offer(pub, 1, payload, 64)) > 0)
+		sent++;
+	assert_int_equal(rc, TB_BACK_PRESSURED);
+	assert_true(sent < (int)TB_RC_SQ_DEPTH);
+	/* The NIC reports again: the stream goes on, nothing skipped. */
+	stall = 0;
+	for (int i = 0; i < 100; i++) {
+		uint64_t until = now_ms() + 5000;
+
+		while ((rc = tb_pub_offer(pub, 1, payload, 64)) == TB_BACK_PRESSURED &&
+		       now_ms() < until)
+			nap();
+		assert_true(rc > 0);
+		sent++;
+	}
+	while (got < sent) {
+		int k = wait_recvs(&p, wc, sent - got < 64 ? sent - got : 64);
+
+		assert_true(k > 0);
+		for (int i = 0; i < k; i++)
+			assert_int_equal(wc[i].status, IBV_WC_SUCCESS);
+		got += k;
+	}
+	w = recs_for(p.reply.accept.qpn, first, &n);
+	assert_int_equal(n, sent);
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(w[i].opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
+		assert_int_equal(((const tb_frame_hdr_t *)(p.buf + 96 * (size_t)i))->seq,
+				 i + 1);
+	}
+	stall_spare = NULL;
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
 /* A heartbeat to a subscriber the publisher is skipping names the range:
  * on a quiet stream nothing else would tell it. */
 static void heartbeats_name_the_skipped_range(void **state)
@@ -2801,6 +2865,7 @@ int main(int argc, char **argv)
 		T(a_credit_rkey_reaches_its_own_slot_only),
 		T(the_path_mtu_is_the_publishers_choice),
 		T(a_fence_for_every_skip_while_completions_stall),
+		T(back_pressure_waits_while_completions_stall),
 		T(heartbeats_name_the_skipped_range),
 		T(close_beats_while_it_drains),
 		T(token_guessing_is_slowed),
