@@ -768,14 +768,24 @@ static int sub_sq_ok(const rc_tx_t *t, const tb_rc_pub_sub_t *s,
 	       (s->posted == s->completed || new_tail - s->pin <= t->h.half);
 }
 
-/* sub_sq_ok, after reaping `s`'s completions when it fails.  Warm. */
+/* sub_sq_ok, after reaping `s`'s completions when it fails.  Requests
+ * posted since the last signalled one never report on their own (large
+ * frames: 64 of them can span half our ring), so when they are what holds
+ * the pin, a fence asks them to, and the next call finds them reported.
+ * Warm. */
 static int sub_send_room(rc_tx_t *t, tb_rc_pub_sub_t *s, uint64_t new_tail)
 {
 	if (sub_sq_ok(t, s, new_tail))
 		return 1;
 	if (sub_reap(t, s) < 0)
 		return 1;   /* dead: the send leaves it alone */
-	return sub_sq_ok(t, s, new_tail);
+	if (sub_sq_ok(t, s, new_tail))
+		return 1;
+	if (s->completed == s->last_signal && s->posted != s->last_signal) {
+		sub_fence(s, t->h.base.ring.tail);
+		sub_limits(t, s);
+	}
+	return 0;
 }
 
 /* Back-pressure: every live subscriber must have room for the frame (with
