@@ -293,6 +293,14 @@ static void sub_limits(rc_tx_t *t, tb_rc_pub_sub_t *s)
 	s->pin_limit = s->skipping || s->anchor_due ||
 				       tb_atomic_load_relaxed(&s->dead) /* our R1 */
 			       ? 0 : s->pin + t->h.half;
+	/* A signal by bytes as well as by count: the pin moves only when a
+	 * signalled request completes, so the requests after the last one
+	 * may read at most a quarter of our ring, and the next signal has
+	 * the rest of half of it to complete before our tail reaches the
+	 * pin (64 frames of 1 KiB span more than half of a 64 KiB ring: a
+	 * count alone would fail a subscriber whose NIC is not late). */
+	s->signal_tail = s->pos_end[s->last_signal & (TB_RC_SQ_DEPTH - 1)] +
+			 t->h.half * 2 / TB_RC_SIGNAL_SPAN;
 	s->fast_tail = 0;
 }
 
@@ -307,14 +315,15 @@ static inline void sub_sync(tb_rc_pub_sub_t *s)
 
 /* The hot path's one bound on our ring's tail, at the end of a slow-path
  * step, when `tail` is our ring's tail and s->wpos is where `s`'s next
- * frame goes: pin_limit, and limit_pos moved from s's ring to ours (each
- * fast-path frame adds the same space to both; a pad in our ring only
- * brings the slow path sooner).  Warm. */
+ * frame goes: pin_limit, signal_tail, and limit_pos moved from s's ring
+ * to ours (each fast-path frame adds the same space to both; a pad in our
+ * ring only brings the slow path sooner).  Warm. */
 static void sub_fast(tb_rc_pub_sub_t *s, uint64_t tail)
 {
 	s->fast_tail = s->limit_pos < s->wpos
 			       ? 0
-			       : min64(s->pin_limit, tail + (s->limit_pos - s->wpos));
+			       : min64(min64(s->pin_limit, s->signal_tail),
+				       tail + (s->limit_pos - s->wpos));
 }
 
 /* `s` failed: why, then R1; its limits send every frame to the slow
@@ -511,10 +520,12 @@ tb_rc_pub_write_slow(tb_rc_pub_t *h, tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f
 	in_flight = s->posted != s->completed;
 	if (tb_atomic_load_relaxed(&s->dead)) /* R1 is this thread's own */
 		return;
-	/* Nearly always the one reason: the request to signal is due, and
-	 * every other limit holds (no wrap, room, credit, the SQ's room, no
-	 * anchor, no skip), so there is nothing to work out but that. */
-	if (s->posted + 1 == s->next_signal && s->posted <= sq_limit &&
+	/* Nearly always the one reason: the request to signal is due (by
+	 * count or by bytes), and every other limit holds (no wrap, room,
+	 * credit, the SQ's room, no anchor, no skip), so there is nothing to
+	 * work out but that. */
+	if ((s->posted + 1 == s->next_signal || pub_tail > s->signal_tail) &&
+	    s->posted <= sq_limit &&
 	    s->posted - s->extra < s->room_frames && pub_tail <= s->pin_limit &&
 	    s->wpos + space <= s->limit_pos) {
 		off = s->wpos & s->rmask;
@@ -592,7 +603,7 @@ post:
 	s->wr.imm_data = htobe32((uint32_t)(off / TB_FRAME_ALIGN) | seq_bits);
 	s->wr.wr.rdma.remote_addr = s->raddr + off;
 	s->wr.send_flags = inl;
-	if (s->posted + nwr >= s->next_signal) {
+	if (s->posted + nwr >= s->next_signal || pub_tail > s->signal_tail) {
 		s->wr.send_flags = inl | IBV_SEND_SIGNALED;
 		s->wr.wr_id = s->posted + nwr;
 		sub_signalled(s, s->posted + nwr, pos + space);

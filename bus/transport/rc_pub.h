@@ -64,8 +64,9 @@ typedef struct tb_rc_pub_sub {
 	 * vector instructions, more than two adds. */
 	uint64_t wpos;             /* where its next frame goes (free-running) */
 	uint64_t fast_tail;        /* our ring's tail after a frame past
-				    * this: the slow path.  pin_limit and
-				    * limit_pos in one: a frame on the fast
+				    * this: the slow path.  pin_limit,
+				    * signal_tail and limit_pos in one: a
+				    * frame on the fast
 				    * path moves wpos and our tail by the
 				    * same space, and never moves wpos
 				    * further (our ring may pad where its
@@ -96,6 +97,9 @@ typedef struct tb_rc_pub_sub {
 				    * (padding, fences): frames = posted - extra */
 	uint64_t next_signal;      /* `posted` at which to signal again */
 	uint64_t last_signal;      /* `posted` at the last signalled request */
+	uint64_t signal_tail;      /* our ring's tail past this: the next
+				    * request is signalled however few came
+				    * since the last (sub_limits) */
 	uint64_t room_pos;         /* wpos may grow to this, and frames ... */
 	uint64_t room_frames;      /* ... to this, by the last credit read */
 	uint64_t pin;              /* our ring position its oldest may read */

@@ -595,8 +595,11 @@ static void publisher_posts_exact_work_requests(void **state)
 		assert_int_equal(after->imm, tb_rc_imm(0, 54));
 		assert_int_equal(((tb_frame_hdr_t *)(p.buf + pad_off))->type, TB_FRAME_PAD);
 	}
-	/* Selective signalling: one signalled request in 64 so far (56 WRs
-	 * posted: 54 frames, 1 pad, ... none yet) -- count them. */
+	/* Selective signalling: a signalled request in 64, or sooner once
+	 * the frames since the last span a quarter of our ring (64 KiB of
+	 * 256).  55 requests so far (54 frames, 1 pad): the 54th frame is the
+	 * first to end past 64 KiB in our ring (at 96 + 53 * 1248), so it is
+	 * the one signalled, and its wr_id counts the requests up to it. */
 	{
 		int sig = 0;
 
@@ -604,11 +607,13 @@ static void publisher_posts_exact_work_requests(void **state)
 		for (int i = 0; i < n; i++)
 			sig += !!(w[i].flags & IBV_SEND_SIGNALED);
 		assert_int_equal(n, 55);
-		assert_int_equal(sig, 0);
+		assert_int_equal(sig, 1);
+		assert_true(w[54].flags & IBV_SEND_SIGNALED);
+		assert_int_equal(w[54].wr_id, 55);
 	}
-	/* Nine more: the 64th request is the first signalled one, and its
-	 * wr_id counts the requests up to it. */
-	for (int i = 0; i < 9; i++) {
+	/* 64 small ones (6 KiB): by count, the 64th request after that one
+	 * is the next signalled. */
+	for (int i = 0; i < 64; i++) {
 		assert_true(tb_pub_offer(pub, 45, payload, 64) > 0);
 		assert_int_equal(wait_recvs(&p, wc, 1), 1);
 	}
@@ -616,12 +621,12 @@ static void publisher_posts_exact_work_requests(void **state)
 		int sig = 0;
 
 		w = recs_for(pub_qpn, 0, &n);
-		assert_int_equal(n, 64);
+		assert_int_equal(n, 119);
 		for (int i = 0; i < n; i++)
 			sig += !!(w[i].flags & IBV_SEND_SIGNALED);
-		assert_int_equal(sig, 1);
-		assert_true(w[63].flags & IBV_SEND_SIGNALED);
-		assert_int_equal(w[63].wr_id, 64);
+		assert_int_equal(sig, 2);
+		assert_true(w[118].flags & IBV_SEND_SIGNALED);
+		assert_int_equal(w[118].wr_id, 119);
 	}
 	peer_close(&p);
 	tb_publisher_close(pub);
@@ -1334,6 +1339,65 @@ static void back_pressure_with_large_frames_goes_on(void **state)
 				 ++frames);
 	}
 	stall_spare = NULL;
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
+/* A lapping stream with frames large for the publisher's ring: 1 KiB
+ * messages in a 64 KiB ring, a subscriber that keeps up.  64 such frames
+ * span more than half the ring, so a signal every 64 requests leaves the
+ * pin behind until the publisher drops the subscriber for writes that
+ * never reported.  A signalled request comes once the frames since the
+ * last span a quarter of the ring instead: all 600 arrive in order, the
+ * subscriber stays, and no more than a quarter of the ring (and the
+ * frame that passes it) is ever in flight unsignalled. */
+static void a_lapping_stream_signals_large_frames_by_bytes(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	static uint8_t payload[1024];
+	struct ibv_wc wc;
+	const rec_wr_t *w;
+	int n, first, frames = 0, signalled = 0;
+	uint64_t since = 0, most = 0;
+	const uint64_t quarter = (64 << 10) / 4, space = 1056;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(33), 64 << 10);
+	assert_int_equal(cfg.slow_consumer, TB_SLOW_LAP);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, 1 << 20, 1024);
+	post_recvs(&p, 1024);
+	subscribe(&p, test_port(33), "right-token", 1024);
+	join(&p);
+	first = n_rec;
+	for (int i = 0; i < 600; i++) {
+		assert_int_equal(tb_pub_offer(pub, 1, payload, sizeof(payload)), i + 1);
+		/* It keeps up: each frame has landed before the next is sent. */
+		assert_int_equal(wait_recvs(&p, &wc, 1), 1);
+		assert_int_equal(wc.status, IBV_WC_SUCCESS);
+		assert_int_equal(((const tb_frame_hdr_t *)(p.buf + space * (size_t)i))->seq,
+				 i + 1);
+	}
+	assert_int_equal(tb_pub_subscribers(pub), 1);
+	w = recs_for(p.reply.accept.qpn, first, &n);
+	for (int i = 0; i < n; i++) {
+		if (w[i].opcode != IBV_WR_RDMA_WRITE_WITH_IMM)
+			continue;   /* a fence */
+		assert_int_equal(((const tb_frame_hdr_t *)w[i].data)->seq, ++frames);
+		since += space;
+		if (since > most)
+			most = since;
+		if (w[i].flags & IBV_SEND_SIGNALED) {
+			signalled++;
+			since = 0;
+		}
+	}
+	assert_int_equal(frames, 600);
+	assert_true(most <= quarter + space);
+	/* Not one a frame either: about one in quarter / space. */
+	assert_true(signalled >= 600 / 16 && signalled <= 600 / 15 + 2);
 	peer_close(&p);
 	tb_publisher_close(pub);
 }
@@ -2919,6 +2983,7 @@ int main(int argc, char **argv)
 		T(a_fence_for_every_skip_while_completions_stall),
 		T(back_pressure_waits_while_completions_stall),
 		T(back_pressure_with_large_frames_goes_on),
+		T(a_lapping_stream_signals_large_frames_by_bytes),
 		T(heartbeats_name_the_skipped_range),
 		T(close_beats_while_it_drains),
 		T(token_guessing_is_slowed),
