@@ -567,7 +567,10 @@ tb_rc_pub_write_slow(tb_rc_pub_t *h, tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f
 
 		ibv_modify_qp(s->qp, &a, IBV_QP_STATE);
 		sub_dead(s, "its writes did not complete before the frames they "
-			 "read were overwritten");
+			 "read were overwritten (half of ring_size must hold "
+			 "what the stream publishes in the time its NIC takes "
+			 "to complete them, a retransmit's rdma_timeout "
+			 "included)");
 		return;
 	}
 	off = s->wpos & s->rmask;
