@@ -63,7 +63,11 @@
  *       both.)  The index is therefore only an accelerator: every record is
  *       checked by its CRC and expected sequence when read, and a read
  *       starts only from an entry whose record carries exactly the entry's
- *       sequence.
+ *       sequence.  Open, which scans the active segment from its last
+ *       entry, also walks the records from the entry before it (or the
+ *       first record) and keeps the entry only if the walk lands on it:
+ *       an entry pointing at a record that checks inside another record's
+ *       payload would start the scan on records no read meets.
  *   I4  Index entries rise strictly in both sequence and offset, and follow
  *       one deterministic rule, so open can regenerate the missing tail of
  *       the index and get exactly what the writer would have written.
@@ -1624,6 +1628,39 @@ fail:
  * scan, cut, and the quarantine of damage before the end.  See the essay at
  * the top.
  */
+/* 1 when the active segment's index entry `i` lies on its record chain:
+ * walked record by record from the entry before it (or the segment's
+ * first record), the chain lands exactly on the entry's offset and
+ * sequence; 0 when it does not; a negative code when the file cannot be
+ * read.  An entry that checks and points at a record that checks, but
+ * inside another record's payload (a forgery: two CRC32C matches), would
+ * otherwise start open's scan on records the reads, which walk the
+ * chain, never meet.  One interval of records (TB_STORE_INDEX_INTERVAL)
+ * a call.  Open only. */
+static int idx_on_chain(tb_store_t *s, const seg_t *sg, size_t i)
+{
+	const store_idx_t *e = &s->aidx.e[i];
+	uint64_t off = i ? s->aidx.e[i - 1].off : STORE_HDR_LEN;
+	uint64_t at = i ? s->aidx.e[i - 1].seq : sg->first_seq;
+	char why[160];
+
+	while (off < e->off && at <= e->seq) {
+		const tb_frame_hdr_t *f;
+		uint32_t sp;
+		int r = rec_decode(s, s->afd, sg->first_seq, off, sg->size, at,
+				   e->seq, STORE_SCAN_CHUNK, &f, &sp, why,
+				   sizeof(why));
+
+		if (r < 0)
+			return r;
+		if (r != REC_OK && r != REC_JUMP)
+			return 0;
+		off += sp;
+		at = f->seq + 1;
+	}
+	return off == e->off && at == e->seq;
+}
+
 static int recover_active(tb_store_t *s, int may_quarantine)
 {
 	seg_t *sg = &s->segs[s->nsegs - 1];
@@ -1644,8 +1681,8 @@ static int recover_active(tb_store_t *s, int may_quarantine)
 		return r;
 
 	/* Entries that passed their own checks must also point at records
-	 * that carry exactly their sequence; drop from the end until one
-	 * does. */
+	 * that carry exactly their sequence, on the record chain; drop from
+	 * the end until one does. */
 	while (s->aidx.n) {
 		const store_idx_t *e = &s->aidx.e[s->aidx.n - 1];
 		const tb_frame_hdr_t *f;
@@ -1655,8 +1692,13 @@ static int recover_active(tb_store_t *s, int may_quarantine)
 			       STORE_SCAN_CHUNK, &f, &sp, why, sizeof(why));
 		if (r < 0)
 			return r;
-		if (r == REC_OK)
-			break;
+		if (r == REC_OK) {
+			r = idx_on_chain(s, sg, s->aidx.n - 1);
+			if (r < 0)
+				return r;
+			if (r)
+				break;
+		}
 		s->aidx.n--;
 	}
 	kept = s->aidx.n;
