@@ -1623,11 +1623,6 @@ fail:
 	return r;
 }
 
-/*
- * Crash recovery of the last segment (its fd is s->afd): index repair, tail
- * scan, cut, and the quarantine of damage before the end.  See the essay at
- * the top.
- */
 /* 1 when the active segment's index entry `i` lies on its record chain:
  * walked record by record from the entry before it (or the segment's
  * first record), the chain lands exactly on the entry's offset and
@@ -1661,6 +1656,11 @@ static int idx_on_chain(tb_store_t *s, const seg_t *sg, size_t i)
 	return off == e->off && at == e->seq;
 }
 
+/*
+ * Crash recovery of the last segment (its fd is s->afd): index repair, tail
+ * scan, cut, and the quarantine of damage before the end.  See the essay at
+ * the top.
+ */
 static int recover_active(tb_store_t *s, int may_quarantine)
 {
 	seg_t *sg = &s->segs[s->nsegs - 1];

@@ -66,12 +66,11 @@ typedef struct tb_rc_pub_sub {
 	uint64_t fast_tail;        /* our ring's tail after a frame past
 				    * this: the slow path.  pin_limit,
 				    * signal_tail and limit_pos in one: a
-				    * frame on the fast
-				    * path moves wpos and our tail by the
-				    * same space, and never moves wpos
-				    * further (our ring may pad where its
-				    * does not: the slow path comes early,
-				    * never late).  0: always. */
+				    * frame on the fast path moves wpos and
+				    * our tail by the same space, and never
+				    * moves wpos further (our ring may pad
+				    * where its does not: the slow path
+				    * comes early, never late).  0: always. */
 	int64_t left;              /* requests the fast path may still post
 				    * before the slow path is due (a signal,
 				    * the SQ or the receive credit: see

@@ -46,6 +46,7 @@
 #include "tests/common/bench.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -79,8 +80,8 @@ static unsigned base_port;
 /* --------------------------------------------------------------- floor */
 
 /* A multicast floor's two sockets for one side: `rx` bound to group
- * 239.195.x.`rx_grp`:port and joined on loopback, `tx` connected to the
- * peer's group, looped back to it.  0, or -1. */
+ * 239.196.x.`rx_grp`:port and joined on loopback, `tx` connected to the
+ * peer's group, looped back to it.  0, or -1 with errno (neither open). */
 static int mc_sockets(unsigned port, int rx_grp, int *rx, int *tx)
 {
 	unsigned p = (unsigned)getpid();
@@ -99,11 +100,20 @@ static int mc_sockets(unsigned port, int rx_grp, int *rx, int *tx)
 	    setsockopt(*rx, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof(m)) != 0 ||
 	    setsockopt(*tx, IPPROTO_IP, IP_MULTICAST_IF, &lo, sizeof(lo)) != 0 ||
 	    setsockopt(*tx, IPPROTO_IP, IP_MULTICAST_LOOP, &one, sizeof(one)) != 0)
-		return -1;
+		goto fail;
 	snprintf(grp, sizeof(grp), "239.196.%u.%d", (p >> 8) & 0xff, rx_grp ^ 1);
 	a.sin_addr.s_addr = inet_addr(grp);
 	a.sin_port = htons(port ^ 1); /* the peer's */
-	return connect(*tx, (struct sockaddr *)&a, sizeof(a));
+	if (connect(*tx, (struct sockaddr *)&a, sizeof(a)) == 0)
+		return 0;
+fail:
+	one = errno;
+	if (*rx >= 0)
+		close(*rx);
+	if (*tx >= 0)
+		close(*tx);
+	errno = one;
+	return -1;
 }
 
 static int udp_socket(unsigned port)
@@ -130,6 +140,17 @@ static int round_failed(pid_t child, const char *what, uint64_t round)
 			    "answer in %llu s (the echo side died, or a "
 			    "datagram was lost)", what, round,
 			    ROUND_LIMIT_NS / 1000000000ull);
+}
+
+/* This side of a floor run could not set up or send: stops the echo
+ * side; -1 with a message. */
+static int side_failed(pid_t child, const char *what, const char *doing)
+{
+	int e = errno;
+
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	return tb_error_sys(e, "%s: %s", what, doing);
 }
 
 /* The plain ping-pong: over one connected socket a side on 127.0.0.1, or,
@@ -164,16 +185,16 @@ static int floor_run(bench_result_t *r, size_t size, int mc)
 	tb_thread_pin(core_a);
 	if (mc ? mc_sockets(base_port & ~1u, 0, &rx, &tx) != 0
 	       : (rx = tx = udp_socket(base_port & ~1u)) < 0)
-		return round_failed(child, mc ? "plain multicast: no sockets;"
-					      : "plain UDP: no socket;", 0);
+		return side_failed(child, mc ? "plain multicast" : "plain UDP",
+				   "sockets");
 	usleep(100000); /* the echo side binds */
 	tb_hist_init(&h, 1, 10000000000ll, 3);
 	for (uint64_t i = 0; i < WARMUP + rounds; i++) {
 		uint64_t t0 = tb_clock_now_ns();
 
 		if (send(tx, msg, size, 0) < 0)
-			return round_failed(child, mc ? "plain multicast: send failed;"
-						      : "plain UDP: send failed;", i);
+			return side_failed(child, mc ? "plain multicast" : "plain UDP",
+					   "send");
 		while (recv(rx, msg, size, MSG_DONTWAIT) < 0)
 			if (tb_clock_now_ns() - t0 > ROUND_LIMIT_NS)
 				return round_failed(child, mc ? "plain multicast"
