@@ -314,12 +314,18 @@ static inline void sub_sync(tb_rc_pub_sub_t *s)
 }
 
 /* The hot path's one bound on our ring's tail, at the end of a slow-path
- * step, when `tail` is our ring's tail and s->wpos is where `s`'s next
- * frame goes: pin_limit, signal_tail, and limit_pos moved from s's ring
- * to ours (each fast-path frame adds the same space to both; a pad in our
- * ring only brings the slow path sooner).  Warm. */
-static void sub_fast(tb_rc_pub_sub_t *s, uint64_t tail)
+ * step, when `tail` is our ring's tail, s->wpos is where `s`'s next frame
+ * goes and `next_seq` its sequence: pin_limit, signal_tail, and limit_pos
+ * moved from s's ring to ours (each fast-path frame adds the same space
+ * to both; a pad in our ring only brings the slow path sooner).  Warm. */
+static void sub_fast(tb_rc_pub_sub_t *s, uint64_t tail, uint64_t next_seq)
 {
+	uint64_t off = s->wpos & s->rmask;
+
+	/* The next frame's remote address and immediate (small_wr): wpos
+	 * may have moved any way since the last step (a pad, an anchor). */
+	s->small_wr.wr.rdma.remote_addr = s->raddr + off;
+	s->imm_next = tb_rc_imm(off, next_seq);
 	s->fast_tail = s->limit_pos < s->wpos
 			       ? 0
 			       : min64(min64(s->pin_limit, s->signal_tail),
@@ -521,30 +527,40 @@ tb_rc_pub_write_slow(tb_rc_pub_t *h, tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f
 	if (tb_atomic_load_relaxed(&s->dead)) /* R1 is this thread's own */
 		return;
 	/* Nearly always the one reason: the request to signal is due (by
-	 * count or by bytes), and every other limit holds (no wrap, room,
-	 * credit, the SQ's room, no anchor, no skip), so there is nothing to
-	 * work out but that. */
-	if ((s->posted + 1 == s->next_signal || pub_tail > s->signal_tail) &&
-	    s->posted <= sq_limit &&
+	 * count or by bytes), or this is a subscriber's first frame (whose
+	 * sequence the fast path does not know yet: sub_fast), and every
+	 * other limit holds (no wrap, room, credit, the SQ's room, no
+	 * anchor, no skip), so there is nothing to work out but that. */
+	if (s->posted <= sq_limit &&
 	    s->posted - s->extra < s->room_frames && pub_tail <= s->pin_limit &&
 	    s->wpos + space <= s->limit_pos) {
+		int sig = s->posted + 1 == s->next_signal ||
+			  pub_tail > s->signal_tail;
+		struct ibv_send_wr *c;
+
 		off = s->wpos & s->rmask;
 		pad = anc = 0;
 		if (!chain)
-			goto post;
-		/* Chaining: the signalled request joins the chain; the
-		 * reap takes the one before it (64 requests ago), so
+			goto post;   /* which signals it as `sig` says */
+		/* Chaining: the request joins the chain.  A signalled one:
+		 * the reap takes the one before it (64 requests ago), so
 		 * completions and errors come back at the unbatched pace. */
-		tb_rc_pub_chain_add(s, f, f->length, off,
-			      (uint32_t)(off / TB_FRAME_ALIGN) | seq_bits,
-			      inl | IBV_SEND_SIGNALED)->wr_id = s->posted + 1;
-		sub_signalled(s, s->posted + 1, pos + space);
+		c = tb_rc_pub_chain_add(s, f, f->length, s->raddr + off,
+					(uint32_t)(off / TB_FRAME_ALIGN) | seq_bits,
+					inl | (sig ? IBV_SEND_SIGNALED : 0));
+		if (sig) {
+			c->wr_id = s->posted + 1;
+			sub_signalled(s, s->posted + 1, pos + space);
+		}
 		if (!in_flight)
 			s->pin = pos;
 		s->posted++;
 		s->wpos += space;
-		sub_reap(t, s);
-		sub_fast(s, pub_tail);
+		if (sig)
+			sub_reap(t, s);
+		else
+			sub_limits(t, s);
+		sub_fast(s, pub_tail, f->seq + 1);
 		return;
 	}
 	/* Everything else: what is chained goes first, then as unbatched
@@ -633,7 +649,7 @@ post:
 		sub_reap(t, s);
 	else
 		sub_limits(t, s);
-	sub_fast(s, pub_tail);
+	sub_fast(s, pub_tail, f->seq + 1);
 	return;
 skip:
 	sub_skip(t, s, pos, f->seq);
@@ -1179,11 +1195,9 @@ static int client_subscribe(rc_tx_t *t, rc_client_t *c,
 	s->recv_depth = m->recv_depth;
 	s->mtu = mtu;
 	s->next_signal = TB_RC_SIGNAL_EVERY;
+	/* Its limits, with fast_tail 0: its first frame goes the slow way,
+	 * which knows that frame's sequence (sub_fast). */
 	sub_room_refresh(t, s);
-	/* Our tail is the publishing thread's; 0 is below any tail its first
-	 * frame can follow, so the bound holds (as its pin of 0 does, a
-	 * publisher past half its ring sends that frame the slow way). */
-	sub_fast(s, 0);
 	memcpy(s->client, c->id, sizeof(s->client));
 	a.qpn = s->qp->qp_num;
 	memcpy(a.gid, t->dev.gid.raw, 16);

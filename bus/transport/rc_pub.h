@@ -49,9 +49,18 @@ typedef struct tb_rc_pub_sub {
 	struct ibv_sge sge;
 	/* A small frame's WRITE_WITH_IMM when every QP takes it inline
 	 * (tb_rc_pub_send_small): unsignalled, inline, its gather entry the
-	 * publisher's one small_sge, so a frame writes its immediate and
-	 * remote address here and nothing else. */
+	 * publisher's one small_sge, so a frame writes its immediate here
+	 * and nothing else.  Its remote address is the next frame's, kept
+	 * so, raddr + (wpos & rmask), as imm_next is the next frame's
+	 * immediate (tb_rc_imm: wpos & rmask, and the sequence after the
+	 * last frame's).  A fast-path frame moves both on by its space
+	 * (and imm_next by one sequence), as it does wpos; sub_fast works
+	 * them out afresh after every slow-path step.  Between two, the
+	 * fast path never passes the end of the ring (limit_pos), and
+	 * every frame comes to every subscriber in the table, in sequence,
+	 * so adding is exact. */
 	struct ibv_send_wr small_wr;
+	uint32_t imm_next;
 	struct ibv_qp *qp;
 	/* qp's provider post, read once at join: what verbs.h's
 	 * ibv_post_send calls (qp->context->ops.post_send), a load less
@@ -174,12 +183,12 @@ typedef struct tb_rc_pub {
 	/* The small frame being sent (tb_rc_pub_send_small), written once a
 	 * frame: every subscriber's small_wr gathers from small_sge, whose
 	 * lkey is never read (an inline request's data is copied at the post,
-	 * without a key check: ibv_post_send(3)); the frame's space and its
-	 * sequence's part of the immediate, read from here for each
-	 * subscriber rather than kept in registers across the posts. */
+	 * without a key check: ibv_post_send(3)); the frame's space and what
+	 * it adds to an immediate (tb_rc_pub_imm_step), read from here for
+	 * each subscriber rather than kept in registers across the posts. */
 	struct ibv_sge small_sge;
 	uint32_t small_space;
-	uint32_t small_seq_bits;
+	uint32_t small_step;
 	int backpressure;
 	/* Batching (batch_us > 0; publishing thread only). */
 	uint64_t batch_ns;
@@ -225,22 +234,31 @@ tb_rc_pub_leave(tb_rc_pub_t *t)
 	tb_atomic_own_inc_release(&t->reading);
 }
 
-/* Adds a WRITE_WITH_IMM of frame `f` (`len` bytes) at offset `off` of
+/* Adds a WRITE_WITH_IMM of frame `f` (`len` bytes) at `remote_addr` in
  * `s`'s ring to its chain, with `flags`; returns it (a signalled one gets
  * its wr_id from the caller).  The caller counts it (posted or left, and
  * wpos) and posts the chain before it holds TB_RC_CHAIN. */
 static inline __attribute__((always_inline)) struct ibv_send_wr *
-tb_rc_pub_chain_add(tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f, uint32_t len, uint64_t off,
-	      uint32_t imm, unsigned flags)
+tb_rc_pub_chain_add(tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f, uint32_t len,
+		    uint64_t remote_addr, uint32_t imm, unsigned flags)
 {
 	uint32_t i = s->chained++;
 
 	s->chain_sge[i].addr = (uintptr_t)f;
 	s->chain_sge[i].length = len;
 	s->chain[i].imm_data = htobe32(imm);
-	s->chain[i].wr.rdma.remote_addr = s->raddr + off;
+	s->chain[i].wr.rdma.remote_addr = remote_addr;
 	s->chain[i].send_flags = flags;
 	return &s->chain[i];
+}
+
+/* What a frame of `space` bytes adds to the immediate of the next
+ * frame after it: its space in the offset bits, one in the sequence's
+ * (whose carry out of the top falls off, as the sequence's bits wrap). */
+static inline __attribute__((always_inline)) uint32_t
+tb_rc_pub_imm_step(uint32_t space)
+{
+	return space / TB_FRAME_ALIGN + (1u << TB_RC_IMM_OFF_BITS);
 }
 
 /*
@@ -258,31 +276,35 @@ tb_rc_pub_write(tb_rc_pub_t *t, tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f,
 		uint32_t len, uint32_t space, uint32_t seq_bits, unsigned inl, uint64_t pos,
 		uint64_t tail, int chain)
 {
-	uint64_t off = s->wpos & s->rmask;
+	uint32_t imm;
+	uint64_t raddr;
 
 	/* Taken whichever way the frame goes; the slow path gives it back. */
 	if (tb_unlikely(--s->left < 0 || tail > s->fast_tail)) {
 		tb_rc_pub_write_slow(t, s, f, pos, tail, chain);
 		return;
 	}
-	if (chain) {
-		/* Unsignalled: its wr_id is never read (an error completion
-		 * fails the subscriber whatever it says). */
-		tb_rc_pub_chain_add(s, f, len, off,
-				    (uint32_t)(off / TB_FRAME_ALIGN) | seq_bits,
-				    inl);
-		s->wpos += space;
-		return;
-	}
-	s->sge.addr = (uintptr_t)f;
-	s->sge.length = len;
-	s->wr.imm_data = htobe32((uint32_t)(off / TB_FRAME_ALIGN) | seq_bits);
-	s->wr.wr.rdma.remote_addr = s->raddr + off;
-	s->wr.send_flags = inl;
+	/* The offset from imm_next, the sequence's bits from the frame's own
+	 * (the same, but this way not relied on: any send may follow). */
+	imm = (s->imm_next & TB_RC_IMM_OFF_MASK) | seq_bits;
+	raddr = s->small_wr.wr.rdma.remote_addr;
+	s->imm_next = imm + tb_rc_pub_imm_step(space);
+	s->small_wr.wr.rdma.remote_addr = raddr + space;
 	/* Counted before the post (`left`, above), so that nothing of `s`
 	 * need outlive the provider's call in a register; a refused post
 	 * takes it back. */
 	s->wpos += space;
+	if (chain) {
+		/* Unsignalled: its wr_id is never read (an error completion
+		 * fails the subscriber whatever it says). */
+		tb_rc_pub_chain_add(s, f, len, raddr, imm, inl);
+		return;
+	}
+	s->sge.addr = (uintptr_t)f;
+	s->sge.length = len;
+	s->wr.imm_data = htobe32(imm);
+	s->wr.wr.rdma.remote_addr = raddr;
+	s->wr.send_flags = inl;
 	if (tb_unlikely(s->post_send(s->qp, &s->wr, &s->bad) != 0))
 		tb_rc_pub_post_failed(s, space);
 }
@@ -336,8 +358,9 @@ void tb_rc_pub_send_by_ref(tb_rc_pub_t *t, const tb_rc_pub_table_t *tab,
  * offer and the send share one prologue and one set of saved registers.
  *
  * Inline (every QP takes a small frame so), a frame fills the publisher's
- * small_sge, space and sequence bits once, and then, per subscriber, what
- * differs: its immediate and remote address in its small_wr, its counts.
+ * small_sge, space and step once, and then, per subscriber, what differs:
+ * its immediate, ready in imm_next, into its small_wr, whose remote
+ * address is ready too, and its counts.
  * Across each post the loop keeps only the table position, the publisher
  * and `seq` in registers; the rest it reads back from the publisher (the
  * slow path too: the frame from small_sge, its position tail - space), so
@@ -362,12 +385,10 @@ tb_rc_pub_send_small(tb_rc_pub_t *t, const tb_frame_hdr_t *f, uint32_t len,
 	t->small_sge.addr = (uintptr_t)f;
 	t->small_sge.length = len;
 	t->small_space = tb_frame_space(len);
-	t->small_seq_bits = (uint32_t)(seq & TB_RC_IMM_SEQ_MASK)
-			    << TB_RC_IMM_OFF_BITS;
+	t->small_step = tb_rc_pub_imm_step(tb_frame_space(len));
 	for (sp = tab->sub; (s = *sp) != NULL; sp++) {
 		uint64_t tail = t->base.ring.tail;
 		uint32_t space = t->small_space;
-		uint64_t off = s->wpos & s->rmask;
 
 		if (tb_unlikely(--s->left < 0 || tail > s->fast_tail)) {
 			tb_rc_pub_write_slow(t, s,
@@ -376,13 +397,16 @@ tb_rc_pub_send_small(tb_rc_pub_t *t, const tb_frame_hdr_t *f, uint32_t len,
 					     tail - space, tail, 0);
 			continue;
 		}
-		s->small_wr.imm_data = htobe32((uint32_t)(off / TB_FRAME_ALIGN) |
-					       t->small_seq_bits);
-		s->small_wr.wr.rdma.remote_addr = s->raddr + off;
+		/* Its remote address and immediate are ready (see
+		 * small_wr); the address moves on once the post has read it. */
+		s->small_wr.imm_data = htobe32(s->imm_next);
+		s->imm_next += t->small_step;
 		/* Counted before the post, as in tb_rc_pub_write. */
 		s->wpos += space;
 		if (tb_unlikely(s->post_send(s->qp, &s->small_wr, &s->bad) != 0))
 			tb_rc_pub_post_failed(*sp, t->small_space); /* s is not kept */
+		else
+			(*sp)->small_wr.wr.rdma.remote_addr += t->small_space;
 	}
 	tb_rc_pub_leave(t);
 }

@@ -2871,6 +2871,71 @@ static void pattern(uint8_t *b, uint32_t len, uint64_t seq)
  * Across two laps of both, every frame arrives once, at the offset its
  * immediate names, whole, and the signalled requests come one in 64.
  */
+/* Small offers (the inline send, whose immediate and remote address each
+ * subscriber keeps ready from the frame before) between larger ones (the
+ * send op's path, which moves them on too), over two laps of a ring with
+ * its pads and the slow path's signalled requests: every frame lands
+ * where its immediate says, with its sequence, whichever path sent the
+ * frame before it. */
+static void mixed_offers_land_where_their_immediates_say(void **state)
+{
+	static const uint32_t sizes[] = {64, 100, 0, 64, 64, 180, 33, 64, 250, 7};
+	const uint64_t ring = 64 << 10;
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	uint8_t payload[256];
+	struct ibv_wc wc;
+	const rec_wr_t *w;
+	uint64_t wpos = 0, pads = 0, seq = 0;
+	int first, nw, k = 0;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(35), ring);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, ring, 256);
+	post_recvs(&p, 256);
+	subscribe(&p, test_port(35), "right-token", 256);
+	join(&p);
+	first = n_rec;
+	while (wpos < 2 * ring + 4096) {
+		uint32_t len = sizes[k++ % (sizeof(sizes) / sizeof(sizes[0]))];
+		uint64_t space = tb_frame_space(TB_FRAME_HDR_LEN + len);
+		uint64_t off = wpos & (ring - 1);
+		const tb_frame_hdr_t *f;
+
+		if (off + space > ring) {  /* its ring pads here */
+			wpos += ring - off;
+			off = 0;
+			pads++;
+		}
+		seq++;
+		pattern(payload, len, seq);
+		assert_int_equal(tb_pub_offer(pub, 5, payload, len), (int64_t)seq);
+		assert_int_equal(wait_recvs(&p, &wc, 1), 1);
+		assert_int_equal(wc.status, IBV_WC_SUCCESS);
+		assert_int_equal(be32toh(wc.imm_data), tb_rc_imm(off, seq));
+		f = (const tb_frame_hdr_t *)(p.buf + off);
+		assert_int_equal(f->seq, seq);
+		assert_int_equal(f->length, TB_FRAME_HDR_LEN + len);
+		assert_memory_equal(p.buf + off + TB_FRAME_HDR_LEN, payload, len);
+		wpos += space;
+		post_recvs(&p, 1);
+		give_credit(&p, wpos, (uint32_t)seq);
+	}
+	/* One request per frame, one per pad; each frame's remote address is
+	 * the ring's plus its immediate's offset. */
+	w = recs_for(p.reply.accept.qpn, first, &nw);
+	assert_int_equal((uint64_t)nw, seq + pads);
+	assert_true(pads >= 2);
+	for (int i = 0; i < nw; i++)
+		if (w[i].opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+			assert_int_equal(w[i].raddr, (uintptr_t)p.buf +
+					 tb_rc_imm_offset(w[i].imm));
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
 static void small_offers_cross_the_publishers_ring_end(void **state)
 {
 	const uint64_t ring = 64 << 10, space = 96;
@@ -3035,6 +3100,7 @@ int main(int argc, char **argv)
 		T(a_held_frame_leaves_by_its_deadline),
 		T(back_pressure_posts_what_is_held),
 		T(small_offers_cross_the_publishers_ring_end),
+		T(mixed_offers_land_where_their_immediates_say),
 		T(small_offers_go_by_reference_below_the_inline_grant),
 	};
 
