@@ -157,20 +157,29 @@ static int side_failed(pid_t child, const char *what, const char *doing)
  * with `mc`, over two multicast groups (mc_sockets). */
 static int floor_run(bench_result_t *r, size_t size, int mc)
 {
-	char msg[MSG_MAX];
+	const char *what = mc ? "plain multicast" : "plain UDP";
+	char msg[MSG_MAX], c;
 	tb_hist_t *h;
 	pid_t child;
-	int rx, tx;
+	int rx, tx, ready[2];
 
 	memset(msg, 7, size);
+	/* The echo side says when its sockets are bound (and joined): a
+	 * datagram sent before is lost, and the round with it. */
+	if (pipe(ready) != 0)
+		return tb_error_sys(errno, "%s: pipe", what);
 	child = fork();
 	if (child == 0) {
 		int brx, btx;
 
+		close(ready[0]);
 		tb_thread_pin(core_b);
 		if (mc ? mc_sockets(base_port | 1, 1, &brx, &btx) != 0
 		       : (brx = btx = udp_socket(base_port | 1)) < 0)
 			_exit(1);
+		if (write(ready[1], "r", 1) != 1)
+			_exit(1);
+		close(ready[1]);
 		for (uint64_t i = 0; i < WARMUP + rounds; i++) {
 			uint64_t until = tb_clock_now_ns() + ROUND_LIMIT_NS;
 
@@ -182,23 +191,29 @@ static int floor_run(bench_result_t *r, size_t size, int mc)
 		}
 		_exit(0);
 	}
+	close(ready[1]);
 	tb_thread_pin(core_a);
 	if (mc ? mc_sockets(base_port & ~1u, 0, &rx, &tx) != 0
-	       : (rx = tx = udp_socket(base_port & ~1u)) < 0)
-		return side_failed(child, mc ? "plain multicast" : "plain UDP",
-				   "sockets");
-	usleep(100000); /* the echo side binds */
+	       : (rx = tx = udp_socket(base_port & ~1u)) < 0) {
+		close(ready[0]);
+		return side_failed(child, what, "sockets");
+	}
+	/* Its byte, or end of file if it could not set up. */
+	if (read(ready[0], &c, 1) != 1) {
+		close(ready[0]);
+		errno = EPIPE;
+		return side_failed(child, what, "the echo side's sockets");
+	}
+	close(ready[0]);
 	tb_hist_init(&h, 1, 10000000000ll, 3);
 	for (uint64_t i = 0; i < WARMUP + rounds; i++) {
 		uint64_t t0 = tb_clock_now_ns();
 
 		if (send(tx, msg, size, 0) < 0)
-			return side_failed(child, mc ? "plain multicast" : "plain UDP",
-					   "send");
+			return side_failed(child, what, "send");
 		while (recv(rx, msg, size, MSG_DONTWAIT) < 0)
 			if (tb_clock_now_ns() - t0 > ROUND_LIMIT_NS)
-				return round_failed(child, mc ? "plain multicast"
-							      : "plain UDP", i);
+				return round_failed(child, what, i);
 		if (i >= WARMUP)
 			tb_hist_record(h, (int64_t)(tb_clock_now_ns() - t0) / 2);
 	}
