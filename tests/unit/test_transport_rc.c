@@ -2863,6 +2863,49 @@ static void pattern(uint8_t *b, uint32_t len, uint64_t seq)
 		b[i] = (uint8_t)(seq * 131u + i * 7u + 1u);
 }
 
+/* Offers `n` messages to `pub`, their sizes `sizes[0..nsizes)` in turn,
+ * each taken by `p` (whose ring is `ring` bytes) before the next, and
+ * checks that each frame lands where the test's own count of that ring
+ * says (a pad where a frame would straddle its end), with its immediate,
+ * sequence, header and payload.  Returns the pads its ring took. */
+static uint64_t offers_land_in_turn(tb_publisher_t *pub, peer_t *p,
+				    uint64_t ring, const uint32_t *sizes,
+				    size_t nsizes, uint64_t n)
+{
+	uint8_t payload[256];
+	uint64_t wpos = 0, pads = 0;
+	struct ibv_wc wc;
+
+	for (uint64_t seq = 1; seq <= n; seq++) {
+		uint32_t len = sizes[(seq - 1) % nsizes];
+		uint64_t space = tb_frame_space(TB_FRAME_HDR_LEN + len);
+		uint64_t off = wpos & (ring - 1);
+		const tb_frame_hdr_t *f;
+
+		assert_true(len <= sizeof(payload));
+		if (off + space > ring) {  /* its ring pads here */
+			wpos += ring - off;
+			off = 0;
+			pads++;
+		}
+		pattern(payload, len, seq);
+		assert_int_equal(tb_pub_offer(pub, 5, payload, len), (int64_t)seq);
+		assert_int_equal(wait_recvs(p, &wc, 1), 1);
+		assert_int_equal(wc.status, IBV_WC_SUCCESS);
+		assert_int_equal(be32toh(wc.imm_data), tb_rc_imm(off, seq));
+		f = (const tb_frame_hdr_t *)(p->buf + off);
+		assert_int_equal(f->seq, seq);
+		assert_int_equal(f->length, TB_FRAME_HDR_LEN + len);
+		assert_int_equal(f->type, TB_FRAME_DATA);
+		assert_int_equal(f->template_id, 5);
+		assert_memory_equal(p->buf + off + TB_FRAME_HDR_LEN, payload, len);
+		wpos += space;
+		post_recvs(p, 1);
+		give_credit(p, wpos, (uint32_t)seq);
+	}
+	return pads;
+}
+
 /*
  * Small offers take tb_pub_offer's inline rc send (rc_pub.h); the one
  * whose frame would straddle the end of the publisher's own ring goes the
@@ -2871,82 +2914,16 @@ static void pattern(uint8_t *b, uint32_t len, uint64_t seq)
  * Across two laps of both, every frame arrives once, at the offset its
  * immediate names, whole, and the signalled requests come one in 64.
  */
-/* Small offers (the inline send, whose immediate and remote address each
- * subscriber keeps ready from the frame before) between larger ones (the
- * send op's path, which moves them on too), over two laps of a ring with
- * its pads and the slow path's signalled requests: every frame lands
- * where its immediate says, with its sequence, whichever path sent the
- * frame before it. */
-static void mixed_offers_land_where_their_immediates_say(void **state)
-{
-	static const uint32_t sizes[] = {64, 100, 0, 64, 64, 180, 33, 64, 250, 7};
-	const uint64_t ring = 64 << 10;
-	tb_stream_cfg_t cfg;
-	tb_publisher_t *pub;
-	peer_t p;
-	uint8_t payload[256];
-	struct ibv_wc wc;
-	const rec_wr_t *w;
-	uint64_t wpos = 0, pads = 0, seq = 0;
-	int first, nw, k = 0;
-
-	(void)state;
-	rc_cfg(&cfg, test_port(35), ring);
-	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
-	peer_open(&p, ring, 256);
-	post_recvs(&p, 256);
-	subscribe(&p, test_port(35), "right-token", 256);
-	join(&p);
-	first = n_rec;
-	while (wpos < 2 * ring + 4096) {
-		uint32_t len = sizes[k++ % (sizeof(sizes) / sizeof(sizes[0]))];
-		uint64_t space = tb_frame_space(TB_FRAME_HDR_LEN + len);
-		uint64_t off = wpos & (ring - 1);
-		const tb_frame_hdr_t *f;
-
-		if (off + space > ring) {  /* its ring pads here */
-			wpos += ring - off;
-			off = 0;
-			pads++;
-		}
-		seq++;
-		pattern(payload, len, seq);
-		assert_int_equal(tb_pub_offer(pub, 5, payload, len), (int64_t)seq);
-		assert_int_equal(wait_recvs(&p, &wc, 1), 1);
-		assert_int_equal(wc.status, IBV_WC_SUCCESS);
-		assert_int_equal(be32toh(wc.imm_data), tb_rc_imm(off, seq));
-		f = (const tb_frame_hdr_t *)(p.buf + off);
-		assert_int_equal(f->seq, seq);
-		assert_int_equal(f->length, TB_FRAME_HDR_LEN + len);
-		assert_memory_equal(p.buf + off + TB_FRAME_HDR_LEN, payload, len);
-		wpos += space;
-		post_recvs(&p, 1);
-		give_credit(&p, wpos, (uint32_t)seq);
-	}
-	/* One request per frame, one per pad; each frame's remote address is
-	 * the ring's plus its immediate's offset. */
-	w = recs_for(p.reply.accept.qpn, first, &nw);
-	assert_int_equal((uint64_t)nw, seq + pads);
-	assert_true(pads >= 2);
-	for (int i = 0; i < nw; i++)
-		if (w[i].opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
-			assert_int_equal(w[i].raddr, (uintptr_t)p.buf +
-					 tb_rc_imm_offset(w[i].imm));
-	peer_close(&p);
-	tb_publisher_close(pub);
-}
-
 static void small_offers_cross_the_publishers_ring_end(void **state)
 {
-	const uint64_t ring = 64 << 10, space = 96;
-	const uint64_t n = 2 * (ring / space) + 40;
+	static const uint32_t size[] = {64};
+	const uint64_t ring = 64 << 10;
+	const uint64_t n = 2 * (ring / 96) + 40;
 	tb_stream_cfg_t cfg;
 	tb_publisher_t *pub;
 	peer_t p;
-	uint8_t payload[64];
-	struct ibv_wc wc;
 	const rec_wr_t *w;
-	uint64_t wpos = 0, pads = 0, signalled = 0;
+	uint64_t pads, signalled = 0;
 	int first, nw;
 
 	(void)state;
@@ -2957,32 +2934,7 @@ static void small_offers_cross_the_publishers_ring_end(void **state)
 	subscribe(&p, test_port(25), "right-token", 256);
 	join(&p);
 	first = n_rec;
-	for (uint64_t seq = 1; seq <= n; seq++) {
-		const tb_frame_hdr_t *f;
-		uint64_t off = wpos & (ring - 1);
-
-		if (off + space > ring) {  /* its ring pads here */
-			wpos += ring - off;
-			off = 0;
-			pads++;
-		}
-		pattern(payload, sizeof(payload), seq);
-		assert_int_equal(tb_pub_offer(pub, 5, payload, sizeof(payload)),
-				 (int64_t)seq);
-		assert_int_equal(wait_recvs(&p, &wc, 1), 1);
-		assert_int_equal(wc.status, IBV_WC_SUCCESS);
-		assert_int_equal(be32toh(wc.imm_data), tb_rc_imm(off, seq));
-		f = (const tb_frame_hdr_t *)(p.buf + off);
-		assert_int_equal(f->seq, seq);
-		assert_int_equal(f->length, TB_FRAME_HDR_LEN + sizeof(payload));
-		assert_int_equal(f->type, TB_FRAME_DATA);
-		assert_int_equal(f->template_id, 5);
-		assert_memory_equal(p.buf + off + TB_FRAME_HDR_LEN, payload,
-				    sizeof(payload));
-		wpos += space;
-		post_recvs(&p, 1);
-		give_credit(&p, wpos, (uint32_t)seq);
-	}
+	pads = offers_land_in_turn(pub, &p, ring, size, 1, n);
 	/* One request per frame, one per pad, nothing else. */
 	w = recs_for(p.reply.accept.qpn, first, &nw);
 	assert_int_equal((uint64_t)nw, n + pads);
@@ -2993,6 +2945,47 @@ static void small_offers_cross_the_publishers_ring_end(void **state)
 	for (int i = 0; i < nw; i++)
 		if (w[i].opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
 			assert_true(w[i].flags & IBV_SEND_INLINE);
+	peer_close(&p);
+	tb_publisher_close(pub);
+}
+
+/* Small offers (the inline send, whose immediate and remote address each
+ * subscriber keeps ready from the frame before) between larger ones (the
+ * send op's path, which moves them on too), over two laps of a ring with
+ * its pads and the slow path's signalled requests: every frame lands
+ * where its immediate says, with its sequence, whichever path sent the
+ * frame before it. */
+static void mixed_offers_land_where_their_immediates_say(void **state)
+{
+	/* 1,248 bytes of frames in every ten: 1,100 offers pass two laps. */
+	static const uint32_t sizes[] = {64, 100, 0, 64, 64, 180, 33, 64, 250, 7};
+	const uint64_t ring = 64 << 10, n = 1100;
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t p;
+	const rec_wr_t *w;
+	uint64_t pads;
+	int first, nw;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(35), ring);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&p, ring, 256);
+	post_recvs(&p, 256);
+	subscribe(&p, test_port(35), "right-token", 256);
+	join(&p);
+	first = n_rec;
+	pads = offers_land_in_turn(pub, &p, ring, sizes,
+				   sizeof(sizes) / sizeof(sizes[0]), n);
+	/* One request per frame, one per pad; each frame's remote address is
+	 * the ring's plus its immediate's offset. */
+	w = recs_for(p.reply.accept.qpn, first, &nw);
+	assert_int_equal((uint64_t)nw, n + pads);
+	assert_int_equal(pads, 2);
+	for (int i = 0; i < nw; i++)
+		if (w[i].opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+			assert_int_equal(w[i].raddr, (uintptr_t)p.buf +
+					 tb_rc_imm_offset(w[i].imm));
 	peer_close(&p);
 	tb_publisher_close(pub);
 }
