@@ -159,7 +159,8 @@ int tb_clock_tsc_invariant(void)
 #if TB_CLOCK_HAVE_TSC
 	unsigned a, b, c, d;
 
-	if (__get_cpuid_max(0x80000000u, NULL) >= 0x80000007u &&
+	/* unsigned: gcc's cpuid.h returns it so, clang's as an int. */
+	if ((unsigned)__get_cpuid_max(0x80000000u, NULL) >= 0x80000007u &&
 	    __get_cpuid(0x80000007u, &a, &b, &c, &d))
 		by_cpuid = (d >> 8) & 1;
 #else
