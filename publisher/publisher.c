@@ -450,6 +450,8 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	    uint32_t len, int kind, int stamped, uint64_t stamp)
 {
 	const int rc = kind == SEND_RC;
+	/* The clock read after the copy (see below), or before it. */
+	const int clock_late = kind == SEND_NONE || kind == SEND_RC;
 	tb_ring_t *r = p->ring;
 	uint64_t seq = p->next_seq, from = r->tail, at, end;
 	tb_frame_hdr_t *f;
@@ -485,7 +487,7 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	 * is the same either way). */
 	if (stamped)
 		now_ns = stamp;
-	else if (kind != SEND_NONE && kind != SEND_RC)
+	else if (!clock_late)
 		now_ns = tb_clock_fwd_to_ns(&p->clk, tb_clock_tsc());
 	/* at and end in registers: the copy's stores below are ones the
 	 * compiler cannot tell from the ring's fields. */
@@ -497,7 +499,7 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	 * stores its sequence word: a reader polls that word's cache line,
 	 * so every store to it goes together, in one transfer (ring.h). */
 	tb_frame_copy_payload(tb_frame_payload(f), buf, len);
-	if ((kind == SEND_NONE || kind == SEND_RC) && !stamped)
+	if (clock_late && !stamped)
 		now_ns = tb_clock_fwd_to_ns(&p->clk, tb_clock_tsc());
 	tb_frame_init_body(f, len, template_id, p->stream_id, now_ns);
 	tb_ring_commit_(r, f, seq, from, at, end);

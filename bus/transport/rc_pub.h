@@ -50,15 +50,14 @@ typedef struct tb_rc_pub_sub {
 	/* A small frame's WRITE_WITH_IMM when every QP takes it inline
 	 * (tb_rc_pub_send_small): unsignalled, inline, its gather entry the
 	 * publisher's one small_sge, so a frame writes its immediate here
-	 * and nothing else.  Its remote address is the next frame's, kept
-	 * so, raddr + (wpos & rmask), as imm_next is the next frame's
-	 * immediate (tb_rc_imm: wpos & rmask, and the sequence after the
-	 * last frame's).  A fast-path frame moves both on by its space
-	 * (and imm_next by one sequence), as it does wpos; sub_fast works
-	 * them out afresh after every slow-path step.  Between two, the
-	 * fast path never passes the end of the ring (limit_pos), and
-	 * every frame comes to every subscriber in the table, in sequence,
-	 * so adding is exact. */
+	 * and nothing else.  Ready for the next frame: its remote address,
+	 * raddr + (wpos & rmask), and imm_next, its immediate (tb_rc_imm of
+	 * that offset and its sequence).  A fast-path frame moves both on
+	 * by its space (imm_next by one sequence too), as it moves wpos;
+	 * sub_fast works them out afresh after every slow-path step.
+	 * Between two steps the fast path never passes the end of the ring
+	 * (limit_pos), and every frame comes to every subscriber in the
+	 * table, in sequence, so adding is exact. */
 	struct ibv_send_wr small_wr;
 	uint32_t imm_next;
 	struct ibv_qp *qp;
@@ -385,7 +384,7 @@ tb_rc_pub_send_small(tb_rc_pub_t *t, const tb_frame_hdr_t *f, uint32_t len,
 	t->small_sge.addr = (uintptr_t)f;
 	t->small_sge.length = len;
 	t->small_space = tb_frame_space(len);
-	t->small_step = tb_rc_pub_imm_step(tb_frame_space(len));
+	t->small_step = tb_rc_pub_imm_step(t->small_space);
 	for (sp = tab->sub; (s = *sp) != NULL; sp++) {
 		uint64_t tail = t->base.ring.tail;
 		uint32_t space = t->small_space;
