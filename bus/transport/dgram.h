@@ -169,6 +169,7 @@ typedef struct tb_dgram_tx {
 	 * 48 bytes (since init) and the frame (set per datagram). */
 	tb_packet_hdr_t one;
 	tb_ghash_piece_t one_pc[2]; /* points into tx: not copied after init */
+	uint64_t one_s[2];          /* its GHASH, on the way to its tag */
 	uint64_t beat_nonce;    /* heartbeat thread: the next beat's number */
 	tb_dgram_out_t out[TB_DGRAM_READY_MAX];
 	tb_packet_hdr_t hdr[TB_DGRAM_READY_MAX];
@@ -305,24 +306,28 @@ static inline int tb_dgram_tx_one_at(const tb_dgram_tx_t *tx, uint64_t at)
 }
 
 /* Numbers and signs the datagram of frame `f` (from tb_dgram_tx_one_frame,
- * `space` bytes, ending at `to`) in tx->one and returns that header; the
- * transport sends it with the frame and calls tb_dgram_tx_sent_one().
- * Only the per-datagram fields are written: the rest of the header, J0
- * and the first piece the tag covers are ready since init.  Hot path. */
+ * sequence `seq`, `space` bytes, ending at `to`) in tx->one and returns
+ * that header; the transport sends it with the frame and calls
+ * tb_dgram_tx_sent_one().  Only the per-datagram fields are written: the
+ * rest of the header, J0 and the first piece the tag covers are ready
+ * since init.  `seq` is the caller's, in a register, not read back from
+ * the frame.  Hot path. */
 static inline tb_packet_hdr_t *tb_dgram_tx_one_sign(tb_dgram_tx_t *tx,
 						    const tb_frame_hdr_t *f,
+						    uint64_t seq,
 						    uint32_t space, uint64_t to)
 {
 	tb_packet_hdr_t *h = &tx->one;
 
 	tx->pos = to;
 	tx->frames++;
-	h->first_seq = f->seq;
+	h->first_seq = seq;
 	h->length = TB_PACKET_HDR_LEN + space;
 	h->nonce = tx->next.nonce;
 	tx->one_pc[1].p = f;
 	tx->one_pc[1].len = space;
-	tb_dgram_auth_tag_pieces(&tx->key, tx->one_pc, &tx->next, h->tag);
+	tb_dgram_auth_tag_pieces(&tx->key, tx->one_pc, &tx->next, h->tag,
+				 tx->one_s);
 	tx->next.nonce++;
 	return h;
 }
@@ -339,7 +344,7 @@ static inline const tb_packet_hdr_t *tb_dgram_tx_one(tb_dgram_tx_t *tx,
 	if (!f)
 		return NULL;
 	*frames = f;
-	return tb_dgram_tx_one_sign(tx, f, *len, to);
+	return tb_dgram_tx_one_sign(tx, f, f->seq, *len, to);
 }
 
 /* The datagram of tb_dgram_tx_one was sent (or is gone): publishes the new

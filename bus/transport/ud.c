@@ -312,7 +312,7 @@ static int post_fast_signalled(tb_ud_tx_t *u, const tb_frame_hdr_t *f,
 	u->one_sge[1].addr = (uintptr_t)f;
 	u->one_sge[1].length = space;
 	u->one_wr.imm_data = htobe32((uint32_t)seq);
-	tb_dgram_tx_one_sign(&u->dg, f, space, to);
+	tb_dgram_tx_one_sign(&u->dg, f, seq, space, to);
 	u->left = 1; /* until the post below went: the next comes here */
 	if (tb_unlikely(u->posted - u->completed >= u->sq_depth) &&
 	    tb_ud_sq_room(u) < 0)
@@ -343,7 +343,8 @@ int tb_ud_send_one_signalled(tb_ud_tx_t *u, const tb_frame_hdr_t *f,
 int tb_ud_send_one_slow(tb_ud_tx_t *u, const tb_frame_hdr_t *f,
 			uint32_t space, uint64_t to)
 {
-	const tb_packet_hdr_t *h = tb_dgram_tx_one_sign(&u->dg, f, space, to);
+	const tb_packet_hdr_t *h = tb_dgram_tx_one_sign(&u->dg, f, f->seq,
+							       space, to);
 	int rc = tb_ud_post_one(u, h, f, space, 0);
 
 	tb_dgram_tx_sent_one(&u->dg); /* sent or not, it is gone */

@@ -230,6 +230,10 @@ typedef struct tb_ud_tx {
 	 * recovered_at, so a failure of it is told from old news (reap). */
 	struct ibv_send_wr one_wr;
 	struct ibv_sge one_sge[2];
+	struct ibv_send_wr *one_bad; /* the provider's answer to a refused
+				      * fast post: kept here, not on the
+				      * offer's stack, which then needs
+				      * no frame */
 	/* Set by the heartbeat thread (its look at the QP, the device's
 	 * events) or the publishing thread's own reaping when the data QP
 	 * left RTS, or something else needs repair before the next post;
@@ -392,7 +396,6 @@ static inline __attribute__((always_inline)) int
 tb_ud_send_fast_(tb_ud_tx_t *u, const tb_frame_hdr_t *f, uint32_t space,
 		 uint64_t seq, uint64_t to)
 {
-	struct ibv_send_wr *bad;
 	int rc = 0;
 
 	if (tb_unlikely(--u->left == 0))
@@ -400,8 +403,8 @@ tb_ud_send_fast_(tb_ud_tx_t *u, const tb_frame_hdr_t *f, uint32_t space,
 	u->one_sge[1].addr = (uintptr_t)f;
 	u->one_sge[1].length = space;
 	u->one_wr.imm_data = htobe32((uint32_t)seq);
-	tb_dgram_tx_one_sign(&u->dg, f, space, to);
-	if (tb_unlikely(ibv_post_send(u->qp, &u->one_wr, &bad) != 0))
+	tb_dgram_tx_one_sign(&u->dg, f, seq, space, to);
+	if (tb_unlikely(ibv_post_send(u->qp, &u->one_wr, &u->one_bad) != 0))
 		rc = tb_ud_post_failed(u); /* room: `left` was */
 	else
 		u->posted++;
