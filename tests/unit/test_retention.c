@@ -241,6 +241,91 @@ static void test_publisher_serves_retention(void **state)
 	unlink(cfg.shm_path);
 }
 
+/* A publisher of `cfg` (retention 1000, an endpoint) keeps its small
+ * offers, single and in bursts, for its own retention server: each
+ * transport's offer has a copy of its own for a stream with retention
+ * (publisher.c), and each must record every frame. */
+static void small_offers_are_kept(tb_stream_cfg_t *cfg)
+{
+	tb_recovery_proto_request_t q;
+	tb_recovery_proto_reject_t rej;
+	tb_publisher_t *pub;
+	uint8_t payload[10][40];
+	tb_pub_msg_t m[10];
+	struct got g = {0};
+	uint64_t s = 1;
+
+	cfg->id = 5;
+	cfg->ring_size = 1u << 20;
+	strcpy(cfg->token, "pubtok");
+	cfg->retention = 1000;
+	strcpy(cfg->retention_endpoint.host, "127.0.0.1");
+	cfg->retention_endpoint.port = (uint16_t)proc_free_port();
+	assert_int_equal(tb_publisher_open(&pub, cfg), 0);
+	for (; s <= 2500; s++) {
+		memset(payload[0], (int)(s & 0xff), sizeof(payload[0]));
+		assert_int_equal(tb_pub_offer(pub, 1, payload[0], 40), (int64_t)s);
+	}
+	for (; s <= 3000; s += 10) {
+		for (int i = 0; i < 10; i++) {
+			memset(payload[i], (int)((s + (uint64_t)i) & 0xff), 40);
+			m[i].template_id = 1;
+			m[i].data = payload[i];
+			m[i].len = 40;
+		}
+		assert_int_equal(tb_pub_offerv(pub, m, 10), 10);
+	}
+	memset(&q, 0, sizeof(q));
+	q.stream_id = 5;
+	q.epoch = tb_pub_epoch(pub);
+	q.first = 2001;
+	q.count = 1000;
+	assert_int_equal(tb_recovery_client_fetch_one(&cfg->retention_endpoint,
+						      "pubtok", &q, 2000,
+						      on_frame_seq_only, &g,
+						      &rej, NULL), 1000);
+	assert_int_equal(g.n, 1000);
+	assert_int_equal(g.bad, 0);
+	assert_int_equal(g.next, 3001);
+	assert_int_equal(tb_publisher_close(pub), 0);
+}
+
+static void test_small_offers_are_kept_on_every_transport(void **state)
+{
+	tb_stream_cfg_t cfg;
+
+	(void)state;
+	tb_stream_cfg_init(&cfg);
+	strcpy(cfg.name, "kept-shm");
+	cfg.transport = TB_TRANSPORT_SHM;
+	snprintf(cfg.shm_path, sizeof(cfg.shm_path), "/dev/shm/tb-test-kept.%d",
+		 (int)getpid());
+	small_offers_are_kept(&cfg);
+	unlink(cfg.shm_path);
+
+	tb_stream_cfg_init(&cfg);
+	strcpy(cfg.name, "kept-rc");
+	cfg.transport = TB_TRANSPORT_RC; /* softrdma (run-tests.sh) */
+	strcpy(cfg.control.host, "127.0.0.1");
+	cfg.control.port = (uint16_t)proc_free_port();
+	small_offers_are_kept(&cfg);
+
+	tb_stream_cfg_init(&cfg);
+	strcpy(cfg.name, "kept-ud");
+	cfg.transport = TB_TRANSPORT_UD;
+	strcpy(cfg.group.host, "239.192.77.5");
+	cfg.group.port = (uint16_t)proc_free_port();
+	small_offers_are_kept(&cfg);
+
+	tb_stream_cfg_init(&cfg);
+	strcpy(cfg.name, "kept-udp");
+	cfg.transport = TB_TRANSPORT_UDP; /* the send op's copy */
+	strcpy(cfg.group.host, "239.192.77.6");
+	cfg.group.port = (uint16_t)proc_free_port();
+	strcpy(cfg.interface, "127.0.0.1");
+	small_offers_are_kept(&cfg);
+}
+
 /* Frames copied straight into an answer: each exactly its length, back to
  * back at any alignment, flagged replay; a first frame too large for the
  * room is 0 (send what you have and ask again); one overwritten while it
@@ -377,6 +462,7 @@ int main(void)
 		cmocka_unit_test(test_ring_bounds_retention),
 		cmocka_unit_test(test_frame_being_overwritten_is_refused),
 		cmocka_unit_test(test_publisher_serves_retention),
+		cmocka_unit_test(test_small_offers_are_kept_on_every_transport),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
