@@ -118,6 +118,11 @@ static void cfg_for(tb_stream_cfg_t *c, int port)
 	c->id = 77;
 	c->ring_size = 4 << 20;
 	snprintf(c->token, sizeof(c->token), "bench");
+	/* By hand: TB_BENCH_RETENTION=N measures with retention on, as the
+	 * shipped configs run (config/rc.ini, ud.ini). */
+	if (getenv("TB_BENCH_RETENTION"))
+		c->retention = (uint32_t)strtoul(getenv("TB_BENCH_RETENTION"),
+						 NULL, 10);
 	if (use_ud) {
 		c->transport = TB_TRANSPORT_UD;
 		snprintf(c->group.host, sizeof(c->group.host), "239.192.7.%d",
