@@ -116,15 +116,16 @@ static inline void tb_frame_copy_payload(void *dst, const void *src,
 
 	if (tb_unlikely(len > 64)) {
 		memcpy(d, s, len);
+	} else if (tb_likely(len > 32)) {
+		/* Head and tail 32 bytes, overlapping instead of looping.
+		 * Tested first and laid out straight: most quotes are 33 to
+		 * 64 bytes, and take one compare and no jump (2 instructions
+		 * less than after the 16-byte case's). */
+		memcpy(d, s, 32);
+		memcpy(d + len - 32, s + len - 32, 32);
 	} else if (len >= 16) {
-		/* Head and tail 16 bytes, and the middle 32 when longer:
-		 * the moves overlap instead of looping. */
 		memcpy(d, s, 16);
 		memcpy(d + len - 16, s + len - 16, 16);
-		if (len > 32) {
-			memcpy(d + 16, s + 16, 16);
-			memcpy(d + len - 32, s + len - 32, 16);
-		}
 	} else if (len >= 8) {
 		memcpy(d, s, 8);
 		memcpy(d + len - 8, s + len - 8, 8);

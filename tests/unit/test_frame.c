@@ -89,6 +89,31 @@ static void space_is_aligned(void **state)
 	assert_int_equal(tb_frame_space(97), 128);
 }
 
+/* The payload copy's overlapping moves, at every length up to past the
+ * inline ones and at every misalignment of source and destination: the
+ * bytes land exactly, and nothing before or after is touched. */
+static void copy_payload_is_exact_at_every_length(void **state)
+{
+	uint8_t src[160], dst[200];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(src); i++)
+		src[i] = (uint8_t)(i * 7 + 1);
+	for (uint32_t len = 0; len <= 130; len++) {
+		for (size_t so = 0; so < 8; so++) {
+			for (size_t d0 = 0; d0 < 8; d0++) {
+				memset(dst, 0xEE, sizeof(dst));
+				tb_frame_copy_payload(dst + 16 + d0, src + so, len);
+				for (size_t i = 0; i < 16 + d0; i++)
+					assert_int_equal(dst[i], 0xEE);
+				assert_memory_equal(dst + 16 + d0, src + so, len);
+				for (size_t i = 16 + d0 + len; i < sizeof(dst); i++)
+					assert_int_equal(dst[i], 0xEE);
+			}
+		}
+	}
+}
+
 static void check_accepts_valid(void **state)
 {
 	tb_frame_hdr_t *f = fresh(64);
@@ -199,6 +224,7 @@ int main(void)
 		cmocka_unit_test(body_init_leaves_the_sequence),
 		cmocka_unit_test(kind_is_version_and_type),
 		cmocka_unit_test(space_is_aligned),
+		cmocka_unit_test(copy_payload_is_exact_at_every_length),
 		cmocka_unit_test(check_accepts_valid),
 		cmocka_unit_test(check_rejects_short_buffer),
 		cmocka_unit_test(check_rejects_length_past_end),
