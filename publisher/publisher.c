@@ -86,6 +86,7 @@ struct tb_publisher {
 				    * header beyond it a claim zeroes: a
 				    * small offer from a tail past
 				    * intent - this must announce first */
+	uint64_t frame_ids;        /* tb_frame_ids(stream_id) */
 	uint32_t stream_id;
 	uint32_t offer_lim;        /* an offer of this many bytes or more
 				    * goes the checked way: OFFER_SMALL + 1,
@@ -247,6 +248,7 @@ static int open_in_epoch(tb_publisher_t **out, const tb_stream_cfg_t *cfg,
 		return tb_error_set(TB_ENOMEM, "tb_publisher_open: out of memory");
 	p->cfg = *cfg;
 	p->stream_id = cfg->id;
+	p->frame_ids = tb_frame_ids(cfg->id);
 	p->next_seq = 1;
 	p->epoch = epoch;
 	p->ctr = tb_counters_take_stream(&p->own_ctr, cfg->id, cfg->name,
@@ -486,7 +488,7 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	tb_frame_copy_payload(tb_frame_payload(f), buf, len);
 	if (clock_late && !stamped)
 		now_ns = tb_clock_fwd_to_ns(&p->clk, tb_clock_tsc());
-	tb_frame_init_body(f, len, template_id, p->stream_id, now_ns);
+	tb_frame_init_body_ids(f, len, template_id, p->frame_ids, now_ns);
 	tb_ring_commit_(r, f, seq, from, at, end);
 	/* A copy of its own for each: with retention on, own_ret's fields
 	 * at their offset from p, no load of p->ret and no test; with it
