@@ -299,10 +299,12 @@ static inline const tb_frame_hdr_t *tb_dgram_tx_one_frame(const tb_dgram_tx_t *t
 
 /* 1 when a data frame just committed at ring position `at` is the only one
  * to send, nothing open or ready (tb_dgram_tx_one_frame's test, for a
- * caller that has the frame in hand), else 0.  Hot path. */
+ * caller that has the frame in hand), else 0.  For an unbatched tx only
+ * (batch_ns 0, which its caller knows at open): batching is not tested
+ * again for every frame.  Hot path. */
 static inline int tb_dgram_tx_one_at(const tb_dgram_tx_t *tx, uint64_t at)
 {
-	return (tx->batch_ns | tx->busy | (tx->pos ^ at)) == 0;
+	return (tx->busy | (tx->pos ^ at)) == 0;
 }
 
 /* Numbers and signs the datagram of frame `f` (from tb_dgram_tx_one_frame,

@@ -774,6 +774,8 @@ static int tx_qp_open(tb_ud_tx_t *u)
 	u->qp = ud_qp(d, u->cq, u->sq_depth, 1, TB_UD_INLINE, u->qkey,
 		      &u->max_inline);
 	u->inline_frames = (int64_t)u->max_inline - TB_PACKET_HDR_LEN;
+	if (u->qp)
+		u->post_send = u->qp->context->ops.post_send;
 	return u->qp ? 0 : TB_ESYS;
 }
 

@@ -230,6 +230,11 @@ typedef struct tb_ud_tx {
 	 * recovered_at, so a failure of it is told from old news (reap). */
 	struct ibv_send_wr one_wr;
 	struct ibv_sge one_sge[2];
+	/* qp's provider post, read when the QP is made: what verbs.h's
+	 * ibv_post_send calls (qp->context->ops.post_send), a load less
+	 * a datagram, as rc_pub.h's. */
+	int (*post_send)(struct ibv_qp *qp, struct ibv_send_wr *wr,
+			 struct ibv_send_wr **bad);
 	struct ibv_send_wr *one_bad; /* the provider's answer to a refused
 				      * fast post: kept here, not on the
 				      * offer's stack, which then needs
@@ -404,7 +409,7 @@ tb_ud_send_fast_(tb_ud_tx_t *u, const tb_frame_hdr_t *f, uint32_t space,
 	u->one_sge[1].length = space;
 	u->one_wr.imm_data = htobe32((uint32_t)seq);
 	tb_dgram_tx_one_sign(&u->dg, f, seq, space, to);
-	if (tb_unlikely(ibv_post_send(u->qp, &u->one_wr, &u->one_bad) != 0))
+	if (tb_unlikely(u->post_send(u->qp, &u->one_wr, &u->one_bad) != 0))
 		rc = tb_ud_post_failed(u); /* room: `left` was */
 	else
 		u->posted++;
@@ -434,7 +439,8 @@ static inline __attribute__((always_inline)) int tb_ud_send(tb_ud_tx_t *u,
 /* tb_ud_send for a caller that has just committed data frame `f` (sequence
  * `seq`, `space` bytes) at ring position `at`, up to `to`, and holds its
  * fields in registers (the publisher's offer): the same sends, without
- * finding the frame again.  Hot path. */
+ * finding the frame again.  An unbatched stream only (tb_ud_tx_of).  Hot
+ * path. */
 static inline __attribute__((always_inline)) int
 tb_ud_send_frame(tb_ud_tx_t *u, const tb_frame_hdr_t *f, uint32_t space,
 		 uint64_t seq, uint64_t at, uint64_t to)
@@ -458,11 +464,14 @@ static inline uint64_t tb_ud_tx_inline_posts(const tb_ud_tx_t *u)
 	return u->posted - u->copied;
 }
 
-/* The ud publisher behind `tx`, whose send the offer may inline; NULL
- * for another transport.  Set-up. */
+/* The ud publisher behind `tx`, whose send the offer may inline
+ * (tb_ud_send_frame); NULL for another transport, or a batching ud
+ * stream (batch_us: its offer calls the send op, which batches).
+ * Set-up. */
 static inline tb_ud_tx_t *tb_ud_tx_of(tb_tx_t *tx)
 {
-	return tx->ops == &tb_ud_tx_ops ? (tb_ud_tx_t *)tx : NULL;
+	return tx->ops == &tb_ud_tx_ops && ((tb_ud_tx_t *)tx)->dg.batch_ns == 0
+	       ? (tb_ud_tx_t *)tx : NULL;
 }
 
 #endif
