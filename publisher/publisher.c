@@ -268,6 +268,11 @@ static int open_in_epoch(tb_publisher_t **out, const tb_stream_cfg_t *cfg,
 	p->send = p->tx->ops->send;
 	p->rc = tb_rc_pub_of(p->tx);
 	p->ud = tb_ud_tx_of(p->tx);
+	/* ud's inline send posts every small frame inline, untested: a QP
+	 * that takes less sends them the op's way (by reference). */
+	if (p->ud && !tb_ud_tx_inline_takes(p->ud, tb_frame_space(OFFER_SMALL +
+								  TB_FRAME_HDR_LEN)))
+		p->ud = NULL;
 	p->shared_nosend = !p->send && p->ring->ahead != 0;
 	/* The offer reads the TSC with the calibration every process of
 	 * the host shares (clock.h), so its stamps agree with the

@@ -112,14 +112,18 @@ static int reg_failed(int e, const tb_ud_dev_t *d, const char *what, size_t len)
 			  len);
 }
 
-/* A UD QP in RTS with `qkey`; a device without inline sends gets none. */
+/* A UD QP in RTS with `qkey`, `inline_max` bytes of inline data or, if
+ * the device refuses that, `inline_min` (0: a device without inline
+ * sends gets none). */
 static struct ibv_qp *ud_qp(tb_ud_dev_t *d, struct ibv_cq *cq, uint32_t sq,
-			    uint32_t rq, uint32_t inline_max, uint32_t qkey,
+			    uint32_t rq, uint32_t inline_max,
+			    uint32_t inline_min, uint32_t qkey,
 			    uint32_t *inline_got)
 {
 	tb_verbs_qp_cfg_t c = {
 		.type = IBV_QPT_UD, .cq = cq, .send_wr = sq, .recv_wr = rq,
-		.send_sge = 2, .inline_want = inline_max, .inline_min = 0,
+		.send_sge = 2, .inline_want = inline_max,
+		.inline_min = inline_min,
 		.qkey = qkey,
 		/* The one operation ud posts: a provider sizes its WQEs for
 		 * it alone (ibv_create_qp_ex, verbs.h). */
@@ -520,7 +524,7 @@ static void beat_remake(tb_ud_tx_t *u)
 	u->beat_qp = NULL;
 	u->beat_cq = ibv_create_cq(u->dev.v.ctx, 4, NULL, NULL, 0);
 	if (u->beat_cq)
-		u->beat_qp = ud_qp(&u->dev, u->beat_cq, 2, 1, 0, u->qkey, NULL);
+		u->beat_qp = ud_qp(&u->dev, u->beat_cq, 2, 1, 0, 0, u->qkey, NULL);
 	if (u->beat_qp)
 		u->beat_recoveries++;
 }
@@ -771,8 +775,13 @@ static int tx_qp_open(tb_ud_tx_t *u)
 	u->cq = ibv_create_cq(d->v.ctx, (int)u->sq_depth + 1, NULL, NULL, 0);
 	if (!u->cq)
 		return tb_error_sys(errno, "ud: %s: ibv_create_cq", d->v.name);
-	u->qp = ud_qp(d, u->cq, u->sq_depth, 1, TB_UD_INLINE, u->qkey,
-		      &u->max_inline);
+	/* Made anew (remake), it takes at least the inline data the first
+	 * took (0 at open): the offer's inline send was chosen for that
+	 * (tb_ud_tx_inline_takes), and no longer tests it a datagram.  A
+	 * device that now grants less gives no QP, and the stream stays
+	 * broken, tried again later, rather than posting what it refuses. */
+	u->qp = ud_qp(d, u->cq, u->sq_depth, 1, TB_UD_INLINE, u->max_inline,
+		      u->qkey, &u->max_inline);
 	u->inline_frames = (int64_t)u->max_inline - TB_PACKET_HDR_LEN;
 	if (u->qp)
 		u->post_send = u->qp->context->ops.post_send;
@@ -790,7 +799,7 @@ static int tx_verbs(tb_ud_tx_t *u, const tb_stream_cfg_t *cfg)
 	u->beat_cq = ibv_create_cq(d->v.ctx, 4, NULL, NULL, 0);
 	if (!u->beat_cq)
 		return tb_error_sys(errno, "ud: %s: ibv_create_cq", d->v.name);
-	u->beat_qp = ud_qp(d, u->beat_cq, 2, 1, 0, u->qkey, NULL);
+	u->beat_qp = ud_qp(d, u->beat_cq, 2, 1, 0, 0, u->qkey, NULL);
 	if (!u->beat_qp)
 		return TB_ESYS;
 	/* The ring and the header slabs: read by the NIC only. */
@@ -1017,7 +1026,7 @@ static int rx_qp_open(tb_ud_rx_t *r)
 	if (!r->cq)
 		return tb_error_sys(errno, "ud: %s: ibv_create_cq (%u entries)",
 				  d->v.name, r->depth + 1);
-	r->qp = ud_qp(d, r->cq, 1, r->depth, 0, r->qkey, NULL);
+	r->qp = ud_qp(d, r->cq, 1, r->depth, 0, 0, r->qkey, NULL);
 	if (!r->qp)
 		return TB_ESYS;
 	r->broken = 0;

@@ -439,7 +439,8 @@ static inline __attribute__((always_inline)) int tb_ud_send(tb_ud_tx_t *u,
 /* tb_ud_send for a caller that has just committed data frame `f` (sequence
  * `seq`, `space` bytes) at ring position `at`, up to `to`, and holds its
  * fields in registers (the publisher's offer): the same sends, without
- * finding the frame again.  An unbatched stream only (tb_ud_tx_of).  Hot
+ * finding the frame again.  An unbatched stream only (tb_ud_tx_of), and
+ * a frame that goes inline (tb_ud_tx_inline_takes, asked at open).  Hot
  * path. */
 static inline __attribute__((always_inline)) int
 tb_ud_send_frame(tb_ud_tx_t *u, const tb_frame_hdr_t *f, uint32_t space,
@@ -448,9 +449,16 @@ tb_ud_send_frame(tb_ud_tx_t *u, const tb_frame_hdr_t *f, uint32_t space,
 	if (tb_unlikely(tb_atomic_load_relaxed(&u->broken)) ||
 	    tb_unlikely(!tb_dgram_tx_one_at(&u->dg, at)))
 		return tb_ud_send_rest(u, to);
-	if (tb_unlikely((int64_t)space > u->inline_frames))
-		return tb_ud_send_one_slow(u, f, space, to);
 	return tb_ud_send_fast_(u, f, space, seq, to);
+}
+
+/* 1 when a frame of `space` bytes goes inline in its datagram on this
+ * stream's QP, now and after any remake (tx_qp_open), else 0.  The
+ * publisher asks at open, for the largest frame it hands to
+ * tb_ud_send_frame.  Set-up. */
+static inline int tb_ud_tx_inline_takes(const tb_ud_tx_t *u, uint32_t space)
+{
+	return (int64_t)space <= u->inline_frames;
 }
 
 /* Data datagrams posted, and posts whose header went inline. */

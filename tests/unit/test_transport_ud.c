@@ -1437,6 +1437,73 @@ static void small_offers_cross_the_rings_end(void **state)
 }
 
 /*
+ * A data QP granted too little inline data for a small offer's datagram
+ * (SOFTRDMA_GRANT_INLINE=128: 64 bytes of frame, under a 64-byte
+ * message's 96): the offer must not use ud's inline send, which posts
+ * every small frame inline untested (softrdma, as a NIC, refuses an
+ * inline post longer than the QP's grant), but send by reference.  Every
+ * message arrives, in order, whole.  Runs in a child, whose softrdma
+ * reads the variable at load.
+ */
+static void small_offers_go_by_reference_on_a_short_inline_qp(void **state)
+{
+	pid_t pid;
+	int st;
+
+	(void)state;
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		setenv("SOFTRDMA_GRANT_INLINE", "128", 1);
+		execl("/proc/self/exe", "test_transport_ud", "--short-inline",
+		      (char *)NULL);
+		_exit(127);
+	}
+	assert_true(pid > 0);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+static int short_inline_child(void)
+{
+	const uint64_t n = 2 * ((64 << 10) / 96) + 40;
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	small_got_t g = {0};
+	uint8_t msg[64];
+
+	cfg_for(&cfg);
+	snprintf(cfg.group.host, sizeof(cfg.group.host), "239.7.7.46");
+	cfg.group.port = 5046;
+	cfg.ring_size = 64 << 10;
+	if (tb_publisher_open(&pub, &cfg) < 0 ||
+	    tb_subscriber_open(&sub, &cfg) < 0) {
+		fprintf(stderr, "open: %s\n", tb_errmsg());
+		return 1;
+	}
+	for (uint64_t seq = 1; seq <= n; seq++) {
+		uint64_t until = tb_clock_mono_ms() + 5000;
+
+		small_fill(msg, sizeof(msg), seq);
+		if (tb_pub_offer(pub, 2, msg, sizeof(msg)) != (int64_t)seq)
+			return 2;
+		while (g.n < seq && tb_clock_mono_ms() < until)
+			if (tb_sub_poll(sub, small_on_msg, &g, 16) < 0)
+				return 3;
+		if (g.n != seq) {
+			fprintf(stderr, "seq %" PRIu64 ": got %" PRIu64 "\n", seq,
+				g.n);
+			return 4;
+		}
+	}
+	tb_subscriber_close(sub);
+	tb_publisher_close(pub);
+	return g.bad == 0 ? 0 : 5;
+}
+
+/*
  * Small offers hand ud the frame they just committed (tb_ud_send_frame);
  * when it is not the only one to send (batching holds the ones before
  * it) they must take the datagram core's drain instead.  With batch_us
@@ -1569,6 +1636,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(small_offers_cross_the_rings_end),
 		cmocka_unit_test(a_burst_of_small_offers_crosses_the_rings_end),
 		cmocka_unit_test(small_offers_held_by_batching_go_at_the_flush),
+		cmocka_unit_test(small_offers_go_by_reference_on_a_short_inline_qp),
 		cmocka_unit_test(zero_copy_and_selective_signalling),
 		cmocka_unit_test(batching_by_size_and_flush),
 		cmocka_unit_test(batching_by_time),
@@ -1603,6 +1671,8 @@ int main(int argc, char **argv)
 	}
 	if (argc == 2 && !strcmp(argv[1], "--no-device"))
 		return no_device_child();
+	if (argc == 2 && !strcmp(argv[1], "--short-inline"))
+		return short_inline_child();
 	if (!on_softrdma()) {
 		fprintf(stderr, "SKIP: needs softrdma (LD_LIBRARY_PATH=build/softrdma)\n");
 		return 77;
