@@ -942,6 +942,10 @@ static int table_change(rc_tx_t *t, tb_rc_pub_sub_t *add, tb_rc_pub_sub_t *del)
 			nt->sub[nt->n++] = old->sub[i];
 	if (add)
 		nt->sub[nt->n++] = add;
+	/* inline_small is lowered before READY adds a subscriber whose QP
+	 * takes less (rc_ready), so the flag read here covers every one. */
+	nt->small_first = nt->n && tb_atomic_load_relaxed(&t->h.inline_small)
+			  ? nt->sub[0] : NULL;
 	/* Sequentially consistent: ordered before readers_wait's
 	 * membarrier and its read of `reading`. */
 	tb_atomic_store_seq_cst(&t->h.table, nt);

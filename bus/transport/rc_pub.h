@@ -153,6 +153,10 @@ typedef struct tb_rc_pub_sub {
 
 typedef struct tb_rc_pub_table {
 	int n;
+	/* sub[0] when there is one and every subscriber takes a small frame
+	 * inline (inline_small when the table was made), else NULL: the
+	 * small send's one test for both (tb_rc_pub_send_small). */
+	tb_rc_pub_sub_t *small_first;
 	/* sub[n] is NULL (one more than the most): the send's loop stops
 	 * there, with no end to keep in a register across its posts. */
 	tb_rc_pub_sub_t *sub[TB_RC_MAX_SUBS + 1];
@@ -371,13 +375,14 @@ tb_rc_pub_send_small(tb_rc_pub_t *t, const tb_frame_hdr_t *f, uint32_t len,
 		     uint64_t seq)
 {
 	const tb_rc_pub_table_t *tab = tb_rc_pub_enter(t, 0);
-	tb_rc_pub_sub_t *const *sp;
-	tb_rc_pub_sub_t *s;
+	tb_rc_pub_sub_t *const *sp = tab->sub;
+	tb_rc_pub_sub_t *s = tab->small_first;
 
-	/* Relaxed: ordered before the table change this send's load of the
-	 * table saw (see tb_rc_pub_t); it only ever falls to 0. */
-	if (tb_unlikely(!tb_atomic_load_relaxed(&t->inline_small))) {
-		tb_rc_pub_send_by_ref(t, tab, f, len, seq);
+	/* The table's own (see small_first): no subscriber, or one that
+	 * takes a small frame by reference only. */
+	if (tb_unlikely(!s)) {
+		if (tab->n)
+			tb_rc_pub_send_by_ref(t, tab, f, len, seq);
 		tb_rc_pub_leave(t);
 		return;
 	}
@@ -385,7 +390,7 @@ tb_rc_pub_send_small(tb_rc_pub_t *t, const tb_frame_hdr_t *f, uint32_t len,
 	t->small_sge.length = len;
 	t->small_space = tb_frame_space(len);
 	t->small_step = tb_rc_pub_imm_step(t->small_space);
-	for (sp = tab->sub; (s = *sp) != NULL; sp++) {
+	for (; s != NULL; s = *++sp) {
 		uint64_t tail = t->base.ring.tail;
 		uint32_t space = t->small_space;
 

@@ -308,6 +308,26 @@ static void a_device_granting_less_inline(void **state)
 	free(expect_sub_complete(&sub, 20000, checksum, 60000));
 }
 
+/* A device that grants 64 bytes of inline data, less than a small offer's
+ * frame (a 64-byte message: 96 bytes): the offer's inline send must
+ * send every frame by reference, not inline (which it would refuse). */
+static void a_device_granting_less_than_a_small_frame(void **state)
+{
+	proc_t pub, sub;
+	uint64_t checksum;
+
+	(void)state;
+	if (getenv("TICKBUS_RDMA_DEVICE")) {
+		print_message("on a real device: its own grant decides\n");
+		return;
+	}
+	write_conf("lap", "4M"); /* the inline send is lapping rc's */
+	start_sub(&sub, "grant64", "feed", "20000", NULL);
+	start_pub_env(&pub, "20000", "64", "SOFTRDMA_GRANT_INLINE=64");
+	checksum = scenario_finish_pub(&pub, 20000, 120000);
+	free(expect_sub_complete(&sub, 20000, checksum, 60000));
+}
+
 /* softrdma-ctl with `args` (NULL-terminated, at most 12) on this test's
  * fabric; its exit status. */
 static int softrdma_ctl(char *const args[])
@@ -702,6 +722,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(infiniband_ports_carry_the_stream, setup, teardown),
 		cmocka_unit_test_setup_teardown(ports_with_different_mtus_agree_on_one, setup, teardown),
 		cmocka_unit_test_setup_teardown(a_device_granting_less_inline, setup, teardown),
+		cmocka_unit_test_setup_teardown(a_device_granting_less_than_a_small_frame, setup, teardown),
 		cmocka_unit_test_setup_teardown(a_new_gid_means_a_new_connection, setup, teardown),
 		cmocka_unit_test_setup_teardown(publisher_dead_while_reconnecting_is_reported, setup, teardown),
 		cmocka_unit_test_setup_teardown(batched_bursts_reach_two_subscribers_whole, setup, teardown),
