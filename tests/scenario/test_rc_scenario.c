@@ -288,44 +288,43 @@ static void ports_with_different_mtus_agree_on_one(void **state)
 	free(expect_sub_complete(&sub, 20000, checksum, 60000));
 }
 
+/* 20,000 messages of `size` bytes on a `policy` stream from a publisher
+ * whose device grants the inline data `grant` says (an environment
+ * setting): all arrive, with their checksum. */
+static void through_a_grant(const char *policy, const char *size,
+			    const char *grant)
+{
+	proc_t pub, sub;
+	uint64_t checksum;
+
+	if (getenv("TICKBUS_RDMA_DEVICE")) {
+		print_message("on a real device: its own grant decides\n");
+		return;
+	}
+	write_conf(policy, "4M");
+	start_sub(&sub, "grant", "feed", "20000", NULL);
+	start_pub_env(&pub, "20000", size, grant);
+	checksum = scenario_finish_pub(&pub, 20000, 120000);
+	free(expect_sub_complete(&sub, 20000, checksum, 60000));
+}
+
 /* A device that grants 100 bytes of inline data where 220 were asked:
  * frames between 101 and 220 bytes go by reference, not inline (which it
  * would refuse). */
 static void a_device_granting_less_inline(void **state)
 {
-	proc_t pub, sub;
-	uint64_t checksum;
-
 	(void)state;
-	if (getenv("TICKBUS_RDMA_DEVICE")) {
-		print_message("on a real device: its own grant decides\n");
-		return;
-	}
-	write_conf("backpressure", "4M");
-	start_sub(&sub, "grant", "feed", "20000", NULL);
-	start_pub_env(&pub, "20000", "150", "SOFTRDMA_GRANT_INLINE=100");
-	checksum = scenario_finish_pub(&pub, 20000, 120000);
-	free(expect_sub_complete(&sub, 20000, checksum, 60000));
+	through_a_grant("backpressure", "150", "SOFTRDMA_GRANT_INLINE=100");
 }
 
 /* A device that grants 64 bytes of inline data, less than a small offer's
- * frame (a 64-byte message: 96 bytes): the offer's inline send must
- * send every frame by reference, not inline (which it would refuse). */
+ * frame (a 64-byte message: 96 bytes): the offer's inline send, which is
+ * a lapping stream's, must send every frame by reference, not inline
+ * (which it would refuse). */
 static void a_device_granting_less_than_a_small_frame(void **state)
 {
-	proc_t pub, sub;
-	uint64_t checksum;
-
 	(void)state;
-	if (getenv("TICKBUS_RDMA_DEVICE")) {
-		print_message("on a real device: its own grant decides\n");
-		return;
-	}
-	write_conf("lap", "4M"); /* the inline send is lapping rc's */
-	start_sub(&sub, "grant64", "feed", "20000", NULL);
-	start_pub_env(&pub, "20000", "64", "SOFTRDMA_GRANT_INLINE=64");
-	checksum = scenario_finish_pub(&pub, 20000, 120000);
-	free(expect_sub_complete(&sub, 20000, checksum, 60000));
+	through_a_grant("lap", "64", "SOFTRDMA_GRANT_INLINE=64");
 }
 
 /* softrdma-ctl with `args` (NULL-terminated, at most 12) on this test's

@@ -1333,26 +1333,33 @@ static void bad_configurations(void **state)
 	tx->ops->close(tx, 0);
 }
 
-/* Without any RDMA device (the verbs library lists none): a clear error
- * that names softrdma.  Runs in a child with the device list failing. */
-static void no_device(void **state)
+/* Runs this test program again as `mode` (an argument main knows) with
+ * softrdma's `var` set to `value`, which it reads when it loads; the
+ * child must exit 0. */
+static void child_with(const char *var, const char *value, const char *mode)
 {
 	pid_t pid;
 	int st;
 
-	(void)state;
 	fflush(NULL);
 	pid = fork();
 	if (pid == 0) {
-		setenv("SOFTRDMA_FAIL_VERB", "ibv_get_device_list", 1);
-		execl("/proc/self/exe", "test_transport_ud", "--no-device",
-		      (char *)NULL);
+		setenv(var, value, 1);
+		execl("/proc/self/exe", "test_transport_ud", mode, (char *)NULL);
 		_exit(127);
 	}
 	assert_true(pid > 0);
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	assert_true(WIFEXITED(st));
 	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* Without any RDMA device (the verbs library lists none): a clear error
+ * that names softrdma.  Runs in a child with the device list failing. */
+static void no_device(void **state)
+{
+	(void)state;
+	child_with("SOFTRDMA_FAIL_VERB", "ibv_get_device_list", "--no-device");
 }
 
 static int no_device_child(void)
@@ -1399,13 +1406,11 @@ static void small_on_msg(void *clientd, const tb_msg_t *m)
 	g->bad += m->seq != g->n || m->len != 64 || memcmp(m->data, want, 64);
 }
 
-/*
- * Small offers through the public API take tb_pub_offer's inline ud send
- * (ud.h); the one whose frame would pad the end of the publisher's ring
- * goes the checked way.  Over two laps of a 64 KiB ring every message
- * arrives once, in order, whole, one datagram each.
- */
-static void small_offers_cross_the_rings_end(void **state)
+/* Two laps of a 64 KiB ring of 64-byte offers on `group`:`port`, each
+ * polled for before the next: 0 when every message arrives once, in
+ * order, whole; else a count of what went wrong, said on stderr.  Plain
+ * returns, no assertions: a child process (below) runs it too. */
+static int small_laps(const char *group, uint16_t port)
 {
 	const uint64_t n = 2 * ((64 << 10) / 96) + 40;
 	tb_stream_cfg_t cfg;
@@ -1414,26 +1419,50 @@ static void small_offers_cross_the_rings_end(void **state)
 	small_got_t g = {0};
 	uint8_t msg[64];
 
-	(void)state;
 	cfg_for(&cfg);
-	snprintf(cfg.group.host, sizeof(cfg.group.host), "239.7.7.42");
-	cfg.group.port = 5042;
+	snprintf(cfg.group.host, sizeof(cfg.group.host), "%s", group);
+	cfg.group.port = port;
 	cfg.ring_size = 64 << 10;
-	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
-	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	if (tb_publisher_open(&pub, &cfg) < 0 ||
+	    tb_subscriber_open(&sub, &cfg) < 0) {
+		fprintf(stderr, "open: %s\n", tb_errmsg());
+		return 1;
+	}
 	for (uint64_t seq = 1; seq <= n; seq++) {
 		uint64_t until = tb_clock_mono_ms() + 5000;
 
 		small_fill(msg, sizeof(msg), seq);
-		assert_int_equal(tb_pub_offer(pub, 2, msg, sizeof(msg)),
-				 (int64_t)seq);
+		if (tb_pub_offer(pub, 2, msg, sizeof(msg)) != (int64_t)seq) {
+			fprintf(stderr, "offer %" PRIu64 ": %s\n", seq,
+				tb_errmsg());
+			return 2;
+		}
 		while (g.n < seq && tb_clock_mono_ms() < until)
-			assert_true(tb_sub_poll(sub, small_on_msg, &g, 16) >= 0);
-		assert_int_equal(g.n, seq);
+			if (tb_sub_poll(sub, small_on_msg, &g, 16) < 0) {
+				fprintf(stderr, "poll: %s\n", tb_errmsg());
+				return 3;
+			}
+		if (g.n != seq) {
+			fprintf(stderr, "seq %" PRIu64 ": got %" PRIu64 "\n", seq,
+				g.n);
+			return 4;
+		}
 	}
-	assert_int_equal(g.bad, 0);
 	tb_subscriber_close(sub);
 	tb_publisher_close(pub);
+	return g.bad == 0 ? 0 : 5;
+}
+
+/*
+ * Small offers through the public API take tb_pub_offer's inline ud send
+ * (ud.h); the one whose frame would pad the end of the publisher's ring
+ * goes the checked way.  Over two laps of a 64 KiB ring every message
+ * arrives once, in order, whole, one datagram each.
+ */
+static void small_offers_cross_the_rings_end(void **state)
+{
+	(void)state;
+	assert_int_equal(small_laps("239.7.7.42", 5042), 0);
 }
 
 /*
@@ -1447,60 +1476,13 @@ static void small_offers_cross_the_rings_end(void **state)
  */
 static void small_offers_go_by_reference_on_a_short_inline_qp(void **state)
 {
-	pid_t pid;
-	int st;
-
 	(void)state;
-	fflush(NULL);
-	pid = fork();
-	if (pid == 0) {
-		setenv("SOFTRDMA_GRANT_INLINE", "128", 1);
-		execl("/proc/self/exe", "test_transport_ud", "--short-inline",
-		      (char *)NULL);
-		_exit(127);
-	}
-	assert_true(pid > 0);
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	assert_true(WIFEXITED(st));
-	assert_int_equal(WEXITSTATUS(st), 0);
+	child_with("SOFTRDMA_GRANT_INLINE", "128", "--short-inline");
 }
 
 static int short_inline_child(void)
 {
-	const uint64_t n = 2 * ((64 << 10) / 96) + 40;
-	tb_stream_cfg_t cfg;
-	tb_publisher_t *pub;
-	tb_subscriber_t *sub;
-	small_got_t g = {0};
-	uint8_t msg[64];
-
-	cfg_for(&cfg);
-	snprintf(cfg.group.host, sizeof(cfg.group.host), "239.7.7.46");
-	cfg.group.port = 5046;
-	cfg.ring_size = 64 << 10;
-	if (tb_publisher_open(&pub, &cfg) < 0 ||
-	    tb_subscriber_open(&sub, &cfg) < 0) {
-		fprintf(stderr, "open: %s\n", tb_errmsg());
-		return 1;
-	}
-	for (uint64_t seq = 1; seq <= n; seq++) {
-		uint64_t until = tb_clock_mono_ms() + 5000;
-
-		small_fill(msg, sizeof(msg), seq);
-		if (tb_pub_offer(pub, 2, msg, sizeof(msg)) != (int64_t)seq)
-			return 2;
-		while (g.n < seq && tb_clock_mono_ms() < until)
-			if (tb_sub_poll(sub, small_on_msg, &g, 16) < 0)
-				return 3;
-		if (g.n != seq) {
-			fprintf(stderr, "seq %" PRIu64 ": got %" PRIu64 "\n", seq,
-				g.n);
-			return 4;
-		}
-	}
-	tb_subscriber_close(sub);
-	tb_publisher_close(pub);
-	return g.bad == 0 ? 0 : 5;
+	return small_laps("239.7.7.46", 5046);
 }
 
 /*
