@@ -155,24 +155,6 @@ static inline void tb_frame_to_msg(const tb_frame_hdr_t *f, tb_msg_t *m)
 	m->publish_ns = f->publish_ns;
 }
 
-/* Fills the header of a data frame but its sequence number.  In a ring the
- * sequence is the frame's commit word: tb_ring_commit stores it last, with
- * release, so that a reader polling it finds the rest whole (ring.h).  Hot
- * path: no allocation, lock or system call. */
-static inline void tb_frame_init_body(tb_frame_hdr_t *f, uint32_t payload_len,
-				      uint16_t template_id, uint32_t stream_id,
-				      uint64_t publish_ns)
-{
-	f->length = payload_len + TB_FRAME_HDR_LEN;
-	f->version = TB_FRAME_VERSION;
-	f->type = TB_FRAME_DATA;
-	f->template_id = template_id;
-	f->flags = 0;
-	f->reserved = 0;
-	f->stream_id = stream_id;
-	f->publish_ns = publish_ns;
-}
-
 /* The header's bytes 8 to 15 of every data frame of stream `stream_id`
  * (flags and reserved 0, the stream), as one word for
  * tb_frame_init_body_ids.  Set-up. */
@@ -187,9 +169,9 @@ static inline uint64_t tb_frame_ids(uint32_t stream_id)
 	return w;
 }
 
-/* tb_frame_init_body with flags, reserved and the stream as `ids`, from
- * tb_frame_ids: one store for the three (the publisher's offer).  Hot
- * path. */
+/* tb_frame_init_body (below) with flags, reserved and the stream as
+ * `ids`, from tb_frame_ids: one store for the three, the word made once
+ * (the publisher's offer).  Hot path. */
 static inline void tb_frame_init_body_ids(tb_frame_hdr_t *f,
 					  uint32_t payload_len,
 					  uint16_t template_id, uint64_t ids,
@@ -206,6 +188,18 @@ static inline void tb_frame_init_body_ids(tb_frame_hdr_t *f,
 	f->template_id = template_id;
 	memcpy(&f->flags, &ids, sizeof(ids));
 	f->publish_ns = publish_ns;
+}
+
+/* Fills the header of a data frame but its sequence number.  In a ring the
+ * sequence is the frame's commit word: tb_ring_commit stores it last, with
+ * release, so that a reader polling it finds the rest whole (ring.h).  Hot
+ * path: no allocation, lock or system call. */
+static inline void tb_frame_init_body(tb_frame_hdr_t *f, uint32_t payload_len,
+				      uint16_t template_id, uint32_t stream_id,
+				      uint64_t publish_ns)
+{
+	tb_frame_init_body_ids(f, payload_len, template_id,
+			       tb_frame_ids(stream_id), publish_ns);
 }
 
 /* Fills the whole header of a data frame, for frames outside a ring (a

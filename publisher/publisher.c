@@ -86,7 +86,8 @@ struct tb_publisher {
 				    * header beyond it a claim zeroes: a
 				    * small offer from a tail past
 				    * intent - this must announce first */
-	uint64_t frame_ids;        /* tb_frame_ids(stream_id) */
+	uint64_t frame_ids;        /* tb_frame_ids(stream_id): every header's
+				    * bytes 8 to 15 */
 	uint32_t stream_id;
 	uint32_t offer_lim;        /* an offer of this many bytes or more
 				    * goes the checked way: OFFER_SMALL + 1,
@@ -642,7 +643,7 @@ offer_checked(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	if (tb_unlikely(!f))
 		return rc;
 	tb_frame_copy_payload(tb_frame_payload(f), buf, len);
-	tb_frame_init_body(f, len, template_id, p->stream_id, now_ns);
+	tb_frame_init_body_ids(f, len, template_id, p->frame_ids, now_ns);
 	return publish(p);
 }
 
@@ -675,8 +676,8 @@ int64_t tb_pub_commit(tb_publisher_t *p, tb_claim_t *claimed)
 	 * commit stores the sequence after it. */
 	if (tb_unlikely(!p->claim_open || claimed->seq != p->next_seq))
 		return TB_ESTATE;
-	tb_frame_init_body(claimed->frame_, claimed->len, p->claim_template,
-			   p->stream_id, tb_clock_now_ns_inline());
+	tb_frame_init_body_ids(claimed->frame_, claimed->len, p->claim_template,
+			       p->frame_ids, tb_clock_now_ns_inline());
 	p->claim_open = 0;
 	p->offer_lim = p->slow ? 0 : OFFER_SMALL + 1;
 	claimed->frame_ = NULL;

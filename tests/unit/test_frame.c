@@ -66,7 +66,8 @@ static void body_init_leaves_the_sequence(void **state)
 
 /* Version and type in one compare: bytes 4 and 5. */
 /* The offer's header fill, with flags, reserved and the stream as one
- * word, writes the same bytes as the plain one, over any garbage. */
+ * word (tb_frame_init_body's too), writes exactly a header filled field
+ * by field, over any garbage, and leaves the sequence alone. */
 static void body_init_with_ids_is_the_same(void **state)
 {
 	static const uint32_t streams[] = {0, 1, 42, 0x01020304u, 0xFFFFFFFFu};
@@ -74,16 +75,21 @@ static void body_init_with_ids_is_the_same(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(streams) / sizeof(streams[0]); i++) {
+		tb_frame_hdr_t *want = (tb_frame_hdr_t *)a;
+
 		memset(a, 0xA5, sizeof(a));
-		memset(b, 0x5A, sizeof(b));
-		tb_frame_init_body((tb_frame_hdr_t *)a, 40, 0xBEEF, streams[i],
-				   0x1122334455667788ull);
+		want->length = TB_FRAME_HDR_LEN + 40;
+		want->version = TB_FRAME_VERSION;
+		want->type = TB_FRAME_DATA;
+		want->template_id = 0xBEEF;
+		want->flags = 0;
+		want->reserved = 0;
+		want->stream_id = streams[i];
+		want->publish_ns = 0x1122334455667788ull;
+		memset(b, 0xA5, sizeof(b));
 		tb_frame_init_body_ids((tb_frame_hdr_t *)b, 40, 0xBEEF,
 				       tb_frame_ids(streams[i]),
 				       0x1122334455667788ull);
-		/* The sequence is the commit's, left alone by both. */
-		memset(a + offsetof(tb_frame_hdr_t, seq), 0, 8);
-		memset(b + offsetof(tb_frame_hdr_t, seq), 0, 8);
 		assert_memory_equal(a, b, sizeof(a));
 	}
 }
