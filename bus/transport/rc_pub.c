@@ -543,8 +543,9 @@ tb_rc_pub_write_slow(tb_rc_pub_t *h, tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f
 		if (!chain)
 			goto post;   /* which signals it as `sig` says */
 		/* Chaining: the request joins the chain.  A signalled one:
-		 * the reap takes the one before it (64 requests ago), so
-		 * completions and errors come back at the unbatched pace. */
+		 * the reap takes the one before it (TB_RC_SIGNAL_EVERY
+		 * requests ago), so completions and errors come back at the
+		 * unbatched pace. */
 		c = tb_rc_pub_chain_add(s, f, f->length, s->raddr + off,
 					(uint32_t)(off / TB_FRAME_ALIGN) | seq_bits,
 					inl | (sig ? IBV_SEND_SIGNALED : 0));
@@ -644,7 +645,8 @@ post:
 		tb_atomic_store_relaxed(&s->skip_first, 0);
 	}
 	/* Reap with every signalled request: completions come back at the
-	 * pace they are asked for, and an error shows within 64 frames. */
+	 * pace they are asked for, and an error shows within
+	 * TB_RC_SIGNAL_EVERY frames. */
 	if (s->wr.send_flags & IBV_SEND_SIGNALED)
 		sub_reap(t, s);
 	else

@@ -595,7 +595,8 @@ static void publisher_posts_exact_work_requests(void **state)
 		assert_int_equal(after->imm, tb_rc_imm(0, 54));
 		assert_int_equal(((tb_frame_hdr_t *)(p.buf + pad_off))->type, TB_FRAME_PAD);
 	}
-	/* Selective signalling: a signalled request in 64, or sooner once
+	/* Selective signalling: a signalled request in TB_RC_SIGNAL_EVERY
+	 * (128), or sooner once
 	 * the frames since the last span a quarter of our ring (64 KiB of
 	 * 256).  55 requests so far (54 frames, 1 pad): the 54th frame is the
 	 * first to end past 64 KiB in our ring (at 96 + 53 * 1248), so it is
@@ -611,22 +612,23 @@ static void publisher_posts_exact_work_requests(void **state)
 		assert_true(w[54].flags & IBV_SEND_SIGNALED);
 		assert_int_equal(w[54].wr_id, 55);
 	}
-	/* 64 small ones (6 KiB): by count, the 64th request after that one
-	 * is the next signalled. */
-	for (int i = 0; i < 64; i++) {
+	/* TB_RC_SIGNAL_EVERY small ones (12 KiB): by count, the last of
+	 * them is the next signalled. */
+	for (int i = 0; i < (int)TB_RC_SIGNAL_EVERY; i++) {
 		assert_true(tb_pub_offer(pub, 45, payload, 64) > 0);
 		assert_int_equal(wait_recvs(&p, wc, 1), 1);
 	}
 	{
+		const int last = 55 + (int)TB_RC_SIGNAL_EVERY;
 		int sig = 0;
 
 		w = recs_for(pub_qpn, 0, &n);
-		assert_int_equal(n, 119);
+		assert_int_equal(n, last);
 		for (int i = 0; i < n; i++)
 			sig += !!(w[i].flags & IBV_SEND_SIGNALED);
 		assert_int_equal(sig, 2);
-		assert_true(w[118].flags & IBV_SEND_SIGNALED);
-		assert_int_equal(w[118].wr_id, 119);
+		assert_true(w[last - 1].flags & IBV_SEND_SIGNALED);
+		assert_int_equal(w[last - 1].wr_id, last);
 	}
 	peer_close(&p);
 	tb_publisher_close(pub);
@@ -1292,8 +1294,8 @@ static void back_pressure_waits_while_completions_stall(void **state)
 }
 
 /* Back-pressure with frames large for the publisher's ring: 1 KiB
- * messages in a 64 KiB ring, so the 64 requests between two signalled
- * ones span more than half of it, and only a fence can report them.  All
+ * messages in a 64 KiB ring, so the TB_RC_SIGNAL_EVERY requests between
+ * two signalled ones span more than half of it, and only a fence can report them.  All
  * 300 arrive in order; the publisher waits, it never drops or skips. */
 static void back_pressure_with_large_frames_goes_on(void **state)
 {
@@ -1355,8 +1357,8 @@ static int posts_in(const rec_wr_t *w, int n)
 
 /* A lapping stream with frames large for the publisher's ring: 1 KiB
  * messages in a 64 KiB ring, a subscriber that keeps up.  64 such frames
- * span more than half the ring, so a signal every 64 requests leaves the
- * pin behind until the publisher drops the subscriber for writes that
+ * span more than half the ring, so a signal by count alone (every
+ * TB_RC_SIGNAL_EVERY requests) would leave the pin behind until the publisher drops the subscriber for writes that
  * never reported.  A signalled request comes once the frames since the
  * last span a quarter of the ring instead: all 600 arrive in order, the
  * subscriber stays, and no more than a quarter of the ring (and the
@@ -2663,6 +2665,7 @@ static void batched_offers_go_in_one_post_per_subscriber(void **state)
 	struct ibv_wc wc[64];
 	const rec_wr_t *w;
 	uint32_t qpn[2];
+	const uint64_t held = (TB_RC_SIGNAL_EVERY - 1) / 10 * 10;
 	int n, first, posts;
 
 	(void)state;
@@ -2711,10 +2714,11 @@ static void batched_offers_go_in_one_post_per_subscriber(void **state)
 	assert_int_equal(tb_pub_flush(pub), 0);
 	assert_int_equal(n_posts, posts);
 
-	/* Up to 60 in bursts of ten, then a burst of ten that holds the
-	 * 64th request: one post still, with that one (and it alone)
-	 * signalled, its wr_id the count of requests up to it. */
-	for (int b = 0; b < 5; b++) {
+	/* Up to `held` (the tens below TB_RC_SIGNAL_EVERY) in bursts of
+	 * ten, then a burst of ten that holds the TB_RC_SIGNAL_EVERYth
+	 * request: one post still, with that one (and it alone) signalled,
+	 * its wr_id the count of requests up to it. */
+	for (uint64_t b = 1; b < held / 10; b++) {
 		for (int i = 0; i < 10; i++)
 			assert_true(tb_pub_offer(pub, 7, payload, 64) > 0);
 		assert_int_equal(tb_pub_flush(pub), 0);
@@ -2723,7 +2727,8 @@ static void batched_offers_go_in_one_post_per_subscriber(void **state)
 	}
 	first = n_rec;
 	for (int i = 0; i < 10; i++)
-		assert_int_equal(tb_pub_offer(pub, 7, payload, 64), 61 + i);
+		assert_int_equal(tb_pub_offer(pub, 7, payload, 64),
+				 (int64_t)held + 1 + i);
 	assert_int_equal(tb_pub_flush(pub), 0);
 	for (int k = 0; k < 2; k++) {
 		int sig = 0;
@@ -2731,12 +2736,14 @@ static void batched_offers_go_in_one_post_per_subscriber(void **state)
 		w = recs_for(qpn[k], first, &n);
 		assert_int_equal(n, 10);
 		assert_int_equal(posts_in(w, n), 1);
-		expect_frames(w, n, &p[k], 60 * 96, 61, 64);
+		expect_frames(w, n, &p[k], held * 96, held + 1, 64);
 		for (int i = 0; i < n; i++)
 			sig += !!(w[i].flags & IBV_SEND_SIGNALED);
 		assert_int_equal(sig, 1);
-		assert_true(w[3].flags & IBV_SEND_SIGNALED);
-		assert_int_equal(w[3].wr_id, 64);
+		assert_true(w[TB_RC_SIGNAL_EVERY - held - 1].flags &
+			    IBV_SEND_SIGNALED);
+		assert_int_equal(w[TB_RC_SIGNAL_EVERY - held - 1].wr_id,
+				 TB_RC_SIGNAL_EVERY);
 		assert_int_equal(wait_recvs(&p[k], wc, 10), 10);
 	}
 
@@ -2750,14 +2757,14 @@ static void batched_offers_go_in_one_post_per_subscriber(void **state)
 		assert_int_equal(n, 2 * TB_RC_CHAIN);
 		assert_int_equal(posts_in(w, n), 2);
 		assert_int_equal(posts_in(w, TB_RC_CHAIN), 1);
-		expect_frames(w, n, &p[k], 70 * 96, 71, 64);
+		expect_frames(w, n, &p[k], (held + 10) * 96, held + 11, 64);
 	}
 	assert_int_equal(tb_pub_flush(pub), 0);
 	for (int k = 0; k < 2; k++) {
 		w = recs_for(qpn[k], first, &n);
 		assert_int_equal(n, 40);
 		assert_int_equal(posts_in(w, n), 3);
-		expect_frames(w, n, &p[k], 70 * 96, 71, 64);
+		expect_frames(w, n, &p[k], (held + 10) * 96, held + 11, 64);
 		assert_int_equal(wait_recvs(&p[k], wc, 40), 40);
 	}
 	for (int k = 0; k < 2; k++)
