@@ -20,8 +20,10 @@
  * counter, `reading`, odd while a send is inside the table:
  *
  *   reader (every send):   reading = odd (its own add); compiler fence;
- *                          table = load; ... ; reading = even (release)
- *   writer (control):      table = new (seq_cst); membarrier();
+ *                          table (or small_subs) = load; ... ;
+ *                          reading = even (release)
+ *   writer (control):      small_subs = new's list (release);
+ *                          table = new (seq_cst); membarrier();
  *                          if reading is odd, wait until it changes
  *
  * membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) makes every running thread
@@ -304,13 +306,19 @@ static void sub_limits(rc_tx_t *t, tb_rc_pub_sub_t *s)
 	s->fast_tail = 0;
 }
 
-/* `posted` as the fast path has counted it (in `left`).  Where the slow
- * path starts (and the few other ways in: a flush's failed post, close):
- * from there until its sub_limits, `posted` is the count, and `left` is
- * stale.  Warm. */
+/* `posted` as the fast path has counted it (in `left`), and wpos moved
+ * as far as the fast path moved the next frame's remote address (see
+ * wpos_addr).  Where the slow path starts (and the few other ways in: a
+ * flush's failed post, back-pressure, close): from there until its
+ * sub_limits, `posted` is the count, and `left` is stale.  A second call
+ * before the fast path runs again changes nothing.  Warm. */
 static inline void sub_sync(tb_rc_pub_sub_t *s)
 {
+	uint64_t addr = s->small_wr.wr.rdma.remote_addr;
+
 	s->posted = s->left_end - (uint64_t)s->left;
+	s->wpos += addr - s->wpos_addr;
+	s->wpos_addr = addr;
 }
 
 /* The hot path's one bound on our ring's tail, at the end of a slow-path
@@ -325,6 +333,7 @@ static void sub_fast(tb_rc_pub_sub_t *s, uint64_t tail, uint64_t next_seq)
 	/* The next frame's remote address and immediate (small_wr): wpos
 	 * may have moved any way since the last step (a pad, an anchor). */
 	s->small_wr.wr.rdma.remote_addr = s->raddr + off;
+	s->wpos_addr = s->raddr + off;
 	s->imm_next = tb_rc_imm(off, next_seq);
 	s->fast_tail = s->limit_pos < s->wpos
 			       ? 0
@@ -930,6 +939,9 @@ static void sub_free(rc_tx_t *t, tb_rc_pub_sub_t *s)
 	free(s);
 }
 
+/* The small send's list when it has none (tb_rc_pub_t's small_subs). */
+static tb_rc_pub_sub_t *const no_subs[1];
+
 /* Publishes a copy of the table with `add` added or `del` removed; when it
  * returns, no send reads the old one (nor `del`). */
 static int table_change(rc_tx_t *t, tb_rc_pub_sub_t *add, tb_rc_pub_sub_t *del)
@@ -946,10 +958,11 @@ static int table_change(rc_tx_t *t, tb_rc_pub_sub_t *add, tb_rc_pub_sub_t *del)
 		nt->sub[nt->n++] = add;
 	/* inline_small is lowered before READY adds a subscriber whose QP
 	 * takes less (rc_ready), so the flag read here covers every one. */
-	nt->small_first = nt->n && tb_atomic_load_relaxed(&t->h.inline_small)
-			  ? nt->sub[0] : NULL;
+	tb_atomic_store_release(&t->h.small_subs,
+				nt->n && tb_atomic_load_relaxed(&t->h.inline_small)
+				? (tb_rc_pub_sub_t *const *)nt->sub : no_subs);
 	/* Sequentially consistent: ordered before readers_wait's
-	 * membarrier and its read of `reading`. */
+	 * membarrier and its read of `reading` (and so is small_subs). */
 	tb_atomic_store_seq_cst(&t->h.table, nt);
 	readers_wait(t);
 	free(old);
@@ -1768,6 +1781,7 @@ static int rc_tx_open(tb_tx_t **out, const tb_stream_cfg_t *cfg, uint64_t epoch)
 				TB_RC_INLINE >= TB_RC_SMALL_FRAME
 				? (uint32_t)IBV_SEND_INLINE : 0u);
 	tb_atomic_store_relaxed(&t->h.table, calloc(1, sizeof(tb_rc_pub_table_t)));
+	tb_atomic_store_relaxed(&t->h.small_subs, no_subs);
 	if (!tb_atomic_load_relaxed(&t->h.table)) {
 		free(t);
 		return tb_error_set(TB_ENOMEM, "out of memory");

@@ -38,26 +38,29 @@
 
 typedef struct tb_rc_pub_sub {
 	/* Hot: read by the publishing thread for every frame.  The work
-	 * request is a template filled once at subscribe, so a frame costs
-	 * five stores, a countdown and one comparison, not a zeroed
+	 * requests are templates filled once at subscribe, so a frame costs
+	 * a few stores, a countdown and one comparison, not a zeroed
 	 * 128-byte struct: every condition that is not the common case (a
 	 * signalled request due, the send queue or the receive credit
 	 * running out, the ring wrapping, our ring about to lap what is in
 	 * flight, a skip to end, a failed QP) is folded into `left` or
 	 * fast_tail, and handled in tb_rc_pub_write_slow. */
-	struct ibv_send_wr wr;     /* the frame's WRITE_WITH_IMM */
-	struct ibv_sge sge;
 	/* A small frame's WRITE_WITH_IMM when every QP takes it inline
 	 * (tb_rc_pub_send_small): unsignalled, inline, its gather entry the
 	 * publisher's one small_sge, so a frame writes its immediate here
 	 * and nothing else.  Ready for the next frame: its remote address,
 	 * raddr + (wpos & rmask), and imm_next, its immediate (tb_rc_imm of
 	 * that offset and its sequence).  A fast-path frame moves both on
-	 * by its space (imm_next by one sequence too), as it moves wpos;
-	 * sub_fast works them out afresh after every slow-path step.
+	 * by its space (imm_next by one sequence too), and nothing else of
+	 * where it goes: wpos catches up at the slow path's entry
+	 * (sub_sync, from wpos_addr); sub_fast works them out afresh after
+	 * every slow-path step.
 	 * Between two steps the fast path never passes the end of the ring
 	 * (limit_pos), and every frame comes to every subscriber in the
-	 * table, in sequence, so adding is exact. */
+	 * table, in sequence, so adding is exact.  First, so that the
+	 * subscriber's address is the post's argument too: one register for
+	 * both, no lea (1 instruction a subscriber an offer, bench_rc's
+	 * callgrind). */
 	struct ibv_send_wr small_wr;
 	uint32_t imm_next;
 	struct ibv_qp *qp;
@@ -68,15 +71,20 @@ typedef struct tb_rc_pub_sub {
 			 struct ibv_send_wr **bad);
 	uint64_t raddr;
 	uint64_t rmask;            /* its ring's size - 1 */
-	/* wpos and left apart: side by side, the compiler adds to both with
-	 * vector instructions, more than two adds. */
-	uint64_t wpos;             /* where its next frame goes (free-running) */
+	uint64_t wpos;             /* where its next frame goes (free-running),
+				    * as of the last slow-path step: the fast
+				    * path moves small_wr's remote address
+				    * only, and sub_sync adds what it moved
+				    * since wpos_addr */
+	uint64_t wpos_addr;        /* small_wr's remote address when wpos was
+				    * last brought up to it */
 	uint64_t fast_tail;        /* our ring's tail after a frame past
 				    * this: the slow path.  pin_limit,
 				    * signal_tail and limit_pos in one: a
-				    * frame on the fast path moves wpos and
-				    * our tail by the same space, and never
-				    * moves wpos further (our ring may pad
+				    * frame on the fast path moves its place
+				    * in its ring and our tail by the same
+				    * space, and never moves its place
+				    * further (our ring may pad
 				    * where its does not: the slow path
 				    * comes early, never late).  0: always. */
 	int64_t left;              /* requests the fast path may still post
@@ -91,6 +99,8 @@ typedef struct tb_rc_pub_sub {
 				    * post: here, not on the stack, so the
 				    * send keeps no pointer to it across
 				    * its posts */
+	struct ibv_send_wr wr;     /* the frame's WRITE_WITH_IMM */
+	struct ibv_sge sge;
 	/* Warm: the slow path. */
 	uint64_t posted;           /* work requests posted, as of the last
 				    * slow-path step (see `left`) */
@@ -153,10 +163,6 @@ typedef struct tb_rc_pub_sub {
 
 typedef struct tb_rc_pub_table {
 	int n;
-	/* sub[0] when there is one and every subscriber takes a small frame
-	 * inline (inline_small when the table was made), else NULL: the
-	 * small send's one test for both (tb_rc_pub_send_small). */
-	tb_rc_pub_sub_t *small_first;
 	/* sub[n] is NULL (one more than the most): the send's loop stops
 	 * there, with no end to keep in a register across its posts. */
 	tb_rc_pub_sub_t *sub[TB_RC_MAX_SUBS + 1];
@@ -170,6 +176,12 @@ typedef struct tb_rc_pub_table {
 typedef struct tb_rc_pub {
 	tb_tx_t base;              /* first: the ring */
 	tb_rc_pub_table_t *_Atomic table; /* read under `reading` */
+	/* The table's sub[] when it has a subscriber and every one takes a
+	 * small frame inline (inline_small when the table was made), else a
+	 * list of none: the small send's list, and its one test for both
+	 * (tb_rc_pub_send_small).  Stored before `table`, read under
+	 * `reading` as it is, and freed with it. */
+	tb_rc_pub_sub_t *const *_Atomic small_subs;
 	_Atomic uint64_t reading;  /* R4: odd while a send reads the table;
 				    * only the publishing thread stores it */
 	int fenced;                /* no membarrier: the fenced ops, and no
@@ -190,7 +202,8 @@ typedef struct tb_rc_pub {
 	 * it adds to an immediate (tb_rc_pub_imm_step), read from here for
 	 * each subscriber rather than kept in registers across the posts. */
 	struct ibv_sge small_sge;
-	uint32_t small_space;
+	uint64_t small_space;      /* 64 bits, as the addresses it is added
+				    * to: no extension an offer */
 	uint32_t small_step;
 	int backpressure;
 	/* Batching (batch_us > 0; publishing thread only). */
@@ -202,19 +215,21 @@ typedef struct tb_rc_pub {
 
 /* Out of line, in rc_pub.c: everything tb_rc_pub_write leaves out (see
  * there), and a post the provider refused (the subscriber is failed, and
- * the request of `space` bytes it had counted taken back). */
+ * the request it had counted taken back, with `space` bytes if its
+ * address had moved on for it). */
 void tb_rc_pub_write_slow(tb_rc_pub_t *t, tb_rc_pub_sub_t *s,
 			  const tb_frame_hdr_t *f, uint64_t pos,
 			  uint64_t pub_tail, int chain);
 void tb_rc_pub_post_failed(tb_rc_pub_sub_t *s, uint32_t space);
 
 
-/* The send enters the table (rc_pub.c, "The table's one reader").
- * `fenced` is a constant at each call site: rc_tx_send and rc_tx_room
- * come in a membarrier and a fenced build, and open picks the ops.
- * Returns the table; `reading` is odd until tb_rc_pub_leave.  Hot path. */
-static inline __attribute__((always_inline)) tb_rc_pub_table_t *
-tb_rc_pub_enter(tb_rc_pub_t *t, int fenced)
+/* The send enters the table (rc_pub.c, "The table's one reader"):
+ * `reading` is odd until tb_rc_pub_leave, and the caller's load of the
+ * table (or of small_subs) comes after it.  `fenced` is a constant at
+ * each call site: rc_tx_send and rc_tx_room come in a membarrier and a
+ * fenced build, and open picks the ops.  Hot path. */
+static inline __attribute__((always_inline)) void
+tb_rc_pub_enter_mark(tb_rc_pub_t *t, int fenced)
 {
 	/* R4: odd first (`reading` is this thread's own: one add); the load
 	 * of the table may not rise above it (the writer's membarrier is the
@@ -224,6 +239,13 @@ tb_rc_pub_enter(tb_rc_pub_t *t, int fenced)
 		tb_atomic_fence_full();
 	else
 		tb_atomic_fence_compiler();
+}
+
+/* tb_rc_pub_enter_mark, and the table.  Hot path. */
+static inline __attribute__((always_inline)) tb_rc_pub_table_t *
+tb_rc_pub_enter(tb_rc_pub_t *t, int fenced)
+{
+	tb_rc_pub_enter_mark(t, fenced);
 	return tb_atomic_load_acquire(&t->table);
 }
 
@@ -293,10 +315,9 @@ tb_rc_pub_write(tb_rc_pub_t *t, tb_rc_pub_sub_t *s, const tb_frame_hdr_t *f,
 	raddr = s->small_wr.wr.rdma.remote_addr;
 	s->imm_next = imm + tb_rc_pub_imm_step(space);
 	s->small_wr.wr.rdma.remote_addr = raddr + space;
-	/* Counted before the post (`left`, above), so that nothing of `s`
-	 * need outlive the provider's call in a register; a refused post
-	 * takes it back. */
-	s->wpos += space;
+	/* Counted before the post (`left`, and the address above), so that
+	 * nothing of `s` need outlive the provider's call in a register; a
+	 * refused post takes it back. */
 	if (chain) {
 		/* Unsignalled: its wr_id is never read (an error completion
 		 * fails the subscriber whatever it says). */
@@ -374,13 +395,18 @@ static inline __attribute__((always_inline)) void
 tb_rc_pub_send_small(tb_rc_pub_t *t, const tb_frame_hdr_t *f, uint32_t len,
 		     uint64_t seq)
 {
-	const tb_rc_pub_table_t *tab = tb_rc_pub_enter(t, 0);
-	tb_rc_pub_sub_t *const *sp = tab->sub;
-	tb_rc_pub_sub_t *s = tab->small_first;
+	tb_rc_pub_sub_t *const *sp;
+	tb_rc_pub_sub_t *s;
 
-	/* The table's own (see small_first): no subscriber, or one that
+	/* The table's small list, loaded as tb_rc_pub_enter loads the table
+	 * (see small_subs): an empty one, when no subscriber or one that
 	 * takes a small frame by reference only. */
+	tb_rc_pub_enter_mark(t, 0);
+	sp = tb_atomic_load_acquire(&t->small_subs);
+	s = *sp;
 	if (tb_unlikely(!s)) {
+		const tb_rc_pub_table_t *tab = tb_atomic_load_acquire(&t->table);
+
 		if (tab->n)
 			tb_rc_pub_send_by_ref(t, tab, f, len, seq);
 		tb_rc_pub_leave(t);
@@ -392,23 +418,22 @@ tb_rc_pub_send_small(tb_rc_pub_t *t, const tb_frame_hdr_t *f, uint32_t len,
 	t->small_step = tb_rc_pub_imm_step(t->small_space);
 	for (; s != NULL; s = *++sp) {
 		uint64_t tail = t->base.ring.tail;
-		uint32_t space = t->small_space;
 
 		if (tb_unlikely(--s->left < 0 || tail > s->fast_tail)) {
 			tb_rc_pub_write_slow(t, s,
 					     (const tb_frame_hdr_t *)(uintptr_t)
 					     t->small_sge.addr,
-					     tail - space, tail, 0);
+					     tail - t->small_space, tail, 0);
 			continue;
 		}
 		/* Its remote address and immediate are ready (see
 		 * small_wr); the address moves on once the post has read it. */
 		s->small_wr.imm_data = htobe32(s->imm_next);
 		s->imm_next += t->small_step;
-		/* Counted before the post, as in tb_rc_pub_write. */
-		s->wpos += space;
+		/* Counted before the post (`left`), as in tb_rc_pub_write;
+		 * its place in its ring moves with the address, after. */
 		if (tb_unlikely(s->post_send(s->qp, &s->small_wr, &s->bad) != 0))
-			tb_rc_pub_post_failed(*sp, t->small_space); /* s is not kept */
+			tb_rc_pub_post_failed(*sp, 0); /* s is not kept */
 		else
 			(*sp)->small_wr.wr.rdma.remote_addr += t->small_space;
 	}

@@ -39,6 +39,7 @@
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <endian.h>
+#include <errno.h>
 #include <infiniband/verbs.h>
 #include <linux/capability.h>
 #include <netinet/in.h>
@@ -77,6 +78,8 @@ static rec_wr_t rec[REC_MAX];
 static int n_rec;
 static int rec_lost;   /* posted when the record was full: a test reads them */
 static int n_posts;    /* ibv_post_send calls: doorbells */
+static uint32_t refuse_qpn; /* posts to this QP are refused (recorded
+			     * first), as a provider refuses a full queue */
 static int (*real_post_send)(struct ibv_qp *, struct ibv_send_wr *,
 			     struct ibv_send_wr **);
 
@@ -105,6 +108,10 @@ static int recording_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 		if (w->num_sge)
 			memcpy(r->data, (void *)(uintptr_t)w->sg_list[0].addr,
 			       w->sg_list[0].length < 64 ? w->sg_list[0].length : 64);
+	}
+	if (refuse_qpn && qp->qp_num == refuse_qpn) {
+		*bad = wr;
+		return ENOMEM;
 	}
 	return real_post_send(qp, wr, bad);
 }
@@ -828,6 +835,70 @@ static void publisher_drops_a_failed_subscriber(void **state)
 	/* And the stream goes on for A. */
 	assert_int_equal(tb_pub_offer(pub, 1, payload, 64), 101);
 	assert_int_equal(wait_recvs(&a, wc, 1), 1);
+	peer_close(&a);
+	peer_close(&b);
+	tb_publisher_close(pub);
+}
+
+/* The provider refuses a post to the first subscriber in the table (its
+ * queue full, say) in the middle of the stream, on the small frames'
+ * inline send: that subscriber is failed on the spot, is posted nothing
+ * more and is dropped with a BYE, and the one after it in the same send
+ * gets every frame, in order, where it belongs. */
+static void a_refused_post_fails_that_subscriber_alone(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	peer_t a, b;
+	uint8_t payload[64] = {0};
+	struct ibv_wc wc[128];
+	tb_control_msg_t m;
+	const rec_wr_t *w;
+	int n, first;
+
+	(void)state;
+	rc_cfg(&cfg, test_port(36), 256 << 10);
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	peer_open(&a, 64 << 10, 256);
+	peer_open(&b, 64 << 10, 256);
+	post_recvs(&a, 256);
+	post_recvs(&b, 256);
+	subscribe(&a, test_port(36), "right-token", 256);
+	join(&a);
+	assert_int_equal(subscribers_become(pub, 1), 1);
+	subscribe(&b, test_port(36), "right-token", 256);
+	join(&b);
+	assert_int_equal(subscribers_become(pub, 2), 2);
+
+	/* Five frames to both, the last ones by the fast path. */
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(tb_pub_offer(pub, 1, payload, 64), i + 1);
+	assert_int_equal(wait_recvs(&a, wc, 5), 5);
+	/* Then A's posts are refused: one is tried, and no other. */
+	refuse_qpn = a.reply.accept.qpn;
+	first = n_rec;
+	for (int i = 5; i < 100; i++)
+		assert_int_equal(tb_pub_offer(pub, 1, payload, 64), i + 1);
+	refuse_qpn = 0;
+	assert_int_equal(tb_pub_offer(pub, 1, payload, 64), 101);
+	w = recs_for(a.reply.accept.qpn, first, &n);
+	assert_int_equal(n, 1);
+	assert_int_equal(w[0].imm, tb_rc_imm(5 * 96, 6));
+	/* B got them all, each at its place with its immediate. */
+	assert_int_equal(wait_recvs(&b, wc, 101), 101);
+	for (int i = 0; i < 101; i++) {
+		assert_int_equal(wc[i].status, IBV_WC_SUCCESS);
+		assert_int_equal(be32toh(wc[i].imm_data),
+				 tb_rc_imm((uint64_t)i * 96, (uint64_t)i + 1));
+		assert_int_equal(((tb_frame_hdr_t *)(b.buf + i * 96))->seq, i + 1);
+	}
+	/* A is told why it was dropped. */
+	assert_true(read_ctl(a.fd, &m) > 0);
+	while (m.type == TB_CONTROL_HEARTBEAT)
+		assert_true(read_ctl(a.fd, &m) > 0);
+	assert_int_equal(m.type, TB_CONTROL_BYE);
+	assert_int_equal(m.bye.reason, TB_CONTROL_BYE_ERROR);
+	assert_int_equal(subscribers_become(pub, 1), 1);
 	peer_close(&a);
 	peer_close(&b);
 	tb_publisher_close(pub);
@@ -3069,6 +3140,7 @@ int main(int argc, char **argv)
 		T(a_burst_posts_one_write_a_message),
 		T(publisher_skips_a_subscriber_without_credit),
 		T(publisher_drops_a_failed_subscriber),
+		T(a_refused_post_fails_that_subscriber_alone),
 		T(wrong_token_gets_no_rkey),
 		T(subscriber_credits_and_rkey_bounds),
 		T(inline_threshold_fits_one_wqe),
