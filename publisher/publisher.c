@@ -443,8 +443,6 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	    uint32_t len, int kind, int kept, int stamped, uint64_t stamp)
 {
 	const int rc = kind == SEND_RC;
-	/* The clock read after the copy (see below), or before it. */
-	const int clock_late = kind == SEND_NONE || kind == SEND_RC;
 	tb_ring_t *r = p->ring;
 	uint64_t seq = p->next_seq, from = r->tail, at, end;
 	tb_frame_hdr_t *f;
@@ -473,15 +471,6 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 			return offer_checked(p, template_id, buf, len,
 					     stamped ? stamp : 0);
 	}
-	/* The clock first, its latency overlapping the rest; shm's and rc's
-	 * after the copy, whose source and length are dead by then: fewer
-	 * values live at once, fewer registers to save (rc: 4, not 5, and
-	 * 2 instructions an offer less in bench_rc's callgrind; ud's count
-	 * is the same either way). */
-	if (stamped)
-		now_ns = stamp;
-	else if (!clock_late)
-		now_ns = tb_clock_fwd_to_ns(&p->clk, tb_clock_tsc());
 	/* at and end in registers: the copy's stores below are ones the
 	 * compiler cannot tell from the ring's fields. */
 	f = tb_ring_claim_in_(r, len, seq, &at, &end,
@@ -492,8 +481,11 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	 * stores its sequence word: a reader polls that word's cache line,
 	 * so every store to it goes together, in one transfer (ring.h). */
 	tb_frame_copy_payload(tb_frame_payload(f), buf, len);
-	if (clock_late && !stamped)
-		now_ns = tb_clock_fwd_to_ns(&p->clk, tb_clock_tsc());
+	/* The clock after the copy, whose source and length are dead by
+	 * then: fewer values live at once, fewer registers to save than
+	 * when it was read first to overlap its latency with the copy
+	 * (bench_rc's callgrind: rc and ud 2 instructions an offer less). */
+	now_ns = stamped ? stamp : tb_clock_fwd_to_ns(&p->clk, tb_clock_tsc());
 	tb_frame_init_body_ids(f, len, template_id, p->frame_ids, now_ns);
 	tb_ring_commit_(r, f, seq, from, at, end);
 	/* A copy of its own for each: with retention on, own_ret's fields
