@@ -274,6 +274,8 @@ static int open_in_epoch(tb_publisher_t **out, const tb_stream_cfg_t *cfg,
 	if (p->ud && !tb_ud_tx_inline_takes(p->ud, tb_frame_space(OFFER_SMALL +
 								  TB_FRAME_HDR_LEN)))
 		p->ud = NULL;
+	if (p->ud)
+		p->ud->offer_ctr = p->ctr;
 	p->shared_nosend = !p->send && p->ring->ahead != 0;
 	/* The offer reads the TSC with the calibration every process of
 	 * the host shares (clock.h), so its stamps agree with the
@@ -507,10 +509,13 @@ offer_small(tb_publisher_t *p, uint16_t template_id, const void *buf,
 	if (rc)
 		tb_rc_pub_send_small(p->rc, f, len + TB_FRAME_HDR_LEN, seq);
 	else if (kind == SEND_UD) {
-		/* No pad here: the frame is all of at..end. */
-		if (tb_unlikely(tb_ud_send_frame(p->ud, f, (uint32_t)(end - at),
+		tb_ud_tx_t *u = p->ud;
+
+		/* No pad here: the frame is all of at..end.  A failure is
+		 * counted through `u`, which the send keeps anyway. */
+		if (tb_unlikely(tb_ud_send_frame(u, f, (uint32_t)(end - at),
 						 seq, at, end) < 0))
-			tb_counter_inc(p->ctr, TB_CTR_ERRORS);
+			tb_counter_inc(u->offer_ctr, TB_CTR_ERRORS);
 	} else if (kind == SEND_OP && p->send &&
 		   tb_unlikely(p->send(p->tx, from, end) < 0))
 		tb_counter_inc(p->ctr, TB_CTR_ERRORS);

@@ -241,6 +241,11 @@ typedef struct tb_ud_tx {
 				      * fast post: kept here, not on the
 				      * offer's stack, which then needs
 				      * no frame */
+	/* The counters of the publisher whose offer inlines this send
+	 * (tb_ud_send_frame), which counts a failed one there: reached
+	 * from here, the offer keeps no pointer to the publisher across
+	 * its calls. */
+	tb_counter_slot_t *offer_ctr;
 	/* Set by the heartbeat thread (its look at the QP, the device's
 	 * events) or the publishing thread's own reaping when the data QP
 	 * left RTS, or something else needs repair before the next post;

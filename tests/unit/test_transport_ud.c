@@ -36,11 +36,13 @@
 #include <cmocka.h>
 
 #include "bus/clock.h"
+#include "bus/counters.h"
 #include "bus/error.h"
 #include "bus/transport/ud.h"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <infiniband/verbs.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -91,6 +93,23 @@ static struct ibv_qp *recording_create_qp_ex(struct ibv_context *ctx,
 	return real_create_qp_ex(ctx, ia);
 }
 
+/* While `refuse_posts` is set, every post is refused (and counted in
+ * `refused`), as a provider refuses one to a full queue. */
+static int refuse_posts, refused;
+static int (*real_post_send)(struct ibv_qp *, struct ibv_send_wr *,
+			     struct ibv_send_wr **);
+
+static int refusing_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
+			      struct ibv_send_wr **bad)
+{
+	if (refuse_posts) {
+		refused++;
+		*bad = wr;
+		return ENOMEM;
+	}
+	return real_post_send(qp, wr, bad);
+}
+
 struct ibv_context *ibv_open_device(struct ibv_device *dev)
 {
 	static struct ibv_context *(*real)(struct ibv_device *);
@@ -101,6 +120,10 @@ struct ibv_context *ibv_open_device(struct ibv_device *dev)
 		real = (struct ibv_context * (*)(struct ibv_device *))
 			dlvsym(RTLD_NEXT, "ibv_open_device", "IBVERBS_1.1");
 	ctx = real(dev);
+	if (ctx) {
+		real_post_send = ctx->ops.post_send;
+		ctx->ops.post_send = refusing_post_send;
+	}
 	v = ctx ? verbs_get_ctx_op(ctx, create_qp_ex) : NULL;
 	if (v) {
 		real_create_qp_ex = v->create_qp_ex;
@@ -1549,6 +1572,92 @@ static void small_offers_held_by_batching_go_at_the_flush(void **state)
 	tb_publisher_close(pub);
 }
 
+/* This process's counter `id` of stream STREAM's publisher. */
+static uint64_t pub_counter(tb_counter_id_t id)
+{
+	tb_counters_proc_t *p = malloc(sizeof(*p));
+	uint64_t v = ~0ull;
+
+	assert_non_null(p);
+	assert_int_equal(tb_counters_read_file(tb_counters_path(), p), 0);
+	for (int i = 0; i < p->n_streams; i++)
+		if (p->streams[i].stream_id == STREAM &&
+		    p->streams[i].role == TB_ROLE_PUBLISHER)
+			v = p->streams[i].c[id];
+	free(p);
+	assert_true(v != ~0ull);
+	return v;
+}
+
+typedef struct seqs_got {
+	uint64_t seq[16];
+	int n;
+} seqs_got_t;
+
+static void seqs_on_msg(void *clientd, const tb_msg_t *m)
+{
+	seqs_got_t *g = clientd;
+
+	if (g->n < 16)
+		g->seq[g->n] = m->seq;
+	g->n++;
+}
+
+/*
+ * The provider refuses the post of a small offer's datagram (ud's send,
+ * inlined in the offer): the offer still publishes the message (its
+ * sequence is taken; the subscriber sees a gap), the publisher counts one
+ * error in its counters, and the offers after it go out again, on a QP
+ * the send repaired, and arrive in order.
+ */
+static void a_refused_small_offer_is_counted(void **state)
+{
+	tb_stream_cfg_t cfg;
+	tb_publisher_t *pub;
+	tb_subscriber_t *sub;
+	seqs_got_t g = {0};
+	uint8_t msg[64] = {0};
+	uint64_t until, first, last;
+	int gaps = 0;
+
+	(void)state;
+	cfg_for(&cfg);
+	snprintf(cfg.group.host, sizeof(cfg.group.host), "239.7.7.47");
+	cfg.group.port = 5047;
+	cfg.ring_size = 64 << 10;
+	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
+	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
+	for (int64_t seq = 1; seq <= 8; seq++) {
+		refuse_posts = seq == 4;
+		assert_int_equal(tb_pub_offer(pub, 2, msg, sizeof(msg)), seq);
+		refuse_posts = 0;
+		if (seq == 4) {
+			assert_int_equal(refused, 1);
+			assert_int_equal(pub_counter(TB_CTR_ERRORS), 1);
+		}
+	}
+	assert_int_equal(pub_counter(TB_CTR_ERRORS), 1);
+	until = tb_clock_mono_ms() + 5000;
+	while (g.n < 7 && tb_clock_mono_ms() < until) {
+		int rc = tb_sub_poll(sub, seqs_on_msg, &g, 16);
+
+		if (rc == TB_GAP) {
+			assert_int_equal(tb_sub_loss(sub, &first, &last), 0);
+			assert_int_equal(first, 4);
+			assert_int_equal(last, 4);
+			gaps++;
+		} else {
+			assert_true(rc >= 0 || rc == TB_NOT_CONNECTED);
+		}
+	}
+	assert_int_equal(g.n, 7);
+	assert_int_equal(gaps, 1);
+	for (int i = 0; i < 7; i++)
+		assert_int_equal(g.seq[i], (uint64_t)(i < 3 ? i + 1 : i + 2));
+	tb_subscriber_close(sub);
+	tb_publisher_close(pub);
+}
+
 typedef struct burst_got {
 	uint64_t n, bad, stamp, stamps;
 } burst_got_t;
@@ -1619,6 +1728,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(a_burst_of_small_offers_crosses_the_rings_end),
 		cmocka_unit_test(small_offers_held_by_batching_go_at_the_flush),
 		cmocka_unit_test(small_offers_go_by_reference_on_a_short_inline_qp),
+		cmocka_unit_test(a_refused_small_offer_is_counted),
 		cmocka_unit_test(zero_copy_and_selective_signalling),
 		cmocka_unit_test(batching_by_size_and_flush),
 		cmocka_unit_test(batching_by_time),
