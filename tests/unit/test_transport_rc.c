@@ -788,6 +788,18 @@ static int subscribers_become(tb_publisher_t *pub, int want)
 	return n;
 }
 
+/* The next control message on `fd` but heartbeats is a BYE for `reason`. */
+static void expect_bye(int fd, uint32_t reason)
+{
+	tb_control_msg_t m;
+
+	assert_true(read_ctl(fd, &m) > 0);
+	while (m.type == TB_CONTROL_HEARTBEAT)
+		assert_true(read_ctl(fd, &m) > 0);
+	assert_int_equal(m.type, TB_CONTROL_BYE);
+	assert_int_equal(m.bye.reason, reason);
+}
+
 static void publisher_drops_a_failed_subscriber(void **state)
 {
 	tb_stream_cfg_t cfg;
@@ -824,11 +836,7 @@ static void publisher_drops_a_failed_subscriber(void **state)
 		assert_int_equal(((tb_frame_hdr_t *)(a.buf + i * 96))->seq, i + 1);
 	}
 	/* B is told why it was dropped, and the connection ends. */
-	assert_true(read_ctl(b.fd, &m) > 0);
-	while (m.type == TB_CONTROL_HEARTBEAT)
-		assert_true(read_ctl(b.fd, &m) > 0);
-	assert_int_equal(m.type, TB_CONTROL_BYE);
-	assert_int_equal(m.bye.reason, TB_CONTROL_BYE_ERROR);
+	expect_bye(b.fd, TB_CONTROL_BYE_ERROR);
 	assert_int_equal(read_ctl(b.fd, &m), TB_CLOSED);
 	/* A is the one left to count. */
 	assert_int_equal(subscribers_become(pub, 1), 1);
@@ -852,7 +860,6 @@ static void a_refused_post_fails_that_subscriber_alone(void **state)
 	peer_t a, b;
 	uint8_t payload[64] = {0};
 	struct ibv_wc wc[128];
-	tb_control_msg_t m;
 	const rec_wr_t *w;
 	int n, first;
 
@@ -893,11 +900,7 @@ static void a_refused_post_fails_that_subscriber_alone(void **state)
 		assert_int_equal(((tb_frame_hdr_t *)(b.buf + i * 96))->seq, i + 1);
 	}
 	/* A is told why it was dropped. */
-	assert_true(read_ctl(a.fd, &m) > 0);
-	while (m.type == TB_CONTROL_HEARTBEAT)
-		assert_true(read_ctl(a.fd, &m) > 0);
-	assert_int_equal(m.type, TB_CONTROL_BYE);
-	assert_int_equal(m.bye.reason, TB_CONTROL_BYE_ERROR);
+	expect_bye(a.fd, TB_CONTROL_BYE_ERROR);
 	assert_int_equal(subscribers_become(pub, 1), 1);
 	peer_close(&a);
 	peer_close(&b);
