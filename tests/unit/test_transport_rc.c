@@ -33,6 +33,7 @@
 #include "bus/ring.h"
 #include "bus/transport/control.h"
 #include "bus/transport/rc.h"
+#include "tests/common/counters.h"
 #include "tests/common/proc.h"
 #include <tickbus/tickbus.h>
 
@@ -2333,18 +2334,7 @@ static void rb_expect(const rb_got_t *g, int from, uint64_t first, uint64_t last
 /* This process's counter `id` of stream 9's subscriber. */
 static uint64_t sub_counter(tb_counter_id_t id)
 {
-	tb_counters_proc_t *p = malloc(sizeof(*p));
-	uint64_t v = ~0ull;
-
-	assert_non_null(p);
-	assert_int_equal(tb_counters_read_file(tb_counters_path(), p), 0);
-	for (int i = 0; i < p->n_streams; i++)
-		if (p->streams[i].stream_id == 9 &&
-		    p->streams[i].role == TB_ROLE_SUBSCRIBER)
-			v = p->streams[i].c[id];
-	free(p);
-	assert_true(v != ~0ull);
-	return v;
+	return own_counter(9, TB_ROLE_SUBSCRIBER, id);
 }
 
 /* Skipped for 680..690, which cross the end of the publisher's ring, the

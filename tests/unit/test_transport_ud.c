@@ -36,9 +36,9 @@
 #include <cmocka.h>
 
 #include "bus/clock.h"
-#include "bus/counters.h"
 #include "bus/error.h"
 #include "bus/transport/ud.h"
+#include "tests/common/counters.h"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -1433,6 +1433,16 @@ static void small_on_msg(void *clientd, const tb_msg_t *m)
  * polled for before the next: 0 when every message arrives once, in
  * order, whole; else a count of what went wrong, said on stderr.  Plain
  * returns, no assertions: a child process (below) runs it too. */
+/* cfg_for on group `group`, `port`, with a 64 KiB ring: a few hundred
+ * small messages lap it. */
+static void small_cfg(tb_stream_cfg_t *cfg, const char *group, uint16_t port)
+{
+	cfg_for(cfg);
+	snprintf(cfg->group.host, sizeof(cfg->group.host), "%s", group);
+	cfg->group.port = port;
+	cfg->ring_size = 64 << 10;
+}
+
 static int small_laps(const char *group, uint16_t port)
 {
 	const uint64_t n = 2 * ((64 << 10) / 96) + 40;
@@ -1442,10 +1452,7 @@ static int small_laps(const char *group, uint16_t port)
 	small_got_t g = {0};
 	uint8_t msg[64];
 
-	cfg_for(&cfg);
-	snprintf(cfg.group.host, sizeof(cfg.group.host), "%s", group);
-	cfg.group.port = port;
-	cfg.ring_size = 64 << 10;
+	small_cfg(&cfg, group, port);
 	if (tb_publisher_open(&pub, &cfg) < 0 ||
 	    tb_subscriber_open(&sub, &cfg) < 0) {
 		fprintf(stderr, "open: %s\n", tb_errmsg());
@@ -1527,10 +1534,7 @@ static void small_offers_held_by_batching_go_at_the_flush(void **state)
 	uint64_t early = 0;
 
 	(void)state;
-	cfg_for(&cfg);
-	snprintf(cfg.group.host, sizeof(cfg.group.host), "239.7.7.43");
-	cfg.group.port = 5043;
-	cfg.ring_size = 64 << 10;
+	small_cfg(&cfg, "239.7.7.43", 5043);
 	cfg.batch_us = 1000000;
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
 	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
@@ -1572,22 +1576,6 @@ static void small_offers_held_by_batching_go_at_the_flush(void **state)
 	tb_publisher_close(pub);
 }
 
-/* This process's counter `id` of stream STREAM's publisher. */
-static uint64_t pub_counter(tb_counter_id_t id)
-{
-	tb_counters_proc_t *p = malloc(sizeof(*p));
-	uint64_t v = ~0ull;
-
-	assert_non_null(p);
-	assert_int_equal(tb_counters_read_file(tb_counters_path(), p), 0);
-	for (int i = 0; i < p->n_streams; i++)
-		if (p->streams[i].stream_id == STREAM &&
-		    p->streams[i].role == TB_ROLE_PUBLISHER)
-			v = p->streams[i].c[id];
-	free(p);
-	assert_true(v != ~0ull);
-	return v;
-}
 
 typedef struct seqs_got {
 	uint64_t seq[16];
@@ -1621,10 +1609,7 @@ static void a_refused_small_offer_is_counted(void **state)
 	int gaps = 0;
 
 	(void)state;
-	cfg_for(&cfg);
-	snprintf(cfg.group.host, sizeof(cfg.group.host), "239.7.7.47");
-	cfg.group.port = 5047;
-	cfg.ring_size = 64 << 10;
+	small_cfg(&cfg, "239.7.7.47", 5047);
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
 	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
 	for (int64_t seq = 1; seq <= 8; seq++) {
@@ -1633,10 +1618,12 @@ static void a_refused_small_offer_is_counted(void **state)
 		refuse_posts = 0;
 		if (seq == 4) {
 			assert_int_equal(refused, 1);
-			assert_int_equal(pub_counter(TB_CTR_ERRORS), 1);
+			assert_int_equal(own_counter(STREAM, TB_ROLE_PUBLISHER,
+						     TB_CTR_ERRORS), 1);
 		}
 	}
-	assert_int_equal(pub_counter(TB_CTR_ERRORS), 1);
+	assert_int_equal(own_counter(STREAM, TB_ROLE_PUBLISHER, TB_CTR_ERRORS),
+			 1);
 	until = tb_clock_mono_ms() + 5000;
 	while (g.n < 7 && tb_clock_mono_ms() < until) {
 		int rc = tb_sub_poll(sub, seqs_on_msg, &g, 16);
@@ -1693,10 +1680,7 @@ static void a_burst_of_small_offers_crosses_the_rings_end(void **state)
 	tb_pub_msg_t v[16];
 
 	(void)state;
-	cfg_for(&cfg);
-	snprintf(cfg.group.host, sizeof(cfg.group.host), "239.7.7.44");
-	cfg.group.port = 5044;
-	cfg.ring_size = 64 << 10;
+	small_cfg(&cfg, "239.7.7.44", 5044);
 	assert_int_equal(tb_publisher_open(&pub, &cfg), 0);
 	assert_int_equal(tb_subscriber_open(&sub, &cfg), 0);
 	for (uint64_t b = 0; b < bursts; b++) {
