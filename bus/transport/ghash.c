@@ -25,6 +25,7 @@ static int forced; /* tb_ghash_force's path, or TB_GHASH_AUTO */
 #if TB_GHASH_X86
 
 #define CLMUL_TARGET __attribute__((target("pclmul,sse2,ssse3")))
+#define AVX_TARGET __attribute__((target("pclmul,sse2,ssse3,avx")))
 #define VCLMUL_TARGET \
 	__attribute__((target("pclmul,sse2,ssse3,avx,avx2,avx512f,avx512bw,vpclmulqdq")))
 
@@ -124,11 +125,49 @@ static inline CLMUL_TARGET void mul1(__m128i x, __m128i h, __m128i *lo,
 						 _mm_clmulepi64_si128(x, h, 0x10)));
 }
 
+/* The pieces' blocks when every piece is whole blocks and all of them,
+ * with the length block, make one run (at most TB_GHASH_POWERS): what
+ * a datagram of frames is, its header 48 bytes and each frame a multiple
+ * of 32.  Each block times its power, from the first block's (H^(blocks
+ * + 1)) down, summed unreduced; one reduction after the length block.
+ * Nothing is tested per block but the loop's end. */
+static inline CLMUL_TARGET void clmul_one_run(const tb_ghash_key_t *k,
+					      const tb_ghash_piece_t *pc,
+					      int n, size_t bytes,
+					      uint8_t s[16])
+{
+	const __m128i rm = reflect_mask();
+	__m128i lo = _mm_setzero_si128(), hi = lo, mid = lo, y;
+	const uint8_t *pw = k->u.pow[TB_GHASH_POWERS - 1 -
+				     bytes / TB_GHASH_BLOCK];
+
+	for (int i = 0; i < n; i++) {
+		const uint8_t *p = pc[i].p, *end = p + pc[i].len;
+
+		while (p != end) {
+			mul1(_mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)p),
+					      rm),
+			     _mm_loadu_si128((const __m128i *)pw), &lo, &mid,
+			     &hi);
+			p += TB_GHASH_BLOCK;
+			pw += TB_GHASH_BLOCK;
+		}
+	}
+	/* pw is at H^1, the length block's. */
+	mul1(length_block(bytes * 8), _mm_loadu_si128((const __m128i *)pw),
+	     &lo, &mid, &hi);
+	y = reduce(_mm_xor_si128(lo, _mm_slli_si128(mid, 8)),
+		   _mm_xor_si128(hi, _mm_srli_si128(mid, 8)));
+	_mm_storeu_si128((__m128i *)s, _mm_shuffle_epi8(y, rm));
+}
+
 /* One block per step: x times its power, summed unreduced; a run's end
- * reduced and carried into the next run's first block. */
-static CLMUL_TARGET void tb_ghash_clmul_digest(const tb_ghash_key_t *k,
-					       const tb_ghash_piece_t *pc,
-					       int n, uint8_t s[16])
+ * reduced and carried into the next run's first block: any pieces, any
+ * length.  The body of both 128-bit paths' general way, compiled for each
+ * one's instructions. */
+static inline __attribute__((always_inline)) CLMUL_TARGET void
+clmul_runs(const tb_ghash_key_t *k, const tb_ghash_piece_t *pc, int n,
+	   uint8_t s[16])
 {
 	const __m128i rm = reflect_mask();
 	__m128i lo = _mm_setzero_si128(), hi = lo, mid = lo, y = lo, x, h;
@@ -183,6 +222,65 @@ static CLMUL_TARGET void tb_ghash_clmul_digest(const tb_ghash_key_t *k,
 	y = reduce(_mm_xor_si128(lo, _mm_slli_si128(mid, 8)),
 		   _mm_xor_si128(hi, _mm_srli_si128(mid, 8)));
 	_mm_storeu_si128((__m128i *)s, _mm_shuffle_epi8(y, rm));
+}
+
+static __attribute__((noinline)) CLMUL_TARGET void
+clmul_runs_sse(const tb_ghash_key_t *k, const tb_ghash_piece_t *pc, int n,
+	       uint8_t s[16])
+{
+	clmul_runs(k, pc, n, s);
+}
+
+static __attribute__((noinline)) AVX_TARGET void
+clmul_runs_avx(const tb_ghash_key_t *k, const tb_ghash_piece_t *pc, int n,
+	       uint8_t s[16])
+{
+	clmul_runs(k, pc, n, s);
+}
+
+/* 1 when the pieces are whole blocks that make one run with the length
+ * block (clmul_one_run's case); their bytes in *bytes. */
+static inline int one_run(const tb_ghash_piece_t *pc, int n, size_t *bytes)
+{
+	size_t b = 0, ragged = 0;
+
+	for (int i = 0; i < n; i++) {
+		b += pc[i].len;
+		ragged |= pc[i].len;
+	}
+	*bytes = b;
+	return ragged % TB_GHASH_BLOCK == 0 &&
+	       b / TB_GHASH_BLOCK < TB_GHASH_POWERS;
+}
+
+/* The 128-bit paths: the same steps in SSE's encoding and in AVX's, whose
+ * three operands leave out the register copies SSE's two-operand forms
+ * need.  GHASH of a 64-byte message's datagram (48 + 96 bytes) took 403
+ * instructions in the general loop alone; 314 with clmul_one_run, 267 in
+ * AVX's encoding.  A full one (48 + 1440): 2167, 1994, 1695.  A ragged
+ * one (48 + 100, which no datagram is) 456, 488, 440 (callgrind). */
+static CLMUL_TARGET void tb_ghash_clmul_digest(const tb_ghash_key_t *k,
+					       const tb_ghash_piece_t *pc,
+					       int n, uint8_t s[16])
+{
+	size_t bytes;
+
+	if (__builtin_expect(one_run(pc, n, &bytes), 1))
+		clmul_one_run(k, pc, n, bytes, s);
+	else
+		clmul_runs_sse(k, pc, n, s);
+}
+
+static AVX_TARGET void tb_ghash_avx_digest(const tb_ghash_key_t *k,
+					   const tb_ghash_piece_t *pc, int n,
+					   uint8_t s[16])
+{
+	size_t bytes;
+
+	if (__builtin_expect(one_run(pc, n, &bytes), 1))
+		clmul_one_run(k, pc, n, bytes, s);
+	else
+		clmul_runs_avx(k, pc, n, s);
 }
 
 /* ----------------------------------------------------------- vpclmulqdq */
@@ -365,7 +463,7 @@ static void tb_ghash_vclmul_digest(const tb_ghash_key_t *k,
 	for (int i = 0; i < n; i++)
 		bytes += pc[i].len;
 	if (bytes <= VCLMUL_FROM)
-		tb_ghash_clmul_digest(k, pc, n, s);
+		tb_ghash_avx_digest(k, pc, n, s); /* AVX-512 has AVX */
 	else
 		tb_ghash_vclmul_wide(k, pc, n, s);
 }
@@ -384,9 +482,13 @@ int tb_ghash_path_supported(int path)
 		__builtin_cpu_init();
 		return __builtin_cpu_supports("pclmul") &&
 		       __builtin_cpu_supports("ssse3");
-	case TB_GHASH_VCLMUL:
+	case TB_GHASH_AVX:
 		__builtin_cpu_init();
 		return tb_ghash_path_supported(TB_GHASH_CLMUL) &&
+		       __builtin_cpu_supports("avx");
+	case TB_GHASH_VCLMUL:
+		__builtin_cpu_init();
+		return tb_ghash_path_supported(TB_GHASH_AVX) &&
 		       __builtin_cpu_supports("avx2") &&
 		       __builtin_cpu_supports("avx512f") &&
 		       __builtin_cpu_supports("avx512bw") &&
@@ -401,7 +503,8 @@ const char *tb_ghash_path_name(int path)
 {
 	static const char *const names[TB_GHASH_PATHS] = {
 		[TB_GHASH_AUTO] = "auto", [TB_GHASH_NETTLE] = "nettle",
-		[TB_GHASH_CLMUL] = "pclmulqdq", [TB_GHASH_VCLMUL] = "vpclmulqdq"};
+		[TB_GHASH_CLMUL] = "pclmulqdq", [TB_GHASH_VCLMUL] = "vpclmulqdq",
+		[TB_GHASH_AVX] = "avx-pclmulqdq"};
 
 	return path >= 0 && path < TB_GHASH_PATHS ? names[path] : "?";
 }
@@ -447,6 +550,7 @@ int tb_ghash_key_init(tb_ghash_key_t *k, const uint8_t h[16], int path)
 		path = forced;
 	if (path == TB_GHASH_AUTO)
 		path = tb_ghash_path_supported(TB_GHASH_VCLMUL) ? TB_GHASH_VCLMUL
+		       : tb_ghash_path_supported(TB_GHASH_AVX) ? TB_GHASH_AVX
 		       : tb_ghash_path_supported(TB_GHASH_CLMUL) ? TB_GHASH_CLMUL
 							       : TB_GHASH_NETTLE;
 	if (!tb_ghash_path_supported(path))
@@ -463,7 +567,8 @@ int tb_ghash_key_init(tb_ghash_key_t *k, const uint8_t h[16], int path)
 		k->digest = tb_ghash_vclmul_digest;
 	} else {
 		powers(k, h);
-		k->digest = tb_ghash_clmul_digest;
+		k->digest = path == TB_GHASH_AVX ? tb_ghash_avx_digest
+						 : tb_ghash_clmul_digest;
 	}
 #endif
 	return 0;

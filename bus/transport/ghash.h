@@ -49,7 +49,9 @@
  *                    under a byte mask, which is also the zero padding;
  *                    up to 160 bytes it takes the PCLMULQDQ steps, as
  *                    fast there without the lanes to gather;
- *   TB_GHASH_CLMUL   PCLMULQDQ on 128-bit registers, one block per step;
+ *   TB_GHASH_AVX     PCLMULQDQ on 128-bit registers, one block per step,
+ *                    in AVX's three-operand encoding;
+ *   TB_GHASH_CLMUL   the same in SSE's (a CPU without AVX);
  *   TB_GHASH_NETTLE  nettle's GHASH (gcm_update), anywhere else.
  * Every path gives the same value for the same input, bit for bit
  * (test_ghash checks each against nettle's GCM for every length 0..2048
@@ -84,6 +86,7 @@ enum tb_ghash_path {
 	TB_GHASH_NETTLE,
 	TB_GHASH_CLMUL,
 	TB_GHASH_VCLMUL,
+	TB_GHASH_AVX,
 	TB_GHASH_PATHS
 };
 

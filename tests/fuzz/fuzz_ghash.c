@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const int paths[] = {TB_GHASH_NETTLE, TB_GHASH_CLMUL,
-				    TB_GHASH_VCLMUL};
+				    TB_GHASH_AVX, TB_GHASH_VCLMUL};
 	uint8_t key[16], iv[12], h[16] = {0}, j0[16] = {0}, ek[16];
 	uint8_t s[16], first[16], tag[16], want[16];
 	tb_ghash_piece_t pc[MAX_PIECES];

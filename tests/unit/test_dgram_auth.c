@@ -26,7 +26,8 @@
 #define TOKEN "dgram-auth-test-token"
 #define STREAM 0x01020304u
 
-static const int paths[] = {TB_GHASH_NETTLE, TB_GHASH_CLMUL, TB_GHASH_VCLMUL};
+static const int paths[] = {TB_GHASH_NETTLE, TB_GHASH_CLMUL, TB_GHASH_AVX,
+			    TB_GHASH_VCLMUL};
 #define NPATHS ((int)(sizeof(paths) / sizeof(paths[0])))
 
 /* K_e as dgram_auth.h's top defines it. */

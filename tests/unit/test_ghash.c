@@ -24,9 +24,11 @@
 
 #define MAX_LEN 2048
 
-static const int carryless[] = {TB_GHASH_CLMUL, TB_GHASH_VCLMUL};
-static const int all_paths[] = {TB_GHASH_NETTLE, TB_GHASH_CLMUL,
+static const int carryless[] = {TB_GHASH_CLMUL, TB_GHASH_AVX, TB_GHASH_VCLMUL};
+static const int all_paths[] = {TB_GHASH_NETTLE, TB_GHASH_CLMUL, TB_GHASH_AVX,
 				TB_GHASH_VCLMUL};
+#define N_CARRYLESS (sizeof(carryless) / sizeof(carryless[0]))
+#define N_PATHS (sizeof(all_paths) / sizeof(all_paths[0]))
 
 static void hex(const char *s, uint8_t *out, size_t n)
 {
@@ -120,7 +122,7 @@ static void sp800_38d_vectors_with_no_plaintext(void **state)
 		hex(v[i][3], want, 16);
 		gmac_nettle(key, iv, a, len, tag);
 		assert_memory_equal(tag, want, 16);
-		for (size_t p = 0; p < 3; p++) {
+		for (size_t p = 0; p < N_PATHS; p++) {
 			if (!supported(all_paths[p]))
 				continue;
 			memset(tag, 0, sizeof(tag));
@@ -170,7 +172,7 @@ static void every_path_is_nettles_tag_for_every_length(void **state)
 			many[nmany++] = at;
 		}
 		gmac_nettle(key, iv, a, len, want);
-		for (size_t p = 0; p < 3; p++) {
+		for (size_t p = 0; p < N_PATHS; p++) {
 			if (!tb_ghash_path_supported(all_paths[p]))
 				continue;
 			gmac_ours(all_paths[p], key, iv, a, one, 1, tag);
@@ -193,7 +195,7 @@ static void every_path_is_nettles_tag_for_every_length(void **state)
 		}
 		free(base);
 	}
-	for (size_t p = 0; p < 2; p++)
+	for (size_t p = 0; p < N_CARRYLESS; p++)
 		supported(carryless[p]);
 }
 
@@ -215,11 +217,46 @@ static void a_ragged_piece_is_padded_alike_on_every_path(void **state)
 		cuts[1] = cuts[0] + (size_t)(rng_xorshift64s(&r) % 300);
 		cuts[2] = sizeof(a);
 		gmac_ours(TB_GHASH_NETTLE, key, iv, a, cuts, 3, want);
-		for (size_t p = 0; p < 2; p++) {
+		for (size_t p = 0; p < N_CARRYLESS; p++) {
 			if (!tb_ghash_path_supported(carryless[p]))
 				continue;
 			gmac_ours(carryless[p], key, iv, a, cuts, 3, tag);
 			assert_memory_equal(tag, want, 16);
+		}
+	}
+}
+
+/* A datagram's shape, whole blocks: its 48-byte header, perhaps an empty
+ * piece, then its frames, up to the one-run bound (127 blocks and the
+ * length block) and past it, the same tag as nettle's on every path. */
+static void whole_blocks_up_to_one_run_and_past_it(void **state)
+{
+	static const size_t frames[] = {0, 32, 96, 1440, 1984, 2000};
+	uint8_t key[16], iv[12], a[MAX_LEN], want[16], tag[16];
+	uint64_t r = 0x6a09e667f3bcc908ull;
+
+	(void)state;
+	for (size_t f = 0; f < sizeof(frames) / sizeof(frames[0]); f++) {
+		size_t two[2] = {48, 48 + frames[f]};
+		size_t three[3] = {48, 48, 48 + frames[f]};
+
+		random_bytes(&r, key, sizeof(key));
+		random_bytes(&r, iv, sizeof(iv));
+		random_bytes(&r, a, sizeof(a));
+		gmac_nettle(key, iv, a, two[1], want);
+		for (size_t p = 0; p < N_PATHS; p++) {
+			if (!tb_ghash_path_supported(all_paths[p]))
+				continue;
+			gmac_ours(all_paths[p], key, iv, a, two, 2, tag);
+			if (memcmp(tag, want, 16) != 0)
+				fail_msg("path %s, 48 + %zu bytes",
+					 tb_ghash_path_name(all_paths[p]),
+					 frames[f]);
+			gmac_ours(all_paths[p], key, iv, a, three, 3, tag);
+			if (memcmp(tag, want, 16) != 0)
+				fail_msg("path %s, 48 + empty + %zu bytes",
+					 tb_ghash_path_name(all_paths[p]),
+					 frames[f]);
 		}
 	}
 }
@@ -231,13 +268,14 @@ static void auto_takes_the_best_and_the_hook_forces(void **state)
 	uint8_t h[16] = {1, 2, 3};
 	tb_ghash_key_t k;
 	int best = tb_ghash_path_supported(TB_GHASH_VCLMUL) ? TB_GHASH_VCLMUL
+		   : tb_ghash_path_supported(TB_GHASH_AVX) ? TB_GHASH_AVX
 		   : tb_ghash_path_supported(TB_GHASH_CLMUL) ? TB_GHASH_CLMUL
 							   : TB_GHASH_NETTLE;
 
 	(void)state;
 	assert_int_equal(tb_ghash_key_init(&k, h, TB_GHASH_AUTO), 0);
 	assert_int_equal(k.path, best);
-	for (size_t p = 0; p < 3; p++) {
+	for (size_t p = 0; p < N_PATHS; p++) {
 		if (!tb_ghash_path_supported(all_paths[p]))
 			continue;
 		tb_ghash_force(all_paths[p]);
@@ -250,6 +288,7 @@ static void auto_takes_the_best_and_the_hook_forces(void **state)
 	assert_int_equal(tb_ghash_key_init(&k, h, TB_GHASH_PATHS), -1);
 	assert_int_equal(tb_ghash_key_init(&k, h, -1), -1);
 	assert_string_equal(tb_ghash_path_name(TB_GHASH_VCLMUL), "vpclmulqdq");
+	assert_string_equal(tb_ghash_path_name(TB_GHASH_AVX), "avx-pclmulqdq");
 }
 
 int main(void)
@@ -258,6 +297,7 @@ int main(void)
 		cmocka_unit_test(sp800_38d_vectors_with_no_plaintext),
 		cmocka_unit_test(every_path_is_nettles_tag_for_every_length),
 		cmocka_unit_test(a_ragged_piece_is_padded_alike_on_every_path),
+		cmocka_unit_test(whole_blocks_up_to_one_run_and_past_it),
 		cmocka_unit_test(auto_takes_the_best_and_the_hook_forces),
 	};
 
