@@ -47,7 +47,7 @@
  *                    blocks and their four powers per multiply; a group of
  *                    fewer (a piece's end, a ragged last block) is loaded
  *                    under a byte mask, which is also the zero padding;
- *                    up to 160 bytes it takes the PCLMULQDQ steps, as
+ *                    up to 160 bytes it takes TB_GHASH_AVX's steps, as
  *                    fast there without the lanes to gather;
  *   TB_GHASH_AVX     PCLMULQDQ on 128-bit registers, one block per step,
  *                    in AVX's three-operand encoding;
