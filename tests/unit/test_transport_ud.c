@@ -1429,10 +1429,6 @@ static void small_on_msg(void *clientd, const tb_msg_t *m)
 	g->bad += m->seq != g->n || m->len != 64 || memcmp(m->data, want, 64);
 }
 
-/* Two laps of a 64 KiB ring of 64-byte offers on `group`:`port`, each
- * polled for before the next: 0 when every message arrives once, in
- * order, whole; else a count of what went wrong, said on stderr.  Plain
- * returns, no assertions: a child process (below) runs it too. */
 /* cfg_for on group `group`, `port`, with a 64 KiB ring: a few hundred
  * small messages lap it. */
 static void small_cfg(tb_stream_cfg_t *cfg, const char *group, uint16_t port)
@@ -1443,6 +1439,10 @@ static void small_cfg(tb_stream_cfg_t *cfg, const char *group, uint16_t port)
 	cfg->ring_size = 64 << 10;
 }
 
+/* Two laps of a 64 KiB ring of 64-byte offers on `group`:`port`, each
+ * polled for before the next: 0 when every message arrives once, in
+ * order, whole; else a count of what went wrong, said on stderr.  Plain
+ * returns, no assertions: a child process (below) runs it too. */
 static int small_laps(const char *group, uint16_t port)
 {
 	const uint64_t n = 2 * ((64 << 10) / 96) + 40;
@@ -1575,7 +1575,6 @@ static void small_offers_held_by_batching_go_at_the_flush(void **state)
 	tb_subscriber_close(sub);
 	tb_publisher_close(pub);
 }
-
 
 typedef struct seqs_got {
 	uint64_t seq[16];
